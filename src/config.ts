@@ -1,0 +1,97 @@
+/**
+ * @module
+ * Limiter settings from the Worker's variables, validated once per isolate.
+ */
+import { show } from "./core/duration";
+import { DEFAULT_IPV6_PREFIX } from "./core/ip";
+import { parseRules, type Rule } from "./core/rules";
+import type { Env } from "./env";
+
+export type Settings = {
+  rules: Rule[];
+  /** Leading bits of an IPv6 address that count as one client. */
+  ipv6PrefixBits: number;
+  /** Lower-case name of the trusted client-IP header, or null to trust only `CF-Connecting-IP`. */
+  trustedIpHeader: string | null;
+  /** Deadline for one decision, in milliseconds, retry included. */
+  timeoutMs: number;
+};
+
+export const DEFAULT_TIMEOUT_MS = 1000;
+
+/** The variables settings are made from; every field is optional except the rules. */
+export type SettingsInput = Pick<Env, "RULES" | "IPV6_PREFIX" | "TRUSTED_IP_HEADER" | "LIMITER_TIMEOUT_MS">;
+
+export type Parsed<T> = { ok: true; value: T } | { ok: false; errors: string[] };
+
+/** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
+export function parseSettings(input: SettingsInput): Parsed<Settings> {
+  const errors: string[] = [];
+  let rulesInput = input.RULES ?? [];
+  if (typeof rulesInput === "string") {
+    try {
+      rulesInput = JSON.parse(rulesInput);
+    } catch (error) {
+      errors.push(`RULES: is a string but not valid JSON (${(error as Error).message})`);
+    }
+  }
+  const rules = parseRules(rulesInput);
+  if (!rules.ok) errors.push(...rules.errors);
+
+  const ipv6PrefixBits = integerVar(input.IPV6_PREFIX, "IPV6_PREFIX", DEFAULT_IPV6_PREFIX, 1, 128, errors);
+  const timeoutMs = integerVar(input.LIMITER_TIMEOUT_MS, "LIMITER_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 60_000, errors);
+
+  let trustedIpHeader: string | null = null;
+  if (input.TRUSTED_IP_HEADER !== undefined && input.TRUSTED_IP_HEADER !== "") {
+    if (
+      typeof input.TRUSTED_IP_HEADER !== "string" ||
+      !/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(input.TRUSTED_IP_HEADER)
+    ) {
+      errors.push(`TRUSTED_IP_HEADER: must be a header name; got ${show(input.TRUSTED_IP_HEADER)}`);
+    } else trustedIpHeader = input.TRUSTED_IP_HEADER.toLowerCase();
+  }
+
+  if (errors.length > 0 || !rules.ok) return { ok: false, errors };
+  return { ok: true, value: { rules: rules.rules, ipv6PrefixBits, trustedIpHeader, timeoutMs } };
+}
+
+function integerVar(raw: unknown, name: string, fallback: number, min: number, max: number, errors: string[]): number {
+  if (raw === undefined || raw === "") return fallback;
+  const n = typeof raw === "string" ? Number(raw) : raw;
+  if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > max) {
+    errors.push(`${name}: must be an integer from ${min} to ${max}; got ${show(raw)}`);
+    return fallback;
+  }
+  return n;
+}
+
+/** The value stored under `key`, made and stored first if missing. */
+export function getOrCreate<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+  let value = map.get(key);
+  if (value === undefined) {
+    value = make();
+    map.set(key, value);
+  }
+  return value;
+}
+
+/**
+ * Memoises a parse per isolate, keyed by the identity of the rules value (an
+ * object) or its text, so a request costs a map lookup, not a parse.
+ */
+export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: SettingsInput) => T {
+  const byObject = new WeakMap<object, Map<string, T>>();
+  const byText = new Map<string, Map<string, T>>();
+  return (input) => {
+    const rules = input.RULES;
+    const rest = `${input.IPV6_PREFIX}\u0000${input.TRUSTED_IP_HEADER}\u0000${input.LIMITER_TIMEOUT_MS}`;
+    let slot: Map<string, T>;
+    if (typeof rules === "object" && rules !== null) {
+      slot = byObject.get(rules) ?? new Map();
+      byObject.set(rules, slot);
+    } else {
+      slot = getOrCreate(byText, String(rules), () => new Map());
+    }
+    return getOrCreate(slot, rest, () => parse(input));
+  };
+}

@@ -1,0 +1,57 @@
+/**
+ * @module
+ * Parses a rule's `period`: seconds as a number, or a string such as "10s".
+ */
+
+export type Unit = "ms" | "s" | "m" | "h" | "d";
+/** A number of seconds, or a count and a unit: `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
+export type Duration = number | `${number}${Unit}`;
+
+const unitMs: Record<Unit, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const pattern = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/;
+
+/** The longest period a rule may have: 365 days. */
+export const MAX_PERIOD_MS = 365 * unitMs.d;
+
+/**
+ * Converts a duration to whole milliseconds.
+ * @returns the milliseconds, or an error message that quotes the bad value.
+ */
+export function parseDurationMs(value: unknown): { ms: number } | { error: string } {
+  let ms: number;
+  if (typeof value === "number" && Number.isFinite(value)) ms = value * 1_000;
+  else if (typeof value === "string" && pattern.test(value.trim())) {
+    const [, amount = "", unit = "s"] = pattern.exec(value.trim()) ?? [];
+    ms = Number(amount) * unitMs[unit as Unit];
+  } else {
+    return { error: `must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got ${show(value)}` };
+  }
+  // Decimal seconds such as 1.1 are not exact in binary; snap what is within rounding error.
+  if (Math.abs(ms - Math.round(ms)) < 1e-6) ms = Math.round(ms);
+  if (!Number.isInteger(ms)) return { error: `must be a whole number of milliseconds; got ${show(value)}` };
+  if (ms < 1) return { error: `must be at least 1ms; got ${show(value)}` };
+  if (ms > MAX_PERIOD_MS) return { error: `must be at most 365d; got ${show(value)}` };
+  return { ms };
+}
+
+/** A value as it would appear in a config file, for error messages. */
+export const show = (value: unknown): string => {
+  const text = JSON.stringify(value);
+  if (text === undefined) return String(value);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+};
+
+const UNITS: [number, string][] = [
+  [86_400_000, "day"],
+  [3_600_000, "hour"],
+  [60_000, "minute"],
+  [1_000, "second"],
+  [1, "millisecond"],
+];
+
+/** `60000` → `"1 minute"`, `90000` → `"90 seconds"`. */
+export function describePeriod(ms: number): string {
+  const [size, unit] = UNITS.find(([size]) => ms % size === 0) ?? [1, "millisecond"];
+  const n = ms / size;
+  return n === 1 ? unit : `${n} ${unit}s`;
+}

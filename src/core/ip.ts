@@ -1,0 +1,110 @@
+/**
+ * @module
+ * The client's IP as a rate-limit key: canonical IPv4, or an IPv6 prefix,
+ * because one subscriber holds a whole IPv6 prefix and could rotate through it.
+ */
+
+/** The default IPv6 prefix length that counts as one client. */
+export const DEFAULT_IPV6_PREFIX = 56;
+
+/** The key used when no IP is known: every such request shares it. */
+export const UNKNOWN_IP = "unknown";
+
+/**
+ * The key for a raw IP header value.
+ * - `1.2.3.4`, `1.2.3.4:5678` and `::ffff:1.2.3.4` give `1.2.3.4`;
+ * - IPv6 gives its first `ipv6PrefixBits` bits, as `2001:db8:0:ab00::/56`;
+ * - a missing value gives {@link UNKNOWN_IP}; a malformed one gives `invalid:<value>`.
+ */
+export function ipKey(raw: string | null | undefined, ipv6PrefixBits = DEFAULT_IPV6_PREFIX): string {
+  const value = raw?.trim();
+  if (!value) return UNKNOWN_IP;
+  const host = stripPort(value);
+  const v4 = parseIPv4(host);
+  if (v4 !== null) return v4.join(".");
+  const v6 = parseIPv6(host);
+  if (v6 === null) return `invalid:${value}`;
+  if (isIPv4Mapped(v6)) return [v6[6]! >> 8, v6[6]! & 0xff, v6[7]! >> 8, v6[7]! & 0xff].join(".");
+  return `${formatIPv6(maskIPv6(v6, ipv6PrefixBits))}/${ipv6PrefixBits}`;
+}
+
+function stripPort(value: string): string {
+  if (value.startsWith("[")) {
+    const end = value.indexOf("]");
+    return end > 0 ? value.slice(1, end) : value;
+  }
+  const colon = value.indexOf(":");
+  // Exactly one colon: IPv4 with a port. IPv6 has at least two.
+  if (colon > 0 && value.indexOf(":", colon + 1) < 0) return value.slice(0, colon);
+  return value;
+}
+
+function parseIPv4(text: string): number[] | null {
+  const parts = text.split(".");
+  if (parts.length !== 4) return null;
+  const octets: number[] = [];
+  for (const part of parts) {
+    if (!/^\d{1,3}$/.test(part)) return null;
+    const n = Number(part);
+    if (n > 255) return null;
+    octets.push(n);
+  }
+  return octets;
+}
+
+/** Eight 16-bit groups, or null. Accepts `::` compression, an IPv4 tail and a zone (`%eth0`, ignored). */
+function parseIPv6(text: string): number[] | null {
+  const address = text.split("%", 1)[0] ?? "";
+  if (!/^[0-9a-fA-F:.]+$/.test(address) || address.length > 45) return null;
+  const halves = address.split("::");
+  if (halves.length > 2) return null;
+  const toGroups = (half: string): number[] | null => {
+    if (half === "") return [];
+    const out: number[] = [];
+    const pieces = half.split(":");
+    for (const [i, piece] of pieces.entries()) {
+      if (i === pieces.length - 1 && piece.includes(".")) {
+        const v4 = parseIPv4(piece);
+        if (v4 === null) return null;
+        out.push((v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!);
+      } else if (/^[0-9a-fA-F]{1,4}$/.test(piece)) out.push(Number.parseInt(piece, 16));
+      else return null;
+    }
+    return out;
+  };
+  const head = toGroups(halves[0] ?? "");
+  const tail = halves.length === 2 ? toGroups(halves[1] ?? "") : [];
+  if (head === null || tail === null) return null;
+  if (halves.length === 1) return head.length === 8 ? head : null;
+  const missing = 8 - head.length - tail.length;
+  if (missing < 1) return null;
+  return [...head, ...new Array<number>(missing).fill(0), ...tail];
+}
+
+const isIPv4Mapped = (g: number[]): boolean => g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff;
+
+function maskIPv6(groups: number[], bits: number): number[] {
+  return groups.map((group, i) => {
+    const keep = Math.min(16, Math.max(0, bits - i * 16));
+    return keep === 0 ? 0 : group & ((0xffff << (16 - keep)) & 0xffff);
+  });
+}
+
+/** Lower-case hex with the longest run of zero groups compressed (RFC 5952). */
+function formatIPv6(groups: number[]): string {
+  let bestStart = -1;
+  let bestLength = 1;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLength) [bestStart, bestLength] = [i, j - i];
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (bestStart < 0) return hex.join(":");
+  return `${hex.slice(0, bestStart).join(":")}::${hex.slice(bestStart + bestLength).join(":")}`;
+}

@@ -1,0 +1,81 @@
+/**
+ * @module
+ * Client keys: what a rule counts by, resolved from a request, made canonical
+ * and hashed. The hash names the Durable Object, so a raw API key or IP never
+ * appears as an object name and a huge header value costs one digest.
+ */
+import type { Characteristic, Source } from "./rules";
+
+/** What a key can be made of, read from one request. Lazy where reading costs. */
+export type RequestFacts = {
+  method: string;
+  /** The normalised path (see `normalizePath`). */
+  path: string;
+  /** Lower-case host, with the port if one was given. */
+  host: string;
+  /** The client's IP key (see `ipKey`). */
+  ip: () => string;
+  header: (name: string) => string | null;
+  cookie: (name: string) => string | null;
+  query: (name: string) => string | null;
+};
+
+export const sourceLabel = (s: Source): string => ("name" in s ? `${s.kind}:${s.name}` : s.kind);
+
+function sourceValue(s: Source, facts: RequestFacts): string | null {
+  switch (s.kind) {
+    case "ip":
+      return facts.ip();
+    case "path":
+      return facts.path;
+    case "method":
+      return facts.method;
+    case "host":
+      return facts.host;
+    case "header":
+      return facts.header(s.name);
+    case "cookie":
+      return facts.cookie(s.name);
+    case "query":
+      return facts.query(s.name);
+  }
+}
+
+/**
+ * The canonical string of a client key: for each characteristic, the first
+ * source that is present (an empty value counts as absent) and its value.
+ * When none is present, all requests without them share one key, so leaving
+ * a header out never escapes a limit.
+ */
+export function canonicalKey(key: Characteristic[], facts: RequestFacts): string {
+  const parts = key.map((sources): [string, string | null] => {
+    for (const source of sources) {
+      const value = sourceValue(source, facts);
+      if (value !== null && value !== "") return [sourceLabel(source), value];
+    }
+    return [sources.map(sourceLabel).join("|"), null];
+  });
+  return JSON.stringify(parts);
+}
+
+const encoder = new TextEncoder();
+
+/** SHA-256 of a canonical key, in hex: the Durable Object's name. */
+export async function hashKey(canonical: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", encoder.encode(canonical));
+  let hex = "";
+  for (const byte of new Uint8Array(digest)) hex += byte.toString(16).padStart(2, "0");
+  return hex;
+}
+
+/** The value of cookie `name` in a `Cookie` header, or null. */
+export function readCookie(header: string | null, name: string): string | null {
+  if (header === null) return null;
+  for (const pair of header.split(";")) {
+    const eq = pair.indexOf("=");
+    if (eq < 0 || pair.slice(0, eq).trim() !== name) continue;
+    const value = pair.slice(eq + 1).trim();
+    return value.length >= 2 && value.startsWith('"') && value.endsWith('"') ? value.slice(1, -1) : value;
+  }
+  return null;
+}

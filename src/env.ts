@@ -1,0 +1,20 @@
+/**
+ * @module
+ * The Worker's bindings and variables, typed in one place.
+ */
+import type { RateLimiter } from "./limiter-object";
+
+export type Env = {
+  /** The Durable Object namespace that holds one counter object per client key. */
+  RATE_LIMITER: DurableObjectNamespace<RateLimiter>;
+  /** The rules: `[[vars.RULES]]` in wrangler.toml, or the same list as a JSON string. */
+  RULES?: unknown;
+  /** Where allowed requests go: scheme, host and port. Unset: forward to the request's own URL (the zone's origin). */
+  ORIGIN_URL?: string;
+  /** How many leading bits of an IPv6 address count as one client. Default 56. */
+  IPV6_PREFIX?: string | number;
+  /** A header your own proxy in front of Cloudflare sets to the client IP. Unset: only `CF-Connecting-IP` is trusted. */
+  TRUSTED_IP_HEADER?: string;
+  /** How long a decision may take before the rule's `on_error` applies, in milliseconds. Default 1000. */
+  LIMITER_TIMEOUT_MS?: string | number;
+};

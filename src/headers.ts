@@ -1,0 +1,59 @@
+/**
+ * @module
+ * Rate-limit response headers, one small function per specification.
+ */
+import type { RuleVerdict } from "./limiter-object";
+
+/** A rule's verdict, with what the headers need of the rule. */
+export type Reported = { id: string; limit: number; periodMs: number; verdict: RuleVerdict; nowMs: number };
+
+const seconds = (ms: number): number => Math.ceil(ms / 1000);
+
+/**
+ * `RateLimit-Policy`, listing every policy that applied.
+ * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
+ * @example `"api-per-ip";q=100;w=60, "login";q=5;w=60`
+ */
+export const rateLimitPolicy = (reports: Reported[]): string =>
+  reports.map((r) => `"${r.id}";q=${r.limit};w=${Math.max(1, seconds(r.periodMs))}`).join(", ");
+
+/**
+ * `RateLimit` for one policy: remaining quota and seconds until it resets.
+ * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
+ * @example `"api-per-ip";r=42;t=17`
+ */
+export const rateLimit = (r: Reported): string => `"${r.id}";r=${r.verdict.remaining};t=${seconds(r.verdict.resetMs)}`;
+
+/**
+ * The policy closest to its limit: a refusing one first (the longest wait),
+ * then the fewest remaining, then the longest until reset.
+ */
+export function closestToLimit(reports: Reported[]): Reported | undefined {
+  const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : 1);
+  return reports.reduce<Reported | undefined>((best, r) => {
+    if (!best) return r;
+    const order =
+      refusing(r) - refusing(best) ||
+      (refusing(r) ? r.verdict.retryAfterMs - best.verdict.retryAfterMs : 0) ||
+      best.verdict.remaining - r.verdict.remaining ||
+      r.verdict.resetMs - best.verdict.resetMs;
+    return order > 0 ? r : best;
+  }, undefined);
+}
+
+/** `Retry-After` in whole seconds, rounded up so a retry then is admitted (RFC 9110 §10.2.3). */
+export const retryAfter = (reports: Reported[]): number =>
+  seconds(Math.max(0, ...reports.map((r) => r.verdict.retryAfterMs)));
+
+/** Every rate-limit header for the enforcing rules that applied. */
+export function rateLimitHeaders(reports: Reported[]): Record<string, string> {
+  const closest = closestToLimit(reports);
+  if (!closest) return {};
+  return {
+    "RateLimit-Policy": rateLimitPolicy(reports),
+    RateLimit: rateLimit(closest),
+    "X-RateLimit-Limit": String(closest.limit),
+    "X-RateLimit-Remaining": String(closest.verdict.remaining),
+    "X-RateLimit-Reset": String(seconds(closest.nowMs + closest.verdict.resetMs)),
+  };
+}

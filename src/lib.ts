@@ -1,0 +1,20 @@
+/**
+ * @module
+ * The library: the Hono middleware and the Durable Object class it needs.
+ *
+ * @example
+ * ```ts
+ * import { Hono } from "hono";
+ * import { rateLimit, RateLimiter } from "edge-rate-limiter";
+ * export { RateLimiter };
+ * const app = new Hono();
+ * app.post("/login", rateLimit({ rules: { id: "login", limit: 5, period: "1m" } }), (c) => c.text("ok"));
+ * export default app;
+ * ```
+ */
+
+export type { Duration } from "./core/duration";
+export type { RuleInput } from "./core/rules";
+export * as slidingWindow from "./core/sliding-window";
+export { type CheckResult, RateLimiter, type RuleCheck, type RuleVerdict } from "./limiter-object";
+export { type RateLimitOptions, rateLimit } from "./middleware";

@@ -1,0 +1,202 @@
+/**
+ * @module
+ * The Durable Object that holds one client key's counters, one row per rule.
+ *
+ * Every RPC method is synchronous: the counters are read, decided on and
+ * written with no `await` in between, so the object's single thread makes
+ * each check atomic, and the output gate holds the answer until the write is
+ * durable.
+ */
+import { DurableObject } from "cloudflare:workers";
+import {
+  admit,
+  bucketStartMs,
+  type Decision,
+  describe,
+  type Evaluation,
+  emptyState,
+  evaluate,
+  type WindowLimit,
+  type WindowState,
+} from "./core/sliding-window";
+
+/** One rule to check, as the Worker sends it. */
+export type RuleCheck = WindowLimit & {
+  id: string;
+  /** False for `action = "log"`: the rule is counted and reported but never refuses the request. */
+  enforce: boolean;
+};
+
+/** A rule's verdict within one check. */
+export type RuleVerdict = Decision & {
+  /** Whether this rule alone would admit the request. */
+  ruleAllows: boolean;
+  /** The bucket the request was counted in, for a refund; -1 when not counted. */
+  bucket: number;
+};
+
+export type CheckResult = {
+  /** The object's clock when it decided, in Unix milliseconds. */
+  nowMs: number;
+  /** True when every enforcing rule admits; then every rule that admits has counted the request. */
+  allowed: boolean;
+  /** One verdict per rule, in the order given. */
+  verdicts: RuleVerdict[];
+};
+
+/** A refund of a request counted here but refused elsewhere. */
+export type Refund = { id: string; bucket: number };
+
+type Stored = { shape: Shape; state: WindowState };
+/** What the layout of a rule's buckets depends on. */
+type Shape = Pick<WindowLimit, "periodMs" | "precision">;
+
+const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
+  rule TEXT PRIMARY KEY,
+  period_ms INTEGER NOT NULL,
+  precision INTEGER NOT NULL,
+  bucket INTEGER NOT NULL,
+  counts TEXT NOT NULL
+)`;
+
+/** The instant after which a state is all zeros: its newest bucket and the `precision` before it have rotated out. */
+const expiresAtMs = ({ shape, state }: Stored): number =>
+  bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false });
+
+export class RateLimiter extends DurableObject<unknown> {
+  private readonly sql: SqlStorage;
+  private readonly rows = new Map<string, Stored>();
+  private schemaReady = false;
+  /** The alarm this instance last set, or undefined when not known (just after construction). */
+  private alarmAtMs: number | null | undefined = undefined;
+
+  constructor(ctx: DurableObjectState, env: unknown) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    // A fresh or cleaned-up object has no table: reading it must not create one.
+    const table = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'counters'").toArray();
+    if (table.length === 0) return;
+    this.schemaReady = true;
+    for (const row of this.sql.exec<Record<string, string | number>>("SELECT * FROM counters")) {
+      this.rows.set(String(row.rule), {
+        shape: { periodMs: Number(row.period_ms), precision: Number(row.precision) },
+        state: { bucket: Number(row.bucket), counts: JSON.parse(String(row.counts)) as number[] },
+      });
+    }
+  }
+
+  /**
+   * Checks one request against every rule of this key, all or nothing: if an
+   * enforcing rule refuses it, no rule counts it.
+   */
+  check(rules: RuleCheck[]): CheckResult {
+    const nowMs = Date.now();
+    const evaluations = rules.map((rule) => evaluate(this.current(rule, nowMs), nowMs, rule));
+    const allowed = rules.every((rule, i) => !rule.enforce || evaluations[i]!.allowed);
+    const verdicts = rules.map((rule, i) => {
+      const ev = evaluations[i]!;
+      const counted = allowed && ev.allowed;
+      if (counted) this.save(rule.id, rule, admit(ev.state));
+      return verdict(ev, nowMs, rule, counted);
+    });
+    if (allowed) this.scheduleCleanup();
+    return { nowMs, allowed, verdicts };
+  }
+
+  /** What a request now would see, without counting it. */
+  peek(rules: RuleCheck[]): CheckResult {
+    const nowMs = Date.now();
+    const verdicts = rules.map((rule) => verdict(evaluate(this.current(rule, nowMs), nowMs, rule), nowMs, rule, false));
+    return { nowMs, allowed: verdicts.every((v, i) => !rules[i]!.enforce || v.ruleAllows), verdicts };
+  }
+
+  /** Takes back requests counted here that another object refused. */
+  refund(refunds: Refund[]): void {
+    for (const { id, bucket } of refunds) {
+      const row = this.rows.get(id);
+      if (!row) continue;
+      const index = bucket - (row.state.bucket - row.shape.precision);
+      const count = row.state.counts[index];
+      if (count === undefined || count <= 0) continue;
+      const counts = row.state.counts.slice();
+      counts[index] = count - 1;
+      this.save(id, row.shape, { bucket: row.state.bucket, counts });
+    }
+  }
+
+  /** Forgets the given rules' counters for this key, or all of them. */
+  async reset(ruleIds?: string[]): Promise<void> {
+    for (const id of ruleIds ?? [...this.rows.keys()]) {
+      if (!this.rows.delete(id)) continue;
+      this.sql.exec("DELETE FROM counters WHERE rule = ?", id);
+    }
+    if (this.rows.size === 0) await this.clear();
+  }
+
+  /** Deletes the counters whose windows have all expired; once none are left, deletes everything. Safe to run again. */
+  override async alarm(): Promise<void> {
+    const nowMs = Date.now();
+    for (const [id, row] of this.rows) {
+      if (nowMs < expiresAtMs(row)) continue;
+      this.rows.delete(id);
+      this.sql.exec("DELETE FROM counters WHERE rule = ?", id);
+    }
+    if (this.rows.size === 0) return this.clear();
+    this.alarmAtMs = Math.max(...[...this.rows.values()].map(expiresAtMs));
+    await this.ctx.storage.setAlarm(this.alarmAtMs);
+  }
+
+  /** The rule's state; a rule whose period or precision changed carries its weighted count over. */
+  private current(rule: RuleCheck, nowMs: number): WindowState {
+    const row = this.rows.get(rule.id);
+    if (!row) return emptyState(nowMs, rule);
+    if (row.shape.periodMs === rule.periodMs && row.shape.precision === rule.precision) return row.state;
+    const carried = Math.ceil(evaluate(row.state, nowMs, { ...row.shape, limit: rule.limit, strict: false }).weighted);
+    const fresh = emptyState(nowMs, rule);
+    fresh.counts[rule.precision] = carried;
+    return fresh;
+  }
+
+  private save(id: string, shape: Shape, state: WindowState): void {
+    if (!this.schemaReady) {
+      this.sql.exec(SCHEMA);
+      this.schemaReady = true;
+    }
+    this.rows.set(id, { shape: { periodMs: shape.periodMs, precision: shape.precision }, state });
+    this.sql.exec(
+      `INSERT INTO counters (rule, period_ms, precision, bucket, counts) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (rule) DO UPDATE SET period_ms = excluded.period_ms, precision = excluded.precision,
+         bucket = excluded.bucket, counts = excluded.counts`,
+      id,
+      shape.periodMs,
+      shape.precision,
+      state.bucket,
+      JSON.stringify(state.counts),
+    );
+  }
+
+  /** Makes sure an alarm will clean up once every counter has expired. Sets it only when it must move later. */
+  private scheduleCleanup(): void {
+    let latest = 0;
+    for (const row of this.rows.values()) latest = Math.max(latest, expiresAtMs(row));
+    if (this.alarmAtMs != null && this.alarmAtMs >= latest) return;
+    this.alarmAtMs = latest;
+    void this.ctx.storage.setAlarm(latest);
+  }
+
+  private async clear(): Promise<void> {
+    this.rows.clear();
+    this.schemaReady = false;
+    this.alarmAtMs = null;
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+  }
+}
+
+function verdict(ev: Evaluation, nowMs: number, rule: RuleCheck, counted: boolean): RuleVerdict {
+  return {
+    ...describe(ev, nowMs, rule, counted),
+    ruleAllows: ev.allowed,
+    bucket: counted ? ev.state.bucket : -1,
+  };
+}

@@ -1,0 +1,125 @@
+/**
+ * @module
+ * Forwards a request to the origin: streaming both ways, redirects returned
+ * as they are, hop-by-hop headers removed in both directions.
+ */
+
+import { logEvent } from "./log";
+import { ORIGIN_UNREACHABLE, problemResponse } from "./problem";
+
+/** Where requests go: a base URL whose scheme, host and port replace the request's, or null to keep the request's own URL. */
+export type Origin = URL | null;
+
+/**
+ * Parses `ORIGIN_URL`. Only a scheme, host and port are allowed: the path and
+ * query always come from the request.
+ */
+export function parseOrigin(raw: string | undefined): { ok: true; value: Origin } | { ok: false; error: string } {
+  if (raw === undefined || raw === "") return { ok: true, value: null };
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return { ok: false, error: `ORIGIN_URL: is not a URL; got ${JSON.stringify(raw)}` };
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    return { ok: false, error: `ORIGIN_URL: must be http: or https:; got ${JSON.stringify(raw)}` };
+  }
+  if (url.pathname !== "/" || url.search !== "" || url.hash !== "" || url.username !== "") {
+    return {
+      ok: false,
+      error: `ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got ${JSON.stringify(raw)}`,
+    };
+  }
+  return { ok: true, value: url };
+}
+
+const HOP_BY_HOP = [
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "transfer-encoding",
+  "upgrade",
+  "proxy-authorization",
+  "proxy-authenticate",
+  "trailer",
+];
+
+/**
+ * Headers a client may not have removed by naming them in `Connection`: the
+ * origin relies on them to know who is calling and what is sent.
+ */
+const PROTECTED = new Set([
+  "authorization",
+  "cookie",
+  "host",
+  "content-length",
+  "content-type",
+  "content-encoding",
+  "forwarded",
+  "x-forwarded-for",
+  "x-forwarded-proto",
+  "x-forwarded-host",
+  "x-real-ip",
+  "true-client-ip",
+]);
+
+const isWebSocketUpgrade = (headers: Headers): boolean => headers.get("upgrade")?.toLowerCase() === "websocket";
+
+/** A copy of `headers` without hop-by-hop headers; `keepUpgrade` keeps a WebSocket handshake intact. */
+export function stripHopByHop(headers: Headers, keepUpgrade = false): Headers {
+  const out = new Headers(headers);
+  const named = (headers.get("connection") ?? "")
+    .split(",")
+    .map((token) => token.trim().toLowerCase())
+    .filter((token) => token !== "" && !PROTECTED.has(token) && !token.startsWith("cf-"));
+  for (const name of [...HOP_BY_HOP, ...named]) {
+    if (keepUpgrade && (name === "upgrade" || name === "connection")) continue;
+    out.delete(name);
+  }
+  if (keepUpgrade) {
+    out.set("connection", "Upgrade");
+    out.set("upgrade", "websocket");
+  }
+  return out;
+}
+
+/** The URL the origin is asked for: the request's path and query on the origin's scheme, host and port. */
+export function originUrl(requestUrl: string, origin: Origin): string {
+  if (origin === null) return requestUrl;
+  const url = new URL(requestUrl);
+  url.protocol = origin.protocol;
+  url.hostname = origin.hostname;
+  url.port = origin.port; // "" is the scheme's default; the host setter alone would keep the request's port
+  return url.href;
+}
+
+/** Forwards `request` to `origin` and returns its response, or a 502 problem when it cannot be reached. */
+export async function forward(request: Request, origin: Origin): Promise<Response> {
+  const webSocket = isWebSocketUpgrade(request.headers);
+  const target = originUrl(request.url, origin);
+  let response: Response;
+  try {
+    response = await fetch(target, {
+      method: request.method,
+      headers: stripHopByHop(request.headers, webSocket),
+      body: request.body,
+      redirect: "manual",
+    });
+  } catch (error) {
+    logEvent(
+      { event: "origin_unreachable", url: target, message: String((error as Error)?.message ?? error) },
+      "error",
+    );
+    return problemResponse({
+      type: ORIGIN_UNREACHABLE,
+      title: "Bad Gateway",
+      status: 502,
+      detail: "The origin could not be reached.",
+    });
+  }
+  const headers = stripHopByHop(response.headers);
+  if (response.webSocket) return new Response(null, { status: 101, webSocket: response.webSocket, headers });
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}

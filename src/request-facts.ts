@@ -1,0 +1,39 @@
+/**
+ * @module
+ * Who is calling: the facts a client key is made of, read from a request.
+ */
+import type { Settings } from "./config";
+import { ipKey } from "./core/ip";
+import { type RequestFacts, readCookie } from "./core/keys";
+
+/** What client keys are made of, read lazily from the request. */
+export function requestFacts(request: Request, url: URL, path: string, settings: Settings): RequestFacts {
+  const headers = request.headers;
+  let ip: string | undefined;
+  return {
+    method: request.method,
+    path,
+    host: url.host.toLowerCase(),
+    ip: () => {
+      ip ??= ipKey(clientAddress(headers, settings.trustedIpHeader), settings.ipv6PrefixBits);
+      return ip;
+    },
+    header: (name) => headers.get(name),
+    cookie: (name) => readCookie(headers.get("cookie"), name),
+    query: (name) => url.searchParams.get(name),
+  };
+}
+
+/**
+ * The client's address: `CF-Connecting-IP`, which Cloudflare's edge sets, or
+ * the operator's trusted header when configured and present (its rightmost
+ * entry, the one the nearest proxy wrote).
+ */
+export function clientAddress(headers: Headers, trustedHeader: string | null): string | null {
+  const trusted = trustedHeader === null ? null : headers.get(trustedHeader);
+  if (trusted === null || trusted.trim() === "") return headers.get("cf-connecting-ip");
+  const last = trusted.split(",").at(-1)?.trim() ?? "";
+  if (trustedHeader !== "forwarded") return last;
+  const forParam = last.split(";").find((p) => p.trim().toLowerCase().startsWith("for="));
+  return forParam?.trim().slice(4).replace(/^"|"$/g, "") ?? null;
+}

@@ -1,0 +1,88 @@
+/**
+ * A real HTTP origin for the tests, in Node. It echoes what it received and
+ * counts requests per `x-test-tag`, so a test can ask how many reached it.
+ */
+import { createHash } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+
+/** What the origin saw, as `/echo`-style responses report it. */
+export type Echo = {
+  method: string;
+  /** The request target exactly as it arrived on the wire. */
+  url: string;
+  /** Header pairs as received, names lower-cased. */
+  headers: [string, string][];
+  bodyBytes: number;
+  bodySha256: string;
+};
+
+function readBody(req: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.end(JSON.stringify(body));
+}
+
+export function startOrigin(port = 0): Promise<{ server: Server; port: number }> {
+  const hits = new Map<string, number>();
+  const server = createServer(async (req, res) => {
+    const url = new URL(req.url ?? "/", "http://origin");
+    if (url.pathname === "/__hits") {
+      json(res, 200, { hits: hits.get(url.searchParams.get("tag") ?? "") ?? 0 });
+      return;
+    }
+    const tag = req.headers["x-test-tag"];
+    if (typeof tag === "string") hits.set(tag, (hits.get(tag) ?? 0) + 1);
+    const body = await readBody(req);
+
+    if (url.pathname === "/redirect") {
+      res.writeHead(302, { location: "/elsewhere?from=redirect", "set-cookie": ["session=abc; Path=/; HttpOnly", "theme=dark"] });
+      res.end();
+      return;
+    }
+    const status = /^\/status\/(\d{3})$/.exec(url.pathname);
+    if (status) {
+      json(res, Number(status[1]), { from: "origin", status: Number(status[1]) }, { "retry-after": "7" });
+      return;
+    }
+    if (url.pathname === "/hop-by-hop") {
+      res.setHeader("connection", "keep-alive, x-origin-hop");
+      res.setHeader("keep-alive", "timeout=5");
+      res.setHeader("x-origin-hop", "should be removed");
+      res.setHeader("proxy-authenticate", "Basic");
+      res.setHeader("x-end-to-end", "kept");
+    }
+    const pairs: [string, string][] = [];
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      pairs.push([req.rawHeaders[i]!.toLowerCase(), req.rawHeaders[i + 1]!]);
+    }
+    const echo: Echo = {
+      method: req.method ?? "",
+      url: req.url ?? "",
+      headers: pairs,
+      bodyBytes: body.length,
+      bodySha256: createHash("sha256").update(body).digest("hex"),
+    };
+    json(res, 200, echo, { "x-origin": "test-origin" });
+  });
+  return new Promise((resolve) => {
+    server.listen(port, "127.0.0.1", () => resolve({ server, port: (server.address() as AddressInfo).port }));
+  });
+}
+
+/** A port with nothing listening on it: an origin that is down. */
+export async function closedPort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
