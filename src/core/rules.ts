@@ -129,7 +129,7 @@ export function parseRule(raw: unknown, where: string): { ok: true; rule: Rule }
 
   const paths = globs(r.path ?? "/*", "path", fail);
   const exclude = globs(r.exclude ?? [], "exclude", fail);
-  if (r.path !== undefined && paths.length === 0) fail("path", "must name at least one path glob");
+  if (Array.isArray(r.path) && r.path.length === 0) fail("path", "must name at least one path glob");
 
   let methods: Set<string> | null = null;
   if (r.methods !== undefined) {

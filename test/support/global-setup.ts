@@ -1,13 +1,6 @@
 import type { TestProject } from "vitest/node";
 import { closedPort, startOrigin } from "./origin";
 
-declare module "vitest" {
-  interface ProvidedContext {
-    originPort: number;
-    downPort: number;
-  }
-}
-
 /** Starts the real origin the Worker proxies to, and finds a port where no origin answers. */
 export default async function setup(project: TestProject) {
   const { server, port } = await startOrigin();

@@ -5,17 +5,7 @@
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-
-/** What the origin saw, as `/echo`-style responses report it. */
-export type Echo = {
-  method: string;
-  /** The request target exactly as it arrived on the wire. */
-  url: string;
-  /** Header pairs as received, names lower-cased. */
-  headers: [string, string][];
-  bodyBytes: number;
-  bodySha256: string;
-};
+import type { Echo } from "./echo";
 
 function readBody(req: IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -33,7 +23,8 @@ function json(res: ServerResponse, status: number, body: unknown, headers: Recor
 
 export function startOrigin(port = 0): Promise<{ server: Server; port: number }> {
   const hits = new Map<string, number>();
-  const server = createServer(async (req, res) => {
+  // Cloudflare accepts request headers up to 128 KB in all; so does this origin.
+  const server = createServer({ maxHeaderSize: 256 * 1024 }, async (req, res) => {
     const url = new URL(req.url ?? "/", "http://origin");
     if (url.pathname === "/__hits") {
       json(res, 200, { hits: hits.get(url.searchParams.get("tag") ?? "") ?? 0 });
@@ -44,7 +35,10 @@ export function startOrigin(port = 0): Promise<{ server: Server; port: number }>
     const body = await readBody(req);
 
     if (url.pathname === "/redirect") {
-      res.writeHead(302, { location: "/elsewhere?from=redirect", "set-cookie": ["session=abc; Path=/; HttpOnly", "theme=dark"] });
+      res.writeHead(302, {
+        location: "/elsewhere?from=redirect",
+        "set-cookie": ["session=abc; Path=/; HttpOnly", "theme=dark"],
+      });
       res.end();
       return;
     }

@@ -1,0 +1,57 @@
+import { Hono } from "hono";
+import { describe, expect, it } from "vitest";
+import { rateLimit } from "../src/lib";
+import { env } from "./support/env";
+import { uniqueIp } from "./support/limiter";
+
+/** The middleware in someone else's Hono app, per route, like seed 000's @RateLimit annotation. */
+describe("rateLimit() in your own Hono app", () => {
+  const app = new Hono<{ Bindings: typeof env }>();
+  app.post("/login", rateLimit({ rules: { id: "lib-login", limit: 2, period: "1m" } }), (c) => c.text("welcome"));
+  app.get("/search", rateLimit({ rules: [{ id: "lib-search", limit: 1, period: "10s" }] }), (c) =>
+    c.json({ ok: true }),
+  );
+  app.get("/free", (c) => c.text("unlimited"));
+
+  const call = (path: string, ip: string, method = "GET") =>
+    app.request(path, { method, headers: { "cf-connecting-ip": ip } }, env);
+
+  it("limits the routes it guards, each with its own rule, and adds the headers to the handler's response", async () => {
+    const ip = uniqueIp();
+    const first = await call("/login", ip, "POST");
+    expect(first.status).toBe(200);
+    expect(await first.text()).toBe("welcome");
+    expect(first.headers.get("ratelimit-policy")).toBe('"lib-login";q=2;w=60');
+    expect((await call("/login", ip, "POST")).status).toBe(200);
+    expect((await call("/login", ip, "POST")).status).toBe(429);
+    expect((await call("/search", ip)).status).toBe(200);
+    expect((await call("/search", ip)).status).toBe(429);
+  });
+
+  it("leaves unguarded routes alone", async () => {
+    const ip = uniqueIp();
+    for (let i = 0; i < 5; i++) {
+      const res = await call("/free", ip);
+      expect(res.status).toBe(200);
+      expect(res.headers.has("ratelimit")).toBe(false);
+    }
+  });
+
+  it("throws at construction for an invalid rule, naming the rule and the field", () => {
+    expect(() => rateLimit({ rules: { id: "x", limit: -1, period: "1m" } })).toThrow(
+      'rateLimit(): invalid options:\nRULES[0] "x": field "limit": must be an integer from 1 to 1000000000; got -1',
+    );
+  });
+
+  it("answers 500 when the Durable Object binding is missing", async () => {
+    const bare = new Hono();
+    bare.get("/", rateLimit({ rules: { id: "x", limit: 1, period: 1 }, binding: "MISSING" }), (c) => c.text("ok"));
+    const original = console.error;
+    console.error = () => {};
+    try {
+      expect((await bare.request("/", {}, env)).status).toBe(500);
+    } finally {
+      console.error = original;
+    }
+  });
+});
