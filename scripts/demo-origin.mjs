@@ -18,5 +18,7 @@ export function startDemoOrigin(port = 0) {
       );
     });
   });
-  return new Promise((resolve) => server.listen(port, "127.0.0.1", () => resolve({ server, port: server.address().port })));
+  return new Promise((resolve) =>
+    server.listen(port, "127.0.0.1", () => resolve({ server, port: server.address().port })),
+  );
 }

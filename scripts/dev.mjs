@@ -12,7 +12,16 @@ console.log(`limiter starting on http://127.0.0.1:${port} (try: curl -i http://1
 
 const wrangler = spawn(
   "wrangler",
-  ["dev", "--port", port, "--ip", "127.0.0.1", "--var", `ORIGIN_URL:http://127.0.0.1:${originPort}`, ...process.argv.slice(2)],
+  [
+    "dev",
+    "--port",
+    port,
+    "--ip",
+    "127.0.0.1",
+    "--var",
+    `ORIGIN_URL:http://127.0.0.1:${originPort}`,
+    ...process.argv.slice(2),
+  ],
   { stdio: "inherit", env: { ...process.env, WRANGLER_SEND_METRICS: "false" } },
 );
 
