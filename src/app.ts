@@ -4,12 +4,12 @@
  * then proxies the allowed ones to the origin.
  */
 import { Hono } from "hono";
-import { getOrCreate } from "./config";
-import type { Env } from "./env";
-import { logEvent } from "./log";
-import { rateLimit } from "./middleware";
-import { invalidConfigResponse } from "./problem";
-import { forward, type Origin, parseOrigin } from "./proxy";
+import { getOrCreate } from "./config.ts";
+import type { Env } from "./env.ts";
+import { logEvent } from "./log.ts";
+import { rateLimit } from "./middleware.ts";
+import { invalidConfigResponse } from "./problem.ts";
+import { forward, type Origin, parseOrigin } from "./proxy.ts";
 
 const origins = new Map<string, ReturnType<typeof parseOrigin>>();
 

@@ -2,10 +2,10 @@
  * @module
  * Limiter settings from the Worker's variables, validated once per isolate.
  */
-import { show } from "./core/duration";
-import { DEFAULT_IPV6_PREFIX } from "./core/ip";
-import { parseRules, type Rule } from "./core/rules";
-import type { Env } from "./env";
+import { show } from "./core/duration.ts";
+import { DEFAULT_IPV6_PREFIX } from "./core/ip.ts";
+import { parseRules, type Rule } from "./core/rules.ts";
+import type { Env } from "./env.ts";
 
 export type Settings = {
   rules: Rule[];

@@ -3,17 +3,17 @@
  * One request's decision: the rules that match, one Durable Object call per
  * distinct client key, and the answer: go on (with headers), 429 or 503.
  */
-import type { Settings } from "./config";
-import { describePeriod } from "./core/duration";
-import { canonicalKey, hashKey } from "./core/keys";
-import { normalizePath } from "./core/paths";
-import { type Rule, ruleMatches } from "./core/rules";
-import { type Reported, rateLimitHeaders, retryAfter } from "./headers";
-import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey } from "./limiter-client";
-import type { RuleCheck } from "./limiter-object";
-import { keyHashPrefix, logEvent } from "./log";
-import { LIMITER_UNAVAILABLE, problemResponse, QUOTA_EXCEEDED } from "./problem";
-import { requestFacts } from "./request-facts";
+import type { Settings } from "./config.ts";
+import { describePeriod } from "./core/duration.ts";
+import { canonicalKey, hashKey } from "./core/keys.ts";
+import { normalizePath } from "./core/paths.ts";
+import { type Rule, ruleMatches } from "./core/rules.ts";
+import { type Reported, rateLimitHeaders, retryAfter } from "./headers.ts";
+import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey } from "./limiter-client.ts";
+import type { RuleCheck } from "./limiter-object.ts";
+import { keyHashPrefix, logEvent } from "./log.ts";
+import { LIMITER_UNAVAILABLE, problemResponse, QUOTA_EXCEEDED } from "./problem.ts";
+import { requestFacts } from "./request-facts.ts";
 
 export type Outcome =
   /** Go on to the origin, then add these headers to its response. */

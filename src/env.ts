@@ -2,7 +2,7 @@
  * @module
  * The Worker's bindings and variables, typed in one place.
  */
-import type { RateLimiter } from "./limiter-object";
+import type { RateLimiter } from "./limiter-object.ts";
 
 export type Env = {
   /** The Durable Object namespace that holds one counter object per client key. */

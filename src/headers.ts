@@ -2,7 +2,7 @@
  * @module
  * Rate-limit response headers, one small function per specification.
  */
-import type { RuleVerdict } from "./limiter-object";
+import type { RuleVerdict } from "./limiter-object.ts";
 
 /** A rule's verdict, with what the headers need of the rule. */
 export type Reported = { id: string; limit: number; periodMs: number; verdict: RuleVerdict; nowMs: number };

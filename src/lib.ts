@@ -13,8 +13,8 @@
  * ```
  */
 
-export type { Duration } from "./core/duration";
-export type { RuleInput } from "./core/rules";
-export * as slidingWindow from "./core/sliding-window";
-export { type CheckResult, RateLimiter, type RuleCheck, type RuleVerdict } from "./limiter-object";
-export { type RateLimitOptions, rateLimit } from "./middleware";
+export type { Duration } from "./core/duration.ts";
+export type { RuleInput } from "./core/rules.ts";
+export * as slidingWindow from "./core/sliding-window.ts";
+export { type CheckResult, RateLimiter, type RuleCheck, type RuleVerdict } from "./limiter-object.ts";
+export { type RateLimitOptions, rateLimit } from "./middleware.ts";

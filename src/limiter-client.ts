@@ -3,7 +3,7 @@
  * Calls a key's Durable Object under a deadline, with one retry where the
  * runtime says a retry is safe. Failures come back as labelled results.
  */
-import type { CheckResult, RateLimiter, Refund, RuleCheck } from "./limiter-object";
+import type { CheckResult, RateLimiter, Refund, RuleCheck } from "./limiter-object.ts";
 
 export type FailureReason = "timeout" | "overloaded" | "error";
 

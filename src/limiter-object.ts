@@ -18,7 +18,7 @@ import {
   evaluate,
   type WindowLimit,
   type WindowState,
-} from "./core/sliding-window";
+} from "./core/sliding-window.ts";
 
 /** One rule to check, as the Worker sends it. */
 export type RuleCheck = WindowLimit & {

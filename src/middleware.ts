@@ -4,12 +4,12 @@
  * project and for your own Hono app.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { memoByInput, type Parsed, parseSettings, type Settings, type SettingsInput } from "./config";
-import type { RuleInput } from "./core/rules";
-import { decide } from "./decide";
-import type { LimiterNamespace } from "./limiter-client";
-import { logEvent } from "./log";
-import { invalidConfigResponse } from "./problem";
+import { memoByInput, type Parsed, parseSettings, type Settings, type SettingsInput } from "./config.ts";
+import type { RuleInput } from "./core/rules.ts";
+import { decide } from "./decide.ts";
+import type { LimiterNamespace } from "./limiter-client.ts";
+import { logEvent } from "./log.ts";
+import { invalidConfigResponse } from "./problem.ts";
 
 export type RateLimitOptions = {
   /** The rules; default: the `RULES` variable of the Worker (`[[vars.RULES]]`). */

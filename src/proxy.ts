@@ -4,8 +4,8 @@
  * as they are, hop-by-hop headers removed in both directions.
  */
 
-import { logEvent } from "./log";
-import { ORIGIN_UNREACHABLE, problemResponse } from "./problem";
+import { logEvent } from "./log.ts";
+import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
 
 /** Where requests go: a base URL whose scheme, host and port replace the request's, or null to keep the request's own URL. */
 export type Origin = URL | null;

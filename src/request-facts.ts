@@ -2,9 +2,9 @@
  * @module
  * Who is calling: the facts a client key is made of, read from a request.
  */
-import type { Settings } from "./config";
-import { ipKey } from "./core/ip";
-import { type RequestFacts, readCookie } from "./core/keys";
+import type { Settings } from "./config.ts";
+import { ipKey } from "./core/ip.ts";
+import { type RequestFacts, readCookie } from "./core/keys.ts";
 
 /** What client keys are made of, read lazily from the request. */
 export function requestFacts(request: Request, url: URL, path: string, settings: Settings): RequestFacts {

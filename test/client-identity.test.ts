@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { ipKey } from "../src/core/ip";
-import { canonicalKey, hashKey, type RequestFacts, readCookie } from "../src/core/keys";
-import { parseRules } from "../src/core/rules";
-import { clientAddress } from "../src/request-facts";
+import { ipKey } from "../src/core/ip.ts";
+import { canonicalKey, hashKey, type RequestFacts, readCookie } from "../src/core/keys.ts";
+import { parseRules } from "../src/core/rules.ts";
+import { clientAddress } from "../src/request-facts.ts";
 
 describe("client IP keys", () => {
   it.each([

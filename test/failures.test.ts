@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
-import type { Env } from "../src/env";
-import { type Failure, flakyNamespace, hangObject } from "./support/chaos";
-import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter";
+import type { Env } from "../src/env.ts";
+import { type Failure, flakyNamespace, hangObject } from "./support/chaos.ts";
+import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 /** When the limiter cannot decide, each rule's on_error decides for it. */
 describe("when the Durable Object does not answer in time", () => {

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { from, limiter, uniqueIp } from "./support/limiter";
+import { from, limiter, uniqueIp } from "./support/limiter.ts";
 
 const at = (iso: string) => vi.setSystemTime(new Date(iso));
 const unix = (iso: string) => String(Date.parse(iso) / 1000);

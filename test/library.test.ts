@@ -1,8 +1,8 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { rateLimit } from "../src/lib";
-import { env } from "./support/env";
-import { uniqueIp } from "./support/limiter";
+import { rateLimit } from "../src/lib.ts";
+import { env } from "./support/env.ts";
+import { uniqueIp } from "./support/limiter.ts";
 
 /** The middleware in someone else's Hono app, per route, like seed 000's @RateLimit annotation. */
 describe("rateLimit() in your own Hono app", () => {

@@ -6,8 +6,8 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { RateLimiter, RuleCheck } from "../src/limiter-object";
-import { env } from "./support/env";
+import type { RateLimiter, RuleCheck } from "../src/limiter-object.ts";
+import { env } from "./support/env.ts";
 
 const rule = (id: string, limit: number, periodMs = 60_000, over: Partial<RuleCheck> = {}): RuleCheck => ({
   id,

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter";
+import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 describe("limits at the edge", () => {
   it("answers 429 once the limit is reached, and the origin never sees the refused request", async () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
-import type { Echo } from "./support/echo";
-import { downOriginUrl, from, limiter, originUrl, uniqueIp } from "./support/limiter";
+import type { Echo } from "./support/echo.ts";
+import { downOriginUrl, from, limiter, originUrl, uniqueIp } from "./support/limiter.ts";
 
 const rules = [{ id: "api", path: "/api/*", limit: 1000, period: "1m" }];
 const headerNames = (echo: Echo) => echo.headers.map(([name]) => name);

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { parseSettings } from "../src/config";
-import { parseDurationMs } from "../src/core/duration";
-import { compileGlob, normalizePath } from "../src/core/paths";
-import { parseRules, type RuleInput, ruleMatches } from "../src/core/rules";
+import { parseSettings } from "../src/config.ts";
+import { parseDurationMs } from "../src/core/duration.ts";
+import { compileGlob, normalizePath } from "../src/core/paths.ts";
+import { parseRules, type RuleInput, ruleMatches } from "../src/core/rules.ts";
 
 const base = { id: "api", limit: 10, period: "1m" };
 

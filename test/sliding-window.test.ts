@@ -7,8 +7,8 @@ import {
   rotate,
   type WindowLimit,
   type WindowState,
-} from "../src/core/sliding-window";
-import { randomGenerator } from "./support/random";
+} from "../src/core/sliding-window.ts";
+import { randomGenerator } from "./support/random.ts";
 
 const MINUTE = 60_000;
 const perMinute = (limit: number): WindowLimit => ({ limit, periodMs: MINUTE, precision: 1, strict: false });

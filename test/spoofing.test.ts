@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { from, limiter, statuses, uniqueIp, uniqueTag } from "./support/limiter";
+import { from, limiter, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 const perIp = [{ id: "per-ip", limit: 5, period: "1m", key: ["ip"] }];
 

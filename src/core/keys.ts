@@ -4,7 +4,7 @@
  * and hashed. The hash names the Durable Object, so a raw API key or IP never
  * appears as an object name and a huge header value costs one digest.
  */
-import type { Characteristic, Source } from "./rules";
+import type { Characteristic, Source } from "./rules.ts";
 
 /** What a key can be made of, read from one request. Lazy where reading costs. */
 export type RequestFacts = {

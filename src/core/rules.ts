@@ -3,9 +3,9 @@
  * Rate-limit rules: the `[[vars.RULES]]` schema, and its validation into
  * compiled rules. Every problem is reported, each naming the rule and field.
  */
-import { type Duration, parseDurationMs, show } from "./duration";
-import { compileGlob, type PathGlob } from "./paths";
-import type { WindowLimit } from "./sliding-window";
+import { type Duration, parseDurationMs, show } from "./duration.ts";
+import { compileGlob, type PathGlob } from "./paths.ts";
+import type { WindowLimit } from "./sliding-window.ts";
 
 /** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
 export type RuleInput = {

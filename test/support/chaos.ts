@@ -4,10 +4,10 @@
  * that its stubs fail the way the runtime's do (thrown, retryable, overloaded).
  */
 import { runInDurableObject } from "cloudflare:test";
-import { canonicalKey, hashKey } from "../../src/core/keys";
-import type { LimiterNamespace } from "../../src/limiter-client";
-import type { RuleCheck } from "../../src/limiter-object";
-import { env } from "./env";
+import { canonicalKey, hashKey } from "../../src/core/keys.ts";
+import type { LimiterNamespace } from "../../src/limiter-client.ts";
+import type { RuleCheck } from "../../src/limiter-object.ts";
+import { env } from "./env.ts";
 
 /** The object that holds the counters of a client counted by IP. */
 export async function objectForIp(ip: string) {

@@ -1,5 +1,5 @@
 import type { TestProject } from "vitest/node";
-import { closedPort, startOrigin } from "./origin";
+import { closedPort, startOrigin } from "./origin.ts";
 
 /** Starts the real origin the Worker proxies to, and finds a port where no origin answers. */
 export default async function setup(project: TestProject) {

@@ -4,9 +4,9 @@
  */
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { inject } from "vitest";
-import { app } from "../../src/app";
-import type { Env } from "../../src/env";
-import { env } from "./env";
+import { app } from "../../src/app.ts";
+import type { Env } from "../../src/env.ts";
+import { env } from "./env.ts";
 
 export const originUrl = (): string => `http://127.0.0.1:${inject("originPort")}`;
 export const downOriginUrl = (): string => `http://127.0.0.1:${inject("downPort")}`;
