@@ -9,8 +9,7 @@ import { canonicalKey, hashKey } from "./core/keys.ts";
 import { normalizePath } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Reported, rateLimitHeaders, retryAfter } from "./headers.ts";
-import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey } from "./limiter-client.ts";
-import type { RuleCheck } from "./limiter-object.ts";
+import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey, toRuleCheck } from "./limiter-client.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
 import { LIMITER_UNAVAILABLE, problemResponse, QUOTA_EXCEEDED } from "./problem.ts";
 import { requestFacts } from "./request-facts.ts";
@@ -25,15 +24,6 @@ export type Outcome =
 export type Call = { request: Request; url: URL };
 
 type KeyCall = { name: string; rules: Rule[]; outcome: LimiterOutcome };
-
-const ruleCheck = (rule: Rule): RuleCheck => ({
-  id: rule.id,
-  limit: rule.limit,
-  periodMs: rule.periodMs,
-  precision: rule.precision,
-  strict: rule.strict,
-  enforce: rule.action === "block",
-});
 
 /**
  * Decides one request. `background` receives work that must not delay the
@@ -58,7 +48,7 @@ export async function decide(
   const calls = await Promise.all(
     [...byKey].map(async ([canonical, rules]): Promise<KeyCall> => {
       const name = await hashKey(canonical);
-      return { name, rules, outcome: await checkKey(ns, name, rules.map(ruleCheck), settings.timeoutMs) };
+      return { name, rules, outcome: await checkKey(ns, name, rules.map(toRuleCheck), settings.timeoutMs) };
     }),
   );
 

@@ -3,6 +3,7 @@
  * Calls a key's Durable Object under a deadline, with one retry where the
  * runtime says a retry is safe. Failures come back as labelled results.
  */
+import type { Rule } from "./core/rules.ts";
 import type { CheckResult, RateLimiter, Refund, RuleCheck } from "./limiter-object.ts";
 
 export type FailureReason = "timeout" | "overloaded" | "error";
@@ -16,6 +17,16 @@ export type LimiterNamespace = Pick<DurableObjectNamespace<RateLimiter>, "idFrom
 
 /** Errors the runtime marks on Durable Object failures. */
 type RuntimeError = Error & { retryable?: boolean; overloaded?: boolean };
+
+/** What the object needs to know of a rule. */
+export const toRuleCheck = (rule: Rule): RuleCheck => ({
+  id: rule.id,
+  limit: rule.limit,
+  periodMs: rule.periodMs,
+  precision: rule.precision,
+  strict: rule.strict,
+  enforce: rule.action === "block",
+});
 
 const stubFor = (ns: LimiterNamespace, name: string) => ns.get(ns.idFromName(name));
 
