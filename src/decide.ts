@@ -1,17 +1,18 @@
 /**
  * @module
  * One request's decision: the rules that match, one Durable Object call per
- * distinct client key, and the answer: go on (with headers), 429 or 503.
+ * distinct client key (none when the isolate already knows the key is
+ * blocked), and the answer: go on (with headers), 429 or 503.
  */
+import { type BlockedCache, blockedKeys } from "./blocked-cache.ts";
 import type { Settings } from "./config.ts";
-import { describePeriod } from "./core/duration.ts";
 import { canonicalKey, hashKey } from "./core/keys.ts";
 import { normalizePath } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
-import { type Reported, rateLimitHeaders, retryAfter } from "./headers.ts";
-import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey, toRuleCheck } from "./limiter-client.ts";
+import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
+import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey, ruleCheckOf } from "./limiter-client.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
-import { LIMITER_UNAVAILABLE, problemResponse, QUOTA_EXCEEDED } from "./problem.ts";
+import { limiterUnavailable, tooManyRequests } from "./refusals.ts";
 import { requestFacts } from "./request-facts.ts";
 
 export type Outcome =
@@ -23,7 +24,11 @@ export type Outcome =
 /** The parts of a request a decision reads. */
 export type Call = { request: Request; url: URL };
 
-type KeyCall = { name: string; rules: Rule[]; outcome: LimiterOutcome };
+/** The rules that share one client key, and so one Durable Object. */
+type KeyGroup = { canonical: string; rules: Rule[] };
+type KeyCall = KeyGroup & { name: string; outcome: LimiterOutcome };
+
+const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
 
 /**
  * Decides one request. `background` receives work that must not delay the
@@ -34,59 +39,51 @@ export async function decide(
   settings: Settings,
   ns: LimiterNamespace,
   background: (task: Promise<unknown>) => void,
+  cache: BlockedCache = blockedKeys,
 ): Promise<Outcome> {
   const path = normalizePath(url.pathname);
   const matched = settings.rules.filter((rule) => ruleMatches(rule, request.method, path));
-  if (matched.length === 0) return { kind: "allow", headers: {} };
+  if (matched.length === 0) return NO_HEADERS;
 
-  const facts = requestFacts(request, url, path, settings);
-  const byKey = new Map<string, Rule[]>();
-  for (const rule of matched) {
-    const canonical = canonicalKey(rule.key, facts);
-    byKey.set(canonical, [...(byKey.get(canonical) ?? []), rule]);
-  }
+  const groups = groupByKey(matched, requestFacts(request, url, path, settings));
+  const policies: Policy[] = matched.filter((rule) => rule.action === "block");
+  const sentAtMs = Date.now();
+  const known = knownRefusals(groups, cache, sentAtMs);
+  if (known.length > 0) return { kind: "refuse", response: tooManyRequests(policies, known) };
+
   const calls = await Promise.all(
-    [...byKey].map(async ([canonical, rules]): Promise<KeyCall> => {
-      const name = await hashKey(canonical);
-      return { name, rules, outcome: await checkKey(ns, name, rules.map(toRuleCheck), settings.timeoutMs) };
+    groups.map(async (group): Promise<KeyCall> => {
+      const name = await hashKey(group.canonical);
+      const outcome = await checkKey(ns, name, group.rules.map(ruleCheckOf), settings.timeoutMs);
+      return { ...group, name, outcome };
     }),
   );
 
   const reports: Reported[] = [];
   const closedBy: string[] = [];
   let refused = false;
-  for (const { name, rules, outcome } of calls) {
-    if (!outcome.ok) {
-      for (const rule of rules) {
-        const closed = rule.action === "block" && rule.onError === "closed";
-        if (closed) closedBy.push(rule.id);
-        logEvent(
-          {
-            event: "limiter_unavailable",
-            rule: rule.id,
-            key: keyHashPrefix(name),
-            reason: outcome.reason,
-            message: outcome.message,
-            attempts: outcome.attempts,
-            outcome: closed ? "refused" : "forwarded",
-          },
-          "error",
-        );
-      }
+  for (const call of calls) {
+    if (!call.outcome.ok) {
+      closedBy.push(...failed(call, call.outcome));
       continue;
     }
-    const { nowMs, allowed, verdicts } = outcome.result;
+    const { nowMs, allowed, verdicts } = call.outcome.result;
     refused ||= !allowed;
-    rules.forEach((rule, i) => {
+    call.rules.forEach((rule, i) => {
       const verdict = verdicts[i]!;
       if (!verdict.ruleAllows) {
+        const repeats =
+          rule.action === "block"
+            ? cache.remember(rule, call.canonical, sentAtMs, verdict.retryAfterMs, verdict.weighted)
+            : 0;
         logEvent({
           event: rule.action === "log" ? "ratelimit_shadow" : "ratelimit_blocked",
           rule: rule.id,
-          key: keyHashPrefix(name),
+          key: keyHashPrefix(call.name),
           weighted: verdict.weighted,
           limit: rule.limit,
           decision: rule.action === "log" ? "would_block" : "blocked",
+          ...(repeats > 0 ? { repeats } : {}),
         });
       }
       if (rule.action === "block")
@@ -95,23 +92,73 @@ export async function decide(
   }
 
   if (refused || closedBy.length > 0) refundAdmitted(calls, ns, background);
-  if (refused) return { kind: "refuse", response: tooManyRequests(reports) };
-  if (closedBy.length > 0) {
-    return {
-      kind: "refuse",
-      response: problemResponse(
-        {
-          type: LIMITER_UNAVAILABLE,
-          title: "Service Unavailable",
-          status: 503,
-          detail: "The rate limiter could not decide, and this endpoint does not go on without a decision.",
-          "failed-policies": closedBy,
-        },
-        rateLimitHeaders(reports),
-      ),
-    };
+  if (refused) return { kind: "refuse", response: tooManyRequests(policies, reports) };
+  if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
+  return { kind: "allow", headers: rateLimitHeaders(policies, reports) };
+}
+
+/** Rules grouped by their canonical client key, in the order they first appear. */
+function groupByKey(rules: Rule[], facts: Parameters<typeof canonicalKey>[1]): KeyGroup[] {
+  const groups: KeyGroup[] = [];
+  for (const rule of rules) {
+    const canonical = canonicalKey(rule.key, facts);
+    const group = groups.find((g) => g.canonical === canonical);
+    if (group) group.rules.push(rule);
+    else groups.push({ canonical, rules: [rule] });
   }
-  return { kind: "allow", headers: rateLimitHeaders(reports) };
+  return groups;
+}
+
+/** Refusals the isolate already knows of: each counts as the object's answer, with the wait that is left. */
+function knownRefusals(groups: KeyGroup[], cache: BlockedCache, nowMs: number): Reported[] {
+  const known: Reported[] = [];
+  for (const { canonical, rules } of groups) {
+    for (const rule of rules) {
+      if (rule.action !== "block") continue;
+      const entry = cache.get(rule, canonical, nowMs);
+      if (!entry) continue;
+      entry.repeats++;
+      const waitMs = entry.retryAtMs - nowMs;
+      known.push({
+        id: rule.id,
+        limit: rule.limit,
+        periodMs: rule.periodMs,
+        nowMs,
+        verdict: {
+          allowed: false,
+          ruleAllows: false,
+          weighted: entry.weighted,
+          remaining: 0,
+          retryAfterMs: waitMs,
+          resetMs: waitMs,
+          bucket: -1,
+        },
+      });
+    }
+  }
+  return known;
+}
+
+/** Logs a key's failed call; returns the rules that refuse the request because of it. */
+function failed(call: KeyCall, outcome: Extract<LimiterOutcome, { ok: false }>): string[] {
+  const closedBy: string[] = [];
+  for (const rule of call.rules) {
+    const closed = rule.action === "block" && rule.onError === "closed";
+    if (closed) closedBy.push(rule.id);
+    logEvent(
+      {
+        event: "limiter_unavailable",
+        rule: rule.id,
+        key: keyHashPrefix(call.name),
+        reason: outcome.reason,
+        message: outcome.message,
+        attempts: outcome.attempts,
+        outcome: closed ? "refused" : "forwarded",
+      },
+      "error",
+    );
+  }
+  return closedBy;
 }
 
 /** A refused request counts nowhere: keys that admitted it give their counts back. */
@@ -123,21 +170,4 @@ function refundAdmitted(calls: KeyCall[], ns: LimiterNamespace, background: (tas
       .filter((r) => r.bucket >= 0);
     if (refunds.length > 0) background(refundKey(ns, name, refunds));
   }
-}
-
-function tooManyRequests(reports: Reported[]): Response {
-  const violated = reports.filter((r) => !r.verdict.ruleAllows);
-  const wait = retryAfter(violated);
-  const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)})`).join(", ");
-  return problemResponse(
-    {
-      type: QUOTA_EXCEEDED,
-      title: "Too Many Requests",
-      status: 429,
-      detail: `Rate limit exceeded: ${names}. Retry in ${wait} second${wait === 1 ? "" : "s"}.`,
-      retry_after: wait,
-      "violated-policies": violated.map((r) => r.id),
-    },
-    { ...rateLimitHeaders(reports), "Retry-After": String(wait) },
-  );
 }

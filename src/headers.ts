@@ -4,8 +4,11 @@
  */
 import type { RuleVerdict } from "./limiter-object.ts";
 
+/** What a `RateLimit-Policy` entry says of a rule. */
+export type Policy = { id: string; limit: number; periodMs: number };
+
 /** A rule's verdict, with what the headers need of the rule. */
-export type Reported = { id: string; limit: number; periodMs: number; verdict: RuleVerdict; nowMs: number };
+export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
@@ -14,8 +17,8 @@ const seconds = (ms: number): number => Math.ceil(ms / 1000);
  * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
  * @example `"api-per-ip";q=100;w=60, "login";q=5;w=60`
  */
-export const rateLimitPolicy = (reports: Reported[]): string =>
-  reports.map((r) => `"${r.id}";q=${r.limit};w=${Math.max(1, seconds(r.periodMs))}`).join(", ");
+export const rateLimitPolicy = (policies: Policy[]): string =>
+  policies.map((p) => `"${p.id}";q=${p.limit};w=${Math.max(1, seconds(p.periodMs))}`).join(", ");
 
 /**
  * `RateLimit` for one policy: remaining quota and seconds until it resets.
@@ -45,12 +48,15 @@ export function closestToLimit(reports: Reported[]): Reported | undefined {
 export const retryAfter = (reports: Reported[]): number =>
   seconds(Math.max(0, ...reports.map((r) => r.verdict.retryAfterMs)));
 
-/** Every rate-limit header for the enforcing rules that applied. */
-export function rateLimitHeaders(reports: Reported[]): Record<string, string> {
+/**
+ * Every rate-limit header: the policy of every enforcing rule that applied,
+ * and the state of the one closest to its limit among those decided.
+ */
+export function rateLimitHeaders(policies: Policy[], reports: Reported[]): Record<string, string> {
   const closest = closestToLimit(reports);
-  if (!closest) return {};
+  if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
   return {
-    "RateLimit-Policy": rateLimitPolicy(reports),
+    "RateLimit-Policy": rateLimitPolicy(policies),
     RateLimit: rateLimit(closest),
     "X-RateLimit-Limit": String(closest.limit),
     "X-RateLimit-Remaining": String(closest.verdict.remaining),

@@ -28,6 +28,17 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
   enforce: rule.action === "block",
 });
 
+const checks = new WeakMap<Rule, RuleCheck>();
+/** {@link toRuleCheck}, made once per rule rather than per request. */
+export function ruleCheckOf(rule: Rule): RuleCheck {
+  let check = checks.get(rule);
+  if (!check) {
+    check = toRuleCheck(rule);
+    checks.set(rule, check);
+  }
+  return check;
+}
+
 const stubFor = (ns: LimiterNamespace, name: string) => ns.get(ns.idFromName(name));
 
 /**

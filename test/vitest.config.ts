@@ -16,6 +16,7 @@ export default defineConfig({
   ],
   test: {
     include: ["test/**/*.test.ts"],
+    exclude: ["test/e2e/**", "node_modules/**"],
     globalSetup: ["test/support/global-setup.ts"],
   },
 });

@@ -1,0 +1,40 @@
+/**
+ * @module
+ * The limiter's refusals: 429 over a limit, 503 when a rule that fails
+ * closed could not be decided. The origin is not contacted for either.
+ */
+import { describePeriod } from "./core/duration.ts";
+import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./headers.ts";
+import { LIMITER_UNAVAILABLE, problemResponse, QUOTA_EXCEEDED } from "./problem.ts";
+
+/** 429 with `Retry-After`, the rate-limit headers and a quota-exceeded problem naming every violated policy. */
+export function tooManyRequests(policies: Policy[], reports: Reported[]): Response {
+  const violated = reports.filter((r) => !r.verdict.ruleAllows);
+  const wait = retryAfter(violated);
+  const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)})`).join(", ");
+  return problemResponse(
+    {
+      type: QUOTA_EXCEEDED,
+      title: "Too Many Requests",
+      status: 429,
+      detail: `Rate limit exceeded: ${names}. Retry in ${wait} second${wait === 1 ? "" : "s"}.`,
+      retry_after: wait,
+      "violated-policies": violated.map((r) => r.id),
+    },
+    { ...rateLimitHeaders(policies, reports), "Retry-After": String(wait) },
+  );
+}
+
+/** 503: a rule with `on_error = "closed"` could not be decided. */
+export function limiterUnavailable(closedBy: string[], policies: Policy[], reports: Reported[]): Response {
+  return problemResponse(
+    {
+      type: LIMITER_UNAVAILABLE,
+      title: "Service Unavailable",
+      status: 503,
+      detail: "The rate limiter could not decide, and this endpoint does not go on without a decision.",
+      "failed-policies": closedBy,
+    },
+    rateLimitHeaders(policies, reports),
+  );
+}
