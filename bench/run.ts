@@ -1,0 +1,358 @@
+/**
+ * `npm run bench`: one command, one run, every variant side by side.
+ *
+ * Builds each Worker with wrangler's bundler, serves them all from one
+ * standalone `workerd serve` (not `wrangler dev`, whose dev proxy caps
+ * throughput), starts a local origin, and drives each variant with wrk in
+ * alternating rounds (a b c d e f, a b c d e f, …). Reports medians.
+ *
+ * Options (environment): BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CONNECTIONS (16), BENCH_THREADS (2),
+ * BENCH_ONLY (e.g. "b,d").
+ */
+import { execFile, execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
+
+const execFileAsync = promisify(execFile);
+
+const root = resolve(import.meta.dirname, "..");
+const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const seconds = Number(process.env.BENCH_SECONDS ?? 5);
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
+const threads = Number(process.env.BENCH_THREADS ?? 2);
+
+type Variant = {
+  id: string;
+  label: string;
+  worker: "proxy" | "limiter" | "constant" | "peer";
+  path: string;
+  /** Distinct client IPs; 0 for one fixed IP. */
+  keys: number;
+  /** Which variant's throughput this one is compared with. */
+  baseline: string;
+  countsCalls: boolean;
+};
+
+const allVariants: Variant[] = [
+  {
+    id: "a",
+    label: "bare Hono proxy, no limiter",
+    worker: "proxy",
+    path: "/allowed/x",
+    keys: 10_000,
+    baseline: "a",
+    countsCalls: false,
+  },
+  {
+    id: "b",
+    label: "limiter, allowed, 10,000 keys",
+    worker: "limiter",
+    path: "/allowed/x",
+    keys: 10_000,
+    baseline: "a",
+    countsCalls: true,
+  },
+  {
+    id: "c",
+    label: "limiter, allowed, one hot key",
+    worker: "limiter",
+    path: "/allowed/x",
+    keys: 0,
+    baseline: "a",
+    countsCalls: true,
+  },
+  {
+    id: "d",
+    label: "limiter, blocked, one key over its limit",
+    worker: "limiter",
+    path: "/blocked/x",
+    keys: 0,
+    baseline: "e",
+    countsCalls: true,
+  },
+  {
+    id: "e",
+    label: "constant 429 Worker",
+    worker: "constant",
+    path: "/blocked/x",
+    keys: 0,
+    baseline: "e",
+    countsCalls: false,
+  },
+  {
+    id: "f",
+    label: "peer: hono-rate-limiter + DO store, 10,000 keys",
+    worker: "peer",
+    path: "/allowed/x",
+    keys: 10_000,
+    baseline: "a",
+    countsCalls: true,
+  },
+];
+
+/** BENCH_ONLY=b,d runs just those variants (for a quick look; the README's table is from a full run). */
+const only = process.env.BENCH_ONLY?.split(",");
+const variants = only ? allVariants.filter((v) => only.includes(v.id)) : allVariants;
+
+const rules = [
+  { id: "allowed", path: "/allowed/*", limit: 1_000_000_000, period: "1h", key: ["ip"] },
+  { id: "blocked", path: "/blocked/*", limit: 1, period: "1h", key: ["ip"] },
+];
+
+type Sample = {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  requests: number;
+  non2xx: number;
+  socketErrors: number;
+  calls: number | null;
+};
+
+function build(worker: Variant["worker"], outdir: string): string {
+  mkdirSync(outdir, { recursive: true });
+  // A config of its own, so that the limiter's wrangler.toml (found next to the sources) is not used.
+  const config = join(outdir, "wrangler.toml");
+  const main = join(root, "bench/workers", `${worker}.ts`);
+  writeFileSync(
+    config,
+    `name = "bench-${worker}"\nmain = ${JSON.stringify(main)}\ncompatibility_date = "2026-11-01"\n`,
+  );
+  execFileSync("wrangler", ["deploy", "--dry-run", "--outdir", outdir, "--config", config], {
+    cwd: outdir,
+    stdio: ["ignore", "ignore", "inherit"],
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+  });
+  return `${worker}/${worker}.js`; // relative to the workerd config: capnp reads a leading "/" as its import path
+}
+
+const capnpString = (s: string) => JSON.stringify(s);
+
+function workerdConfig(
+  bundles: Record<string, string>,
+  ports: Record<string, number>,
+  originUrl: string,
+  diskPath: string,
+): string {
+  const worker = (name: string, extra: string) => `(
+    modules = [ (name = "${name}.js", esModule = embed ${capnpString(bundles[name]!)}) ],
+    compatibilityDate = "2026-11-01",
+    globalOutbound = "internet",
+    ${extra}
+  )`;
+  const origin = `(name = "ORIGIN_URL", text = ${capnpString(originUrl)})`;
+  return `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [
+    (name = "internet", network = (allow = ["public", "private", "local"])),
+    (name = "disk", disk = (path = ${capnpString(diskPath)}, writable = true)),
+    (name = "proxy", worker = ${worker("proxy", `bindings = [ ${origin} ],`)}),
+    (name = "limiter", worker = ${worker(
+      "limiter",
+      `bindings = [ ${origin}, (name = "RULES", json = ${capnpString(JSON.stringify(rules))}),
+        (name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter") ],
+      durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "bench-limiter", enableSql = true) ],
+      durableObjectStorage = (localDisk = "disk"),`,
+    )}),
+    (name = "constant", worker = ${worker("constant", "")}),
+    (name = "peer", worker = ${worker(
+      "peer",
+      `bindings = [ ${origin}, (name = "CACHE", durableObjectNamespace = "DurableObjectRateLimiter") ],
+      durableObjectNamespaces = [ (className = "DurableObjectRateLimiter", uniqueKey = "bench-peer") ],
+      durableObjectStorage = (localDisk = "disk"),`,
+    )}),
+  ],
+  sockets = [
+${Object.entries(ports)
+  .map(([name, port]) => `    (name = "${name}", address = "127.0.0.1:${port}", http = (), service = "${name}")`)
+  .join(",\n")}
+  ],
+);
+`;
+}
+
+async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((done) => probe.listen(0, "127.0.0.1", done));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise<void>((done) => probe.close(() => done()));
+  return port;
+}
+
+async function startOrigin(): Promise<{ port: number; close: () => void }> {
+  const body = JSON.stringify({ ok: true, from: "bench-origin" });
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+      res.end(body);
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+  return { port: (server.address() as AddressInfo).port, close: () => server.close() };
+}
+
+async function waitUntilUp(url: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    try {
+      await fetch(url);
+      return;
+    } catch {
+      await sleep(100);
+    }
+  }
+  throw new Error(`workerd did not come up at ${url}`);
+}
+
+async function calls(port: number): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${port}/__bench/calls`);
+  return ((await res.json()) as { calls: number }).calls;
+}
+
+/** Runs wrk without blocking this process, which also serves the origin. */
+async function wrk(url: string, variant: Variant, durationS: number): Promise<Omit<Sample, "calls">> {
+  const { stdout: out } = await execFileAsync(
+    "wrk",
+    [
+      "-t",
+      String(threads),
+      "-c",
+      String(connections),
+      "-d",
+      `${durationS}s`,
+      "--latency",
+      "-s",
+      join(root, "bench/random-ip.lua"),
+      url,
+    ],
+    { encoding: "utf8", env: { ...process.env, BENCH_KEYS: String(variant.keys) } },
+  );
+  const line = out.split("\n").find((l) => l.startsWith("BENCH "));
+  if (!line) throw new Error(`wrk printed no summary:\n${out}`);
+  const s = JSON.parse(line.slice(6)) as {
+    requests: number;
+    durationUs: number;
+    p50Us: number;
+    p99Us: number;
+    non2xx: number;
+    socketErrors: number;
+  };
+  return {
+    rps: s.requests / (s.durationUs / 1e6),
+    p50Ms: s.p50Us / 1000,
+    p99Ms: s.p99Us / 1000,
+    requests: s.requests,
+    non2xx: s.non2xx,
+    socketErrors: s.socketErrors,
+  };
+}
+
+const median = (xs: number[]): number => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+async function main(): Promise<void> {
+  try {
+    execFileSync("wrk", ["--version"], { stdio: "ignore" });
+  } catch (error) {
+    // wrk --version exits 1 but prints; only a missing binary throws ENOENT.
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") {
+      console.error("wrk is not installed: apt-get install wrk");
+      process.exit(2);
+    }
+  }
+  const work = mkdtempSync(join(tmpdir(), "bench-"));
+  mkdirSync(join(work, "disk"));
+  console.log("building bundles with wrangler …");
+  const bundles: Record<string, string> = {};
+  for (const worker of ["proxy", "limiter", "constant", "peer"] as const) {
+    bundles[worker] = build(worker, join(work, worker));
+  }
+
+  const origin = await startOrigin();
+  const ports: Record<string, number> = {};
+  for (const worker of Object.keys(bundles)) ports[worker] = await freePort();
+  const configPath = join(work, "bench.capnp");
+  writeFileSync(configPath, workerdConfig(bundles, ports, `http://127.0.0.1:${origin.port}`, join(work, "disk")));
+  // The Worker's own logs (a JSON line per blocked decision) would flood the terminal; errors still show.
+  const workerd = spawn("workerd", ["serve", "--experimental", configPath], {
+    stdio: ["ignore", process.env.BENCH_VERBOSE ? "inherit" : "ignore", "inherit"],
+  });
+  const samples: Record<string, Sample[]> = Object.fromEntries(variants.map((v) => [v.id, []]));
+  try {
+    for (const port of Object.values(ports)) await waitUntilUp(`http://127.0.0.1:${port}/`);
+    if (process.env.BENCH_PAUSE) {
+      console.log(ports, work);
+      await sleep(Number(process.env.BENCH_PAUSE) * 1000);
+    }
+    // (d): put the one blocked client over its limit before measuring.
+    await fetch(`http://127.0.0.1:${ports.limiter}/blocked/x`, { headers: { "cf-connecting-ip": "10.255.0.1" } });
+
+    console.log(`${rounds} rounds × ${variants.length} variants × ${seconds}s, wrk -t${threads} -c${connections}`);
+    for (let round = 1; round <= rounds; round++) {
+      for (const v of variants) {
+        const port = ports[v.worker]!;
+        const url = `http://127.0.0.1:${port}${v.path}`;
+        await wrk(url, v, 1); // warm-up
+        const before = v.countsCalls ? await calls(port) : 0;
+        const sample = await wrk(url, v, seconds);
+        const after = v.countsCalls ? await calls(port) : 0;
+        samples[v.id]!.push({ ...sample, calls: v.countsCalls ? (after - before) / sample.requests : null });
+        console.log(`  round ${round} (${v.id}) ${v.label}: ${sample.rps.toFixed(0)} req/s, non-2xx ${sample.non2xx}`);
+      }
+    }
+  } finally {
+    workerd.kill("SIGTERM");
+    origin.close();
+  }
+
+  const summary = variants.map((v) => {
+    const s = samples[v.id]!;
+    const rps = median(s.map((x) => x.rps));
+    return {
+      id: v.id,
+      label: v.label,
+      rps,
+      p50Ms: median(s.map((x) => x.p50Ms)),
+      p99Ms: median(s.map((x) => x.p99Ms)),
+      doCallsPerRequest: v.countsCalls ? median(s.map((x) => x.calls ?? 0)) : null,
+      non2xxShare: median(s.map((x) => x.non2xx / x.requests)),
+      socketErrors: s.reduce((n, x) => n + x.socketErrors, 0),
+      baseline: v.baseline,
+      samplesRps: s.map((x) => Math.round(x.rps)),
+    };
+  });
+  const byId = Object.fromEntries(summary.map((s) => [s.id, s]));
+  const rows = summary.map((s) => ({ ...s, ratio: byId[s.baseline] ? s.rps / byId[s.baseline]!.rps : Number.NaN }));
+
+  const table = [
+    "| variant | req/s (median) | p50 ms | p99 ms | ratio | DO calls/req | non-2xx |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ...rows.map(
+      (r) =>
+        `| (${r.id}) ${r.label} | ${r.rps.toFixed(0)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.ratio.toFixed(2)}× (${r.baseline}) | ${r.doCallsPerRequest === null ? "–" : r.doCallsPerRequest.toFixed(4)} | ${(r.non2xxShare * 100).toFixed(1)}% |`,
+    ),
+  ].join("\n");
+  console.log(`\n${table}\n`);
+  const results = {
+    date: new Date().toISOString(),
+    command: "npm run bench",
+    settings: { rounds, seconds, connections, threads, cpus: (await import("node:os")).cpus().length },
+    rows,
+  };
+  mkdirSync(join(root, "bench"), { recursive: true });
+  writeFileSync(join(root, "bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(join(root, "bench/results.md"), `${table}\n`);
+  console.log("wrote bench/results.json and bench/results.md");
+  if (!process.env.BENCH_KEEP) rmSync(work, { recursive: true, force: true });
+}
+
+await main();

@@ -1,0 +1,19 @@
+/**
+ * @module
+ * Benchmark variants (b), (c), (d): the limiter Worker exactly as shipped,
+ * with its Durable Object calls counted.
+ */
+import { app } from "../../src/app.ts";
+import type { Env } from "../../src/env.ts";
+import { callsResponse, countingNamespace } from "./counting.ts";
+
+export { RateLimiter } from "../../src/limiter-object.ts";
+
+let counted: Env | undefined;
+
+export default {
+  fetch(request: Request, env: Env, ctx: ExecutionContext) {
+    counted ??= { ...env, RATE_LIMITER: countingNamespace(env.RATE_LIMITER) };
+    return callsResponse(request) ?? app.fetch(request, counted, ctx);
+  },
+};
