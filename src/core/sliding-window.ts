@@ -4,9 +4,19 @@
  *
  * With `precision = 1` this is exactly the seeds' algorithm: two counters
  * (`prev`, `curr`), `weighted = prev × (1 − elapsed) + curr`, admit iff
- * `weighted < limit`, and a rejected request is not counted.
+ * `weighted < limit`, and a rejected request is not counted. With
+ * `precision = k` the period is split into k buckets; the state is the newest
+ * bucket's index and k + 1 counts, and only the oldest bucket, partly outside
+ * the sliding window, is weighted by the share of it still inside. In strict
+ * mode it counts whole, which proves no window of length `periodMs` ever
+ * admits more than `limit` (docs/strict-mode.md).
+ *
+ * Decisions are exact: the weighted count is compared in integers scaled by
+ * `periodMs`, because in floating point `500 × (1 − 3960/60000) + 33` is
+ * 499.99999999999994 and would admit at the limit. `weighted` is for display.
  *
  * Pure: `(state, nowMs, limit)` in, `(state, decision)` out. No I/O, no clock.
+ * Every function is O(k) in time and space.
  */
 
 /** How one rule counts. */
@@ -32,9 +42,9 @@ export type WindowState = {
 /** The state rotated to `nowMs`, with what a request at `nowMs` would see. */
 export type Evaluation = {
   state: WindowState;
-  /** The weighted count a request at `nowMs` sees, before it is counted. */
+  /** The weighted count a request at `nowMs` sees, before it is counted (rounded; for display). */
   weighted: number;
-  /** `weighted < limit`. */
+  /** `weighted < limit`, decided exactly. */
   allowed: boolean;
 };
 
@@ -78,23 +88,46 @@ export function rotate(state: WindowState, nowMs: number, l: WindowLimit): Windo
   return { bucket, counts };
 }
 
-/** How much of the oldest bucket still counts: `1 − elapsed` into the current bucket, or all of it in strict mode. */
-const oldestWeight = (nowMs: number, l: WindowLimit): number =>
-  l.strict ? 1 : 1 - ((nowMs * l.precision) % l.periodMs) / l.periodMs;
+/**
+ * A rotated state split the way the decision reads it: the oldest bucket's
+ * count, the part of it that still counts as `kept / periodMs`, and the sum of
+ * the newer buckets.
+ */
+type Parts = { oldest: number; kept: number; newer: number };
 
-/** The weighted count of a state already rotated to `nowMs`. */
-export function weightedCount(rotated: WindowState, nowMs: number, l: WindowLimit): number {
+function parts(rotated: WindowState, nowMs: number, l: WindowLimit): Parts {
   const [oldest = 0, ...rest] = rotated.counts;
-  let sum = oldest * oldestWeight(nowMs, l);
-  for (const count of rest) sum += count;
-  return sum;
+  let newer = 0;
+  for (const count of rest) newer += count;
+  // `(nowMs × k) mod periodMs` is how far into its bucket `nowMs` is, in `periodMs`ths of the bucket.
+  // A clock behind the newest bucket (it stepped back) counts the oldest whole, so the count never rises as it catches up.
+  const whole = l.strict || bucketIndex(nowMs, l) < rotated.bucket;
+  const kept = whole ? l.periodMs : l.periodMs - ((nowMs * l.precision) % l.periodMs);
+  return { oldest, kept, newer };
+}
+
+/** The weighted count of a state already rotated to `nowMs` (rounded; decisions use {@link evaluate}). */
+export function weightedCount(rotated: WindowState, nowMs: number, l: WindowLimit): number {
+  const { oldest, kept, newer } = parts(rotated, nowMs, l);
+  return (oldest * kept) / l.periodMs + newer;
+}
+
+/** Whether `oldest × kept / periodMs + newer < limit`, in exact integer arithmetic. */
+function admits({ oldest, kept, newer }: Parts, l: WindowLimit): boolean {
+  const headroom = l.limit - newer;
+  if (headroom <= 0) return false;
+  return productLess(oldest, kept, headroom, l.periodMs);
 }
 
 /** What a request at `nowMs` would see, without counting it. */
 export function evaluate(state: WindowState, nowMs: number, l: WindowLimit): Evaluation {
   const rotated = rotate(state, nowMs, l);
-  const weighted = weightedCount(rotated, nowMs, l);
-  return { state: rotated, weighted, allowed: weighted < l.limit };
+  const split = parts(rotated, nowMs, l);
+  return {
+    state: rotated,
+    weighted: (split.oldest * split.kept) / l.periodMs + split.newer,
+    allowed: admits(split, l),
+  };
 }
 
 /** Counts one request in the current bucket of a rotated state. */
@@ -106,22 +139,50 @@ export function admit(rotated: WindowState): WindowState {
 
 /**
  * The smallest wait after which a request would be admitted, if nothing else
- * is admitted meanwhile. The weighted count never rises while nothing is
- * admitted, so the admissible instants form one interval that starts at the
- * answer; a binary search over whole milliseconds finds it with the very
- * predicate that decides, so the two cannot disagree. Every bucket has rotated
- * out by the start of bucket `b + precision + 1`, so the search is bounded.
+ * is admitted meanwhile, computed from the buckets in O(k).
+ *
+ * While nothing is admitted, the weighted count never rises (the oldest
+ * bucket's weight falls within a bucket; at a bucket's end it drops out), so
+ * the admissible instants form one interval that starts at the answer. During
+ * bucket `b + j` the oldest bucket is the state's `counts[j]` and the newer
+ * ones sum to `counts[j+1..k]`; the first bucket where the newer ones leave
+ * headroom holds the answer, found by solving for the oldest bucket's weight.
+ * By the start of bucket `b + k + 1` every count has rotated out.
  */
 export function retryAfterMs(state: WindowState, nowMs: number, l: WindowLimit): number {
-  if (evaluate(state, nowMs, l).allowed) return 0;
-  let rejectedAt = nowMs;
-  let admittedAt = Math.max(nowMs + 1, bucketStartMs(bucketIndex(nowMs, l) + l.precision + 1, l));
-  while (admittedAt - rejectedAt > 1) {
-    const mid = rejectedAt + Math.floor((admittedAt - rejectedAt) / 2);
-    if (evaluate(state, mid, l).allowed) admittedAt = mid;
-    else rejectedAt = mid;
+  const rotated = rotate(state, nowMs, l);
+  if (admits(parts(rotated, nowMs, l), l)) return 0;
+  const { bucket, counts } = rotated;
+  let newer = 0;
+  for (let i = 1; i < counts.length; i++) newer += counts[i] ?? 0;
+  for (let j = 0; j < counts.length; j++) {
+    const headroom = l.limit - newer;
+    if (headroom > 0) {
+      const atMs = earliestInBucket(bucket + j, counts[j] ?? 0, headroom, nowMs, l);
+      if (atMs !== null) return atMs - nowMs;
+    }
+    newer -= counts[j + 1] ?? 0;
   }
-  return admittedAt - nowMs;
+  return Math.max(nowMs, bucketStartMs(bucket + counts.length, l)) - nowMs;
+}
+
+/**
+ * The first instant, not before `nowMs`, in bucket `b` at which `oldest`
+ * weighted plus newer buckets leaving `headroom` is under the limit; or null.
+ * At instant t in bucket b the oldest bucket keeps `(b + 1) × periodMs − t × k`
+ * `periodMs`ths, so the condition `oldest × kept < headroom × periodMs` becomes
+ * a lower bound on t.
+ */
+function earliestInBucket(b: number, oldest: number, headroom: number, nowMs: number, l: WindowLimit): number | null {
+  const startMs = Math.max(nowMs, bucketStartMs(b, l));
+  if (startMs >= bucketStartMs(b + 1, l)) return null;
+  if (oldest < headroom) return startMs; // admitted even counting the oldest whole
+  if (l.strict) return null;
+  // kept = periodMs − u, where u = t × k − b × periodMs is how far t is into bucket b.
+  // oldest × (periodMs − u) < headroom × periodMs  ⟺  u > (oldest − headroom) × periodMs / oldest.
+  const minInto = floorProductQuotient(oldest - headroom, l.periodMs, oldest) + 1;
+  const atMs = Math.max(startMs, Math.ceil((b * l.periodMs + minInto) / l.precision));
+  return atMs < bucketStartMs(b + 1, l) ? atMs : null;
 }
 
 /** Milliseconds until the bucket that holds `nowMs` ends. */
@@ -138,11 +199,13 @@ export function describe(ev: Evaluation, nowMs: number, l: WindowLimit, counted:
     const wait = retryAfterMs(ev.state, nowMs, l);
     return { allowed: false, weighted: ev.weighted, remaining: 0, retryAfterMs: wait, resetMs: wait };
   }
-  const left = l.limit - ev.weighted - (counted ? 1 : 0);
+  // floor(limit − weighted − c) = headroom − c − ceil(oldest × kept / periodMs), with headroom = limit − newer.
+  const { oldest, kept, newer } = parts(ev.state, nowMs, l);
+  const left = l.limit - newer - (counted ? 1 : 0) - ceilProductQuotient(oldest, kept, l.periodMs);
   return {
     allowed: counted,
     weighted: ev.weighted,
-    remaining: Math.max(0, Math.floor(left)),
+    remaining: Math.max(0, left),
     retryAfterMs: 0,
     resetMs: msToBucketEnd(nowMs, l),
   };
@@ -153,4 +216,30 @@ export function check(state: WindowState, nowMs: number, l: WindowLimit): { stat
   const ev = evaluate(state, nowMs, l);
   const next = ev.allowed ? admit(ev.state) : ev.state;
   return { state: next, decision: describe(ev, nowMs, l, ev.allowed) };
+}
+
+// Exact integer arithmetic on non-negative integers. Products of a count (up to
+// 10⁹) and a period (up to 365 days) can pass 2⁵³, so those few fall back to BigInt.
+
+/** `a × b < c × d`. */
+function productLess(a: number, b: number, c: number, d: number): boolean {
+  const left = a * b;
+  const right = c * d;
+  if (Number.isSafeInteger(left) && Number.isSafeInteger(right)) return left < right;
+  return BigInt(a) * BigInt(b) < BigInt(c) * BigInt(d);
+}
+
+/** `floor(a × b / d)`; a safe integer divided once is exact after rounding to an integer. */
+function floorProductQuotient(a: number, b: number, d: number): number {
+  const product = a * b;
+  if (Number.isSafeInteger(product)) return Math.floor(product / d);
+  return Number((BigInt(a) * BigInt(b)) / BigInt(d));
+}
+
+/** `ceil(a × b / d)`. */
+function ceilProductQuotient(a: number, b: number, d: number): number {
+  const product = a * b;
+  if (Number.isSafeInteger(product)) return Math.ceil(product / d);
+  const big = BigInt(a) * BigInt(b);
+  return Number((big + BigInt(d) - 1n) / BigInt(d));
 }
