@@ -151,7 +151,9 @@ export class RateLimiter extends DurableObject<unknown> {
     const row = this.rows.get(rule.id);
     if (!row) return emptyState(nowMs, rule);
     if (row.shape.periodMs === rule.periodMs && row.shape.precision === rule.precision) return row.state;
-    const carried = Math.ceil(evaluate(row.state, nowMs, { ...row.shape, limit: rule.limit, strict: false }).weighted);
+    const carried = Math.ceil(
+      evaluate(row.state, nowMs, { ...row.shape, limit: rule.limit, strict: rule.strict }).weighted,
+    );
     const fresh = emptyState(nowMs, rule);
     fresh.counts[rule.precision] = carried;
     return fresh;
