@@ -7,7 +7,9 @@
 let calls = 0;
 
 /** Wraps `ns` so that every RPC made through its stubs is counted. */
-export function countingNamespace<T extends DurableObjectNamespace>(ns: T): T {
+export function countingNamespace<O extends Rpc.DurableObjectBranded | undefined>(
+  ns: DurableObjectNamespace<O>,
+): DurableObjectNamespace<O> {
   return new Proxy(ns, {
     get(target, prop) {
       const value = Reflect.get(target, prop);

@@ -14,13 +14,13 @@ export { DurableObjectRateLimiter };
 
 type Env = { ORIGIN_URL: string; CACHE: DurableObjectNamespace };
 const app = new Hono<{ Bindings: Env }>();
-let store: DurableObjectStore | undefined;
+let store: DurableObjectStore<{ Bindings: Env }> | undefined;
 let origin: URL | undefined;
 
 app.use(async (c, next) => {
   const stats = callsResponse(c.req.raw);
   if (stats) return stats;
-  store ??= new DurableObjectStore({ namespace: countingNamespace(c.env.CACHE) as never });
+  store ??= new DurableObjectStore<{ Bindings: Env }>({ namespace: countingNamespace(c.env.CACHE) as never });
   return rateLimiter<{ Bindings: Env }>({
     windowMs: 3_600_000,
     limit: 1_000_000_000,
