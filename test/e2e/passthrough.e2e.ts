@@ -1,0 +1,64 @@
+/**
+ * What passes through the limiter arrives as it was sent: redirects
+ * unfollowed, every Set-Cookie, large headers and odd request targets.
+ */
+import { describe, expect, it } from "vitest";
+import { send, uniqueIp } from "./support/client.ts";
+import type { Echo } from "./support/origin.ts";
+
+/** The values of header `name` as the origin received them, in order; names compare case-insensitively. */
+function receivedHeader(echo: Echo, name: string): string[] {
+  const values: string[] = [];
+  for (let i = 0; i < echo.rawHeaders.length; i += 2) {
+    if (echo.rawHeaders[i]!.toLowerCase() === name) values.push(echo.rawHeaders[i + 1]!);
+  }
+  return values;
+}
+
+describe("passing requests and responses through unchanged", () => {
+  it("returns a 302 unfollowed, with Location and every Set-Cookie intact", async () => {
+    const reply = await send("/redirect", { headers: { "cf-connecting-ip": uniqueIp() } });
+    expect(reply.status).toBe(302);
+    expect(reply.headers.location).toBe("/elsewhere?from=redirect&x=%2F");
+    expect(reply.headers["set-cookie"]).toEqual([
+      "session=abc; Path=/; HttpOnly",
+      "theme=dark; Max-Age=3600",
+      "consent=yes; SameSite=Lax",
+    ]);
+    expect(reply.headers["ratelimit-policy"]).toBe('"e2e";q=50;w=86400');
+  });
+
+  it.each([
+    ["an encoded slash", "/api/%2F..%2Fsecret"],
+    ["a double slash", "/api//items//7"],
+    ["a leading double slash", "//api/items"],
+    ["UTF-8 escapes and a reserved character in the query", "/api/caf%C3%A9?q=%E2%9C%93&a=b%26c&empty="],
+    ["an 8 000-character query", `/api/search?q=${"x".repeat(8000)}&page=2`],
+  ])("keeps a request target with %s byte for byte", async (_, target) => {
+    const reply = await send(target, { headers: { "cf-connecting-ip": uniqueIp() } });
+    expect(reply.status).toBe(200);
+    expect(reply.json<Echo>().target).toBe(target);
+  });
+
+  it("keeps a 16 KB header value and its neighbours byte for byte", async () => {
+    // Printable ASCII with the characters proxies tend to trip over: quotes, commas, semicolons, spaces.
+    const printable = Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)).join("");
+    const big = `start:${printable.repeat(Math.ceil(16_384 / printable.length))}`.slice(0, 16_383).concat("!");
+    const reply = await send("/api/headers", {
+      headers: {
+        "cf-connecting-ip": uniqueIp(),
+        "x-big": big,
+        "x-quoted": 'a="b, c"; d=e',
+        cookie: "a=1; b=2",
+        authorization: "Bearer abc.def.ghi",
+      },
+    });
+    expect(reply.status).toBe(200);
+    const echo = reply.json<Echo>();
+    expect(big).toHaveLength(16_384);
+    expect(receivedHeader(echo, "x-big")).toEqual([big]);
+    expect(receivedHeader(echo, "x-quoted")).toEqual(['a="b, c"; d=e']);
+    expect(receivedHeader(echo, "cookie")).toEqual(["a=1; b=2"]);
+    expect(receivedHeader(echo, "authorization")).toEqual(["Bearer abc.def.ghi"]);
+  });
+});

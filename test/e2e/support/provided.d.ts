@@ -1,0 +1,15 @@
+import "vitest";
+
+/** Values the end-to-end global setup provides to the tests. */
+declare module "vitest" {
+  interface ProvidedContext {
+    /** Where `wrangler dev` serves the limiter, such as `http://127.0.0.1:41234`. */
+    limiterUrl: string;
+    /** The Node origin behind it, for asking what it saw. */
+    e2eOriginUrl: string;
+    /** The `wrangler dev` process; the Worker runs in `workerd` processes below it. */
+    wranglerPid: number;
+    /** The file that receives everything `wrangler dev` prints. */
+    wranglerLogFile: string;
+  }
+}

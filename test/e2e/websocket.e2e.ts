@@ -1,0 +1,100 @@
+/**
+ * A WebSocket through the limiter: the upgrade is one request against the
+ * limit, and frames then flow both ways until either side closes.
+ */
+import { randomBytes } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import { describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { limiterUrl, originHits, send, uniqueIp, uniqueTag } from "./support/client.ts";
+
+type Frame = { data: Buffer; isBinary: boolean };
+
+/** Opens a WebSocket and collects its frames; `next()` resolves to the next frame, in order. */
+async function connect(path: string, headers: Record<string, string>) {
+  const ws = new WebSocket(`${limiterUrl().replace(/^http/, "ws")}${path}`, { headers });
+  const frames: Frame[] = [];
+  const waiting: ((frame: Frame) => void)[] = [];
+  ws.on("message", (data: Buffer, isBinary) => {
+    const frame = { data, isBinary };
+    const waiter = waiting.shift();
+    if (waiter) waiter(frame);
+    else frames.push(frame);
+  });
+  // ws emits "upgrade" and then "open" in one go: listen for both before waiting.
+  let handshake: IncomingMessage | undefined;
+  ws.once("upgrade", (res) => {
+    handshake = res;
+  });
+  await new Promise((resolve, reject) => {
+    ws.once("open", resolve);
+    ws.on("error", reject);
+    ws.once("unexpected-response", (req, res) => {
+      res.resume();
+      req.destroy();
+      reject(new Error(`upgrade refused with ${res.statusCode}`));
+    });
+  });
+  const next = (): Promise<Frame> => {
+    const frame = frames.shift();
+    if (frame) return Promise.resolve(frame);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("no frame within 10 s")), 10_000);
+      waiting.push((f) => {
+        clearTimeout(timer);
+        resolve(f);
+      });
+    });
+  };
+  const close = () =>
+    new Promise<number>((resolve) => {
+      ws.once("close", (code) => resolve(code));
+      ws.close(1000, "done");
+    });
+  return { ws, handshake: handshake!, next, close };
+}
+
+describe("WebSockets through the limiter", () => {
+  it("echoes text and binary frames both ways, and counts the upgrade once", async () => {
+    const ip = uniqueIp();
+    const tag = uniqueTag("ws");
+    const socket = await connect("/ws/echo", { "cf-connecting-ip": ip, "x-test-tag": tag });
+    expect(socket.handshake.statusCode).toBe(101);
+    expect(socket.handshake.headers["x-ratelimit-remaining"]).toBe("49");
+
+    const greeting = await socket.next();
+    expect(greeting).toEqual({ data: Buffer.from("hello from the origin"), isBinary: false });
+
+    for (let i = 1; i <= 20; i++) {
+      socket.ws.send(`ping ${i}`);
+      const echo = await socket.next();
+      expect({ text: echo.data.toString("utf8"), isBinary: echo.isBinary }).toEqual({
+        text: `ping ${i}`,
+        isBinary: false,
+      });
+    }
+    const payload = randomBytes(256 * 1024);
+    socket.ws.send(payload);
+    const echoed = await socket.next();
+    expect(echoed.isBinary).toBe(true);
+    expect(echoed.data.equals(payload)).toBe(true);
+
+    expect(await socket.close()).toBe(1000);
+    expect(await originHits(tag)).toBe(1);
+    // 20 frames and more in each direction, yet only the upgrade counted: this is the second request.
+    const after = await send("/api/after-websocket", { headers: { "cf-connecting-ip": ip } });
+    expect(after.headers["x-ratelimit-remaining"]).toBe("48");
+  });
+
+  it("refuses an upgrade over the limit with the limiter's 429, before it reaches the origin", async () => {
+    const ip = uniqueIp();
+    const tag = uniqueTag("ws-blocked");
+    await Promise.all(Array.from({ length: 50 }, () => send("/api/fill", { headers: { "cf-connecting-ip": ip } })));
+    const refused = await connect("/ws/echo", { "cf-connecting-ip": ip, "x-test-tag": tag }).then(
+      () => "opened",
+      (error: Error) => error.message,
+    );
+    expect(refused).toBe("upgrade refused with 429");
+    expect(await originHits(tag)).toBe(0);
+  });
+});
