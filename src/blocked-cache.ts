@@ -13,6 +13,7 @@
  * reach every isolate.
  */
 import type { Rule } from "./core/rules.ts";
+import { CappedMap, ruleUid } from "./isolate-cache.ts";
 
 /** What the isolate remembers of one refusal. */
 export type BlockedEntry = {
@@ -30,25 +31,15 @@ export const DEFAULT_MAX_ENTRIES = 10_000;
 /** Entries live at most this long, however far off `retryAfter` is. */
 export const MAX_ENTRY_MS = 10_000;
 
-const ruleIds = new WeakMap<Rule, number>();
-let nextRuleId = 0;
-/** A number per rule object: rules with equal ids but different limits never share entries. */
-function ruleUid(rule: Rule): number {
-  let uid = ruleIds.get(rule);
-  if (uid === undefined) {
-    uid = nextRuleId++;
-    ruleIds.set(rule, uid);
-  }
-  return uid;
-}
-
 export class BlockedCache {
-  private readonly entries = new Map<string, BlockedEntry>();
+  private readonly entries: CappedMap<string, BlockedEntry>;
 
   constructor(
-    readonly maxEntries = DEFAULT_MAX_ENTRIES,
+    maxEntries = DEFAULT_MAX_ENTRIES,
     readonly maxEntryMs = MAX_ENTRY_MS,
-  ) {}
+  ) {
+    this.entries = new CappedMap(maxEntries);
+  }
 
   get size(): number {
     return this.entries.size;
@@ -68,12 +59,6 @@ export class BlockedCache {
   remember(rule: Rule, canonicalKey: string, sentAtMs: number, retryAfterMs: number, weighted: number): number {
     const key = `${ruleUid(rule)}\u0000${canonicalKey}`;
     const previous = this.entries.get(key);
-    if (this.maxEntries <= 0) return 0;
-    this.entries.delete(key); // re-inserted last: the oldest entries are evicted first
-    if (this.entries.size >= this.maxEntries) {
-      const oldest = this.entries.keys().next();
-      if (!oldest.done) this.entries.delete(oldest.value);
-    }
     this.entries.set(key, {
       retryAtMs: sentAtMs + retryAfterMs,
       untilMs: sentAtMs + Math.min(retryAfterMs, this.maxEntryMs),

@@ -10,6 +10,7 @@ import { canonicalKey, hashKey } from "./core/keys.ts";
 import { normalizePath } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
+import { leases as isolateLeases, LEASE_UNITS, type LeaseCache, type Spent } from "./leases.ts";
 import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey, ruleCheckOf } from "./limiter-client.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
 import { limiterUnavailable, tooManyRequests } from "./refusals.ts";
@@ -27,6 +28,12 @@ export type Call = { request: Request; url: URL };
 /** The rules that share one client key, and so one Durable Object. */
 type KeyGroup = { canonical: string; rules: Rule[] };
 type KeyCall = KeyGroup & { name: string; outcome: LimiterOutcome };
+/** How a key group was settled: from a lease held here, or by its object. */
+type Settled = { spent: Spent } | { call: KeyCall };
+
+/** The isolate's memory of earlier answers. */
+export type IsolateCaches = { blocked: BlockedCache; leases: LeaseCache };
+const isolateCaches: IsolateCaches = { blocked: blockedKeys, leases: isolateLeases };
 
 const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
 
@@ -39,7 +46,7 @@ export async function decide(
   settings: Settings,
   ns: LimiterNamespace,
   background: (task: Promise<unknown>) => void,
-  cache: BlockedCache = blockedKeys,
+  caches: IsolateCaches = isolateCaches,
 ): Promise<Outcome> {
   const path = normalizePath(url.pathname);
   const matched = settings.rules.filter((rule) => ruleMatches(rule, request.method, path));
@@ -48,18 +55,41 @@ export async function decide(
   const groups = groupByKey(matched, requestFacts(request, url, path, settings));
   const policies: Policy[] = matched.filter((rule) => rule.action === "block");
   const sentAtMs = Date.now();
-  const known = knownRefusals(groups, cache, sentAtMs);
-  if (known.length > 0) return { kind: "refuse", response: tooManyRequests(policies, known) };
+  const leased = groups.map((group) => caches.leases.spend(group.canonical, group.rules, sentAtMs));
+  const known = knownRefusals(
+    groups.filter((_, i) => !leased[i]),
+    caches.blocked,
+    sentAtMs,
+  );
+  if (known.length > 0) {
+    for (const spent of leased) if (spent) caches.leases.unspend(spent);
+    return { kind: "refuse", response: tooManyRequests(policies, known) };
+  }
 
-  const calls = await Promise.all(
-    groups.map(async (group): Promise<KeyCall> => {
-      const name = await hashKey(group.canonical);
-      const outcome = await checkKey(ns, name, group.rules.map(ruleCheckOf), settings.timeoutMs);
-      return { ...group, name, outcome };
+  const settled = await Promise.all(
+    groups.map((group, i): Settled | Promise<Settled> => {
+      const spent = leased[i];
+      return spent ? { spent } : settle(group, ns, settings.timeoutMs, caches.leases);
     }),
   );
+  const calls = settled.flatMap((s) => ("call" in s ? [s.call] : []));
+  const cache = caches.blocked;
 
   const reports: Reported[] = [];
+  settled.forEach((s, i) => {
+    if (!("spent" in s)) return;
+    groups[i]!.rules.forEach((rule, j) => {
+      if (rule.action === "block") {
+        reports.push({
+          id: rule.id,
+          limit: rule.limit,
+          periodMs: rule.periodMs,
+          verdict: s.spent.verdicts[j]!,
+          nowMs: sentAtMs,
+        });
+      }
+    });
+  });
   const closedBy: string[] = [];
   let refused = false;
   for (const call of calls) {
@@ -91,10 +121,35 @@ export async function decide(
     });
   }
 
-  if (refused || closedBy.length > 0) refundAdmitted(calls, ns, background);
+  if (refused || closedBy.length > 0) {
+    refundAdmitted(calls, ns, background);
+    for (const s of settled) if ("spent" in s) caches.leases.unspend(s.spent);
+  }
   if (refused) return { kind: "refuse", response: tooManyRequests(policies, reports) };
   if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
   return { kind: "allow", headers: rateLimitHeaders(policies, reports) };
+}
+
+/**
+ * Settles a key group with its object. While another request's call for the
+ * same key is in flight and may bring a lease, waits for it and spends from
+ * that lease instead; if that call failed, this request fails with it.
+ */
+async function settle(group: KeyGroup, ns: LimiterNamespace, timeoutMs: number, leases: LeaseCache): Promise<Settled> {
+  for (let pending = leases.pending(group.canonical, group.rules); pending; ) {
+    const outcome = await pending;
+    if (!outcome.ok) return { call: { ...group, name: await hashKey(group.canonical), outcome } };
+    const spent = leases.spend(group.canonical, group.rules, Date.now());
+    if (spent) return { spent };
+    pending = leases.pending(group.canonical, group.rules);
+  }
+  // Registered as in flight before the first await, so that concurrent requests for this key wait for it.
+  let name = "";
+  const outcome = await leases.call(group.canonical, group.rules, Date.now(), async (returns) => {
+    name = await hashKey(group.canonical);
+    return checkKey(ns, name, group.rules.map(ruleCheckOf), timeoutMs, { leaseUnits: leases.unitsWanted, returns });
+  });
+  return { call: { ...group, name, outcome } };
 }
 
 /** Rules grouped by their canonical client key, in the order they first appear. */

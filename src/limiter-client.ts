@@ -4,7 +4,7 @@
  * runtime says a retry is safe. Failures come back as labelled results.
  */
 import type { Rule } from "./core/rules.ts";
-import type { CheckResult, RateLimiter, Refund, RuleCheck } from "./limiter-object.ts";
+import type { CheckOptions, CheckResult, RateLimiter, Refund, RuleCheck } from "./limiter-object.ts";
 
 export type FailureReason = "timeout" | "overloaded" | "error";
 
@@ -51,6 +51,7 @@ export async function checkKey(
   name: string,
   rules: RuleCheck[],
   timeoutMs: number,
+  options: CheckOptions = {},
 ): Promise<LimiterOutcome> {
   let timer: ReturnType<typeof setTimeout> | null = null;
   const deadline = new Promise<"timeout">((resolve) => {
@@ -61,7 +62,9 @@ export async function checkKey(
     for (;;) {
       attempts++;
       try {
-        const result = await Promise.race([stubFor(ns, name).check(rules), deadline]);
+        // A retry does not return lease units again: the failed attempt may have taken them back already.
+        const sent = attempts === 1 ? options : { ...options, returns: undefined };
+        const result = await Promise.race([stubFor(ns, name).check(rules, sent), deadline]);
         if (result === "timeout") {
           return { ok: false, reason: "timeout", message: `no decision within ${timeoutMs}ms`, attempts };
         }

@@ -16,6 +16,7 @@ import {
   type Evaluation,
   emptyState,
   evaluate,
+  msToBucketEnd,
   type WindowLimit,
   type WindowState,
 } from "./core/sliding-window.ts";
@@ -42,10 +43,42 @@ export type CheckResult = {
   allowed: boolean;
   /** One verdict per rule, in the order given. */
   verdicts: RuleVerdict[];
+  /** Admissions counted ahead for the caller to spend itself, when asked for and granted. */
+  lease?: Lease;
 };
 
-/** A refund of a request counted here but refused elsewhere. */
-export type Refund = { id: string; bucket: number };
+/**
+ * Admissions counted now, up front, for the caller to spend on its next
+ * requests for this key without calling the object. Every unit was
+ * admissible when granted, and it must be spent before the current bucket
+ * ends, so the counts stay where the requests land and no limit is exceeded.
+ */
+export type Lease = {
+  /** Admissions counted ahead, for every rule of the check. */
+  units: number;
+  /** Per rule, in the order given, the bucket the units were counted in. */
+  buckets: number[];
+  /** How long the caller may spend them, from `nowMs`: the end of the earliest current bucket, at most {@link LEASE_MAX_MS}. */
+  expiresInMs: number;
+};
+
+/** Options of a check. */
+export type CheckOptions = {
+  /** Admissions to count ahead as a {@link Lease}, if the key is far enough below every limit. */
+  leaseUnits?: number;
+  /** Units of earlier leases that were never spent, taken back before deciding. */
+  returns?: Refund[];
+};
+
+/** Leases live at most this long, whatever the period. */
+export const LEASE_MAX_MS = 30_000;
+/** A lease takes at most this share of what a rule has left, so keys near a limit are decided one by one. */
+export const LEASE_SHARE = 1 / 8;
+/** Smaller leases are not worth their bookkeeping. */
+export const LEASE_MIN_UNITS = 2;
+
+/** Counts counted here and to be taken back: a request another object refused, or a lease's unspent units. */
+export type Refund = { id: string; bucket: number; count?: number };
 
 type Stored = { shape: Shape; state: WindowState };
 /** What the layout of a rule's buckets depends on. */
@@ -89,18 +122,39 @@ export class RateLimiter extends DurableObject<unknown> {
    * Checks one request against every rule of this key, all or nothing: if an
    * enforcing rule refuses it, no rule counts it.
    */
-  check(rules: RuleCheck[]): CheckResult {
+  check(rules: RuleCheck[], options: CheckOptions = {}): CheckResult {
+    if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
     const evaluations = rules.map((rule) => evaluate(this.current(rule, nowMs), nowMs, rule));
     const allowed = rules.every((rule, i) => !rule.enforce || evaluations[i]!.allowed);
+    const states: WindowState[] = [];
     const verdicts = rules.map((rule, i) => {
       const ev = evaluations[i]!;
       const counted = allowed && ev.allowed;
-      if (counted) this.save(rule.id, rule, admit(ev.state));
+      states.push(counted ? admit(ev.state) : ev.state);
       return verdict(ev, nowMs, rule, counted);
     });
-    if (allowed) this.scheduleCleanup();
-    return { nowMs, allowed, verdicts };
+    if (!allowed) return { nowMs, allowed, verdicts };
+    const lease = this.grant(rules, verdicts, states, nowMs, options.leaseUnits ?? 0);
+    rules.forEach((rule, i) => {
+      if (verdicts[i]!.ruleAllows) this.save(rule.id, rule, states[i]!);
+    });
+    this.scheduleCleanup();
+    return lease ? { nowMs, allowed, verdicts, lease } : { nowMs, allowed, verdicts };
+  }
+
+  /**
+   * Counts `wanted` more admissions into `states` when every rule has
+   * plenty left: at most {@link LEASE_SHARE} of the least any rule has left.
+   * Each unit is admissible now: `remaining` already counts this request.
+   */
+  private grant(rules: RuleCheck[], verdicts: RuleVerdict[], states: WindowState[], nowMs: number, wanted: number) {
+    if (wanted < LEASE_MIN_UNITS || !verdicts.every((v) => v.ruleAllows)) return undefined;
+    const units = Math.min(wanted, ...verdicts.map((v) => Math.floor(v.remaining * LEASE_SHARE)));
+    if (units < LEASE_MIN_UNITS) return undefined;
+    for (const state of states) state.counts[state.counts.length - 1]! += units;
+    const expiresInMs = Math.min(LEASE_MAX_MS, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
+    return { units, buckets: states.map((state) => state.bucket), expiresInMs };
   }
 
   /** What a request now would see, without counting it. */
@@ -110,16 +164,16 @@ export class RateLimiter extends DurableObject<unknown> {
     return { nowMs, allowed: verdicts.every((v, i) => !rules[i]!.enforce || v.ruleAllows), verdicts };
   }
 
-  /** Takes back requests counted here that another object refused. */
+  /** Takes back counts: requests another object refused, and leased units never spent. Counts that have rotated out are gone already. */
   refund(refunds: Refund[]): void {
-    for (const { id, bucket } of refunds) {
+    for (const { id, bucket, count: taken = 1 } of refunds) {
       const row = this.rows.get(id);
       if (!row) continue;
       const index = bucket - (row.state.bucket - row.shape.precision);
       const count = row.state.counts[index];
       if (count === undefined || count <= 0) continue;
       const counts = row.state.counts.slice();
-      counts[index] = count - 1;
+      counts[index] = count - Math.min(count, taken);
       this.save(id, row.shape, { bucket: row.state.bucket, counts });
     }
   }

@@ -2,8 +2,9 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { BlockedCache } from "../src/blocked-cache.ts";
 import { parseSettings, type Settings } from "../src/config.ts";
 import { decide } from "../src/decide.ts";
+import { LeaseCache } from "../src/leases.ts";
 import type { LimiterNamespace } from "../src/limiter-client.ts";
-import { env } from "./support/env.ts";
+import { countedNamespace } from "./support/counting.ts";
 import { uniqueIp } from "./support/limiter.ts";
 import { randomGenerator } from "./support/random.ts";
 
@@ -13,30 +14,11 @@ const settingsFor = (rules: unknown[]): Settings => {
   return parsed.value;
 };
 
-/** The real namespace, counting the calls made to its objects. */
-function countedNamespace() {
-  const counter = { calls: 0 };
-  const ns: LimiterNamespace = {
-    idFromName: (name) => env.RATE_LIMITER.idFromName(name),
-    get: (id) => {
-      const stub = env.RATE_LIMITER.get(id);
-      return {
-        check: (rules: Parameters<typeof stub.check>[0]) => {
-          counter.calls++;
-          return stub.check(rules);
-        },
-        refund: (refunds: Parameters<typeof stub.refund>[0]) => stub.refund(refunds),
-      } as unknown as ReturnType<LimiterNamespace["get"]>;
-    },
-  };
-  return { ns, counter };
-}
-
 /** Decides one request from `ip` at the current (possibly faked) time; the status it gets. */
 async function status(settings: Settings, ns: LimiterNamespace, cache: BlockedCache, ip: string, path = "/x") {
   const url = new URL(`http://limiter.test${path}`);
   const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-  const outcome = await decide({ request, url }, settings, ns, () => {}, cache);
+  const outcome = await decide({ request, url }, settings, ns, () => {}, { blocked: cache, leases: new LeaseCache(0) });
   return outcome.kind === "allow" ? 200 : outcome.response.status;
 }
 
@@ -65,7 +47,10 @@ describe("the blocked-key cache", () => {
     const url = new URL("http://limiter.test/x");
     const ask = async () => {
       const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-      const outcome = await decide({ request, url }, settings, ns, () => {}, cache);
+      const outcome = await decide({ request, url }, settings, ns, () => {}, {
+        blocked: cache,
+        leases: new LeaseCache(0),
+      });
       if (outcome.kind !== "refuse") throw new Error("expected a refusal");
       return { headers: Object.fromEntries(outcome.response.headers), body: await outcome.response.json() };
     };
