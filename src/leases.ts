@@ -21,7 +21,7 @@ import type { LimiterOutcome } from "./limiter-client.ts";
 import type { Lease, Refund, RuleVerdict } from "./limiter-object.ts";
 
 /** Units asked for with every call. */
-export const LEASE_UNITS = 16;
+export const LEASE_UNITS = 64;
 export const DEFAULT_MAX_LEASES = 10_000;
 
 type Held = {

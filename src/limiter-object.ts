@@ -71,7 +71,7 @@ export type CheckOptions = {
 };
 
 /** Leases live at most this long, whatever the period. */
-export const LEASE_MAX_MS = 30_000;
+export const LEASE_MAX_MS = 300_000;
 /** A lease takes at most this share of what a rule has left, so keys near a limit are decided one by one. */
 export const LEASE_SHARE = 1 / 8;
 /** Smaller leases are not worth their bookkeeping. */
@@ -100,15 +100,18 @@ export class RateLimiter extends DurableObject<unknown> {
   private readonly sql: SqlStorage;
   private readonly rows = new Map<string, Stored>();
   private schemaReady = false;
-  /** The alarm this instance last set, or undefined when not known (just after construction). */
-  private alarmAtMs: number | null | undefined = undefined;
+  /** When the cleanup alarm is set for, or null when none is needed. */
+  private alarmAtMs: number | null;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     // A fresh or cleaned-up object has no table: reading it must not create one.
     const table = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'counters'").toArray();
-    if (table.length === 0) return;
+    if (table.length === 0) {
+      this.alarmAtMs = null;
+      return;
+    }
     this.schemaReady = true;
     for (const row of this.sql.exec<Record<string, string | number>>("SELECT * FROM counters")) {
       this.rows.set(String(row.rule), {
@@ -116,6 +119,9 @@ export class RateLimiter extends DurableObject<unknown> {
         state: { bucket: Number(row.bucket), counts: JSON.parse(String(row.counts)) as number[] },
       });
     }
+    // Every write that moved a row's expiry later also moved the alarm there (scheduleCleanup, alarm),
+    // so the alarm is known without reading it: an object woken for one request sets none.
+    this.alarmAtMs = this.rows.size > 0 ? Math.max(...[...this.rows.values()].map(expiresAtMs)) : null;
   }
 
   /**

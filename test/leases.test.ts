@@ -3,7 +3,7 @@ import { BlockedCache } from "../src/blocked-cache.ts";
 import { parseSettings, type Settings } from "../src/config.ts";
 import { canonicalKey, hashKey } from "../src/core/keys.ts";
 import { decide, type IsolateCaches } from "../src/decide.ts";
-import { LeaseCache } from "../src/leases.ts";
+import { LEASE_UNITS, LeaseCache } from "../src/leases.ts";
 import type { LimiterNamespace } from "../src/limiter-client.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { env } from "./support/env.ts";
@@ -53,8 +53,8 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
       remaining.push((headers as Record<string, string>)["X-RateLimit-Remaining"]!);
     }
     expect(remaining).toEqual(Array.from({ length: 170 }, (_, i) => String(1_000_000 - i - 1)));
-    // One call admits its own request and leases 16 more: 170 requests take 10 calls.
-    expect(counter.calls).toBe(10);
+    // One call admits its own request and leases LEASE_UNITS more.
+    expect(counter.calls).toBe(Math.ceil(170 / (LEASE_UNITS + 1)));
   });
 
   it("grants no lease near a limit: there every request is decided by the object", async () => {
@@ -88,12 +88,15 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     const { ns } = countedNamespace();
     const caches = fresh();
     const ip = uniqueIp();
-    for (let i = 0; i < 3; i++) await send(settings, ns, caches, ip); // 1 call + 2 of 16 units spent
-    expect(await countedByObject(ip, { id: "handback", limit: 1000, periodMs: 60_000 })).toBe(17);
-    vi.setSystemTime(start + 60_000); // the next window: the lease is dead, 14 units unspent
+    // One call admits its request and leases floor(999 / 8) = 124 → LEASE_UNITS more; two of them are spent.
+    const lease = Math.min(LEASE_UNITS, Math.floor(999 / 8));
+    for (let i = 0; i < 3; i++) await send(settings, ns, caches, ip);
+    expect(await countedByObject(ip, { id: "handback", limit: 1000, periodMs: 60_000 })).toBe(1 + lease);
+    vi.setSystemTime(start + 60_000); // the next window: the lease is dead, its unspent units handed back
     await send(settings, ns, caches, ip);
-    // prev = 3 admitted (not 17) weighs 3 × (1 − 10/60) = 2.5; plus this request and a new lease of 16.
-    expect(await countedByObject(ip, { id: "handback", limit: 1000, periodMs: 60_000 })).toBeCloseTo(2.5 + 1 + 16, 6);
+    // prev = 3 admitted weighs 3 × (1 − 10/60) = 2.5; plus this request and a new lease.
+    const next = Math.min(LEASE_UNITS, Math.floor((1000 - 2.5 - 1) / 8));
+    expect(await countedByObject(ip, { id: "handback", limit: 1000, periodMs: 60_000 })).toBeCloseTo(2.5 + 1 + next, 6);
   });
 
   it("decides every request of a random trace exactly as the object alone does", async () => {
