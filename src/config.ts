@@ -5,7 +5,6 @@
 import { show } from "./core/duration.ts";
 import { DEFAULT_IPV6_PREFIX } from "./core/ip.ts";
 import { parseRules, type Rule } from "./core/rules.ts";
-import type { Env } from "./env.ts";
 
 export type Settings = {
   rules: Rule[];
@@ -19,8 +18,13 @@ export type Settings = {
 
 export const DEFAULT_TIMEOUT_MS = 1000;
 
-/** The variables settings are made from; every field is optional except the rules. */
-export type SettingsInput = Pick<Env, "RULES" | "IPV6_PREFIX" | "TRUSTED_IP_HEADER" | "LIMITER_TIMEOUT_MS">;
+/** The variables settings are made from (see `Env`); every one is optional. */
+export type SettingsInput = {
+  RULES?: unknown;
+  IPV6_PREFIX?: string | number;
+  TRUSTED_IP_HEADER?: string;
+  LIMITER_TIMEOUT_MS?: string | number;
+};
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; errors: string[] };
 
