@@ -1,29 +1,14 @@
 -- wrk script: each request comes from one of BENCH_KEYS client IPs, and a
 -- JSON summary line is printed at the end for bench/run.ts to read.
--- A negative BENCH_KEYS walks the keys in order, to touch each one once.
 local keys = tonumber(os.getenv("BENCH_KEYS") or "0")
-local threads = tonumber(os.getenv("BENCH_THREADS") or "1")
-local sequential = keys < 0
-if sequential then keys = -keys end
 local fixed = os.getenv("BENCH_IP") or "10.255.0.1"
 local counter = 0
-local created = 0
-
-setup = function(thread)
-  thread:set("tid", created)
-  created = created + 1
-end
 
 request = function()
   local ip = fixed
   if keys > 0 then
     counter = counter + 1
-    local i
-    if sequential then
-      i = (counter * threads + (tid or 0)) % keys
-    else
-      i = (counter * 7919 + math.random(0, keys - 1)) % keys
-    end
+    local i = (counter * 7919 + math.random(0, keys - 1)) % keys
     ip = string.format("10.%d.%d.%d", math.floor(i / 65536) % 256, math.floor(i / 256) % 256, i % 256)
   end
   local headers = {}
