@@ -33,12 +33,11 @@ export const MAX_ENTRY_MS = 10_000;
 
 export class BlockedCache {
   private readonly entries: CappedMap<string, BlockedEntry>;
+  readonly maxEntryMs: number;
 
-  constructor(
-    maxEntries = DEFAULT_MAX_ENTRIES,
-    readonly maxEntryMs = MAX_ENTRY_MS,
-  ) {
+  constructor(maxEntries = DEFAULT_MAX_ENTRIES, maxEntryMs = MAX_ENTRY_MS) {
     this.entries = new CappedMap(maxEntries);
+    this.maxEntryMs = maxEntryMs;
   }
 
   get size(): number {

@@ -110,7 +110,7 @@ export async function decide(
           event: rule.action === "log" ? "ratelimit_shadow" : "ratelimit_blocked",
           rule: rule.id,
           key: keyHashPrefix(call.name),
-          weighted: verdict.weighted,
+          weighted: Math.round(verdict.weighted * 1000) / 1000, // for people reading logs; decisions are exact
           limit: rule.limit,
           decision: rule.action === "log" ? "would_block" : "blocked",
           ...(repeats > 0 ? { repeats } : {}),

@@ -8,8 +8,11 @@ import type { Rule } from "./core/rules.ts";
 /** A Map that never holds more than `maxEntries`: setting past the cap evicts the oldest entry. */
 export class CappedMap<K, V> {
   private readonly entries = new Map<K, V>();
+  readonly maxEntries: number;
 
-  constructor(readonly maxEntries: number) {}
+  constructor(maxEntries: number) {
+    this.maxEntries = maxEntries;
+  }
 
   get size(): number {
     return this.entries.size;
