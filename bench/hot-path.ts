@@ -13,8 +13,7 @@ import { normalizePath } from "../src/core/paths.ts";
 import { ruleMatches } from "../src/core/rules.ts";
 import { type Reported, rateLimitHeaders } from "../src/headers.ts";
 import { LeaseCache } from "../src/leases.ts";
-import { ruleCheckOf } from "../src/limiter-client.ts";
-import type { RuleVerdict } from "../src/limiter-object.ts";
+import { type RuleVerdict, ruleCheckOf } from "../src/limiter-protocol.ts";
 import { tooManyRequests } from "../src/refusals.ts";
 
 const shippedRules = [

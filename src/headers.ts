@@ -2,7 +2,7 @@
  * @module
  * Rate-limit response headers, one small function per specification.
  */
-import type { RuleVerdict } from "./limiter-object.ts";
+import type { RuleVerdict } from "./limiter-protocol.ts";
 
 /** What a `RateLimit-Policy` entry says of a rule. */
 export type Policy = { id: string; limit: number; periodMs: number };

@@ -17,8 +17,7 @@
  */
 import type { Rule } from "./core/rules.ts";
 import { CappedMap, ruleUid } from "./isolate-cache.ts";
-import type { LimiterOutcome } from "./limiter-client.ts";
-import type { Lease, Refund, RuleVerdict } from "./limiter-object.ts";
+import type { Lease, LimiterOutcome, Refund, RuleVerdict } from "./limiter-protocol.ts";
 
 /** Units asked for with every call. */
 export const LEASE_UNITS = 64;

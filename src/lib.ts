@@ -16,5 +16,6 @@
 export type { Duration } from "./core/duration.ts";
 export type { RuleInput } from "./core/rules.ts";
 export * as slidingWindow from "./core/sliding-window.ts";
-export { type CheckResult, RateLimiter, type RuleCheck, type RuleVerdict } from "./limiter-object.ts";
+export { RateLimiter } from "./limiter-object.ts";
+export type { CheckResult, RuleCheck, RuleVerdict } from "./limiter-protocol.ts";
 export { type RateLimitOptions, rateLimit } from "./middleware.ts";

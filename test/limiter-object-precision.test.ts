@@ -8,7 +8,8 @@ import {
   retryAfterMs,
   type WindowState,
 } from "../src/core/sliding-window.ts";
-import type { RateLimiter, RuleCheck } from "../src/limiter-object.ts";
+import type { RateLimiter } from "../src/limiter-object.ts";
+import type { RuleCheck } from "../src/limiter-protocol.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
 

@@ -6,7 +6,8 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { RateLimiter, RuleCheck } from "../src/limiter-object.ts";
+import type { RateLimiter } from "../src/limiter-object.ts";
+import type { RuleCheck } from "../src/limiter-protocol.ts";
 import { env } from "./support/env.ts";
 
 const rule = (id: string, limit: number, periodMs = 60_000, over: Partial<RuleCheck> = {}): RuleCheck => ({
