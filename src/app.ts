@@ -1,15 +1,17 @@
 /**
  * @module
  * The Worker: rate-limits every request with the rules in wrangler.toml,
- * then proxies the allowed ones to the origin.
+ * then proxies the allowed ones to the origin. The admin API, when on,
+ * answers under its prefix before any rule is applied.
  */
 import { Hono } from "hono";
-import { getOrCreate } from "./config.ts";
+import { adminApi } from "./admin.ts";
+import { getOrCreate, type Origin, parseOrigin } from "./config.ts";
 import type { Env } from "./env.ts";
 import { logEvent } from "./log.ts";
 import { rateLimit } from "./middleware.ts";
 import { invalidConfigResponse } from "./problem.ts";
-import { forward, type Origin, parseOrigin } from "./proxy.ts";
+import { forward } from "./proxy.ts";
 
 const origins = new Map<string, ReturnType<typeof parseOrigin>>();
 
@@ -17,6 +19,8 @@ const originOf = (env: Env) => getOrCreate(origins, env.ORIGIN_URL ?? "", () => 
 
 export const app = new Hono<{ Bindings: Env }>();
 
+// First: admin requests are never counted by the user's rules, and never reach the origin.
+app.use("*", adminApi());
 app.use("*", rateLimit());
 
 app.all("*", (c) => {

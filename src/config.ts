@@ -1,6 +1,8 @@
 /**
  * @module
- * Limiter settings from the Worker's variables, validated once per isolate.
+ * The Worker's variables, validated: the limiter's settings (once per
+ * isolate), `ORIGIN_URL` and `ADMIN_PREFIX`. Pure, so the offline config
+ * checker runs the same code.
  */
 import { show } from "./core/duration.ts";
 import { DEFAULT_IPV6_PREFIX } from "./core/ip.ts";
@@ -98,4 +100,55 @@ export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: Sett
     }
     return getOrCreate(slot, rest, () => parse(input));
   };
+}
+
+/**
+ * The Worker's settings, parsed once per isolate and shared by every reader,
+ * so that all of them hold the same Rule objects (the isolate's caches are
+ * keyed by them: an admin reset must reach the middleware's entries).
+ */
+export const settingsFromEnv = memoByInput(parseSettings);
+
+/** Where requests go: a base URL whose scheme, host and port replace the request's, or null to keep the request's own URL. */
+export type Origin = URL | null;
+
+/**
+ * Parses `ORIGIN_URL`. Only a scheme, host and port are allowed: the path and
+ * query always come from the request.
+ */
+export function parseOrigin(raw: string | undefined): { ok: true; value: Origin } | { ok: false; error: string } {
+  if (raw === undefined || raw === "") return { ok: true, value: null };
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return { ok: false, error: `ORIGIN_URL: is not a URL; got ${JSON.stringify(raw)}` };
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    return { ok: false, error: `ORIGIN_URL: must be http: or https:; got ${JSON.stringify(raw)}` };
+  }
+  if (url.pathname !== "/" || url.search !== "" || url.hash !== "" || url.username !== "") {
+    return {
+      ok: false,
+      error: `ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got ${JSON.stringify(raw)}`,
+    };
+  }
+  return { ok: true, value: url };
+}
+
+export const DEFAULT_ADMIN_PREFIX = "/__ratelimit";
+
+/**
+ * Parses `ADMIN_PREFIX`: one or more path segments of unreserved characters,
+ * with no trailing slash, such as `/__ratelimit` or `/ops/limits`.
+ */
+export function parseAdminPrefix(raw: unknown): { ok: true; prefix: string } | { ok: false; error: string } {
+  if (raw === undefined || raw === "") return { ok: true, prefix: DEFAULT_ADMIN_PREFIX };
+  if (typeof raw !== "string" || !/^(\/[A-Za-z0-9._~-]+)+$/.test(raw)) {
+    return {
+      ok: false,
+      error: `ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got ${show(raw)}`,
+    };
+  }
+  return { ok: true, prefix: raw };
 }

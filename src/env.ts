@@ -1,6 +1,7 @@
 /**
  * @module
- * The Worker's bindings and variables, typed in one place.
+ * The Worker's bindings and variables, typed in one place (they are parsed
+ * in config.ts).
  */
 import type { RateLimiter } from "./limiter-object.ts";
 
@@ -17,4 +18,11 @@ export type Env = {
   TRUSTED_IP_HEADER?: string;
   /** How long a decision may take before the rule's `on_error` applies, in milliseconds. Default 1000. */
   LIMITER_TIMEOUT_MS?: string | number;
+  /**
+   * Secret (`wrangler secret put ADMIN_TOKEN`): the bearer token of the admin API.
+   * Unset or empty: the admin API is off, and its prefix is proxied like any other path.
+   */
+  ADMIN_TOKEN?: string;
+  /** Path prefix of the admin API, such as `/ops/ratelimit`. Default `/__ratelimit`. */
+  ADMIN_PREFIX?: string;
 };

@@ -4,7 +4,7 @@
  * project and for your own Hono app.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { memoByInput, type Parsed, parseSettings, type Settings, type SettingsInput } from "./config.ts";
+import { type Parsed, parseSettings, type Settings, type SettingsInput, settingsFromEnv } from "./config.ts";
 import type { RuleInput } from "./core/rules.ts";
 import { decide } from "./decide.ts";
 import type { LimiterNamespace } from "./limiter-client.ts";
@@ -23,8 +23,6 @@ export type RateLimitOptions = {
   /** Milliseconds a decision may take before `on_error` applies. Default: `LIMITER_TIMEOUT_MS`, else 1000. */
   timeoutMs?: number;
 };
-
-const settingsFromEnv = memoByInput(parseSettings);
 
 /**
  * Rate-limits requests with sliding-window counters in Durable Objects.

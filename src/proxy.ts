@@ -4,35 +4,9 @@
  * as they are, hop-by-hop headers removed in both directions.
  */
 
+import type { Origin } from "./config.ts";
 import { logEvent } from "./log.ts";
 import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
-
-/** Where requests go: a base URL whose scheme, host and port replace the request's, or null to keep the request's own URL. */
-export type Origin = URL | null;
-
-/**
- * Parses `ORIGIN_URL`. Only a scheme, host and port are allowed: the path and
- * query always come from the request.
- */
-export function parseOrigin(raw: string | undefined): { ok: true; value: Origin } | { ok: false; error: string } {
-  if (raw === undefined || raw === "") return { ok: true, value: null };
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return { ok: false, error: `ORIGIN_URL: is not a URL; got ${JSON.stringify(raw)}` };
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    return { ok: false, error: `ORIGIN_URL: must be http: or https:; got ${JSON.stringify(raw)}` };
-  }
-  if (url.pathname !== "/" || url.search !== "" || url.hash !== "" || url.username !== "") {
-    return {
-      ok: false,
-      error: `ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got ${JSON.stringify(raw)}`,
-    };
-  }
-  return { ok: true, value: url };
-}
 
 const HOP_BY_HOP = [
   "connection",

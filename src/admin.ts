@@ -1,0 +1,364 @@
+/**
+ * @module
+ * The admin API: the validated rules, a client's count without counting it,
+ * and a reset to unblock a client. On only while the `ADMIN_TOKEN` secret is
+ * set; then every path under its prefix is answered here, never proxied to
+ * the origin and never rate-limited. Off, the prefix is an ordinary path.
+ *
+ * - `GET    {prefix}/rules`
+ * - `GET    {prefix}/status?rule=<id>&key=<client>`
+ * - `DELETE {prefix}/status?rule=<id>&key=<client>`
+ */
+import type { MiddlewareHandler } from "hono";
+import { blockedKeys } from "./blocked-cache.ts";
+import { getOrCreate, parseAdminPrefix, type Settings, settingsFromEnv } from "./config.ts";
+import { show } from "./core/duration.ts";
+import { ipKey, UNKNOWN_IP } from "./core/ip.ts";
+import { canonicalKey, hashKey, type RequestFacts, sourceLabel } from "./core/keys.ts";
+import { normalizePath } from "./core/paths.ts";
+import type { Characteristic, Rule } from "./core/rules.ts";
+import type { Env } from "./env.ts";
+import type { LimiterNamespace } from "./limiter-client.ts";
+import { toRuleCheck } from "./limiter-protocol.ts";
+import { keyHashPrefix, logEvent } from "./log.ts";
+import {
+  INVALID_CONFIG,
+  invalidConfigResponse,
+  LIMITER_UNAVAILABLE,
+  type Problem,
+  problemResponse,
+} from "./problem.ts";
+
+export const UNKNOWN_RULE = "urn:edge-rate-limiter:unknown-rule";
+export const MALFORMED_KEY = "urn:edge-rate-limiter:malformed-key";
+
+const prefixes = new Map<string, ReturnType<typeof parseAdminPrefix>>();
+
+/**
+ * The admin API as middleware; mount it before `rateLimit()`.
+ * Requests outside its prefix, and every request while `ADMIN_TOKEN` is unset, go on untouched.
+ */
+export const adminApi = (): MiddlewareHandler<{ Bindings: Env }> =>
+  async function adminMiddleware(c, next) {
+    const token = c.env.ADMIN_TOKEN;
+    if (token === undefined || token === "") return next();
+    const parsed = getOrCreate(prefixes, String(c.env.ADMIN_PREFIX ?? ""), () => parseAdminPrefix(c.env.ADMIN_PREFIX));
+    if (!parsed.ok) {
+      // Which paths are the API's is unknown, and proxying one would hand the token to the origin.
+      logEvent({ event: "invalid_config", errors: [parsed.error] }, "error");
+      return invalidConfigResponse();
+    }
+    const url = new URL(c.req.url);
+    // Matched like the rules match paths, so `//__ratelimit` or `/%5F_ratelimit` cannot slip past to the origin.
+    const path = normalizePath(url.pathname);
+    const { prefix } = parsed;
+    if (path !== prefix && !path.startsWith(`${prefix}/`)) return next();
+
+    if (!(await bearerMatches(c.req.header("authorization"), token))) {
+      return unauthorized(c.req.header("authorization") !== undefined);
+    }
+    return route(c.req.method, path.slice(prefix.length), url, c.env, prefix);
+  };
+
+const encoder = new TextEncoder();
+const sha256 = (text: string) => crypto.subtle.digest("SHA-256", encoder.encode(text));
+
+/**
+ * Whether `Authorization` carries `Bearer <token>`. Both sides are hashed
+ * first, so the comparison takes the same time whatever the length or the
+ * first differing byte of a guess.
+ */
+export async function bearerMatches(authorization: string | undefined, token: string): Promise<boolean> {
+  const given = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization ?? "")?.[1];
+  if (given === undefined) return false;
+  const [a, b] = await Promise.all([sha256(given), sha256(token)]);
+  return crypto.subtle.timingSafeEqual(a, b);
+}
+
+function unauthorized(tokenSent: boolean): Response {
+  // RFC 6750 §3: no error code when no credentials came; invalid_token when a wrong one did.
+  const challenge = tokenSent ? 'Bearer realm="admin", error="invalid_token"' : 'Bearer realm="admin"';
+  return problemResponse(
+    {
+      type: "about:blank",
+      title: "Unauthorized",
+      status: 401,
+      detail: "Send the admin token: Authorization: Bearer <token>.",
+    },
+    { "WWW-Authenticate": challenge },
+  );
+}
+
+const ROUTES: Record<string, string[]> = { "/rules": ["GET"], "/status": ["GET", "DELETE"] };
+
+async function route(method: string, subPath: string, url: URL, env: Env, prefix: string): Promise<Response> {
+  const allowed = ROUTES[subPath];
+  if (allowed === undefined) {
+    return problemResponse({
+      type: "about:blank",
+      title: "Not Found",
+      status: 404,
+      detail: `No admin route here. Routes: GET ${prefix}/rules, GET and DELETE ${prefix}/status?rule=<id>&key=<client>.`,
+    });
+  }
+  if (!allowed.includes(method)) {
+    return problemResponse(
+      {
+        type: "about:blank",
+        title: "Method Not Allowed",
+        status: 405,
+        detail: `${prefix}${subPath} allows ${allowed.join(", ")}.`,
+      },
+      { Allow: allowed.join(", ") },
+    );
+  }
+  const settings = settingsFromEnv(env);
+  if (!settings.ok) {
+    // Only a holder of the token gets here, so the problems themselves may be shown.
+    return problemResponse({
+      type: INVALID_CONFIG,
+      title: "Internal Server Error",
+      status: 500,
+      detail: "The rate limiter's configuration is invalid.",
+      errors: settings.errors,
+    });
+  }
+  if (subPath === "/rules") return json(rulesView(settings.value));
+  return status(method, url, settings.value, env.RATE_LIMITER);
+}
+
+/** A rule as the API shows it: its fields as they would be written in wrangler.toml, plus the period in milliseconds. */
+export type RuleView = {
+  id: string;
+  path: string[];
+  /** Upper-case methods; null for every method. */
+  methods: string[] | null;
+  exclude: string[];
+  limit: number;
+  /** The period as wrangler.toml spells it, such as "1m". */
+  period: string;
+  periodMs: number;
+  key: string[];
+  action: "block" | "log";
+  on_error: "open" | "closed";
+  precision: number;
+  strict: boolean;
+};
+
+export const keyAsWritten = (key: Characteristic[]): string[] =>
+  key.map((sources) => sources.map(sourceLabel).join("|"));
+
+export const ruleView = (rule: Rule): RuleView => ({
+  id: rule.id,
+  path: rule.paths.map((glob) => glob.source),
+  methods: rule.methods === null ? null : [...rule.methods],
+  exclude: rule.exclude.map((glob) => glob.source),
+  limit: rule.limit,
+  period: formatDuration(rule.periodMs),
+  periodMs: rule.periodMs,
+  key: keyAsWritten(rule.key),
+  action: rule.action,
+  on_error: rule.onError,
+  precision: rule.precision,
+  strict: rule.strict,
+});
+
+const rulesView = (settings: Settings) => ({
+  rules: settings.rules.map(ruleView),
+  ipv6Prefix: settings.ipv6PrefixBits,
+  trustedIpHeader: settings.trustedIpHeader,
+  timeoutMs: settings.timeoutMs,
+});
+
+const UNITS: [number, string][] = [
+  [86_400_000, "d"],
+  [3_600_000, "h"],
+  [60_000, "m"],
+  [1_000, "s"],
+];
+
+/** `60000` → `"1m"`, `90000` → `"90s"`, `1500` → `"1500ms"`: the largest unit that is exact. */
+export function formatDuration(ms: number): string {
+  const [size, unit] = UNITS.find(([size]) => ms % size === 0) ?? [1, "ms"];
+  return `${ms / size}${unit}`;
+}
+
+async function status(method: string, url: URL, settings: Settings, ns: LimiterNamespace): Promise<Response> {
+  const ruleId = url.searchParams.get("rule");
+  const rule = settings.rules.find((r) => r.id === ruleId);
+  if (rule === undefined) {
+    const known = settings.rules.map((r) => r.id);
+    return badRequest(UNKNOWN_RULE, "Unknown rule", {
+      detail:
+        ruleId === null
+          ? `The "rule" query parameter is required; rules: ${known.join(", ")}.`
+          : `No rule ${show(ruleId)}; rules: ${known.join(", ")}.`,
+      rules: known,
+    });
+  }
+  const key = adminKey(rule, url.searchParams.getAll("key"), settings.ipv6PrefixBits);
+  if (!key.ok) return badRequest(MALFORMED_KEY, "Malformed key", { detail: key.error });
+
+  const name = await hashKey(key.canonical);
+  const stub = ns.get(ns.idFromName(name));
+  const about = { rule: rule.id, key: JSON.parse(key.canonical) as unknown, keyHash: keyHashPrefix(name) };
+  if (method === "DELETE") {
+    const reset = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
+    if (!reset.ok) return unavailable(about.rule, about.keyHash, reset.message);
+    // This isolate forgets its cached refusal at once; other isolates' lapse within MAX_ENTRY_MS.
+    blockedKeys.forget(rule, key.canonical);
+    logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
+    return json({ ...about, reset: true });
+  }
+  const peeked = await withDeadline(stub.peek([toRuleCheck(rule)]), settings.timeoutMs);
+  if (!peeked.ok) return unavailable(about.rule, about.keyHash, peeked.message);
+  const verdict = peeked.value.verdicts[0]!;
+  return json({
+    ...about,
+    limit: rule.limit,
+    periodMs: rule.periodMs,
+    weighted: verdict.weighted,
+    allowed: verdict.ruleAllows,
+    remaining: verdict.remaining,
+    retryAfterSeconds: Math.ceil(verdict.retryAfterMs / 1000),
+    retryAfterMs: verdict.retryAfterMs,
+    resetSeconds: Math.ceil(verdict.resetMs / 1000),
+    resetMs: verdict.resetMs,
+  });
+}
+
+function unavailable(rule: string, keyHash: string, message: string): Response {
+  logEvent({ event: "admin_unavailable", rule, key: keyHash, message }, "error");
+  return problemResponse({
+    type: LIMITER_UNAVAILABLE,
+    title: "Service Unavailable",
+    status: 503,
+    detail: `The client's Durable Object did not answer: ${message}`,
+  });
+}
+
+async function withDeadline<T>(
+  call: Promise<T>,
+  ms: number,
+): Promise<{ ok: true; value: T } | { ok: false; message: string }> {
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const deadline = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), ms);
+  });
+  try {
+    const value = await Promise.race([call, deadline]);
+    return value === "timeout" ? { ok: false, message: `no answer within ${ms}ms` } : { ok: true, value: value as T };
+  } catch (error) {
+    return { ok: false, message: String((error as Error)?.message ?? error) };
+  } finally {
+    if (timer !== null) clearTimeout(timer);
+  }
+}
+
+/**
+ * The canonical key a request from this client would have under `rule`,
+ * from the `key` query parameters. Each is `<characteristic>=<value>`, such
+ * as `ip=203.0.113.7` or `header:x-api-key=abc`, one per characteristic of
+ * the rule; a rule with a single, fallback-free characteristic also takes the
+ * bare value (`key=203.0.113.7`). Values are normalised as a request's are:
+ * an IP through {@link ipKey} (so any address of an IPv6 prefix names it),
+ * a path through {@link normalizePath}; an empty value is an absent one.
+ * The string is made by {@link canonicalKey} itself, so it names the same object.
+ */
+export function adminKey(
+  rule: Rule,
+  params: string[],
+  ipv6PrefixBits: number,
+): { ok: true; canonical: string } | { ok: false; error: string } {
+  const labels = rule.key.flatMap((sources, index) => sources.map((source) => ({ label: sourceLabel(source), index })));
+  // Longest first: `query:a=b` must not be read as `query:a` with the value `b=…`.
+  labels.sort((x, y) => y.label.length - x.label.length);
+  const sole = rule.key.length === 1 && rule.key[0]!.length === 1 ? sourceLabel(rule.key[0]![0]!) : null;
+
+  if (params.length === 0) return { ok: false, error: `The "key" query parameter is required. ${keyUsage(rule)}` };
+  const chosen = new Map<number, { label: string; value: string }>();
+  for (const param of params) {
+    const named = labels.find(({ label }) => namesSource(param, label));
+    const part = named
+      ? { index: named.index, label: named.label, value: param.slice(named.label.length + 1) }
+      : sole !== null && params.length === 1
+        ? { index: 0, label: sole, value: param }
+        : null;
+    if (part === null)
+      return { ok: false, error: `${show(param)} names no characteristic of this rule. ${keyUsage(rule)}` };
+    if (chosen.has(part.index)) {
+      return { ok: false, error: `Two values for the characteristic "${keyAsWritten(rule.key)[part.index]}".` };
+    }
+    const value = normalise(part.label, part.value, ipv6PrefixBits);
+    if (typeof value !== "string") return { ok: false, error: `${show(param)}: ${value.error}` };
+    chosen.set(part.index, { label: part.label, value });
+  }
+  const missing = keyAsWritten(rule.key).filter((_, index) => !chosen.has(index));
+  if (missing.length > 0)
+    return { ok: false, error: `No value for ${missing.map((m) => `"${m}"`).join(", ")}. ${keyUsage(rule)}` };
+
+  const values = new Map([...chosen.values()].map(({ label, value }) => [label, value]));
+  const read = (label: string): string | null => values.get(label) ?? null;
+  const facts: RequestFacts = {
+    method: read("method") ?? "",
+    path: read("path") ?? "",
+    host: read("host") ?? "",
+    ip: () => read("ip") ?? "",
+    header: (name) => read(`header:${name}`),
+    cookie: (name) => read(`cookie:${name}`),
+    query: (name) => read(`query:${name}`),
+  };
+  return { ok: true, canonical: canonicalKey(rule.key, facts) };
+}
+
+/** Whether `param` is `<label>=…`; header names are case-insensitive, as in a request. */
+const namesSource = (param: string, label: string): boolean => {
+  const head = param.slice(0, label.length + 1);
+  return (label.startsWith("header:") ? head.toLowerCase() : head) === `${label}=`;
+};
+
+function normalise(label: string, value: string, ipv6PrefixBits: number): string | { error: string } {
+  switch (label) {
+    case "ip": {
+      // `ip=` and `ip=unknown` name the key of requests that came without an IP.
+      if (value === "" || value === UNKNOWN_IP) return UNKNOWN_IP;
+      // The form the key itself takes, `2001:db8:0:ab00::/56`, names the prefix too.
+      const cidr = /^(.*)\/(\d{1,3})$/.exec(value);
+      if (cidr && Number(cidr[2]) !== ipv6PrefixBits) {
+        return { error: `is a /${cidr[2]} prefix, but IPv6 clients are grouped by /${ipv6PrefixBits} (IPV6_PREFIX)` };
+      }
+      const ip = ipKey(cidr ? cidr[1] : value, ipv6PrefixBits);
+      return ip.startsWith("invalid:") ? { error: "is not an IP address" } : ip;
+    }
+    case "path":
+      return value === "" || value.startsWith("/") ? normalizePath(value) : { error: 'a path starts with "/"' };
+    case "method":
+      // The Workers runtime upper-cases every method it accepts, not only the six the Fetch standard names.
+      return value.toUpperCase();
+    case "host":
+      return value.toLowerCase();
+    default:
+      return value;
+  }
+}
+
+/** How to name a client for `rule`, for error messages. */
+export function keyUsage(rule: Rule): string {
+  const written = keyAsWritten(rule.key);
+  const example = (label: string) => `key=${label}=${label === "ip" ? "203.0.113.7" : "…"}`;
+  if (rule.key.length === 1 && rule.key[0]!.length === 1) {
+    return `Rule "${rule.id}" counts by ${written[0]}: key=<value> or ${example(written[0]!)}.`;
+  }
+  const parts = rule.key.map((sources) => sources.map((s) => example(sourceLabel(s))).join(" or "));
+  return `Rule "${rule.id}" counts by ${written.join(" and ")}: one key parameter per characteristic, naming the one the client has: ${parts.join("; ")}.`;
+}
+
+function badRequest(type: string, title: string, fields: { detail: string } & Record<string, unknown>): Response {
+  const problem: Problem = { type, title, status: 400, ...fields };
+  return problemResponse(problem);
+}
+
+const json = (body: unknown): Response =>
+  new Response(JSON.stringify(body), {
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });

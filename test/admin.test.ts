@@ -1,0 +1,504 @@
+import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
+import { adminKey, formatDuration } from "../src/admin.ts";
+import { parseSettings } from "../src/config.ts";
+import { canonicalKey } from "../src/core/keys.ts";
+import { normalizePath } from "../src/core/paths.ts";
+import type { Rule } from "../src/core/rules.ts";
+import { requestFacts } from "../src/request-facts.ts";
+import { hangObject } from "./support/chaos.ts";
+import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
+
+const TOKEN = "test-admin-token-6f1c2d9a4b7e";
+const bearer = (token = TOKEN) => ({ authorization: `Bearer ${token}` });
+
+/** The Worker with the admin API on; `admin(method, pathAndQuery)` calls it with the token. */
+function withAdmin(rules: unknown[], vars: Record<string, string> = {}) {
+  const send = limiter(rules, { ADMIN_TOKEN: TOKEN, ...vars });
+  const admin = async (method: string, path: string) => {
+    const res = await send(path, { method, headers: { ...bearer(), "cf-connecting-ip": "198.51.100.1" } });
+    return {
+      status: res.status,
+      type: res.headers.get("content-type"),
+      body: (await res.json()) as Record<string, unknown>,
+    };
+  };
+  return { send, admin };
+}
+
+const q = (params: Record<string, string | string[]>) => {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) for (const v of [value].flat()) search.append(name, v);
+  return search.toString();
+};
+
+describe("the admin API is off unless ADMIN_TOKEN is set", () => {
+  it.each([
+    ["unset", {}],
+    ["empty", { ADMIN_TOKEN: "" }],
+  ])(
+    "with ADMIN_TOKEN %s, its prefix is an ordinary path: proxied and rate-limited like any other",
+    async (_, vars) => {
+      const send = limiter([{ id: "everything", limit: 10, period: "1m" }], vars);
+      const tag = uniqueTag("admin-off");
+      const res = await send("/__ratelimit/rules", from(uniqueIp(), { ...bearer(), "x-test-tag": tag }));
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-origin")).toBe("test-origin");
+      expect(res.headers.get("ratelimit-policy")).toBe('"everything";q=10;w=60');
+      expect(await res.json()).not.toHaveProperty("rules");
+      expect(await originHits(tag)).toBe(1);
+    },
+  );
+});
+
+describe("authentication", () => {
+  const send = limiter([{ id: "r", limit: 10, period: "1m" }], { ADMIN_TOKEN: TOKEN });
+
+  it.each([
+    ["no Authorization header", {}, 'Bearer realm="admin"'],
+    ["a wrong token", bearer("wrong-token"), 'Bearer realm="admin", error="invalid_token"'],
+    ["the token with one character more", bearer(`${TOKEN}x`), 'Bearer realm="admin", error="invalid_token"'],
+    ["a prefix of the token", bearer(TOKEN.slice(0, -1)), 'Bearer realm="admin", error="invalid_token"'],
+    [
+      "the token as Basic credentials",
+      { authorization: `Basic ${TOKEN}` },
+      'Bearer realm="admin", error="invalid_token"',
+    ],
+    ["an empty bearer", { authorization: "Bearer " }, 'Bearer realm="admin", error="invalid_token"'],
+  ])("refuses %s with 401 problem+json and a Bearer challenge, and proxies nothing", async (_, headers, challenge) => {
+    const tag = uniqueTag("admin-401");
+    const res = await send("/__ratelimit/rules", from(uniqueIp(), { ...headers, "x-test-tag": tag }));
+    expect(res.status).toBe(401);
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(res.headers.get("www-authenticate")).toBe(challenge);
+    expect(await res.json()).toEqual({
+      type: "about:blank",
+      title: "Unauthorized",
+      status: 401,
+      detail: "Send the admin token: Authorization: Bearer <token>.",
+    });
+    expect(await originHits(tag)).toBe(0);
+  });
+
+  it("accepts the token with the scheme in any case", async () => {
+    const res = await send("/__ratelimit/rules", { headers: { authorization: `bearer ${TOKEN}` } });
+    expect(res.status).toBe(200);
+  });
+
+  it.each(["/__ratelimit/nope", "/__ratelimit", "/__ratelimit/", "//__ratelimit//rules", "/%5F%5Fratelimit/rules"])(
+    "answers %s itself, never proxying it: 401 without the token",
+    async (path) => {
+      const tag = uniqueTag("admin-prefix");
+      const res = await send(path, from(uniqueIp(), { "x-test-tag": tag }));
+      expect(res.status).toBe(401);
+      expect(await originHits(tag)).toBe(0);
+    },
+  );
+
+  it("proxies a path that only starts like the prefix", async () => {
+    const tag = uniqueTag("admin-lookalike");
+    const res = await send("/__ratelimitx/rules", from(uniqueIp(), { "x-test-tag": tag }));
+    expect(res.headers.get("x-origin")).toBe("test-origin");
+    expect(await originHits(tag)).toBe(1);
+  });
+});
+
+describe("routes", () => {
+  it("answers an unknown admin path 404 and a wrong method 405, neither proxied", async () => {
+    const { admin } = withAdmin([{ id: "r", limit: 1, period: 1 }]);
+    expect(await admin("GET", "/__ratelimit/nope")).toEqual({
+      status: 404,
+      type: "application/problem+json",
+      body: {
+        type: "about:blank",
+        title: "Not Found",
+        status: 404,
+        detail:
+          "No admin route here. Routes: GET /__ratelimit/rules, GET and DELETE /__ratelimit/status?rule=<id>&key=<client>.",
+      },
+    });
+    const { status, body } = await admin("POST", "/__ratelimit/rules");
+    expect([status, body.detail]).toEqual([405, "/__ratelimit/rules allows GET."]);
+  });
+
+  it("lives under ADMIN_PREFIX when set, and the default prefix is then an ordinary path", async () => {
+    const { send, admin } = withAdmin([{ id: "r", limit: 10, period: "1m" }], { ADMIN_PREFIX: "/ops/limits" });
+    expect((await admin("GET", "/ops/limits/rules")).status).toBe(200);
+    const tag = uniqueTag("old-prefix");
+    const res = await send("/__ratelimit/rules", from(uniqueIp(), { ...bearer(), "x-test-tag": tag }));
+    expect(res.headers.get("x-origin")).toBe("test-origin");
+    expect(await originHits(tag)).toBe(1);
+  });
+
+  it("answers every request 500 for an invalid ADMIN_PREFIX, rather than guess which paths are its own", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const tag = uniqueTag("bad-prefix");
+      const send = limiter([{ id: "r", limit: 10, period: "1m" }], { ADMIN_TOKEN: TOKEN, ADMIN_PREFIX: "admin/" });
+      expect((await send("/api/x", from(uniqueIp(), { "x-test-tag": tag }))).status).toBe(500);
+      expect(await originHits(tag)).toBe(0);
+      expect(JSON.parse(String(error.mock.calls[0]![0])).errors).toEqual([
+        'ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "admin/"',
+      ]);
+    } finally {
+      error.mockRestore();
+    }
+  });
+
+  it("GET /rules returns the validated rules, each field as wrangler.toml spells it", async () => {
+    const { admin } = withAdmin(
+      [
+        { id: "api", path: "/api/*", exclude: "/api/health", limit: 100, period: 60, key: "ip" },
+        {
+          id: "login",
+          path: ["/login", "/signin"],
+          methods: ["post"],
+          limit: 5,
+          period: "90s",
+          key: ["header:X-API-Key|ip", "path"],
+          action: "log",
+          on_error: "closed",
+          precision: 6,
+          strict: true,
+        },
+      ],
+      { IPV6_PREFIX: "48", LIMITER_TIMEOUT_MS: "250" },
+    );
+    expect(await admin("GET", "/__ratelimit/rules")).toEqual({
+      status: 200,
+      type: "application/json",
+      body: {
+        rules: [
+          {
+            id: "api",
+            path: ["/api/*"],
+            methods: null,
+            exclude: ["/api/health"],
+            limit: 100,
+            period: "1m",
+            periodMs: 60_000,
+            key: ["ip"],
+            action: "block",
+            on_error: "open",
+            precision: 1,
+            strict: false,
+          },
+          {
+            id: "login",
+            path: ["/login", "/signin"],
+            methods: ["POST"],
+            exclude: [],
+            limit: 5,
+            period: "90s",
+            periodMs: 90_000,
+            key: ["header:x-api-key|ip", "path"],
+            action: "log",
+            on_error: "closed",
+            precision: 6,
+            strict: true,
+          },
+        ],
+        ipv6Prefix: 48,
+        trustedIpHeader: null,
+        timeoutMs: 250,
+      },
+    });
+  });
+
+  it("shows the configuration's problems to the token holder, with 500", async () => {
+    const { admin } = withAdmin([{ id: "bad", limit: 0, period: "1m" }]);
+    const { status, body } = await admin("GET", "/__ratelimit/rules");
+    expect(status).toBe(500);
+    expect(body.errors).toEqual(['RULES[0] "bad": field "limit": must be an integer from 1 to 1000000000; got 0']);
+  });
+
+  it.each([
+    [60_000, "1m"],
+    [90_000, "90s"],
+    [1_500, "1500ms"],
+    [86_400_000, "1d"],
+    [7_200_000, "2h"],
+  ])("spells a period of %i ms as %s", (ms, text) => {
+    expect(formatDuration(ms)).toBe(text);
+  });
+});
+
+describe("GET /status peeks without counting", () => {
+  it("reports a client's weighted count and remaining, and reading it five times counts nothing", async () => {
+    const { send, admin } = withAdmin([{ id: "peek", limit: 10, period: "1h" }]);
+    const ip = uniqueIp();
+    await statuses(3, () => send("/x", from(ip)));
+    for (let i = 0; i < 5; i++) {
+      const { status, body } = await admin("GET", `/__ratelimit/status?${q({ rule: "peek", key: ip })}`);
+      expect(status).toBe(200);
+      expect(body).toEqual({
+        rule: "peek",
+        key: [["ip", ip]],
+        keyHash: expect.stringMatching(/^[0-9a-f]{12}$/),
+        limit: 10,
+        periodMs: 3_600_000,
+        weighted: 3,
+        allowed: true,
+        remaining: 7,
+        retryAfterSeconds: 0,
+        retryAfterMs: 0,
+        resetSeconds: expect.any(Number),
+        resetMs: expect.any(Number),
+      });
+    }
+    const next = await send("/x", from(ip));
+    expect(next.headers.get("x-ratelimit-remaining")).toBe("6");
+  });
+
+  it("reports a client it has never seen as having its whole limit", async () => {
+    const { admin } = withAdmin([{ id: "fresh", limit: 4, period: "1m" }]);
+    const { body } = await admin("GET", `/__ratelimit/status?${q({ rule: "fresh", key: uniqueIp() })}`);
+    expect([body.weighted, body.remaining, body.allowed]).toEqual([0, 4, true]);
+  });
+
+  it("reports a blocked client's wait, the same Retry-After its 429 carried", async () => {
+    const { send, admin } = withAdmin([{ id: "blocked", limit: 2, period: "1m" }]);
+    const ip = uniqueIp();
+    await statuses(2, () => send("/x", from(ip)));
+    const refused = await send("/x", from(ip));
+    expect(refused.status).toBe(429);
+    const { body } = await admin("GET", `/__ratelimit/status?${q({ rule: "blocked", key: ip })}`);
+    expect(body).toMatchObject({ weighted: 2, allowed: false, remaining: 0 });
+    expect(body.retryAfterMs).toBeGreaterThan(0);
+    expect(body.retryAfterSeconds).toBe(Math.ceil((body.retryAfterMs as number) / 1000));
+    // A few milliseconds have passed since the 429; the wait can only have shrunk, by less than a second.
+    expect(Number(refused.headers.get("retry-after")) - (body.retryAfterSeconds as number)).toBeGreaterThanOrEqual(0);
+    expect(Number(refused.headers.get("retry-after")) - (body.retryAfterSeconds as number)).toBeLessThanOrEqual(1);
+  });
+
+  it("is never counted by the user's rules", async () => {
+    const { send, admin } = withAdmin([{ id: "all-paths", limit: 1, period: "1h" }]);
+    for (let i = 0; i < 5; i++) expect((await admin("GET", "/__ratelimit/rules")).status).toBe(200);
+    // admin() calls come from 198.51.100.1; that client has used none of its 1 request.
+    expect((await send("/x", from("198.51.100.1"))).status).toBe(200);
+  });
+
+  it("answers 503 when the client's object does not answer in time", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const { admin } = withAdmin([{ id: "slow", limit: 5, period: "1m" }], { LIMITER_TIMEOUT_MS: "100" });
+      const ip = uniqueIp();
+      const hang = await hangObject(ip, 400);
+      const { status, body } = await admin("GET", `/__ratelimit/status?${q({ rule: "slow", key: ip })}`);
+      expect([status, body.type, body.detail]).toEqual([
+        503,
+        "urn:edge-rate-limiter:limiter-unavailable",
+        "The client's Durable Object did not answer: no answer within 100ms",
+      ]);
+      await hang.over;
+    } finally {
+      error.mockRestore();
+    }
+  });
+});
+
+/** A client that is blocked, and how an operator names it in `key`. */
+const unblockCases = [
+  {
+    name: "an IPv4 client of an ip rule, by its address",
+    key: ["ip"],
+    client: () => from(uniqueIp()),
+    keyParams: (init: RequestInit) => [new Headers(init.headers).get("cf-connecting-ip")!],
+  },
+  {
+    name: "an IPv6 client of an ip rule, by another address of its /56",
+    key: ["ip"],
+    client: () => from(`2001:db8:${(Math.floor(Math.random() * 0xfff) + 1).toString(16)}:4a01::1`),
+    keyParams: (init: RequestInit) => [
+      new Headers(init.headers).get("cf-connecting-ip")!.replace("4a01::1", "4aff:ffff:ffff:ffff:ffff"),
+    ],
+  },
+  {
+    name: "an IPv6 client of an ip rule, by its /56 as the key spells it",
+    key: ["ip"],
+    client: () => from(`2001:db8:${(Math.floor(Math.random() * 0xfff) + 1).toString(16)}:4a01::1`),
+    keyParams: (init: RequestInit) => [
+      `${new Headers(init.headers).get("cf-connecting-ip")!.replace("4a01::1", "4a00::")}/56`,
+    ],
+  },
+  {
+    name: "an API key of a header rule, by its value",
+    key: ["header:x-api-key"],
+    client: () => from(uniqueIp(), { "x-api-key": uniqueTag("key") }),
+    keyParams: (init: RequestInit) => [new Headers(init.headers).get("x-api-key")!],
+  },
+  {
+    name: "an API key of a fallback rule, naming the header",
+    key: ["header:x-api-key|ip"],
+    client: () => from(uniqueIp(), { "x-api-key": uniqueTag("key") }),
+    keyParams: (init: RequestInit) => [`header:X-Api-Key=${new Headers(init.headers).get("x-api-key")}`],
+  },
+  {
+    name: "a keyless client of a fallback rule, naming the ip",
+    key: ["header:x-api-key|ip"],
+    client: () => from(uniqueIp()),
+    keyParams: (init: RequestInit) => [`ip=${new Headers(init.headers).get("cf-connecting-ip")}`],
+  },
+  {
+    name: "a client of a rule keyed by ip and cookie, one parameter each",
+    key: ["ip", "cookie:session"],
+    client: () => from(uniqueIp(), { cookie: `theme=dark; session=${uniqueTag("s")}` }),
+    keyParams: (init: RequestInit) => {
+      const headers = new Headers(init.headers);
+      return [`cookie:session=${headers.get("cookie")!.split("session=")[1]}`, `ip=${headers.get("cf-connecting-ip")}`];
+    },
+  },
+];
+
+describe("DELETE /status unblocks a client", () => {
+  it.each(unblockCases)("$name: 429, then DELETE, then 200", async ({ key, client, keyParams }) => {
+    const id = `unblock-${uniqueTag("r").replace(/[^a-z0-9-]/g, "")}`.slice(0, 64);
+    const { send, admin } = withAdmin([{ id, limit: 2, period: "1h", key }]);
+    const init = client();
+    expect(await statuses(3, () => send("/api/x", init))).toEqual([200, 200, 429]);
+    const query = q({ rule: id, key: keyParams(init) });
+
+    const before = await admin("GET", `/__ratelimit/status?${query}`);
+    expect([before.status, before.body.weighted]).toEqual([200, 2]);
+    const reset = await admin("DELETE", `/__ratelimit/status?${query}`);
+    expect(reset).toEqual({
+      status: 200,
+      type: "application/json",
+      body: { rule: id, key: before.body.key, keyHash: before.body.keyHash, reset: true },
+    });
+    expect(await statuses(1, () => send("/api/x", init))).toEqual([200]);
+  });
+
+  it("resets only the rule named: another rule of the same client keeps its count", async () => {
+    const { send, admin } = withAdmin([
+      { id: "tight", limit: 2, period: "1h" },
+      { id: "loose", limit: 10, period: "1h" },
+    ]);
+    const ip = uniqueIp();
+    expect(await statuses(3, () => send("/x", from(ip)))).toEqual([200, 200, 429]);
+    await admin("DELETE", `/__ratelimit/status?${q({ rule: "tight", key: ip })}`);
+    expect(await statuses(1, () => send("/x", from(ip)))).toEqual([200]);
+    const loose = await admin("GET", `/__ratelimit/status?${q({ rule: "loose", key: ip })}`);
+    const tight = await admin("GET", `/__ratelimit/status?${q({ rule: "tight", key: ip })}`);
+    // The refused third request counted nowhere; the fourth counted in both.
+    expect([loose.body.weighted, tight.body.weighted]).toEqual([3, 1]);
+  });
+});
+
+describe("a bad rule or key is a 400 problem naming what is wrong", () => {
+  const rules = [
+    { id: "by-ip", limit: 5, period: "1m" },
+    { id: "by-key-or-ip", limit: 5, period: "1m", key: "header:x-api-key|ip" },
+    { id: "by-ip-and-path", limit: 5, period: "1m", key: ["ip", "path"] },
+  ];
+  const { admin } = withAdmin(rules, { IPV6_PREFIX: "56" });
+
+  it.each([
+    [
+      { key: "1.2.3.4" },
+      "unknown-rule",
+      'The "rule" query parameter is required; rules: by-ip, by-key-or-ip, by-ip-and-path.',
+    ],
+    [{ rule: "nope", key: "1.2.3.4" }, "unknown-rule", 'No rule "nope"; rules: by-ip, by-key-or-ip, by-ip-and-path.'],
+    [
+      { rule: "by-ip" },
+      "malformed-key",
+      'The "key" query parameter is required. Rule "by-ip" counts by ip: key=<value> or key=ip=203.0.113.7.',
+    ],
+    [{ rule: "by-ip", key: "1.2.3" }, "malformed-key", '"1.2.3": is not an IP address'],
+    [
+      { rule: "by-ip", key: "2001:db8::/48" },
+      "malformed-key",
+      '"2001:db8::/48": is a /48 prefix, but IPv6 clients are grouped by /56 (IPV6_PREFIX)',
+    ],
+    [
+      { rule: "by-key-or-ip", key: "abc" },
+      "malformed-key",
+      '"abc" names no characteristic of this rule. Rule "by-key-or-ip" counts by header:x-api-key|ip: one key parameter per characteristic, naming the one the client has: key=header:x-api-key=… or key=ip=203.0.113.7.',
+    ],
+    [
+      { rule: "by-ip-and-path", key: "ip=1.2.3.4" },
+      "malformed-key",
+      'No value for "path". Rule "by-ip-and-path" counts by ip and path: one key parameter per characteristic, naming the one the client has: key=ip=203.0.113.7; key=path=….',
+    ],
+    [
+      { rule: "by-ip-and-path", key: ["ip=1.2.3.4", "ip=1.2.3.5", "path=/x"] },
+      "malformed-key",
+      'Two values for the characteristic "ip".',
+    ],
+    [{ rule: "by-ip-and-path", key: ["ip=1.2.3.4", "path=x"] }, "malformed-key", '"path=x": a path starts with "/"'],
+  ])("%j: %s", async (params, type, detail) => {
+    const { status, type: contentType, body } = await admin("GET", `/__ratelimit/status?${q(params)}`);
+    expect([status, contentType, body.type, body.detail]).toEqual([
+      400,
+      "application/problem+json",
+      `urn:edge-rate-limiter:${type}`,
+      detail,
+    ]);
+  });
+});
+
+describe("the key an operator names is the key a request has", () => {
+  const ruleWith = (key: string | string[]): Rule => {
+    const parsed = parseSettings({ RULES: [{ id: "r", limit: 1, period: 1, key }] });
+    if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+    return parsed.value.rules[0]!;
+  };
+  const settings = (() => {
+    const parsed = parseSettings({ RULES: [] });
+    if (!parsed.ok) throw new Error("unreachable");
+    return parsed.value;
+  })();
+  const requestKey = (rule: Rule, url: string, init: RequestInit) => {
+    const request = new Request(url, init);
+    const parsed = new URL(request.url);
+    return canonicalKey(rule.key, requestFacts(request, parsed, normalizePath(parsed.pathname), settings));
+  };
+
+  it.each([
+    ["ip", "http://h/x", from("203.0.113.7"), ["203.0.113.7"]],
+    ["ip", "http://h/x", from("203.0.113.7:4711"), ["203.0.113.7"]],
+    ["ip", "http://h/x", from("::ffff:203.0.113.7"), ["ip=203.0.113.7"]],
+    ["ip", "http://h/x", from("2001:DB8:1:2a77::1"), ["2001:db8:1:2a00::ffff"]],
+    ["ip", "http://h/x", {}, ["unknown"]],
+    ["ip", "http://h/x", {}, ["ip="]],
+    ["header:x-api-key", "http://h/x", from("1.1.1.1", { "x-api-key": "k=1;2" }), ["k=1;2"]],
+    ["header:x-api-key", "http://h/x", from("1.1.1.1"), [""]],
+    ["header:x-api-key", "http://h/x", from("1.1.1.1", { "x-api-key": "" }), ["header:x-api-key="]],
+    ["cookie:sid", "http://h/x", from("1.1.1.1", { cookie: 'a=1; sid="s 2"' }), ["s 2"]],
+    ["query:token", "http://h/x?token=caf%C3%A9", {}, ["café"]],
+    ["path", "http://h//api/%61bc", {}, ["/api//abc"]],
+    ["method", "http://h/x", { method: "get" }, ["get"]],
+    ["method", "http://h/x", { method: "patch" }, ["patch"]],
+    ["method", "http://h/x", { method: "propfind" }, ["PROPFIND"]],
+    ["host", "http://API.Example.com:8080/x", {}, ["api.example.com:8080"]],
+    ["header:x-api-key|ip", "http://h/x", from("1.1.1.1", { "x-api-key": "abc" }), ["header:x-api-key=abc"]],
+    ["header:x-api-key|ip", "http://h/x", from("1.1.1.1"), ["ip=1.1.1.1"]],
+    [["ip", "method"], "http://h/x", { ...from("1.1.1.1"), method: "POST" }, ["method=post", "ip=1.1.1.1"]],
+  ] as const)("%j, request %s %j: key=%j", (key, url, init, params) => {
+    const rule = ruleWith(key as string | string[]);
+    const named = adminKey(rule, [...params], 56);
+    expect(named).toEqual({ ok: true, canonical: requestKey(rule, url, init) });
+  });
+});
+
+describe("failures are logged", () => {
+  let warn: MockInstance;
+  beforeEach(() => {
+    warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+  });
+  afterEach(() => warn.mockRestore());
+
+  it("logs every reset as JSON, with the rule and the key's hash, never the key", async () => {
+    const { admin } = withAdmin([{ id: "logged", limit: 5, period: "1m" }]);
+    const ip = uniqueIp();
+    const { body } = await admin("DELETE", `/__ratelimit/status?${q({ rule: "logged", key: ip })}`);
+    const lines = warn.mock.calls.map(([line]) => String(line));
+    expect(lines.map((line) => JSON.parse(line))).toContainEqual({
+      level: "warn",
+      event: "admin_reset",
+      rule: "logged",
+      key: body.keyHash,
+    });
+    expect(lines.join("\n")).not.toContain(ip);
+  });
+});
