@@ -1,0 +1,46 @@
+/**
+ * `npm run check-config [-- <wrangler.toml>] [-- --env <name>]`: checks the
+ * limiter's configuration offline, reading the file exactly as wrangler
+ * does. Prints every error (naming the rule and field) and every warning.
+ * Exit status: 0 with warnings only, 1 with errors, 2 when the file cannot be read.
+ */
+import { unstable_readConfig } from "wrangler";
+import { checkConfig, formatReport, type WranglerConfig } from "../src/check-config.ts";
+
+const USAGE = "usage: npm run check-config -- [path/to/wrangler.toml] [--env <name>]";
+
+function parseArgs(argv: string[]): { file: string; env: string | undefined } | { error: string } {
+  let file: string | undefined;
+  let env: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--env" || arg === "-e") {
+      env = argv[++i];
+      if (env === undefined) return { error: "--env needs a name" };
+    } else if (arg === "--help" || arg === "-h") return { error: "" };
+    else if (arg.startsWith("-")) return { error: `unknown option ${arg}` };
+    else if (file === undefined) file = arg;
+    else return { error: `one file at a time; got ${file} and ${arg}` };
+  }
+  return { file: file ?? "wrangler.toml", env };
+}
+
+const args = parseArgs(process.argv.slice(2));
+if ("error" in args) {
+  if (args.error !== "") console.error(`check-config: ${args.error}`);
+  console.error(USAGE);
+  process.exit(2);
+}
+
+let config: WranglerConfig;
+try {
+  config = unstable_readConfig({ config: args.file, env: args.env }, { hideWarnings: true });
+} catch (error) {
+  console.error(`error: cannot read ${args.file}: ${(error as Error).message}`);
+  process.exit(2);
+}
+
+const report = checkConfig(config);
+const label = args.env === undefined ? args.file : `${args.file} [env.${args.env}]`;
+for (const line of formatReport(report, label)) console.log(line);
+process.exit(report.findings.some((f) => f.level === "error") ? 1 : 0);

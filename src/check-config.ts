@@ -1,0 +1,319 @@
+/**
+ * @module
+ * The offline config checker: every error in the limiter's configuration,
+ * each naming the variable (and the rule and field), and warnings for
+ * settings that are valid but suspicious, in the spirit of express-rate-limit's
+ * validations. Pure: it takes the configuration as wrangler reads it;
+ * `scripts/check-config.ts` reads the file and prints the findings.
+ */
+import { parseAdminPrefix, parseOrigin, parseSettings, type SettingsInput } from "./config.ts";
+import { describePeriod, show } from "./core/duration.ts";
+import { sourceLabel } from "./core/keys.ts";
+import { normalizePath, type PathGlob } from "./core/paths.ts";
+import { parseRule, type Rule } from "./core/rules.ts";
+
+/** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
+export type WranglerConfig = {
+  vars?: Record<string, unknown>;
+  durable_objects?: { bindings?: { name: string; class_name: string; script_name?: string }[] };
+  migrations?: {
+    new_classes?: string[];
+    new_sqlite_classes?: string[];
+    renamed_classes?: { from: string; to: string }[];
+    deleted_classes?: string[];
+  }[];
+};
+
+/**
+ * One finding. An `error` makes the Worker refuse to run (it answers 500) or
+ * fail; a `danger` is a valid setting that can let clients escape their
+ * limits or expose a secret; a `warning` is valid but probably not meant.
+ */
+export type Finding = { level: "error" | "danger" | "warning"; message: string };
+
+export type CheckReport = { rules: number; findings: Finding[] };
+
+const BINDING = "RATE_LIMITER";
+const CLASS = "RateLimiter";
+
+/**
+ * The methods the Workers runtime can carry. A request with any other method
+ * (CONNECT, TRACK, a made-up one) never reaches a Worker, so a rule limited
+ * to it never matches. test/check-config.test.ts checks this list against
+ * the runtime itself.
+ */
+export const WORKER_METHODS: ReadonlySet<string> = new Set(
+  "GET HEAD POST PUT DELETE PATCH PURGE OPTIONS TRACE COPY LOCK MKCOL MOVE PROPFIND PROPPATCH SEARCH UNLOCK ACL REPORT MKACTIVITY CHECKOUT MERGE NOTIFY SUBSCRIBE UNSUBSCRIBE QUERY BAN".split(
+    " ",
+  ),
+);
+
+/** Checks a configuration; the findings are in the order of the file, errors first. */
+export function checkConfig(config: WranglerConfig): CheckReport {
+  const vars = config.vars ?? {};
+  const findings: Finding[] = [];
+  const error = (message: string) => findings.push({ level: "error", message });
+
+  const settings = parseSettings(vars as SettingsInput);
+  if (!settings.ok) for (const message of settings.errors) error(message);
+  const origin = parseOrigin(vars.ORIGIN_URL as string | undefined);
+  if (!origin.ok) error(origin.error);
+  const prefix = parseAdminPrefix(vars.ADMIN_PREFIX);
+  if (!prefix.ok) error(prefix.error);
+  findings.push(...durableObjectFindings(config));
+
+  findings.push(...varWarnings(vars));
+  // Each valid rule is checked for warnings, even beside invalid ones.
+  const raw = rawRules(vars.RULES);
+  const valid: { rule: Rule; index: number }[] = [];
+  if (Array.isArray(raw)) {
+    raw.forEach((input: unknown, index) => {
+      const parsed = parseRule(input, `RULES[${index}]`);
+      if (!parsed.ok) return;
+      valid.push({ rule: parsed.rule, index });
+      findings.push(
+        ...ruleWarnings(parsed.rule, `RULES[${index}] "${parsed.rule.id}"`, input as Record<string, unknown>),
+      );
+    });
+  }
+  findings.push(...sameRequestsWarnings(valid));
+
+  const order = { error: 0, danger: 1, warning: 2 };
+  findings.sort((a, b) => order[a.level] - order[b.level]);
+  return { rules: Array.isArray(raw) ? raw.length : 0, findings };
+}
+
+/** `RULES` as the Worker reads it: a list, or the same list as a JSON string. */
+function rawRules(value: unknown): unknown {
+  if (typeof value !== "string") return value ?? [];
+  try {
+    return JSON.parse(value);
+  } catch {
+    return []; // parseSettings has reported it
+  }
+}
+
+function durableObjectFindings(config: WranglerConfig): Finding[] {
+  if (config.durable_objects === undefined && config.migrations === undefined) return [];
+  const out: Finding[] = [];
+  const error = (message: string) => out.push({ level: "error", message });
+  const bindings = config.durable_objects?.bindings ?? [];
+  const binding = bindings.find((b) => b.name === BINDING);
+  if (binding === undefined) {
+    const names = bindings.map((b) => b.name).join(", ") || "none";
+    error(
+      `durable_objects.bindings: no binding named "${BINDING}" (found: ${names}); the Worker cannot reach its counters. Add [[durable_objects.bindings]] name = "${BINDING}", class_name = "${CLASS}"`,
+    );
+  } else if (binding.script_name !== undefined) {
+    return out; // the class lives in another Worker, with its own migrations
+  } else if (binding.class_name !== CLASS) {
+    error(`durable_objects.bindings: "${BINDING}" binds class "${binding.class_name}"; the Worker exports "${CLASS}"`);
+  }
+  // Replays the migrations to find what kind of storage the class ends up with.
+  const classes = new Map<string, "sqlite" | "kv">();
+  for (const m of config.migrations ?? []) {
+    for (const name of m.new_sqlite_classes ?? []) classes.set(name, "sqlite");
+    for (const name of m.new_classes ?? []) classes.set(name, "kv");
+    for (const { from, to } of m.renamed_classes ?? []) {
+      const kind = classes.get(from);
+      classes.delete(from);
+      if (kind) classes.set(to, kind);
+    }
+    for (const name of m.deleted_classes ?? []) classes.delete(name);
+  }
+  const kind = classes.get(CLASS);
+  if (kind === "kv") {
+    error(
+      `migrations: "${CLASS}" is created with new_classes (key-value storage); it keeps its counters in SQL and needs new_sqlite_classes = ["${CLASS}"]`,
+    );
+  } else if (kind === undefined) {
+    error(
+      `migrations: no migration creates "${CLASS}"; add [[migrations]] tag = "v1", new_sqlite_classes = ["${CLASS}"]`,
+    );
+  }
+  return out;
+}
+
+const IP_LISTS = new Set(["x-forwarded-for", "forwarded"]);
+
+function varWarnings(vars: Record<string, unknown>): Finding[] {
+  const out: Finding[] = [];
+  const warn = (message: string) => out.push({ level: "warning", message });
+
+  if (vars.RULES === undefined || (Array.isArray(vars.RULES) && vars.RULES.length === 0)) {
+    warn("RULES: there are no rules, so every request is proxied without a limit");
+  }
+
+  const trusted = typeof vars.TRUSTED_IP_HEADER === "string" ? vars.TRUSTED_IP_HEADER : "";
+  const header = trusted.toLowerCase();
+  if (header === "cf-connecting-ip") {
+    warn('TRUSTED_IP_HEADER: "CF-Connecting-IP" is what the limiter uses anyway; remove the setting');
+  } else if (IP_LISTS.has(header)) {
+    out.push({
+      level: "danger",
+      message: `TRUSTED_IP_HEADER: ${show(trusted)} is a list that clients write themselves, and the limiter trusts its rightmost entry. That entry is the client only when a proxy of yours in front of Cloudflare appends it; otherwise a client can choose the address it is counted by, and walk around every "ip" rule. With Cloudflare as the first hop, leave TRUSTED_IP_HEADER unset: CF-Connecting-IP is already the client`,
+    });
+  } else if (header !== "") {
+    warn(
+      `TRUSTED_IP_HEADER: ${show(trusted)} is trusted as the client's address. Set it only when your own proxy in front of Cloudflare overwrites it on every request; otherwise any client can send it and choose the address it is counted by`,
+    );
+  }
+
+  const token = vars.ADMIN_TOKEN;
+  if (token !== undefined && token !== "") {
+    out.push({
+      level: "danger",
+      message: `ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run \`wrangler secret put ADMIN_TOKEN\`${
+        typeof token === "string" && token.length < 32
+          ? `; and use at least 32 random characters (this one has ${token.length})`
+          : ""
+      }`,
+    });
+  }
+
+  const bits = Number(vars.IPV6_PREFIX);
+  if (vars.IPV6_PREFIX !== undefined && Number.isInteger(bits) && bits >= 1 && bits <= 128) {
+    if (bits > 64) {
+      warn(
+        `IPV6_PREFIX: /${bits} is longer than /64, but one subscriber holds at least a /64 (usually a /56 or /48), so a client can rotate addresses and walk around its "ip" limits`,
+      );
+    } else if (bits < 32) {
+      warn(
+        `IPV6_PREFIX: /${bits} makes a whole provider's network one client, so unrelated users share each "ip" limit`,
+      );
+    }
+  }
+
+  const timeoutMs = Number(vars.LIMITER_TIMEOUT_MS);
+  if (Number.isInteger(timeoutMs) && timeoutMs > 5_000 && timeoutMs <= 60_000) {
+    warn(
+      `LIMITER_TIMEOUT_MS: ${timeoutMs} ms: when a Durable Object is slow or down, every request waits this long before on_error applies`,
+    );
+  }
+  return out;
+}
+
+/**
+ * Whether `cover` matches every path `glob` matches. Exact: `glob`'s own
+ * text, its `*`s taken as literal characters, can only be matched by `cover`
+ * with a `*` in the place of each, and a `*` matches whatever stands there.
+ */
+export const globCovers = (cover: PathGlob, glob: PathGlob): boolean => cover.test(glob.source);
+
+/** Why a glob can never match a request's path, or null. */
+function unmatchable(glob: string): string | null {
+  if (/[?#]/.test(glob)) return "globs match the path only, never the query or fragment";
+  const normal = normalizePath(glob);
+  if (normal !== glob) {
+    return `paths are matched after decoding unreserved characters and collapsing repeated slashes (write ${show(normal)})`;
+  }
+  return null;
+}
+
+function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): Finding[] {
+  const out: Finding[] = [];
+  const warn = (message: string) => out.push({ level: "warning", message: `${label}: ${message}` });
+
+  if (rule.periodMs < 1_000) {
+    warn(
+      `field "period": ${show(raw.period)} is under 1 second${typeof raw.period === "number" ? " (a number is seconds)" : ""}: every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit`,
+    );
+  } else if (typeof raw.period === "number" && raw.period >= 1_000 && raw.period % 1_000 === 0) {
+    warn(
+      `field "period": ${raw.period} is seconds, that is ${describePeriod(rule.periodMs)}; if you meant milliseconds, write "${raw.period / 1_000}s"`,
+    );
+  }
+
+  const live = rule.paths.filter((glob) => {
+    const why = unmatchable(glob.source);
+    if (why !== null) warn(`field "path": ${show(glob.source)} never matches: ${why}`);
+    return why === null;
+  });
+  for (const glob of rule.exclude) {
+    const why = unmatchable(glob.source);
+    if (why !== null) warn(`field "exclude": ${show(glob.source)} never excludes anything: ${why}`);
+  }
+  const excluded = live.map((glob) => ({ glob, by: rule.exclude.find((cover) => globCovers(cover, glob)) }));
+  if (live.length === 0 || excluded.every(({ by }) => by !== undefined)) {
+    const how = excluded.map(({ glob, by }) => `path ${show(glob.source)} by exclude ${show(by!.source)}`);
+    warn(
+      `never matches: ${live.length === 0 ? "none of its paths can match" : `every path is excluded (${how.join("; ")})`}`,
+    );
+  } else {
+    for (const { glob, by } of excluded) {
+      if (by)
+        warn(
+          `field "path": ${show(glob.source)} is entirely excluded by exclude ${show(by.source)}, so it adds nothing`,
+        );
+    }
+  }
+
+  if (rule.methods !== null) {
+    const never = [...rule.methods].filter((method) => !WORKER_METHODS.has(method));
+    if (never.length === rule.methods.size) {
+      warn(`never matches: Workers never receive ${never.join(" or ")} requests (the runtime cannot carry them)`);
+    } else if (never.length > 0) {
+      warn(`field "methods": Workers never receive ${never.join(" or ")} requests (the runtime cannot carry them)`);
+    }
+  }
+
+  if (rule.action === "log" && rule.onError === "closed") {
+    warn('field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request');
+  }
+  return out;
+}
+
+/** What decides which requests a rule counts, and how: equal signatures count the same requests the same way. */
+function signature(rule: Rule): string {
+  const sources = (globs: PathGlob[]) => globs.map((g) => g.source).sort();
+  const key = rule.key.map((sources) => sources.map(sourceLabel).join("|")).sort();
+  const methods = rule.methods === null ? null : [...rule.methods].sort();
+  return JSON.stringify([sources(rule.paths), sources(rule.exclude), methods, key, rule.periodMs]);
+}
+
+/**
+ * Two enforcing rules with the same paths, methods, key and period count the
+ * same requests in the same window, so the looser never decides anything.
+ * Rules that differ only in period are not reported: that is how a burst and
+ * a sustained limit are written. A shadow rule beside an enforcing one is how
+ * a new limit is tried out, and is not reported either.
+ */
+function sameRequestsWarnings(rules: { rule: Rule; index: number }[]): Finding[] {
+  const out: Finding[] = [];
+  const seen = new Map<string, { rule: Rule; index: number }>();
+  for (const { rule, index } of rules) {
+    if (rule.action !== "block") continue;
+    const sig = signature(rule);
+    const first = seen.get(sig);
+    if (first === undefined) {
+      seen.set(sig, { rule, index });
+      continue;
+    }
+    const a = `RULES[${first.index}] "${first.rule.id}"`;
+    const b = `RULES[${index}] "${rule.id}"`;
+    const looser = first.rule.limit >= rule.limit ? a : b;
+    out.push({
+      level: "warning",
+      message:
+        first.rule.limit === rule.limit
+          ? `${a} and ${b}: are the same limit on the same requests, key and period; remove one`
+          : `${a} and ${b}: count the same requests with the same key and period, so ${looser}, the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit`,
+    });
+  }
+  return out;
+}
+
+/** The report as lines of text, errors first, and a summary. */
+export function formatReport(report: CheckReport, file: string): string[] {
+  const count = (level: Finding["level"]) => report.findings.filter((f) => f.level === level).length;
+  const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const tag = { error: "error", danger: "DANGER", warning: "warning" };
+  const lines = report.findings.map((f) => `${tag[f.level]}: ${f.message}`);
+  const errors = count("error");
+  const dangers = count("danger");
+  const warnings = plural(dangers + count("warning"), "warning") + (dangers > 0 ? ` (${dangers} DANGER)` : "");
+  lines.push(
+    `${file}: ${plural(report.rules, "rule")}, ${plural(errors, "error")}, ${warnings}${errors > 0 ? "" : " - OK"}`,
+  );
+  return lines;
+}

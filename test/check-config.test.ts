@@ -1,0 +1,235 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  type CheckReport,
+  checkConfig,
+  type Finding,
+  formatReport,
+  globCovers,
+  WORKER_METHODS,
+  type WranglerConfig,
+} from "../src/check-config.ts";
+import { compileGlob } from "../src/core/paths.ts";
+import broken from "./fixtures/broken-wrangler.json";
+import { env } from "./support/env.ts";
+
+const rule = (fields: Record<string, unknown>) => ({ id: "r", limit: 10, period: "1m", ...fields });
+const findings = (vars: Record<string, unknown>): Finding[] => checkConfig({ vars }).findings;
+const warning = (message: string): Finding => ({ level: "warning", message });
+
+describe("npm run check-config", () => {
+  it("passes the shipped wrangler.toml, as the Worker reads it, with no finding at all", () => {
+    const { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL } = env;
+    const report = checkConfig({ vars: { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL } });
+    expect(report).toEqual({ rules: 3, findings: [] } satisfies CheckReport);
+  });
+
+  it("prints every error of the broken fixture, naming the rule and field, then every warning", () => {
+    expect(formatReport(checkConfig(broken as WranglerConfig), "broken-wrangler.json")).toEqual([
+      'error: RULES[0] "API": field "id": must be 1–64 characters of [a-z0-9_-]; got "API"',
+      'error: RULES[0] "API": field "limit": must be an integer from 1 to 1000000000; got 0',
+      'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
+      'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
+      'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, limit, period, key, action, on_error, precision, strict',
+      "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
+      'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
+      'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
+      'error: durable_objects.bindings: no binding named "RATE_LIMITER" (found: LIMITER); the Worker cannot reach its counters. Add [[durable_objects.bindings]] name = "RATE_LIMITER", class_name = "RateLimiter"',
+      'error: migrations: "RateLimiter" is created with new_classes (key-value storage); it keeps its counters in SQL and needs new_sqlite_classes = ["RateLimiter"]',
+      'DANGER: TRUSTED_IP_HEADER: "X-Forwarded-For" is a list that clients write themselves, and the limiter trusts its rightmost entry. That entry is the client only when a proxy of yours in front of Cloudflare appends it; otherwise a client can choose the address it is counted by, and walk around every "ip" rule. With Cloudflare as the first hop, leave TRUSTED_IP_HEADER unset: CF-Connecting-IP is already the client',
+      "DANGER: ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run `wrangler secret put ADMIN_TOKEN`; and use at least 32 random characters (this one has 7)",
+      'warning: IPV6_PREFIX: /128 is longer than /64, but one subscriber holds at least a /64 (usually a /56 or /48), so a client can rotate addresses and walk around its "ip" limits',
+      'warning: RULES[4] "health": never matches: every path is excluded (path "/api/health" by exclude "/api/*")',
+      'warning: RULES[5] "tunnel": never matches: Workers never receive CONNECT requests (the runtime cannot carry them)',
+      'warning: RULES[6] "search": field "period": 0.5 is under 1 second (a number is seconds): every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit',
+      'warning: RULES[6] "search": field "path": "/search?q=*" never matches: globs match the path only, never the query or fragment',
+      'warning: RULES[6] "search": field "exclude": "//search/health" never excludes anything: paths are matched after decoding unreserved characters and collapsing repeated slashes (write "/search/health")',
+      'warning: RULES[7] "per-ip": field "period": 60000 is seconds, that is 1000 minutes; if you meant milliseconds, write "60s"',
+      'warning: RULES[10] "shadow": field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request',
+      'warning: RULES[8] "reports-a" and RULES[9] "reports-b": count the same requests with the same key and period, so RULES[9] "reports-b", the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit',
+      "broken-wrangler.json: 11 rules, 11 errors, 11 warnings (2 DANGER)",
+    ]);
+  });
+});
+
+describe("a trusted forwarding header, on a Worker behind Cloudflare", () => {
+  it.each([
+    ["X-Forwarded-For", "danger"],
+    ["Forwarded", "danger"],
+    ["True-Client-IP", "warning"],
+    ["X-Real-IP", "warning"],
+    ["CF-Connecting-IP", "warning"],
+  ])("%s gets a %s", (header, level) => {
+    const found = findings({ RULES: [rule({})], TRUSTED_IP_HEADER: header });
+    expect(found.map((f) => f.level)).toEqual([level]);
+    expect(found[0]!.message).toMatch(new RegExp(`^TRUSTED_IP_HEADER: "${header}"`));
+  });
+
+  it("unset gets nothing", () => {
+    expect(findings({ RULES: [rule({})] })).toEqual([]);
+  });
+});
+
+describe("suspicious periods", () => {
+  it.each([
+    ["500ms", 1],
+    [0.25, 1],
+    ["999ms", 1],
+    ["1000ms", 0],
+    [1, 0],
+    [3600, 0],
+    [60_000, 1],
+    ["60000s", 0],
+  ])("period %j gets %i warning(s)", (period, count) => {
+    expect(findings({ RULES: [rule({ period })] })).toHaveLength(count);
+  });
+});
+
+describe("rules that can never match", () => {
+  it.each([
+    [
+      { path: "/api/*", exclude: "/api/*" },
+      'never matches: every path is excluded (path "/api/*" by exclude "/api/*")',
+    ],
+    [
+      { path: "/api/v1/*", exclude: "/api/*" },
+      'never matches: every path is excluded (path "/api/v1/*" by exclude "/api/*")',
+    ],
+    [
+      { path: "/login", exclude: ["/x", "/log*"] },
+      'never matches: every path is excluded (path "/login" by exclude "/log*")',
+    ],
+    [
+      { path: ["/a/*", "/b/*"], exclude: "/a/*" },
+      'field "path": "/a/*" is entirely excluded by exclude "/a/*", so it adds nothing',
+    ],
+    [{ methods: ["CONNECT"] }, "never matches: Workers never receive CONNECT requests (the runtime cannot carry them)"],
+    [
+      { methods: ["CONNECT", "TRACK"] },
+      "never matches: Workers never receive CONNECT or TRACK requests (the runtime cannot carry them)",
+    ],
+    [
+      { methods: ["GET", "TRACK"] },
+      'field "methods": Workers never receive TRACK requests (the runtime cannot carry them)',
+    ],
+    [
+      { path: "/%61pi/*" },
+      'field "path": "/%61pi/*" never matches: paths are matched after decoding unreserved characters and collapsing repeated slashes (write "/api/*")',
+    ],
+  ])("%j: %s", (fields, message) => {
+    expect(findings({ RULES: [rule(fields)] })).toContainEqual(warning(`RULES[0] "r": ${message}`));
+  });
+
+  it.each([
+    { path: "/api/*", exclude: "/api/v1/*" },
+    { path: "/a*", exclude: "/a/*" },
+    { path: "/api/*", exclude: "/api/health" },
+    { methods: ["PURGE", "PROPFIND"] },
+  ])("%j is fine", (fields) => {
+    expect(findings({ RULES: [rule(fields)] })).toEqual([]);
+  });
+
+  it("knows exactly the methods the Workers runtime can carry", () => {
+    for (const method of WORKER_METHODS) expect(new Request("http://x/", { method }).method).toBe(method);
+    for (const method of ["CONNECT", "TRACK", "M-SEARCH", "FOO"]) {
+      expect(() => new Request("http://x/", { method })).toThrow(TypeError);
+    }
+  });
+
+  it("judges coverage exactly: a glob covered by an exclude has no path the exclude misses", () => {
+    const glob = fc.stringMatching(/^\/[ab/*]{0,6}$/).map(compileGlob);
+    const fill = fc.array(fc.stringMatching(/^[ab/]{0,3}$/), { minLength: 7, maxLength: 7 });
+    fc.assert(
+      fc.property(glob, glob, fill, (cover, path, fills) => {
+        let i = 0;
+        const instance = path.source.replace(/\*/g, () => fills[i++ % fills.length]!);
+        // Sound: every instance of a covered glob is excluded.
+        if (globCovers(cover, path)) expect(cover.test(instance)).toBe(true);
+        // Complete: an uncovered glob has an instance the exclude misses (each * as a character the exclude never names).
+        else expect(cover.test(path.source.replace(/\*/g, "#"))).toBe(false);
+      }),
+      { numRuns: 2_000, seed: 6 },
+    );
+  });
+});
+
+describe("two rules counting the same requests", () => {
+  const pair = (a: Record<string, unknown>, b: Record<string, unknown>) =>
+    findings({ RULES: [rule({ id: "a", ...a }), rule({ id: "b", ...b })] });
+
+  it("reports the looser one of two limits on the same paths, methods, key and period", () => {
+    expect(pair({ limit: 5, key: ["ip", "path"] }, { limit: 50, key: ["path", "ip"] })).toEqual([
+      warning(
+        'RULES[0] "a" and RULES[1] "b": count the same requests with the same key and period, so RULES[1] "b", the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit',
+      ),
+    ]);
+  });
+
+  it("reports an exact duplicate", () => {
+    expect(pair({}, {})).toEqual([
+      warning('RULES[0] "a" and RULES[1] "b": are the same limit on the same requests, key and period; remove one'),
+    ]);
+  });
+
+  it.each([
+    ["a burst and a sustained limit (different periods)", { period: "1s", limit: 5 }, { period: "1h" }],
+    ["a shadow rule trying out a new limit", { action: "log", limit: 5 }, {}],
+    ["different keys", { key: "ip" }, { key: "header:x-api-key|ip" }],
+    ["different methods", { methods: ["POST"] }, { methods: ["GET"] }],
+    ["different paths", { path: "/a/*" }, { path: "/b/*" }],
+  ])("leaves %s alone", (_, a, b) => {
+    expect(pair(a, b)).toEqual([]);
+  });
+});
+
+describe("other settings", () => {
+  it.each([
+    [{ IPV6_PREFIX: 64 }, []],
+    [{ IPV6_PREFIX: "48" }, []],
+    [{ IPV6_PREFIX: 72 }, ["warning"]],
+    [{ IPV6_PREFIX: 24 }, ["warning"]],
+    [{ LIMITER_TIMEOUT_MS: 5000 }, []],
+    [{ LIMITER_TIMEOUT_MS: "10000" }, ["warning"]],
+    [{ ADMIN_TOKEN: "" }, []],
+    [{ ADMIN_TOKEN: "x".repeat(40) }, ["danger"]],
+    [{ ADMIN_PREFIX: "/ops/limits" }, []],
+    [{ ADMIN_PREFIX: "/" }, ["error"]],
+    [{ ORIGIN_URL: "ftp://origin" }, ["error"]],
+    [{ RULES: JSON.stringify([rule({ period: "100ms" })]) }, ["warning"]],
+    // parseSettings reports both that the string is not JSON and that it is not a list.
+    [{ RULES: "[{" }, ["error", "error"]],
+    [{ RULES: [] }, ["warning"]],
+  ])("%j: %j", (vars, levels) => {
+    expect(findings({ RULES: [rule({})], ...vars }).map((f) => f.level)).toEqual(levels);
+  });
+
+  const sqlite = (migrations: WranglerConfig["migrations"]): WranglerConfig => ({
+    vars: { RULES: [rule({})] },
+    durable_objects: { bindings: [{ name: "RATE_LIMITER", class_name: "RateLimiter" }] },
+    migrations,
+  });
+
+  it.each([
+    ["created with new_sqlite_classes", [{ new_sqlite_classes: ["RateLimiter"] }], []],
+    [
+      "renamed into RateLimiter",
+      [{ new_sqlite_classes: ["Limiter"] }, { renamed_classes: [{ from: "Limiter", to: "RateLimiter" }] }],
+      [],
+    ],
+    [
+      "deleted again",
+      [{ new_sqlite_classes: ["RateLimiter"] }, { deleted_classes: ["RateLimiter"] }],
+      [
+        'migrations: no migration creates "RateLimiter"; add [[migrations]] tag = "v1", new_sqlite_classes = ["RateLimiter"]',
+      ],
+    ],
+  ])("the Durable Object class, %s", (_, migrations, errors) => {
+    expect(checkConfig(sqlite(migrations)).findings.map((f) => f.message)).toEqual(errors);
+  });
+
+  it("says OK when there are warnings and no errors (the command then exits 0)", () => {
+    const lines = formatReport(checkConfig({ vars: { RULES: [rule({ period: "100ms" })] } }), "w.toml");
+    expect(lines.at(-1)).toBe("w.toml: 1 rule, 0 errors, 1 warning - OK");
+  });
+});
