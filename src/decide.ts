@@ -10,8 +10,9 @@ import { canonicalKey, hashKey } from "./core/keys.ts";
 import { normalizePath } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
-import { leases as isolateLeases, LEASE_UNITS, type LeaseCache, type Spent } from "./leases.ts";
-import { checkKey, type LimiterNamespace, type LimiterOutcome, refundKey, ruleCheckOf } from "./limiter-client.ts";
+import { leases as isolateLeases, type LeaseCache, type Spent } from "./leases.ts";
+import { checkKey, type LimiterNamespace, refundKey } from "./limiter-client.ts";
+import { type LimiterOutcome, type Refund, ruleCheckOf } from "./limiter-protocol.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
 import { limiterUnavailable, tooManyRequests } from "./refusals.ts";
 import { requestFacts } from "./request-facts.ts";
@@ -73,38 +74,62 @@ export async function decide(
     }),
   );
   const calls = settled.flatMap((s) => ("call" in s ? [s.call] : []));
-  const cache = caches.blocked;
+  const reports = leasedReports(groups, settled, sentAtMs);
+  const { refused, closedBy } = readCalls(calls, caches.blocked, sentAtMs, reports);
 
+  const turnedAway = refused || closedBy.length > 0;
+  if (turnedAway) {
+    refundAdmitted(calls, ns, background);
+    for (const s of settled) if ("spent" in s) caches.leases.unspend(s.spent);
+  }
+  for (const call of calls) takeBackLate(call, ns, turnedAway, background);
+  if (refused) return { kind: "refuse", response: tooManyRequests(policies, reports) };
+  if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
+  return { kind: "allow", headers: rateLimitHeaders(policies, reports) };
+}
+
+/** The verdicts of the key groups settled from leases held here. */
+function leasedReports(groups: KeyGroup[], settled: Settled[], nowMs: number): Reported[] {
   const reports: Reported[] = [];
   settled.forEach((s, i) => {
     if (!("spent" in s)) return;
     groups[i]!.rules.forEach((rule, j) => {
-      if (rule.action === "block") {
-        reports.push({
-          id: rule.id,
-          limit: rule.limit,
-          periodMs: rule.periodMs,
-          verdict: s.spent.verdicts[j]!,
-          nowMs: sentAtMs,
-        });
-      }
+      const verdict = s.spent.verdicts[j]!;
+      if (rule.action === "block")
+        reports.push({ id: rule.id, limit: rule.limit, periodMs: rule.periodMs, verdict, nowMs });
     });
   });
+  return reports;
+}
+
+/**
+ * Reads the objects' answers: adds their verdicts to `reports`, remembers
+ * refusals, and logs every refusal, shadow refusal, retry and failure.
+ */
+function readCalls(calls: KeyCall[], blocked: BlockedCache, sentAtMs: number, reports: Reported[]) {
   const closedBy: string[] = [];
   let refused = false;
   for (const call of calls) {
-    if (!call.outcome.ok) {
-      closedBy.push(...failed(call, call.outcome));
+    const { outcome } = call;
+    if (!outcome.ok) {
+      closedBy.push(...failed(call, outcome));
       continue;
     }
-    const { nowMs, allowed, verdicts } = call.outcome.result;
+    if (outcome.retriedAfter !== undefined) {
+      const [key, rules] = [keyHashPrefix(call.name), call.rules.map((r) => r.id)];
+      logEvent(
+        { event: "limiter_retried", rules, key, attempts: outcome.attempts, message: outcome.retriedAfter },
+        "warn",
+      );
+    }
+    const { nowMs, allowed, verdicts } = outcome.result;
     refused ||= !allowed;
     call.rules.forEach((rule, i) => {
       const verdict = verdicts[i]!;
       if (!verdict.ruleAllows) {
         const repeats =
           rule.action === "block"
-            ? cache.remember(rule, call.canonical, sentAtMs, verdict.retryAfterMs, verdict.weighted)
+            ? blocked.remember(rule, call.canonical, sentAtMs, verdict.retryAfterMs, verdict.weighted)
             : 0;
         logEvent({
           event: rule.action === "log" ? "ratelimit_shadow" : "ratelimit_blocked",
@@ -120,14 +145,34 @@ export async function decide(
         reports.push({ id: rule.id, limit: rule.limit, periodMs: rule.periodMs, verdict, nowMs });
     });
   }
+  return { refused, closedBy };
+}
 
-  if (refused || closedBy.length > 0) {
-    refundAdmitted(calls, ns, background);
-    for (const s of settled) if ("spent" in s) caches.leases.unspend(s.spent);
-  }
-  if (refused) return { kind: "refuse", response: tooManyRequests(policies, reports) };
-  if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
-  return { kind: "allow", headers: rateLimitHeaders(policies, reports) };
+/**
+ * A call that timed out may still decide. Whatever it counted for a request
+ * that was then turned away, and any lease it granted (nobody holds it), is
+ * taken back once it does.
+ */
+function takeBackLate(
+  call: KeyCall,
+  ns: LimiterNamespace,
+  turnedAway: boolean,
+  background: (task: Promise<unknown>) => void,
+): void {
+  const late = call.outcome.ok ? undefined : call.outcome.late;
+  if (!late) return;
+  background(
+    late.then((result) => {
+      if (!result?.allowed) return;
+      const refunds: Refund[] = [];
+      call.rules.forEach((rule, i) => {
+        const verdict = result.verdicts[i]!;
+        if (turnedAway && verdict.bucket >= 0) refunds.push({ id: rule.id, bucket: verdict.bucket });
+        if (result.lease) refunds.push({ id: rule.id, bucket: result.lease.buckets[i]!, count: result.lease.units });
+      });
+      return refunds.length > 0 ? refundKey(ns, call.name, refunds) : undefined;
+    }),
+  );
 }
 
 /**
@@ -138,7 +183,9 @@ export async function decide(
 async function settle(group: KeyGroup, ns: LimiterNamespace, timeoutMs: number, leases: LeaseCache): Promise<Settled> {
   for (let pending = leases.pending(group.canonical, group.rules); pending; ) {
     const outcome = await pending;
-    if (!outcome.ok) return { call: { ...group, name: await hashKey(group.canonical), outcome } };
+    // The call that failed takes back what it may count late; this request only shares its failure.
+    if (!outcome.ok)
+      return { call: { ...group, name: await hashKey(group.canonical), outcome: { ...outcome, late: undefined } } };
     const spent = leases.spend(group.canonical, group.rules, Date.now());
     if (spent) return { spent };
     pending = leases.pending(group.canonical, group.rules);

@@ -3,41 +3,14 @@
  * Calls a key's Durable Object under a deadline, with one retry where the
  * runtime says a retry is safe. Failures come back as labelled results.
  */
-import type { Rule } from "./core/rules.ts";
-import type { CheckOptions, CheckResult, RateLimiter, Refund, RuleCheck } from "./limiter-object.ts";
-
-export type FailureReason = "timeout" | "overloaded" | "error";
-
-export type LimiterOutcome =
-  | { ok: true; result: CheckResult; attempts: number }
-  | { ok: false; reason: FailureReason; message: string; attempts: number };
+import type { RateLimiter } from "./limiter-object.ts";
+import type { CheckOptions, CheckResult, LimiterOutcome, Refund, RuleCheck } from "./limiter-protocol.ts";
 
 /** What the client needs of a namespace; a real `DurableObjectNamespace<RateLimiter>` fits. */
 export type LimiterNamespace = Pick<DurableObjectNamespace<RateLimiter>, "idFromName" | "get">;
 
 /** Errors the runtime marks on Durable Object failures. */
 type RuntimeError = Error & { retryable?: boolean; overloaded?: boolean };
-
-/** What the object needs to know of a rule. */
-export const toRuleCheck = (rule: Rule): RuleCheck => ({
-  id: rule.id,
-  limit: rule.limit,
-  periodMs: rule.periodMs,
-  precision: rule.precision,
-  strict: rule.strict,
-  enforce: rule.action === "block",
-});
-
-const checks = new WeakMap<Rule, RuleCheck>();
-/** {@link toRuleCheck}, made once per rule rather than per request. */
-export function ruleCheckOf(rule: Rule): RuleCheck {
-  let check = checks.get(rule);
-  if (!check) {
-    check = toRuleCheck(rule);
-    checks.set(rule, check);
-  }
-  return check;
-}
 
 const stubFor = (ns: LimiterNamespace, name: string) => ns.get(ns.idFromName(name));
 
@@ -58,22 +31,32 @@ export async function checkKey(
     timer = setTimeout(() => resolve("timeout"), timeoutMs);
   });
   let attempts = 0;
+  let firstError: string | undefined;
   try {
     for (;;) {
       attempts++;
       try {
         // A retry does not return lease units again: the failed attempt may have taken them back already.
         const sent = attempts === 1 ? options : { ...options, returns: undefined };
-        const result = await Promise.race([stubFor(ns, name).check(rules, sent), deadline]);
+        const call = stubFor(ns, name).check(rules, sent) as Promise<CheckResult>;
+        const result = await Promise.race([call, deadline]);
         if (result === "timeout") {
-          return { ok: false, reason: "timeout", message: `no decision within ${timeoutMs}ms`, attempts };
+          // Watched for one more timeout at most: a call that never ends must not hold the isolate.
+          const late = Promise.race([
+            call.catch(() => undefined),
+            new Promise<undefined>((resolve) => setTimeout(resolve, timeoutMs)),
+          ]);
+          return { ok: false, reason: "timeout", message: `no decision within ${timeoutMs}ms`, attempts, late };
         }
-        return { ok: true, result: result as CheckResult, attempts };
+        return firstError === undefined
+          ? { ok: true, result, attempts }
+          : { ok: true, result, attempts, retriedAfter: firstError };
       } catch (thrown) {
         const error = thrown as RuntimeError;
         const message = String(error?.message ?? error);
         if (error?.overloaded) return { ok: false, reason: "overloaded", message, attempts };
         if (!error?.retryable || attempts > 1) return { ok: false, reason: "error", message, attempts };
+        firstError = message;
       }
     }
   } finally {

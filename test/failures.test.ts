@@ -1,17 +1,48 @@
+import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import type { Env } from "../src/env.ts";
-import { type Failure, flakyNamespace, hangObject } from "./support/chaos.ts";
-import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
+import { type Failure, flakyNamespace, hangObject, objectForIp } from "./support/chaos.ts";
+import { from, limiter, originHits, timedLimiter, uniqueIp, uniqueTag } from "./support/limiter.ts";
+
+/**
+ * How long a decision may overrun its deadline here: timers, the event loop
+ * and other test files sharing two cores. Measured on a loaded 2-core machine
+ * (20 decisions with a 200 ms deadline, 5 runs): 200–206 ms; this is generous on purpose.
+ */
+const MARGIN_MS = 250;
+
+let errors: MockInstance;
+beforeEach(() => {
+  errors = vi.spyOn(console, "error").mockImplementation(() => {});
+});
+afterEach(() => errors.mockRestore());
+const logged = () => errors.mock.calls.map(([line]) => JSON.parse(String(line)) as Record<string, unknown>);
+
+const UNAVAILABLE_503 = {
+  type: "urn:edge-rate-limiter:limiter-unavailable",
+  title: "Service Unavailable",
+  status: 503,
+  detail: "The rate limiter could not decide, and this endpoint does not go on without a decision.",
+};
+
+// First in the file: workerd 2026-11 crashes ("Promise callback destroyed itself") when
+// abortAllDurableObjects() follows a runInDurableObject() that used blockConcurrencyWhile().
+describe("a real failure of the runtime", () => {
+  it("after every object is reset (a deploy or a crash), the next request decides normally, with its count kept", async () => {
+    const send = limiter([{ id: "reset-between", limit: 10, period: "1m", on_error: "closed" }]);
+    const ip = uniqueIp();
+    expect((await send("/x", from(ip))).status).toBe(200);
+    await abortAllDurableObjects();
+    // A stub that saw the reset stays broken; each call makes a fresh one, and the count survived.
+    const after = await send("/x", from(ip));
+    expect(after.status).toBe(200);
+    expect(after.headers.get("x-ratelimit-remaining")).toBe("8");
+    expect(logged()).toEqual([]);
+  });
+});
 
 /** When the limiter cannot decide, each rule's on_error decides for it. */
 describe("when the Durable Object does not answer in time", () => {
-  let errors: MockInstance;
-  beforeEach(() => {
-    errors = vi.spyOn(console, "error").mockImplementation(() => {});
-  });
-  afterEach(() => errors.mockRestore());
-  const logged = () => errors.mock.calls.map(([line]) => JSON.parse(String(line)));
-
   it('forwards the request with on_error = "open", and logs why', async () => {
     const send = limiter([{ id: "open-rule", limit: 10, period: "1m", on_error: "open" }], {
       LIMITER_TIMEOUT_MS: "100",
@@ -25,7 +56,8 @@ describe("when the Durable Object does not answer in time", () => {
     expect(res.status).toBe(200);
     expect(res.headers.has("ratelimit")).toBe(false);
     expect(await originHits(tag)).toBe(1);
-    expect(elapsed).toBeLessThan(100 + 400);
+    expect(elapsed).toBeGreaterThanOrEqual(100 - 1);
+    expect(elapsed).toBeLessThan(100 + MARGIN_MS);
     expect(logged()).toContainEqual(
       expect.objectContaining({
         event: "limiter_unavailable",
@@ -48,13 +80,7 @@ describe("when the Durable Object does not answer in time", () => {
     const res = await send("/login", { ...from(ip, { "x-test-tag": tag }), method: "POST", body: "user=a" });
     expect(res.status).toBe(503);
     expect(res.headers.get("content-type")).toBe("application/problem+json");
-    expect(await res.json()).toEqual({
-      type: "urn:edge-rate-limiter:limiter-unavailable",
-      title: "Service Unavailable",
-      status: 503,
-      detail: "The rate limiter could not decide, and this endpoint does not go on without a decision.",
-      "failed-policies": ["closed-rule"],
-    });
+    expect(await res.json()).toEqual({ ...UNAVAILABLE_503, "failed-policies": ["closed-rule"] });
     expect(await originHits(tag)).toBe(0);
     expect(logged()).toContainEqual(
       expect.objectContaining({ rule: "closed-rule", reason: "timeout", outcome: "refused" }),
@@ -76,31 +102,181 @@ describe("when the Durable Object does not answer in time", () => {
   });
 });
 
-describe("when the Durable Object call throws", () => {
-  let errors: MockInstance;
-  beforeEach(() => {
-    errors = vi.spyOn(console, "error").mockImplementation(() => {});
-  });
-  afterEach(() => errors.mockRestore());
+type Case = {
+  /** What each attempt meets, in order; attempts past the list reach the real object. */
+  plan: Failure[];
+  attempts: number;
+  /** The labelled reason logged, or null when the retry succeeded and nothing failed. */
+  reason: "error" | "overloaded" | "timeout" | null;
+  /** Whether the decision waited for the deadline (a hanging attempt) rather than failing at once. */
+  waits: boolean;
+};
 
-  const withFailure = (kind: Failure, onError: "open" | "closed", failures?: number) => {
-    const { ns, calls } = flakyNamespace(kind, failures);
-    const send = limiter([{ id: `fail-${kind}-${onError}`, limit: 10, period: "1m", on_error: onError }], {
+const ALWAYS = 5; // more failures than a decision will ever attempt
+
+/**
+ * Every kind of failure, alone and combined with a retry: how many attempts
+ * it gets, and what is logged. A timeout and an overloaded object are never
+ * retried; a retryable error is retried once, with a fresh stub, within the
+ * same deadline.
+ */
+const cases: [string, Case][] = [
+  ["a thrown error", { plan: ["throw"], attempts: 1, reason: "error", waits: false }],
+  ["an overloaded object", { plan: ["overloaded"], attempts: 1, reason: "overloaded", waits: false }],
+  ["a hanging call", { plan: ["hang"], attempts: 1, reason: "timeout", waits: true }],
+  ["a retryable error, twice", { plan: Array(ALWAYS).fill("retryable"), attempts: 2, reason: "error", waits: false }],
+  [
+    "a retryable error, then a thrown one",
+    { plan: ["retryable", "throw"], attempts: 2, reason: "error", waits: false },
+  ],
+  [
+    "a retryable error, then an overloaded object",
+    { plan: ["retryable", "overloaded"], attempts: 2, reason: "overloaded", waits: false },
+  ],
+  [
+    "a retryable error, then a hanging retry",
+    { plan: ["retryable", "hang"], attempts: 2, reason: "timeout", waits: true },
+  ],
+  ["a retryable error, then success", { plan: ["retryable"], attempts: 2, reason: null, waits: false }],
+];
+
+describe("injected failures: attempts, outcome, log and time", () => {
+  const TIMEOUT_MS = 200;
+
+  const run = async (name: string, plan: Failure[], onError: "open" | "closed") => {
+    const { ns, calls } = flakyNamespace(plan);
+    const id = `${name.replace(/[^a-z]+/g, "-").slice(0, 40)}-${onError}`;
+    const send = timedLimiter([{ id, limit: 10, period: "1m", on_error: onError }], {
       RATE_LIMITER: ns as Env["RATE_LIMITER"],
-      LIMITER_TIMEOUT_MS: "200",
+      LIMITER_TIMEOUT_MS: String(TIMEOUT_MS),
     });
-    return { send, calls };
+    const tag = uniqueTag(id);
+    const { response: res, responseMs: elapsedMs } = await send("/x", from(uniqueIp(), { "x-test-tag": tag }));
+    return { id, res, elapsedMs, calls, hits: await originHits(tag) };
+  };
+
+  describe.each(["open", "closed"] as const)('with on_error = "%s"', (onError) => {
+    it.each(cases)("%s", async (name, { plan, attempts, reason, waits }) => {
+      const { id, res, elapsedMs, calls, hits } = await run(name, plan, onError);
+
+      expect(calls.attempts).toBe(attempts);
+      // Each attempt goes through a stub of its own: a stub that has failed may stay broken.
+      expect(calls.stubs).toEqual(Array.from({ length: attempts }, (_, i) => i + 1));
+
+      if (waits) expect(elapsedMs).toBeGreaterThanOrEqual(TIMEOUT_MS - 1);
+      expect(elapsedMs).toBeLessThan(waits ? TIMEOUT_MS + MARGIN_MS : TIMEOUT_MS);
+
+      const refused = reason !== null && onError === "closed";
+      expect(res.status).toBe(refused ? 503 : 200);
+      expect(hits).toBe(refused ? 0 : 1);
+      if (refused) expect(await res.json()).toEqual({ ...UNAVAILABLE_503, "failed-policies": [id] });
+      // Only a decision the object made carries a remaining count.
+      expect(res.headers.has("ratelimit")).toBe(reason === null);
+
+      const lines = logged().filter((line) => line.event === "limiter_unavailable");
+      if (reason === null) expect(lines).toEqual([]);
+      else {
+        const lastKind = plan[attempts - 1];
+        expect(lines).toEqual([
+          {
+            level: "error",
+            event: "limiter_unavailable",
+            rule: id,
+            key: expect.stringMatching(/^[0-9a-f]{12}$/),
+            reason,
+            message: reason === "timeout" ? `no decision within ${TIMEOUT_MS}ms` : `induced ${lastKind} failure`,
+            attempts,
+            outcome: refused ? "refused" : "forwarded",
+          },
+        ]);
+      }
+    });
+  });
+
+  it("counts a request that succeeded on its retry exactly once", async () => {
+    const { ns, calls } = flakyNamespace(["retryable"]);
+    const send = limiter([{ id: "retried-once", limit: 3, period: "1m", on_error: "closed" }], {
+      RATE_LIMITER: ns as Env["RATE_LIMITER"],
+    });
+    const ip = uniqueIp();
+    const first = await send("/x", from(ip));
+    const second = await send("/x", from(ip));
+    expect(calls.outcomes).toEqual(["retryable", "real", "real"]);
+    expect([first.headers.get("x-ratelimit-remaining"), second.headers.get("x-ratelimit-remaining")]).toEqual([
+      "2",
+      "1",
+    ]);
+  });
+
+  it("fails only the rules of the key whose object failed: a shadow rule never refuses", async () => {
+    const { ns } = flakyNamespace("throw");
+    const send = limiter(
+      [
+        { id: "shadow-closed", limit: 10, period: "1m", action: "log", on_error: "closed" },
+        { id: "enforced-open", limit: 10, period: "1m", on_error: "open" },
+      ],
+      { RATE_LIMITER: ns as Env["RATE_LIMITER"] },
+    );
+    const tag = uniqueTag("shadow-fail");
+    const res = await send("/x", from(uniqueIp(), { "x-test-tag": tag }));
+    expect(res.status).toBe(200);
+    expect(await originHits(tag)).toBe(1);
+    expect(logged().map((line) => [line.rule, line.outcome])).toEqual([
+      ["shadow-closed", "forwarded"],
+      ["enforced-open", "forwarded"],
+    ]);
+  });
+});
+
+describe("a call that decides after its deadline", () => {
+  const peekCount = async (ip: string, id: string) => {
+    const stub = await objectForIp(ip);
+    const peek = await stub.peek([
+      { id, limit: 1000, periodMs: 3_600_000, precision: 1, strict: false, enforce: true },
+    ]);
+    return peek.verdicts[0]!.weighted;
   };
 
   it.each([
-    ["throw", "open", 200],
-    ["throw", "closed", 503],
-    ["overloaded", "open", 200],
-    ["overloaded", "closed", 503],
-  ] as const)("an error (%s) with on_error = %s gives %i", async (kind, onError, status) => {
-    const { send } = withFailure(kind, onError);
-    const tag = uniqueTag(`throw-${kind}-${onError}`);
-    expect((await send("/x", from(uniqueIp(), { "x-test-tag": tag }))).status).toBe(status);
-    expect(await originHits(tag)).toBe(status === 200 ? 1 : 0);
+    ["open", 200, 1],
+    ["closed", 503, 0],
+  ] as const)(
+    'with on_error = "%s": answers %i, and the object keeps %i count for it, and no lease',
+    async (onError, status, kept) => {
+      // The object is busy for 250 ms; the deadline is 150 ms, and the late answer is watched for 150 ms more.
+      const id = `late-${onError}`;
+      const send = limiter([{ id, limit: 1000, period: "1h", on_error: onError }], { LIMITER_TIMEOUT_MS: "150" });
+      const ip = uniqueIp();
+      const hang = await hangObject(ip, 250);
+      expect((await send("/x", from(ip))).status).toBe(status);
+      await hang.over;
+      // A 503 was never served, so its count is taken back; the lease it granted (64 units) is nobody's.
+      expect(await peekCount(ip, id)).toBe(kept);
+    },
+  );
+});
+
+describe("a call decided on its retry", () => {
+  it("logs the retry and the first attempt's error", async () => {
+    const warnings = vi.spyOn(console, "warn").mockImplementation(() => {});
+    try {
+      const { ns } = flakyNamespace(["retryable"]);
+      const send = limiter([{ id: "retry-logged", limit: 3, period: "1m" }], {
+        RATE_LIMITER: ns as Env["RATE_LIMITER"],
+      });
+      expect((await send("/x", from(uniqueIp()))).status).toBe(200);
+      expect(warnings.mock.calls.map(([line]) => JSON.parse(String(line)))).toEqual([
+        {
+          level: "warn",
+          event: "limiter_retried",
+          rules: ["retry-logged"],
+          key: expect.stringMatching(/^[0-9a-f]{12}$/),
+          attempts: 2,
+          message: "induced retryable failure",
+        },
+      ]);
+    } finally {
+      warnings.mockRestore();
+    }
   });
 });

@@ -1,12 +1,13 @@
 /**
  * Induced Durable Object failures. `hangObject` makes a real object busy, so
  * calls to it really time out; `flakyNamespace` wraps the real namespace so
- * that its stubs fail the way the runtime's do (thrown, retryable, overloaded).
+ * that its stubs fail the way the runtime's do (thrown, retryable, overloaded,
+ * hanging), and records every attempt and the stub it went through.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { canonicalKey, hashKey } from "../../src/core/keys.ts";
 import type { LimiterNamespace } from "../../src/limiter-client.ts";
-import type { RuleCheck } from "../../src/limiter-object.ts";
+import type { RuleCheck } from "../../src/limiter-protocol.ts";
 import { env } from "./env.ts";
 
 /** The object that holds the counters of a client counted by IP. */
@@ -17,7 +18,8 @@ export async function objectForIp(ip: string) {
 
 /**
  * Keeps the real object of this client busy for `ms`: every call to it waits.
- * Resolves once the object is busy; `over` resolves when it is free again.
+ * Resolves once the object is busy; `over` resolves when it is free again
+ * (or when the object is aborted meanwhile).
  */
 export async function hangObject(ip: string, ms: number): Promise<{ over: Promise<void> }> {
   const stub = await objectForIp(ip);
@@ -30,31 +32,59 @@ export async function hangObject(ip: string, ms: number): Promise<{ over: Promis
       busy();
       await new Promise((resolve) => setTimeout(resolve, ms));
     });
-  });
+  }).catch(() => {});
   await started;
   return { over };
 }
 
+/**
+ * How one call fails, as the runtime reports it:
+ * - `throw`: an exception with no flags (a bug, a bad argument, a reset object);
+ * - `retryable`: `retryable: true`, such as a dropped connection to the object;
+ * - `overloaded`: `overloaded: true` and `retryable: true`, as the runtime marks a
+ *   full queue; a caller must not retry it, though it looks retryable;
+ * - `hang`: the call never settles.
+ */
 export type Failure = "throw" | "retryable" | "overloaded" | "hang";
 
-/** A namespace whose first `failures` calls fail as `kind`; later calls reach the real object. */
-export function flakyNamespace(kind: Failure, failures = Number.POSITIVE_INFINITY) {
-  const calls = { attempts: 0 };
+/** What a flaky namespace saw: one entry per attempt, in order. */
+export type Calls = {
+  attempts: number;
+  /** For each attempt, the serial number of the stub it went through (1, 2, …). */
+  stubs: number[];
+  /** For each attempt, how it ended: a failure kind, or "real" when the real object answered. */
+  outcomes: (Failure | "real")[];
+};
+
+/**
+ * A namespace whose calls fail by plan, then reach the real object. `plan` is
+ * one kind for the first `failures` attempts (every attempt by default), or a
+ * list of kinds, one per attempt, the rest reaching the real object.
+ */
+export function flakyNamespace(plan: Failure | Failure[], failures = Number.POSITIVE_INFINITY) {
+  const kindOf = (attempt: number): Failure | "real" =>
+    Array.isArray(plan) ? (plan[attempt - 1] ?? "real") : attempt <= failures ? plan : "real";
+  const calls: Calls = { attempts: 0, stubs: [], outcomes: [] };
+  let stubs = 0;
   const ns: LimiterNamespace = {
     idFromName: (name) => env.RATE_LIMITER.idFromName(name),
     get: (id) => {
       const real = env.RATE_LIMITER.get(id);
+      const serial = ++stubs;
       return {
         check: async (rules: RuleCheck[]) => {
-          calls.attempts++;
-          if (calls.attempts > failures) return real.check(rules);
+          const attempt = ++calls.attempts;
+          const kind = kindOf(attempt);
+          calls.stubs.push(serial);
+          calls.outcomes.push(kind);
+          if (kind === "real") return real.check(rules);
           if (kind === "hang") return new Promise(() => {});
-          const error = Object.assign(new Error(`induced ${kind} failure`), {
-            retryable: kind === "retryable",
+          throw Object.assign(new Error(`induced ${kind} failure`), {
+            retryable: kind === "retryable" || kind === "overloaded",
             overloaded: kind === "overloaded",
           });
-          throw error;
         },
+        peek: (rules: RuleCheck[]) => real.peek(rules),
         refund: (refunds: Parameters<typeof real.refund>[0]) => real.refund(refunds),
       } as unknown as ReturnType<LimiterNamespace["get"]>;
     },

@@ -11,16 +11,27 @@ import { env } from "./env.ts";
 export const originUrl = (): string => `http://127.0.0.1:${inject("originPort")}`;
 export const downOriginUrl = (): string => `http://127.0.0.1:${inject("downPort")}`;
 
-/** The Worker under `rules`: `send(path, init)` returns its response once background work (refunds) is done. */
-export function limiter(rules: unknown[], vars: Partial<Env> = {}) {
+/**
+ * The Worker under `rules`: `timed(path, init)` returns its response and how
+ * long it took to answer, once background work (refunds) is done too.
+ */
+export function timedLimiter(rules: unknown[], vars: Partial<Env> = {}) {
   const testEnv: Env = { ...env, ORIGIN_URL: originUrl(), ...vars, RULES: rules };
-  return async (path: string, init: RequestInit = {}): Promise<Response> => {
+  return async (path: string, init: RequestInit = {}): Promise<{ response: Response; responseMs: number }> => {
     const ctx = createExecutionContext();
     const url = path.startsWith("/") ? `http://limiter.test${path}` : path;
+    const started = Date.now();
     const response = await app.fetch(new Request(url, init), testEnv, ctx);
+    const responseMs = Date.now() - started;
     await waitOnExecutionContext(ctx);
-    return response;
+    return { response, responseMs };
   };
+}
+
+/** The Worker under `rules`: `send(path, init)` returns its response once background work (refunds) is done. */
+export function limiter(rules: unknown[], vars: Partial<Env> = {}) {
+  const timed = timedLimiter(rules, vars);
+  return async (path: string, init: RequestInit = {}): Promise<Response> => (await timed(path, init)).response;
 }
 
 /** How many requests tagged `tag` (header `x-test-tag`) the origin has received. */
