@@ -61,6 +61,7 @@ export function slidingWindowChart(series: Series[], o: PlotOptions): string {
   const out: string[] = [];
   out.push(
     `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${WIDTH} ${HEIGHT}" width="${WIDTH}" height="${HEIGHT}" font-family="system-ui, sans-serif" font-size="12">`,
+    `<title>${escapeXml(o.title)}</title>`,
     `<rect width="${WIDTH}" height="${HEIGHT}" fill="#fff"/>`,
     `<text x="${MARGIN.left}" y="24" font-size="15" font-weight="600">${escapeXml(o.title)}</text>`,
   );
