@@ -29,7 +29,7 @@ const headers = new Headers({ "cf-connecting-ip": "203.0.113.7", "user-agent": "
 const facts: RequestFacts = {
   method: "GET",
   path: "/api/users/42",
-  host: "api.example.com",
+  host: () => "api.example.com",
   ip: () => ipKey(headers.get("cf-connecting-ip")),
   header: (name) => headers.get(name),
   cookie: () => null,

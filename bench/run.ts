@@ -125,12 +125,13 @@ type Sample = {
 
 function build(worker: Variant["worker"], outdir: string): string {
   mkdirSync(outdir, { recursive: true });
-  // A config of its own, so that the limiter's wrangler.toml (found next to the sources) is not used.
+  // A config of its own, so that the limiter's wrangler.toml (found next to the sources) is not used;
+  // keep_names = false as in wrangler.toml: esbuild's __name wrapper costs on every closure made.
   const config = join(outdir, "wrangler.toml");
   const main = join(root, "bench/workers", `${worker}.ts`);
   writeFileSync(
     config,
-    `name = "bench-${worker}"\nmain = ${JSON.stringify(main)}\ncompatibility_date = "2026-11-01"\n`,
+    `name = "bench-${worker}"\nmain = ${JSON.stringify(main)}\ncompatibility_date = "2026-11-01"\nkeep_names = false\n`,
   );
   execFileSync("wrangler", ["deploy", "--dry-run", "--outdir", outdir, "--config", config], {
     cwd: outdir,

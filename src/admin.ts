@@ -302,7 +302,7 @@ export function adminKey(
   const facts: RequestFacts = {
     method: read("method") ?? "",
     path: read("path") ?? "",
-    host: read("host") ?? "",
+    host: () => read("host") ?? "",
     ip: () => read("ip") ?? "",
     header: (name) => read(`header:${name}`),
     cookie: (name) => read(`cookie:${name}`),

@@ -7,7 +7,7 @@
 import { type BlockedCache, blockedKeys } from "./blocked-cache.ts";
 import type { Settings } from "./config.ts";
 import { canonicalKey, hashKey } from "./core/keys.ts";
-import { normalizePath } from "./core/paths.ts";
+import { normalizePath, pathnameOf } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
 import { leases as isolateLeases, type LeaseCache, type Spent } from "./leases.ts";
@@ -22,9 +22,6 @@ export type Outcome =
   | { kind: "allow"; headers: Record<string, string> }
   /** Answer this instead; the origin is not contacted. */
   | { kind: "refuse"; response: Response };
-
-/** The parts of a request a decision reads. */
-export type Call = { request: Request; url: URL };
 
 /** The rules that share one client key, and so one Durable Object. */
 type KeyGroup = { canonical: string; rules: Rule[] };
@@ -43,17 +40,17 @@ const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
  * answer (refunds of counts taken by a key whose request another key refused).
  */
 export async function decide(
-  { request, url }: Call,
+  request: Request,
   settings: Settings,
   ns: LimiterNamespace,
   background: (task: Promise<unknown>) => void,
   caches: IsolateCaches = isolateCaches,
 ): Promise<Outcome> {
-  const path = normalizePath(url.pathname);
+  const path = normalizePath(pathnameOf(request.url));
   const matched = settings.rules.filter((rule) => ruleMatches(rule, request.method, path));
   if (matched.length === 0) return NO_HEADERS;
 
-  const groups = groupByKey(matched, requestFacts(request, url, path, settings));
+  const groups = groupByKey(matched, requestFacts(request, path, settings));
   const policies: Policy[] = matched.filter((rule) => rule.action === "block");
   const sentAtMs = Date.now();
   const leased = groups.map((group) => caches.leases.spend(group.canonical, group.rules, sentAtMs));

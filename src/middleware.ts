@@ -61,7 +61,7 @@ export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => 
     if (!ns) errors.push(`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`);
     if (!settings.ok || !ns) return invalidConfig(errors);
 
-    const outcome = await decide({ request: c.req.raw, url: new URL(c.req.url) }, settings.value, ns, background(c));
+    const outcome = await decide(c.req.raw, settings.value, ns, background(c));
     if (outcome.kind === "refuse") return outcome.response;
     await next();
     addHeaders(c, outcome.headers);

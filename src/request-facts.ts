@@ -6,21 +6,26 @@ import type { Settings } from "./config.ts";
 import { ipKey } from "./core/ip.ts";
 import { type RequestFacts, readCookie } from "./core/keys.ts";
 
-/** What client keys are made of, read lazily from the request. */
-export function requestFacts(request: Request, url: URL, path: string, settings: Settings): RequestFacts {
+/** What client keys are made of, read lazily from the request: most keys need neither a URL parse nor an IP parse. */
+export function requestFacts(request: Request, path: string, settings: Settings): RequestFacts {
   const headers = request.headers;
   let ip: string | undefined;
+  let url: URL | undefined;
+  const parsed = () => {
+    url ??= new URL(request.url);
+    return url;
+  };
   return {
     method: request.method,
     path,
-    host: url.host.toLowerCase(),
+    host: () => parsed().host.toLowerCase(),
     ip: () => {
       ip ??= ipKey(clientAddress(headers, settings.trustedIpHeader), settings.ipv6PrefixBits);
       return ip;
     },
     header: (name) => headers.get(name),
     cookie: (name) => readCookie(headers.get("cookie"), name),
-    query: (name) => url.searchParams.get(name),
+    query: (name) => parsed().searchParams.get(name),
   };
 }
 

@@ -450,8 +450,7 @@ describe("the key an operator names is the key a request has", () => {
   })();
   const requestKey = (rule: Rule, url: string, init: RequestInit) => {
     const request = new Request(url, init);
-    const parsed = new URL(request.url);
-    return canonicalKey(rule.key, requestFacts(request, parsed, normalizePath(parsed.pathname), settings));
+    return canonicalKey(rule.key, requestFacts(request, normalizePath(new URL(request.url).pathname), settings));
   };
 
   it.each([

@@ -18,7 +18,7 @@ const settingsFor = (rules: unknown[]): Settings => {
 async function status(settings: Settings, ns: LimiterNamespace, cache: BlockedCache, ip: string, path = "/x") {
   const url = new URL(`http://limiter.test${path}`);
   const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-  const outcome = await decide({ request, url }, settings, ns, () => {}, { blocked: cache, leases: new LeaseCache(0) });
+  const outcome = await decide(request, settings, ns, () => {}, { blocked: cache, leases: new LeaseCache(0) });
   return outcome.kind === "allow" ? 200 : outcome.response.status;
 }
 
@@ -47,7 +47,7 @@ describe("the blocked-key cache", () => {
     const url = new URL("http://limiter.test/x");
     const ask = async () => {
       const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-      const outcome = await decide({ request, url }, settings, ns, () => {}, {
+      const outcome = await decide(request, settings, ns, () => {}, {
         blocked: cache,
         leases: new LeaseCache(0),
       });

@@ -68,7 +68,7 @@ describe("client keys", () => {
   const facts = (over: Partial<RequestFacts> = {}): RequestFacts => ({
     method: "GET",
     path: "/api/x",
-    host: "api.example.com",
+    host: () => "api.example.com",
     ip: () => "198.51.100.1",
     header: () => null,
     cookie: () => null,

@@ -23,7 +23,7 @@ const none = (): IsolateCaches => ({ blocked: new BlockedCache(0), leases: new L
 async function send(settings: Settings, ns: LimiterNamespace, caches: IsolateCaches, ip: string) {
   const url = new URL("http://limiter.test/x");
   const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-  const outcome = await decide({ request, url }, settings, ns, () => {}, caches);
+  const outcome = await decide(request, settings, ns, () => {}, caches);
   return outcome.kind === "allow"
     ? { status: 200, headers: outcome.headers }
     : { status: outcome.response.status, headers: Object.fromEntries(outcome.response.headers) };

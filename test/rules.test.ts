@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseSettings } from "../src/config.ts";
 import { parseDurationMs } from "../src/core/duration.ts";
-import { compileGlob, normalizePath } from "../src/core/paths.ts";
+import { compileGlob, normalizePath, pathnameOf } from "../src/core/paths.ts";
 import { parseRules, type RuleInput, ruleMatches } from "../src/core/rules.ts";
 
 const base = { id: "api", limit: 10, period: "1m" };
@@ -264,5 +264,19 @@ describe("matching", () => {
     ["/%7Euser", "/~user"],
   ])("matches %s as %s, so spelling a path differently escapes nothing", (raw, normalized) => {
     expect(normalizePath(raw)).toBe(normalized);
+  });
+});
+
+describe("the path of a request URL", () => {
+  it.each([
+    "http://h/api/x?y=1",
+    "https://h:8443/",
+    "http://h",
+    "http://h/a%2Fb//c?q=/x#frag",
+    "http://h/a#f?g",
+    "http://user:pw@h/p?x",
+  ])("is what new URL(%s).pathname gives", (raw) => {
+    const serialised = new URL(raw).href;
+    expect(pathnameOf(serialised)).toBe(new URL(serialised).pathname);
   });
 });

@@ -12,7 +12,7 @@ export type RequestFacts = {
   /** The normalised path (see `normalizePath`). */
   path: string;
   /** Lower-case host, with the port if one was given. */
-  host: string;
+  host: () => string;
   /** The client's IP key (see `ipKey`). */
   ip: () => string;
   header: (name: string) => string | null;
@@ -31,7 +31,7 @@ function sourceValue(s: Source, facts: RequestFacts): string | null {
     case "method":
       return facts.method;
     case "host":
-      return facts.host;
+      return facts.host();
     case "header":
       return facts.header(s.name);
     case "cookie":

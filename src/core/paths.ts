@@ -21,6 +21,21 @@ export function compileGlob(source: string): PathGlob {
 const unreserved = /%(2[dDeE]|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA]|5[fF]|7[eE])/g;
 
 /**
+ * The path of a serialised absolute URL such as `request.url`, as
+ * `new URL(url).pathname` gives it, without parsing the rest.
+ */
+export function pathnameOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  let end = url.length;
+  for (const stop of ["?", "#"]) {
+    const at = url.indexOf(stop, start);
+    if (at >= 0 && at < end) end = at;
+  }
+  return url.slice(start, end);
+}
+
+/**
  * The path a rule is matched against. Percent-encoded unreserved characters
  * are decoded (`/%61pi` is `/api`, RFC 3986 §6.2.2.2) and runs of slashes are
  * collapsed, so that spelling a path differently is not a way around a rule.

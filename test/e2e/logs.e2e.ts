@@ -27,7 +27,7 @@ async function ipKeyPrefix(ip: string): Promise<string> {
   const facts: RequestFacts = {
     method: "GET",
     path: "/",
-    host: "",
+    host: () => "",
     ip: () => ip,
     header: () => null,
     cookie: () => null,
