@@ -14,6 +14,7 @@
  */
 import type { Rule } from "./core/rules.ts";
 import { CappedMap, ruleUid } from "./isolate-cache.ts";
+import type { ProblemParts } from "./problem.ts";
 
 /** What the isolate remembers of one refusal. */
 export type BlockedEntry = {
@@ -25,6 +26,8 @@ export type BlockedEntry = {
   weighted: number;
   /** Refusals answered from this entry, not yet logged. */
   repeats: number;
+  /** The last refusal answered from this entry, ready to send again while its wait reads the same. */
+  ready?: { key: string; parts: ProblemParts };
 };
 
 export const DEFAULT_MAX_ENTRIES = 10_000;

@@ -4,17 +4,19 @@
  * distinct client key (none when the isolate already knows the key is
  * blocked), and the answer: go on (with headers), 429 or 503.
  */
-import { type BlockedCache, blockedKeys } from "./blocked-cache.ts";
+import { type BlockedCache, type BlockedEntry, blockedKeys } from "./blocked-cache.ts";
 import type { Settings } from "./config.ts";
 import { canonicalKey, hashKey } from "./core/keys.ts";
 import { normalizePath, pathnameOf } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
+import { ruleUid } from "./isolate-cache.ts";
 import { leases as isolateLeases, type LeaseCache, type Spent } from "./leases.ts";
 import { checkKey, type LimiterNamespace, refundKey } from "./limiter-client.ts";
 import { type LimiterOutcome, type Refund, ruleCheckOf } from "./limiter-protocol.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
-import { limiterUnavailable, tooManyRequests } from "./refusals.ts";
+import { send } from "./problem.ts";
+import { limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "./refusals.ts";
 import { requestFacts } from "./request-facts.ts";
 
 export type Outcome =
@@ -38,20 +40,23 @@ const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
 /**
  * Decides one request. `background` receives work that must not delay the
  * answer (refunds of counts taken by a key whose request another key refused).
+ * When the isolate can decide alone (a known refusal, or leases for every
+ * key) the answer is returned at once, not as a promise: those are the
+ * paths every blocked and most allowed requests take.
  */
-export async function decide(
+export function decide(
   request: Request,
   settings: Settings,
   ns: LimiterNamespace,
   background: (task: Promise<unknown>) => void,
   caches: IsolateCaches = isolateCaches,
-): Promise<Outcome> {
+): Outcome | Promise<Outcome> {
   const path = normalizePath(pathnameOf(request.url));
   const matched = settings.rules.filter((rule) => ruleMatches(rule, request.method, path));
   if (matched.length === 0) return NO_HEADERS;
 
   const groups = groupByKey(matched, requestFacts(request, path, settings));
-  const policies: Policy[] = matched.filter((rule) => rule.action === "block");
+  const policies = matched.filter((rule) => rule.action === "block");
   const sentAtMs = Date.now();
   const leased = groups.map((group) => caches.leases.spend(group.canonical, group.rules, sentAtMs));
   const known = knownRefusals(
@@ -61,9 +66,36 @@ export async function decide(
   );
   if (known.length > 0) {
     for (const spent of leased) if (spent) caches.leases.unspend(spent);
-    return { kind: "refuse", response: tooManyRequests(policies, known) };
+    return { kind: "refuse", response: knownRefusal(policies, known, sentAtMs) };
   }
 
+  if (leased.every((spent) => spent !== undefined)) {
+    return {
+      kind: "allow",
+      headers: rateLimitHeaders(
+        policies,
+        leasedReports(
+          groups,
+          leased.map((spent) => ({ spent })),
+          sentAtMs,
+        ),
+      ),
+    };
+  }
+  return settleAll(groups, leased, policies, sentAtMs, settings, ns, background, caches);
+}
+
+/** Settles the key groups no lease covered, with their objects, and reads the answers. */
+async function settleAll(
+  groups: KeyGroup[],
+  leased: (Spent | undefined)[],
+  policies: Policy[],
+  sentAtMs: number,
+  settings: Settings,
+  ns: LimiterNamespace,
+  background: (task: Promise<unknown>) => void,
+  caches: IsolateCaches,
+): Promise<Outcome> {
   const settled = await Promise.all(
     groups.map((group, i): Settled | Promise<Settled> => {
       const spent = leased[i];
@@ -208,9 +240,24 @@ function groupByKey(rules: Rule[], facts: Parameters<typeof canonicalKey>[1]): K
   return groups;
 }
 
+type Known = Reported & { entry: BlockedEntry; rule: Rule };
+
+/**
+ * The 429 for refusals the isolate knows of. Under attack one key is refused
+ * over and over: while the wait reads the same whole seconds, and the same
+ * rules matched, the answer is the same, so its parts are made once.
+ */
+function knownRefusal(policies: Rule[], known: Known[], nowMs: number): Response {
+  const [only, ...others] = known;
+  if (!only || others.length > 0) return tooManyRequests(policies, known);
+  const key = `${Math.ceil((only.entry.retryAtMs - nowMs) / 1000)}|${policies.map(ruleUid).join(",")}`;
+  if (only.entry.ready?.key !== key) only.entry.ready = { key, parts: tooManyRequestsParts(policies, known) };
+  return send(only.entry.ready.parts);
+}
+
 /** Refusals the isolate already knows of: each counts as the object's answer, with the wait that is left. */
-function knownRefusals(groups: KeyGroup[], cache: BlockedCache, nowMs: number): Reported[] {
-  const known: Reported[] = [];
+function knownRefusals(groups: KeyGroup[], cache: BlockedCache, nowMs: number): Known[] {
+  const known: Known[] = [];
   for (const { canonical, rules } of groups) {
     for (const rule of rules) {
       if (rule.action !== "block") continue;
@@ -219,6 +266,8 @@ function knownRefusals(groups: KeyGroup[], cache: BlockedCache, nowMs: number): 
       entry.repeats++;
       const waitMs = entry.retryAtMs - nowMs;
       known.push({
+        entry,
+        rule,
         id: rule.id,
         limit: rule.limit,
         periodMs: rule.periodMs,

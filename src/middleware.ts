@@ -61,7 +61,8 @@ export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => 
     if (!ns) errors.push(`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`);
     if (!settings.ok || !ns) return invalidConfig(errors);
 
-    const outcome = await decide(c.req.raw, settings.value, ns, background(c));
+    const decided = decide(c.req.raw, settings.value, ns, background(c));
+    const outcome = decided instanceof Promise ? await decided : decided;
     if (outcome.kind === "refuse") return outcome.response;
     await next();
     addHeaders(c, outcome.headers);

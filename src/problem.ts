@@ -10,13 +10,24 @@ export const INVALID_CONFIG = "urn:edge-rate-limiter:invalid-config";
 
 export type Problem = { type: string; title: string; status: number; detail: string } & Record<string, unknown>;
 
-/** A problem+json response; `headers` are added to it. */
-export function problemResponse(problem: Problem, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify(problem), {
+/** A problem+json answer, not yet sent: it can be sent as many times as needed. */
+export type ProblemParts = { status: number; body: string; headers: Headers };
+
+/** The body and headers of a problem+json response; `headers` are added to it. */
+export function problemParts(problem: Problem, headers: Record<string, string> = {}): ProblemParts {
+  return {
     status: problem.status,
-    headers: { "Content-Type": "application/problem+json", "Cache-Control": "no-store", ...headers },
-  });
+    body: JSON.stringify(problem),
+    headers: new Headers({ "Content-Type": "application/problem+json", "Cache-Control": "no-store", ...headers }),
+  };
 }
+
+/** A response from its parts; the parts stay unchanged, ready to send again. */
+export const send = ({ status, body, headers }: ProblemParts): Response => new Response(body, { status, headers });
+
+/** A problem+json response; `headers` are added to it. */
+export const problemResponse = (problem: Problem, headers: Record<string, string> = {}): Response =>
+  send(problemParts(problem, headers));
 
 /** The answer while the configuration is invalid; the problems themselves go to the logs, not to clients. */
 export const invalidConfigResponse = (): Response =>

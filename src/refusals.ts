@@ -5,14 +5,25 @@
  */
 import { describePeriod } from "./core/duration.ts";
 import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./headers.ts";
-import { LIMITER_UNAVAILABLE, problemResponse, QUOTA_EXCEEDED } from "./problem.ts";
+import {
+  LIMITER_UNAVAILABLE,
+  type ProblemParts,
+  problemParts,
+  problemResponse,
+  QUOTA_EXCEEDED,
+  send,
+} from "./problem.ts";
 
 /** 429 with `Retry-After`, the rate-limit headers and a quota-exceeded problem naming every violated policy. */
-export function tooManyRequests(policies: Policy[], reports: Reported[]): Response {
+export const tooManyRequests = (policies: Policy[], reports: Reported[]): Response =>
+  send(tooManyRequestsParts(policies, reports));
+
+/** The parts of {@link tooManyRequests}, to send again while the wait reads the same. */
+export function tooManyRequestsParts(policies: Policy[], reports: Reported[]): ProblemParts {
   const violated = reports.filter((r) => !r.verdict.ruleAllows);
   const wait = retryAfter(violated);
   const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)})`).join(", ");
-  return problemResponse(
+  return problemParts(
     {
       type: QUOTA_EXCEEDED,
       title: "Too Many Requests",

@@ -60,6 +60,33 @@ describe("the blocked-key cache", () => {
     expect(fromCache).toEqual(fromObject);
   });
 
+  it("counts the wait down second by second while it answers from the cache", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.parse("2026-11-21T12:00:45.000Z");
+    vi.setSystemTime(start);
+    const settings = settingsFor([{ id: "countdown", limit: 1, period: 60 }]);
+    const { ns, counter } = countedNamespace();
+    const cache = new BlockedCache();
+    const ip = uniqueIp();
+    const retryAfterAt = async (ms: number) => {
+      vi.setSystemTime(start + ms);
+      const request = new Request("http://limiter.test/x", { headers: { "cf-connecting-ip": ip } });
+      const outcome = await decide(request, settings, ns, () => {}, { blocked: cache, leases: new LeaseCache(0) });
+      if (outcome.kind !== "refuse") throw new Error("expected a refusal");
+      return [
+        outcome.response.headers.get("retry-after"),
+        ((await outcome.response.json()) as { retry_after: number }).retry_after,
+      ];
+    };
+    await status(settings, ns, cache, ip); // admitted; the next window starts in 15 s
+    expect(await retryAfterAt(0)).toEqual(["16", 16]);
+    expect(await retryAfterAt(300)).toEqual(["15", 15]);
+    expect(await retryAfterAt(700)).toEqual(["15", 15]);
+    expect(await retryAfterAt(1_300)).toEqual(["14", 14]);
+    expect(await retryAfterAt(9_999)).toEqual(["6", 6]);
+    expect(counter.calls).toBe(2);
+  });
+
   it("lets the client in exactly when the object would, never later and never sooner", async () => {
     vi.useFakeTimers({ toFake: ["Date"] });
     const start = Date.parse("2026-11-21T12:00:45.000Z");
