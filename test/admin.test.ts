@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
-import { adminKey, formatDuration } from "../src/admin.ts";
+import { adminKey } from "../src/admin-key.ts";
 import { parseSettings } from "../src/config.ts";
+import { formatDuration } from "../src/core/duration.ts";
 import { canonicalKey } from "../src/core/keys.ts";
 import { normalizePath } from "../src/core/paths.ts";
 import type { Rule } from "../src/core/rules.ts";

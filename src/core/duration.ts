@@ -41,17 +41,27 @@ export const show = (value: unknown): string => {
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 };
 
-const UNITS: [number, string][] = [
-  [86_400_000, "day"],
-  [3_600_000, "hour"],
-  [60_000, "minute"],
-  [1_000, "second"],
-  [1, "millisecond"],
+/** The units a period is written in, largest first: its milliseconds, its suffix and its name. */
+const UNITS: [number, Unit, string][] = [
+  [86_400_000, "d", "day"],
+  [3_600_000, "h", "hour"],
+  [60_000, "m", "minute"],
+  [1_000, "s", "second"],
+  [1, "ms", "millisecond"],
 ];
+
+/** The largest unit that divides `ms` exactly. */
+const exactUnit = (ms: number) => UNITS.find(([size]) => ms % size === 0) ?? UNITS[UNITS.length - 1]!;
 
 /** `60000` → `"1 minute"`, `90000` → `"90 seconds"`. */
 export function describePeriod(ms: number): string {
-  const [size, unit] = UNITS.find(([size]) => ms % size === 0) ?? [1, "millisecond"];
+  const [size, , name] = exactUnit(ms);
   const n = ms / size;
-  return n === 1 ? unit : `${n} ${unit}s`;
+  return n === 1 ? name : `${n} ${name}s`;
+}
+
+/** `60000` → `"1m"`, `90000` → `"90s"`, `1500` → `"1500ms"`: as wrangler.toml would spell it. */
+export function formatDuration(ms: number): string {
+  const [size, suffix] = exactUnit(ms);
+  return `${ms / size}${suffix}`;
 }

@@ -1,0 +1,112 @@
+/**
+ * @module
+ * How an operator names a client in the admin API (`key=` parameters), made
+ * into the very canonical key that client's requests have, so it reaches the
+ * same Durable Object.
+ */
+import { show } from "./core/duration.ts";
+import { ipKey, UNKNOWN_IP } from "./core/ip.ts";
+import { canonicalKey, type RequestFacts, sourceLabel } from "./core/keys.ts";
+import { normalizePath } from "./core/paths.ts";
+import type { Characteristic, Rule } from "./core/rules.ts";
+
+export const keyAsWritten = (key: Characteristic[]): string[] =>
+  key.map((sources) => sources.map(sourceLabel).join("|"));
+
+/**
+ * The canonical key a request from this client would have under `rule`,
+ * from the `key` query parameters. Each is `<characteristic>=<value>`, such
+ * as `ip=203.0.113.7` or `header:x-api-key=abc`, one per characteristic of
+ * the rule; a rule with a single, fallback-free characteristic also takes the
+ * bare value (`key=203.0.113.7`). Values are normalised as a request's are:
+ * an IP through {@link ipKey} (so any address of an IPv6 prefix names it),
+ * a path through {@link normalizePath}; an empty value is an absent one.
+ * The string is made by {@link canonicalKey} itself, so it names the same object.
+ */
+export function adminKey(
+  rule: Rule,
+  params: string[],
+  ipv6PrefixBits: number,
+): { ok: true; canonical: string } | { ok: false; error: string } {
+  const labels = rule.key.flatMap((sources, index) => sources.map((source) => ({ label: sourceLabel(source), index })));
+  // Longest first: `query:a=b` must not be read as `query:a` with the value `b=…`.
+  labels.sort((x, y) => y.label.length - x.label.length);
+  const sole = rule.key.length === 1 && rule.key[0]!.length === 1 ? sourceLabel(rule.key[0]![0]!) : null;
+
+  if (params.length === 0) return { ok: false, error: `The "key" query parameter is required. ${keyUsage(rule)}` };
+  const chosen = new Map<number, { label: string; value: string }>();
+  for (const param of params) {
+    const named = labels.find(({ label }) => namesSource(param, label));
+    const part = named
+      ? { index: named.index, label: named.label, value: param.slice(named.label.length + 1) }
+      : sole !== null && params.length === 1
+        ? { index: 0, label: sole, value: param }
+        : null;
+    if (part === null)
+      return { ok: false, error: `${show(param)} names no characteristic of this rule. ${keyUsage(rule)}` };
+    if (chosen.has(part.index)) {
+      return { ok: false, error: `Two values for the characteristic "${keyAsWritten(rule.key)[part.index]}".` };
+    }
+    const value = normalise(part.label, part.value, ipv6PrefixBits);
+    if (typeof value !== "string") return { ok: false, error: `${show(param)}: ${value.error}` };
+    chosen.set(part.index, { label: part.label, value });
+  }
+  const missing = keyAsWritten(rule.key).filter((_, index) => !chosen.has(index));
+  if (missing.length > 0)
+    return { ok: false, error: `No value for ${missing.map((m) => `"${m}"`).join(", ")}. ${keyUsage(rule)}` };
+
+  const values = new Map([...chosen.values()].map(({ label, value }) => [label, value]));
+  const read = (label: string): string | null => values.get(label) ?? null;
+  const facts: RequestFacts = {
+    method: read("method") ?? "",
+    path: read("path") ?? "",
+    host: () => read("host") ?? "",
+    ip: () => read("ip") ?? "",
+    header: (name) => read(`header:${name}`),
+    cookie: (name) => read(`cookie:${name}`),
+    query: (name) => read(`query:${name}`),
+  };
+  return { ok: true, canonical: canonicalKey(rule.key, facts) };
+}
+
+/** Whether `param` is `<label>=…`; header names are case-insensitive, as in a request. */
+const namesSource = (param: string, label: string): boolean => {
+  const head = param.slice(0, label.length + 1);
+  return (label.startsWith("header:") ? head.toLowerCase() : head) === `${label}=`;
+};
+
+function normalise(label: string, value: string, ipv6PrefixBits: number): string | { error: string } {
+  switch (label) {
+    case "ip": {
+      // `ip=` and `ip=unknown` name the key of requests that came without an IP.
+      if (value === "" || value === UNKNOWN_IP) return UNKNOWN_IP;
+      // The form the key itself takes, `2001:db8:0:ab00::/56`, names the prefix too.
+      const cidr = /^(.*)\/(\d{1,3})$/.exec(value);
+      if (cidr && Number(cidr[2]) !== ipv6PrefixBits) {
+        return { error: `is a /${cidr[2]} prefix, but IPv6 clients are grouped by /${ipv6PrefixBits} (IPV6_PREFIX)` };
+      }
+      const ip = ipKey(cidr ? cidr[1] : value, ipv6PrefixBits);
+      return ip.startsWith("invalid:") ? { error: "is not an IP address" } : ip;
+    }
+    case "path":
+      return value === "" || value.startsWith("/") ? normalizePath(value) : { error: 'a path starts with "/"' };
+    case "method":
+      // The Workers runtime upper-cases every method it accepts, not only the six the Fetch standard names.
+      return value.toUpperCase();
+    case "host":
+      return value.toLowerCase();
+    default:
+      return value;
+  }
+}
+
+/** How to name a client for `rule`, for error messages. */
+export function keyUsage(rule: Rule): string {
+  const written = keyAsWritten(rule.key);
+  const example = (label: string) => `key=${label}=${label === "ip" ? "203.0.113.7" : "…"}`;
+  if (rule.key.length === 1 && rule.key[0]!.length === 1) {
+    return `Rule "${rule.id}" counts by ${written[0]}: key=<value> or ${example(written[0]!)}.`;
+  }
+  const parts = rule.key.map((sources) => sources.map((s) => example(sourceLabel(s))).join(" or "));
+  return `Rule "${rule.id}" counts by ${written.join(" and ")}: one key parameter per characteristic, naming the one the client has: ${parts.join("; ")}.`;
+}
