@@ -2,8 +2,10 @@
  * @module
  * One request's decision: the rules that match, one Durable Object call per
  * distinct client key (none when the isolate already knows the key is
- * blocked), and the answer: go on (with headers), 429 or 503.
+ * blocked, or holds a lease for it), and the answer: go on (with headers),
+ * 429 or 503.
  */
+import { type KeyCall, type KeyGroup, readCalls, refundAdmitted, takeBackLate } from "./answers.ts";
 import { type BlockedCache, type BlockedEntry, blockedKeys } from "./blocked-cache.ts";
 import type { Settings } from "./config.ts";
 import { canonicalKey, hashKey } from "./core/keys.ts";
@@ -12,9 +14,8 @@ import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
 import { ruleUid } from "./isolate-cache.ts";
 import { leases as isolateLeases, type LeaseCache, type Spent } from "./leases.ts";
-import { checkKey, type LimiterNamespace, refundKey } from "./limiter-client.ts";
-import { type LimiterOutcome, type Refund, ruleCheckOf } from "./limiter-protocol.ts";
-import { keyHashPrefix, logEvent } from "./log.ts";
+import { checkKey, type LimiterNamespace } from "./limiter-client.ts";
+import { ruleCheckOf } from "./limiter-protocol.ts";
 import { send } from "./problem.ts";
 import { limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "./refusals.ts";
 import { requestFacts } from "./request-facts.ts";
@@ -25,9 +26,6 @@ export type Outcome =
   /** Answer this instead; the origin is not contacted. */
   | { kind: "refuse"; response: Response };
 
-/** The rules that share one client key, and so one Durable Object. */
-type KeyGroup = { canonical: string; rules: Rule[] };
-type KeyCall = KeyGroup & { name: string; outcome: LimiterOutcome };
 /** How a key group was settled: from a lease held here, or by its object. */
 type Settled = { spent: Spent } | { call: KeyCall };
 
@@ -132,79 +130,6 @@ function leasedReports(groups: KeyGroup[], settled: Settled[], nowMs: number): R
 }
 
 /**
- * Reads the objects' answers: adds their verdicts to `reports`, remembers
- * refusals, and logs every refusal, shadow refusal, retry and failure.
- */
-function readCalls(calls: KeyCall[], blocked: BlockedCache, sentAtMs: number, reports: Reported[]) {
-  const closedBy: string[] = [];
-  let refused = false;
-  for (const call of calls) {
-    const { outcome } = call;
-    if (!outcome.ok) {
-      closedBy.push(...failed(call, outcome));
-      continue;
-    }
-    if (outcome.retriedAfter !== undefined) {
-      const [key, rules] = [keyHashPrefix(call.name), call.rules.map((r) => r.id)];
-      logEvent(
-        { event: "limiter_retried", rules, key, attempts: outcome.attempts, message: outcome.retriedAfter },
-        "warn",
-      );
-    }
-    const { nowMs, allowed, verdicts } = outcome.result;
-    refused ||= !allowed;
-    call.rules.forEach((rule, i) => {
-      const verdict = verdicts[i]!;
-      if (!verdict.ruleAllows) {
-        const repeats =
-          rule.action === "block"
-            ? blocked.remember(rule, call.canonical, sentAtMs, verdict.retryAfterMs, verdict.weighted)
-            : 0;
-        logEvent({
-          event: rule.action === "log" ? "ratelimit_shadow" : "ratelimit_blocked",
-          rule: rule.id,
-          key: keyHashPrefix(call.name),
-          weighted: Math.round(verdict.weighted * 1000) / 1000, // for people reading logs; decisions are exact
-          limit: rule.limit,
-          decision: rule.action === "log" ? "would_block" : "blocked",
-          ...(repeats > 0 ? { repeats } : {}),
-        });
-      }
-      if (rule.action === "block")
-        reports.push({ id: rule.id, limit: rule.limit, periodMs: rule.periodMs, verdict, nowMs });
-    });
-  }
-  return { refused, closedBy };
-}
-
-/**
- * A call that timed out may still decide. Whatever it counted for a request
- * that was then turned away, and any lease it granted (nobody holds it), is
- * taken back once it does.
- */
-function takeBackLate(
-  call: KeyCall,
-  ns: LimiterNamespace,
-  turnedAway: boolean,
-  background: (task: Promise<unknown>) => void,
-): void {
-  const late = call.outcome.ok ? undefined : call.outcome.late;
-  if (!late) return;
-  background(
-    late.then((result) => {
-      if (!result?.allowed) return;
-      const refunds: Refund[] = [];
-      call.rules.forEach((rule, i) => {
-        const verdict = result.verdicts[i]!;
-        if (turnedAway && verdict.bucket >= 0) refunds.push({ id: rule.id, bucket: verdict.bucket });
-        if (result.lease) refunds.push({ id: rule.id, bucket: result.lease.buckets[i]!, count: result.lease.units });
-      });
-      return refunds.length > 0 ? refundKey(ns, call.name, refunds) : undefined;
-    }),
-  );
-}
-
-/**
  * Settles a key group with its object. While another request's call for the
  * same key is in flight and may bring a lease, waits for it and spends from
  * that lease instead; if that call failed, this request fails with it.
@@ -285,37 +210,4 @@ function knownRefusals(groups: KeyGroup[], cache: BlockedCache, nowMs: number): 
     }
   }
   return known;
-}
-
-/** Logs a key's failed call; returns the rules that refuse the request because of it. */
-function failed(call: KeyCall, outcome: Extract<LimiterOutcome, { ok: false }>): string[] {
-  const closedBy: string[] = [];
-  for (const rule of call.rules) {
-    const closed = rule.action === "block" && rule.onError === "closed";
-    if (closed) closedBy.push(rule.id);
-    logEvent(
-      {
-        event: "limiter_unavailable",
-        rule: rule.id,
-        key: keyHashPrefix(call.name),
-        reason: outcome.reason,
-        message: outcome.message,
-        attempts: outcome.attempts,
-        outcome: closed ? "refused" : "forwarded",
-      },
-      "error",
-    );
-  }
-  return closedBy;
-}
-
-/** A refused request counts nowhere: keys that admitted it give their counts back. */
-function refundAdmitted(calls: KeyCall[], ns: LimiterNamespace, background: (task: Promise<unknown>) => void): void {
-  for (const { name, rules, outcome } of calls) {
-    if (!outcome.ok || !outcome.result.allowed) continue;
-    const refunds = outcome.result.verdicts
-      .map((v, i) => ({ id: rules[i]!.id, bucket: v.bucket }))
-      .filter((r) => r.bucket >= 0);
-    if (refunds.length > 0) background(refundKey(ns, name, refunds));
-  }
 }
