@@ -44,22 +44,25 @@ export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => 
   if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;
   if (options.timeoutMs !== undefined) overrides.LIMITER_TIMEOUT_MS = options.timeoutMs;
 
-  let fixed: Settings | null = null;
+  let fixed: Parsed<Settings> | null = null;
   if (options.rules !== undefined) {
     const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
     if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);
-    fixed = parsed.value;
+    fixed = parsed;
   }
+  const hasOverrides = Object.keys(overrides).length > 0;
 
   return async function rateLimitMiddleware(c, next) {
     const env = (c.env ?? {}) as Record<string, unknown>;
-    const settings: Parsed<Settings> = fixed
-      ? { ok: true, value: fixed }
-      : settingsFromEnv({ ...(env as SettingsInput), ...overrides });
+    const settings =
+      fixed ?? settingsFromEnv(hasOverrides ? { ...(env as SettingsInput), ...overrides } : (env as SettingsInput));
     const ns = env[binding] as LimiterNamespace | undefined;
-    const errors = settings.ok ? [] : settings.errors;
-    if (!ns) errors.push(`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`);
-    if (!settings.ok || !ns) return invalidConfig(errors);
+    if (!settings.ok || !ns) {
+      const missing = ns
+        ? []
+        : [`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`];
+      return invalidConfig([...(settings.ok ? [] : settings.errors), ...missing]);
+    }
 
     const decided = decide(c.req.raw, settings.value, ns, background(c));
     const outcome = decided instanceof Promise ? await decided : decided;

@@ -43,15 +43,24 @@ describe("rateLimit() in your own Hono app", () => {
     );
   });
 
-  it("answers 500 when the Durable Object binding is missing", async () => {
+  it("answers 500 when the Durable Object binding is missing, naming it in the log, the same every time", async () => {
     const bare = new Hono();
-    bare.get("/", rateLimit({ rules: { id: "x", limit: 1, period: 1 }, binding: "MISSING" }), (c) => c.text("ok"));
+    bare.get("/", rateLimit({ binding: "MISSING" }), (c) => c.text("ok"));
+    const lines: string[] = [];
     const original = console.error;
-    console.error = () => {};
+    console.error = (line: string) => lines.push(line);
     try {
-      expect((await bare.request("/", {}, env)).status).toBe(500);
+      const badEnv = { ...env, RULES: [{ id: "x", limit: 0, period: 1 }] };
+      expect((await bare.request("/", {}, badEnv)).status).toBe(500);
+      expect((await bare.request("/", {}, badEnv)).status).toBe(500);
     } finally {
       console.error = original;
     }
+    const logged = lines.map((line) => JSON.parse(line).errors);
+    expect(logged[0]).toEqual([
+      'RULES[0] "x": field "limit": must be an integer from 1 to 1000000000; got 0',
+      "MISSING: no Durable Object binding by this name; bind the RateLimiter class to it",
+    ]);
+    expect(logged[1]).toEqual(logged[0]);
   });
 });
