@@ -30,18 +30,22 @@ export type SettingsInput = {
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; errors: string[] };
 
+/** The rules from `RULES`: a list, or the same list as a JSON string (a secret or `.dev.vars`). */
+function rulesFrom(raw: unknown): ReturnType<typeof parseRules> {
+  if (typeof raw !== "string") return parseRules(raw ?? []);
+  let list: unknown;
+  try {
+    list = JSON.parse(raw);
+  } catch (error) {
+    return { ok: false, errors: [`RULES: is a string but not valid JSON (${(error as Error).message})`] };
+  }
+  return parseRules(list);
+}
+
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
 export function parseSettings(input: SettingsInput): Parsed<Settings> {
   const errors: string[] = [];
-  let rulesInput = input.RULES ?? [];
-  if (typeof rulesInput === "string") {
-    try {
-      rulesInput = JSON.parse(rulesInput);
-    } catch (error) {
-      errors.push(`RULES: is a string but not valid JSON (${(error as Error).message})`);
-    }
-  }
-  const rules = parseRules(rulesInput);
+  const rules = rulesFrom(input.RULES);
   if (!rules.ok) errors.push(...rules.errors);
 
   const ipv6PrefixBits = integerVar(input.IPV6_PREFIX, "IPV6_PREFIX", DEFAULT_IPV6_PREFIX, 1, 128, errors);

@@ -202,6 +202,8 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
 
   it("reports RULES that is a string but not JSON", () => {
     const parsed = parseSettings({ RULES: "[{" });
+    expect(parsed.ok).toBe(false);
+    expect(!parsed.ok && parsed.errors).toHaveLength(1);
     expect(!parsed.ok && parsed.errors[0]).toMatch(/^RULES: is a string but not valid JSON/);
   });
 
