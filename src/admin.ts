@@ -18,7 +18,7 @@ import { hashKey } from "./core/keys.ts";
 import { normalizePath } from "./core/paths.ts";
 import type { Rule } from "./core/rules.ts";
 import type { Env } from "./env.ts";
-import type { LimiterNamespace } from "./limiter-client.ts";
+import { deadline, type LimiterNamespace } from "./limiter-client.ts";
 import { toRuleCheck } from "./limiter-protocol.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
 import {
@@ -225,17 +225,14 @@ async function withDeadline<T>(
   call: Promise<T>,
   ms: number,
 ): Promise<{ ok: true; value: T } | { ok: false; message: string }> {
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  const deadline = new Promise<"timeout">((resolve) => {
-    timer = setTimeout(() => resolve("timeout"), ms);
-  });
+  const answer = deadline(ms);
   try {
-    const value = await Promise.race([call, deadline]);
+    const value = await Promise.race([call, answer.expired]);
     return value === "timeout" ? { ok: false, message: `no answer within ${ms}ms` } : { ok: true, value: value as T };
   } catch (error) {
     return { ok: false, message: String((error as Error)?.message ?? error) };
   } finally {
-    if (timer !== null) clearTimeout(timer);
+    answer.clear();
   }
 }
 

@@ -14,6 +14,15 @@ type RuntimeError = Error & { retryable?: boolean; overloaded?: boolean };
 
 const stubFor = (ns: LimiterNamespace, name: string) => ns.get(ns.idFromName(name));
 
+/** A deadline `ms` from now: `expired` resolves to "timeout" then, unless `clear()` comes first. */
+export function deadline(ms: number): { expired: Promise<"timeout">; clear: () => void } {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), ms);
+  });
+  return { expired, clear: () => timer !== undefined && clearTimeout(timer) };
+}
+
 /**
  * Checks `rules` in the object named `name`. The whole decision, retry
  * included, must finish within `timeoutMs`. One retry, with a fresh stub, is
@@ -26,10 +35,7 @@ export async function checkKey(
   timeoutMs: number,
   options: CheckOptions = {},
 ): Promise<LimiterOutcome> {
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  const deadline = new Promise<"timeout">((resolve) => {
-    timer = setTimeout(() => resolve("timeout"), timeoutMs);
-  });
+  const decision = deadline(timeoutMs);
   let attempts = 0;
   let firstError: string | undefined;
   try {
@@ -39,7 +45,7 @@ export async function checkKey(
         // A retry does not return lease units again: the failed attempt may have taken them back already.
         const sent = attempts === 1 ? options : { ...options, returns: undefined };
         const call = stubFor(ns, name).check(rules, sent) as Promise<CheckResult>;
-        const result = await Promise.race([call, deadline]);
+        const result = await Promise.race([call, decision.expired]);
         if (result === "timeout") {
           // Watched for one more timeout at most: a call that never ends must not hold the isolate.
           const late = Promise.race([
@@ -60,7 +66,7 @@ export async function checkKey(
       }
     }
   } finally {
-    if (timer !== null) clearTimeout(timer);
+    decision.clear();
   }
 }
 
