@@ -1,4 +1,5 @@
 /**
+ * @module
  * `npm run bench`: one command, one run, every variant side by side.
  *
  * Builds each Worker with wrangler's bundler, serves them all from one
@@ -14,13 +15,13 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
+import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../scripts/workerd.ts";
 
 const execFileAsync = promisify(execFile);
 
-const root = resolve(import.meta.dirname, "..");
 const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
@@ -123,25 +124,15 @@ type Sample = {
   calls: number | null;
 };
 
-function build(worker: Variant["worker"], outdir: string): string {
-  mkdirSync(outdir, { recursive: true });
-  // A config of its own, so that the limiter's wrangler.toml (found next to the sources) is not used;
-  // keep_names = false as in wrangler.toml: esbuild's __name wrapper costs on every closure made.
-  const config = join(outdir, "wrangler.toml");
-  const main = join(root, "bench/workers", `${worker}.ts`);
-  writeFileSync(
-    config,
-    `name = "bench-${worker}"\nmain = ${JSON.stringify(main)}\ncompatibility_date = "2026-11-01"\nkeep_names = false\n`,
-  );
-  execFileSync("wrangler", ["deploy", "--dry-run", "--outdir", outdir, "--config", config], {
-    cwd: outdir,
-    stdio: ["ignore", "ignore", "inherit"],
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+/** Bundles a variant's Worker; the path is relative to the workerd config, which sits in `work`. */
+function build(worker: Variant["worker"], work: string): string {
+  const bundle = buildBundle({
+    main: join(ROOT, "bench/workers", `${worker}.ts`),
+    outdir: join(work, worker),
+    name: `bench-${worker}`,
   });
-  return `${worker}/${worker}.js`; // relative to the workerd config: capnp reads a leading "/" as its import path
+  return embedPath(join(work, "bench.capnp"), bundle);
 }
-
-const capnpString = (s: string) => JSON.stringify(s);
 
 function workerdConfig(
   bundles: Record<string, string>,
@@ -186,14 +177,6 @@ ${Object.entries(ports)
 `;
 }
 
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((done) => probe.listen(0, "127.0.0.1", done));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise<void>((done) => probe.close(() => done()));
-  return port;
-}
-
 async function startOrigin(): Promise<{ port: number; close: () => void }> {
   const body = JSON.stringify({ ok: true, from: "bench-origin" });
   const server = createServer((req, res) => {
@@ -206,18 +189,6 @@ async function startOrigin(): Promise<{ port: number; close: () => void }> {
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
   return { port: (server.address() as AddressInfo).port, close: () => server.close() };
-}
-
-async function waitUntilUp(url: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    try {
-      await fetch(url);
-      return;
-    } catch {
-      await sleep(100);
-    }
-  }
-  throw new Error(`workerd did not come up at ${url}`);
 }
 
 /** The IP of key `i`, as bench/random-ip.lua spells it. */
@@ -253,7 +224,7 @@ async function wrk(url: string, variant: Variant, durationS: number): Promise<Om
       `${durationS}s`,
       "--latency",
       "-s",
-      join(root, "bench/random-ip.lua"),
+      join(ROOT, "bench/random-ip.lua"),
       url,
     ],
     { encoding: "utf8", env: { ...process.env, BENCH_KEYS: String(variant.keys) } },
@@ -299,7 +270,7 @@ async function main(): Promise<void> {
   console.log("building bundles with wrangler …");
   const bundles: Record<string, string> = {};
   for (const worker of ["proxy", "limiter", "constant", "peer"] as const) {
-    bundles[worker] = build(worker, join(work, worker));
+    bundles[worker] = build(worker, work);
   }
 
   const origin = await startOrigin();
@@ -308,7 +279,7 @@ async function main(): Promise<void> {
   const configPath = join(work, "bench.capnp");
   writeFileSync(configPath, workerdConfig(bundles, ports, `http://127.0.0.1:${origin.port}`, join(work, "disk")));
   // The Worker's own logs (a JSON line per blocked decision) would flood the terminal; errors still show.
-  const workerd = spawn("workerd", ["serve", "--experimental", configPath], {
+  const workerd = spawn(WORKERD, ["serve", "--experimental", configPath], {
     stdio: ["ignore", process.env.BENCH_VERBOSE ? "inherit" : "ignore", "inherit"],
   });
   const samples: Record<string, Sample[]> = Object.fromEntries(variants.map((v) => [v.id, []]));
@@ -380,9 +351,9 @@ async function main(): Promise<void> {
     settings: { rounds, seconds, connections, threads, cpus: (await import("node:os")).cpus().length },
     rows,
   };
-  mkdirSync(join(root, "bench"), { recursive: true });
-  writeFileSync(join(root, "bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(root, "bench/results.md"), `${table}\n`);
+  mkdirSync(join(ROOT, "bench"), { recursive: true });
+  writeFileSync(join(ROOT, "bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(join(ROOT, "bench/results.md"), `${table}\n`);
   console.log("wrote bench/results.json and bench/results.md");
   if (!process.env.BENCH_KEEP) rmSync(work, { recursive: true, force: true });
 }

@@ -1,0 +1,151 @@
+/**
+ * @module
+ * The multi-isolate harness: one `workerd serve` running N edge services
+ * (`edge-0` … `edge-(N-1)`, each the product's own bundle of src/index.ts in
+ * its own isolate, on its own port) and one `objects` service that defines
+ * the `RateLimiter` namespace they all bind, in front of a counting origin.
+ * That is production's shape: many isolates, each with its own caches,
+ * calling one object per key. workerd can be stopped, killed and restarted
+ * on the same storage and ports in the middle of a run.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { inject } from "vitest";
+import { type Binding, freePorts, startWorkerd, type Workerd, writeEdgeConfig } from "../../../scripts/workerd.ts";
+import type { RuleInput } from "../../../src/core/rules.ts";
+import { Driver } from "./driver.ts";
+import { type CountingOrigin, startOrigin } from "./origin.ts";
+import { scanForFailures } from "./scan.ts";
+
+/** Edge isolates when a test does not say: EDGE_ISOLATES, else 16. */
+export const DEFAULT_ISOLATES = Number(process.env.EDGE_ISOLATES ?? 16);
+const ADMIN_TOKEN = "edge-harness-admin-token";
+
+export type EdgeOptions = {
+  /** The `RULES` of every edge isolate. */
+  rules: RuleInput[];
+  /** How many edge isolates; default {@link DEFAULT_ISOLATES}. */
+  isolates?: number;
+  /** `LIMITER_TIMEOUT_MS`; default 5000, well above what a slowed object takes in these tests. */
+  timeoutMs?: number;
+  /** More bindings for every edge isolate (`IPV6_PREFIX`, …). */
+  bindings?: Binding[];
+};
+
+/** What the admin API says of a client for one rule (README, "Admin API"). */
+export type AdminStatus = {
+  rule: string;
+  keyHash: string;
+  limit: number;
+  periodMs: number;
+  /** The object's count, leased units included. */
+  weighted: number;
+  allowed: boolean;
+  remaining: number;
+};
+
+export type Edge = {
+  /** How many edge isolates run. */
+  isolates: number;
+  /** The base URL of each edge isolate, by index. */
+  urls: string[];
+  origin: CountingOrigin;
+  workerd: Workerd;
+  /** The run's directory: config, storage, log; kept when EDGE_KEEP is set. */
+  dir: string;
+  logFile: string;
+  /** A fresh driver over these isolates; each keeps its own records. `timeoutMs`: when a client gives up (default 60 s). */
+  driver: (timeoutMs?: number) => Driver;
+  /**
+   * Checks the objects received since workerd last started, by the rule ids
+   * they carried (joined with ","): how many Durable Object calls the edges made.
+   */
+  objectChecks: () => Promise<Record<string, number>>;
+  /** The admin API's view of `key` for `rule`, asked of edge isolate `isolate` (default 0). */
+  status: (rule: string, key: string, isolate?: number) => Promise<AdminStatus>;
+  /** Lines of workerd's output, since `mark` (default: since it first started), where the runtime reports a hung, cancelled or failed request. */
+  failures: (mark?: number) => string[];
+  /** Stops workerd and the origin, and removes the run's directory unless EDGE_KEEP is set. */
+  stop: () => Promise<void>;
+};
+
+/** Starts the harness; the bundles are the ones global setup built for the whole run. */
+export async function startEdge(options: EdgeOptions): Promise<Edge> {
+  const isolates = options.isolates ?? DEFAULT_ISOLATES;
+  const dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-edge-"));
+  const logFile = join(dir, "workerd.log");
+  const configPath = join(dir, "edge.capnp");
+  const origin = await startOrigin();
+  const [objectsPort, ...ports] = await freePorts(isolates + 1);
+  const edges = ports.map((port, i) => ({ name: `edge-${i}`, port }));
+  writeEdgeConfig(configPath, {
+    edgeBundle: inject("edgeBundle"),
+    edges,
+    bindings: [
+      { name: "ORIGIN_URL", text: origin.url },
+      { name: "RULES", json: options.rules },
+      { name: "LIMITER_TIMEOUT_MS", text: String(options.timeoutMs ?? 5000) },
+      { name: "ADMIN_TOKEN", text: ADMIN_TOKEN },
+      ...(options.bindings ?? []),
+    ],
+    objects: {
+      name: "objects",
+      bundle: inject("objectsBundle"),
+      className: "RateLimiter",
+      uniqueKey: "edge-harness",
+      port: objectsPort!,
+    },
+    namespaceBinding: "RATE_LIMITER",
+    storageDir: join(dir, "storage"),
+  });
+  const urls = ports.map((port) => `http://127.0.0.1:${port}`);
+  const objectsUrl = `http://127.0.0.1:${objectsPort}`;
+  let workerd: Workerd;
+  const started = Date.now();
+  try {
+    // The admin API answers without a token (401) before any rule applies: up, and nothing counted.
+    workerd = await startWorkerd({
+      configPath,
+      logFile,
+      readyUrls: [...urls.map((url) => `${url}/__ratelimit/rules`), `${objectsUrl}/checks`],
+    });
+  } catch (error) {
+    await origin.close();
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+
+  console.log(
+    `edge: workerd up with ${isolates} edge isolates in ${Date.now() - started} ms; its output goes to ${logFile}`,
+  );
+
+  const status = async (rule: string, key: string, isolate = 0): Promise<AdminStatus> => {
+    const query = new URLSearchParams({ rule, key });
+    const res = await fetch(`${urls[isolate]}/__ratelimit/status?${query}`, {
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
+    const text = await res.text();
+    if (res.status !== 200) throw new Error(`admin status ${rule} ${key}: ${res.status} ${text}`);
+    return JSON.parse(text) as AdminStatus;
+  };
+
+  return {
+    isolates,
+    urls,
+    origin,
+    workerd,
+    dir,
+    logFile,
+    driver: (timeoutMs) => new Driver(urls, timeoutMs),
+    objectChecks: async () => (await (await fetch(`${objectsUrl}/checks`)).json()) as Record<string, number>,
+    status,
+    failures: (mark = 0) => scanForFailures(workerd.outputSince(mark)),
+    stop: async () => {
+      await workerd.close();
+      await origin.close();
+      if (process.env.EDGE_KEEP) console.log(`edge: kept ${dir}`);
+      else rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
