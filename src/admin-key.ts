@@ -7,7 +7,7 @@
 import { show } from "./core/duration.ts";
 import { ipKey, UNKNOWN_IP } from "./core/ip.ts";
 import { canonicalKey, type RequestFacts, sourceLabel } from "./core/keys.ts";
-import { normalizePath } from "./core/paths.ts";
+import { matchingPath, normalizePath } from "./core/paths.ts";
 import type { Characteristic, Rule } from "./core/rules.ts";
 
 export const keyAsWritten = (key: Characteristic[]): string[] =>
@@ -20,7 +20,9 @@ export const keyAsWritten = (key: Characteristic[]): string[] =>
  * the rule; a rule with a single, fallback-free characteristic also takes the
  * bare value (`key=203.0.113.7`). Values are normalised as a request's are:
  * an IP through {@link ipKey} (so any address of an IPv6 prefix names it),
- * a path through {@link normalizePath}; an empty value is an absent one.
+ * a path through {@link normalizePath} and {@link matchingPath} with the
+ * rule's case sensitivity (so `/LOGIN/` names the key of `/login`); an empty
+ * value is an absent one.
  * The string is made by {@link canonicalKey} itself, so it names the same object.
  */
 export function adminKey(
@@ -47,7 +49,7 @@ export function adminKey(
     if (chosen.has(part.index)) {
       return { ok: false, error: `Two values for the characteristic "${keyAsWritten(rule.key)[part.index]}".` };
     }
-    const value = normalise(part.label, part.value, ipv6PrefixBits);
+    const value = normalise(part.label, part.value, ipv6PrefixBits, rule.caseSensitive);
     if (typeof value !== "string") return { ok: false, error: `${show(param)}: ${value.error}` };
     chosen.set(part.index, { label: part.label, value });
   }
@@ -75,7 +77,12 @@ const namesSource = (param: string, label: string): boolean => {
   return (label.startsWith("header:") ? head.toLowerCase() : head) === `${label}=`;
 };
 
-function normalise(label: string, value: string, ipv6PrefixBits: number): string | { error: string } {
+function normalise(
+  label: string,
+  value: string,
+  ipv6PrefixBits: number,
+  caseSensitive: boolean,
+): string | { error: string } {
   switch (label) {
     case "ip": {
       // `ip=` and `ip=unknown` name the key of requests that came without an IP.
@@ -89,7 +96,9 @@ function normalise(label: string, value: string, ipv6PrefixBits: number): string
       return ip.startsWith("invalid:") ? { error: "is not an IP address" } : ip;
     }
     case "path":
-      return value === "" || value.startsWith("/") ? normalizePath(value) : { error: 'a path starts with "/"' };
+      return value === "" || value.startsWith("/")
+        ? matchingPath(normalizePath(value), caseSensitive)
+        : { error: 'a path starts with "/"' };
     case "method":
       // The Workers runtime upper-cases every method it accepts, not only the six the Fetch standard names.
       return value.toUpperCase();

@@ -134,6 +134,7 @@ export type RuleView = {
   /** Upper-case methods; null for every method. */
   methods: string[] | null;
   exclude: string[];
+  case_sensitive: boolean;
   limit: number;
   /** The period as wrangler.toml spells it, such as "1m". */
   period: string;
@@ -150,6 +151,7 @@ export const ruleView = (rule: Rule): RuleView => ({
   path: rule.paths.map((glob) => glob.source),
   methods: rule.methods === null ? null : [...rule.methods],
   exclude: rule.exclude.map((glob) => glob.source),
+  case_sensitive: rule.caseSensitive,
   limit: rule.limit,
   period: formatDuration(rule.periodMs),
   periodMs: rule.periodMs,

@@ -9,8 +9,8 @@
 import { parseAdminPrefix, parseOrigin, parseSettings, type SettingsInput } from "./config.ts";
 import { describePeriod, show } from "./core/duration.ts";
 import { sourceLabel } from "./core/keys.ts";
-import { normalizePath, type PathGlob } from "./core/paths.ts";
-import { parseRule, type Rule } from "./core/rules.ts";
+import { canonicalGlob, normalizePath, type PathGlob } from "./core/paths.ts";
+import { parseRule, type Rule, ruleMatches } from "./core/rules.ts";
 
 /** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
 export type WranglerConfig = {
@@ -210,6 +210,36 @@ function unmatchable(glob: string): string | null {
   return null;
 }
 
+/** "a", "a and b", "a, b and c". */
+const listed = (items: string[]): string =>
+  items.slice(0, -1).join(", ") + (items.length > 1 ? " and " : "") + items.at(-1);
+
+/** What matching ignores in a `path` glob, which it is the same without. */
+function ignoredParts(source: string, caseSensitive: boolean): string[] {
+  const ignored: string[] = [];
+  if (source.includes(";")) ignored.push(";parameters");
+  if (/.\/$/.test(source.replace(/;[^/]*/g, ""))) ignored.push("a trailing slash");
+  if (!caseSensitive && source !== source.toLowerCase()) ignored.push("case (unless case_sensitive = true)");
+  return ignored;
+}
+
+/**
+ * Other ways a client may spell the path `written`, each one a rule counts as
+ * `written` itself: another case, a trailing slash added or taken away, a
+ * `;parameter` in the last segment, in each other one, or as a segment of its own up front.
+ */
+function otherSpellings(written: string, caseSensitive: boolean): string[] {
+  const out: string[] = [];
+  if (!caseSensitive && written.toUpperCase() !== written) out.push(written.toUpperCase());
+  if (written !== "/") out.push(written.endsWith("/") ? written.slice(0, -1) : `${written}/`);
+  const segments = written.split("/");
+  const withParameter = (i: number) => segments.map((segment, j) => (j === i ? `${segment};x` : segment)).join("/");
+  out.push(withParameter(segments.length - 1));
+  for (let i = 1; i < segments.length - 1; i++) out.push(withParameter(i));
+  out.push(`/;x${written}`);
+  return out;
+}
+
 function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): Finding[] {
   const out: Finding[] = [];
   const warn = (message: string) => out.push({ level: "warning", message: `${label}: ${message}` });
@@ -224,27 +254,66 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
     );
   }
 
+  // Any method the rule counts will do to ask which paths it counts.
+  const method = rule.methods === null ? "GET" : [...rule.methods][0]!;
+  const counted = (path: string) => ruleMatches(rule, method, path);
   const live = rule.paths.filter((glob) => {
     const why = unmatchable(glob.source);
     if (why !== null) warn(`field "path": ${show(glob.source)} never matches: ${why}`);
     return why === null;
   });
+  for (const glob of live) {
+    const canonical = canonicalGlob(glob.source, rule.caseSensitive);
+    if (canonical !== glob.source) {
+      const ignored = listed(ignoredParts(glob.source, rule.caseSensitive));
+      warn(`field "path": ${show(glob.source)} is the same as ${show(canonical)}: matching ignores ${ignored}`);
+    }
+  }
   for (const glob of rule.exclude) {
     const why = unmatchable(glob.source);
-    if (why !== null) warn(`field "exclude": ${show(glob.source)} never excludes anything: ${why}`);
+    if (why !== null) {
+      warn(`field "exclude": ${show(glob.source)} never excludes anything: ${why}`);
+      continue;
+    }
+    // Exempting only the path as written is what keeps a spelling from buying an exemption; say so where it shows.
+    const other = canonicalGlob(glob.source, rule.caseSensitive).replaceAll("*", "x");
+    if (other !== glob.source.replaceAll("*", "x") && counted(other)) {
+      warn(
+        `field "exclude": ${show(glob.source)} matches the path as written only, so the rule still counts other spellings such as ${show(other)}`,
+      );
+    }
   }
-  const excluded = live.map((glob) => ({ glob, by: rule.exclude.find((cover) => globCovers(cover, glob)) }));
-  if (live.length === 0 || excluded.every(({ by }) => by !== undefined)) {
-    const how = excluded.map(({ glob, by }) => `path ${show(glob.source)} by exclude ${show(by!.source)}`);
+
+  // A path glob that an exclude covers as written still counts the other spellings of its paths; the
+  // rule is called never-matching only when it counts none of the spellings a client would try.
+  const excluded = live.map((glob) => {
+    const by = rule.exclude.find((cover) => globCovers(cover, glob));
+    if (by === undefined) return { glob, by, spelling: undefined };
+    // Paths the glob stands for, as written and as matched: each * filled with "x", and with nothing (`/api/*` counts `/api`).
+    const canonical = canonicalGlob(glob.source, rule.caseSensitive);
+    const instances = [glob.source, canonical].flatMap((g) => [g.replaceAll("*", "x"), g.replaceAll("*", "")]);
+    const spellings = instances.flatMap((path) => [path, ...otherSpellings(path, rule.caseSensitive)]);
+    const spelling = spellings.find((path) => normalizePath(path) === path && counted(path));
+    return { glob, by, spelling };
+  });
+  if (live.length === 0) {
+    warn("never matches: none of its paths can match");
+  } else if (excluded.every(({ by }) => by !== undefined)) {
+    const how = excluded.map(({ glob, by }) => `path ${show(glob.source)} by exclude ${show(by!.source)}`).join("; ");
+    const spelling = excluded.find((e) => e.spelling !== undefined)?.spelling;
     warn(
-      `never matches: ${live.length === 0 ? "none of its paths can match" : `every path is excluded (${how.join("; ")})`}`,
+      spelling === undefined
+        ? `never matches: every path is excluded (${how})`
+        : `counts only other spellings of the paths it excludes (${how}): exclude matches the path as written only, so ${show(spelling)} is counted`,
     );
   } else {
-    for (const { glob, by } of excluded) {
-      if (by)
-        warn(
-          `field "path": ${show(glob.source)} is entirely excluded by exclude ${show(by.source)}, so it adds nothing`,
-        );
+    for (const { glob, by, spelling } of excluded) {
+      if (by === undefined) continue;
+      warn(
+        spelling === undefined
+          ? `field "path": ${show(glob.source)} is entirely excluded by exclude ${show(by.source)}, so it adds nothing`
+          : `field "path": ${show(glob.source)} is excluded by exclude ${show(by.source)} as written, so it counts only other spellings, such as ${show(spelling)}`,
+      );
     }
   }
 
@@ -266,9 +335,13 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
 /** What decides which requests a rule counts, and how: equal signatures count the same requests the same way. */
 function signature(rule: Rule): string {
   const sources = (globs: PathGlob[]) => globs.map((g) => g.source).sort();
+  // Paths as they are matched (`/Login/` is `/login`); excludes as written, the way they are matched.
+  const paths = [...new Set(rule.paths.map((g) => canonicalGlob(g.source, rule.caseSensitive)))].sort();
   const key = rule.key.map((sources) => sources.map(sourceLabel).join("|")).sort();
-  const methods = rule.methods === null ? null : [...rule.methods].sort();
-  return JSON.stringify([sources(rule.paths), sources(rule.exclude), methods, key, rule.periodMs]);
+  // GET covers HEAD, so ["GET"] and ["GET", "HEAD"] count the same requests.
+  const methods =
+    rule.methods === null ? null : [...new Set([...rule.methods, ...(rule.methods.has("GET") ? ["HEAD"] : [])])].sort();
+  return JSON.stringify([paths, sources(rule.exclude), methods, key, rule.caseSensitive, rule.periodMs]);
 }
 
 /**

@@ -9,7 +9,7 @@ import { type KeyCall, type KeyGroup, readCalls, refundAdmitted, takeBackLate } 
 import { type BlockedCache, type BlockedEntry, blockedKeys } from "./blocked-cache.ts";
 import type { Settings } from "./config.ts";
 import { canonicalKey, hashKey } from "./core/keys.ts";
-import { normalizePath, pathnameOf } from "./core/paths.ts";
+import { pathnameOf, requestPath } from "./core/paths.ts";
 import { type Rule, ruleMatches } from "./core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "./headers.ts";
 import { ruleUid } from "./isolate-cache.ts";
@@ -49,7 +49,7 @@ export function decide(
   background: (task: Promise<unknown>) => void,
   caches: IsolateCaches = isolateCaches,
 ): Outcome | Promise<Outcome> {
-  const path = normalizePath(pathnameOf(request.url));
+  const path = requestPath(pathnameOf(request.url));
   const matched = settings.rules.filter((rule) => ruleMatches(rule, request.method, path));
   if (matched.length === 0) return NO_HEADERS;
 

@@ -5,9 +5,10 @@
 import type { Settings } from "./config.ts";
 import { ipKey } from "./core/ip.ts";
 import { type RequestFacts, readCookie } from "./core/keys.ts";
+import type { RequestPath } from "./core/paths.ts";
 
 /** What client keys are made of, read lazily from the request: most keys need neither a URL parse nor an IP parse. */
-export function requestFacts(request: Request, path: string, settings: Settings): RequestFacts {
+export function requestFacts(request: Request, path: RequestPath, settings: Settings): RequestFacts {
   const headers = request.headers;
   let ip: string | undefined;
   let url: URL | undefined;
@@ -17,7 +18,8 @@ export function requestFacts(request: Request, path: string, settings: Settings)
   };
   return {
     method: request.method,
-    path,
+    path: path.written,
+    matchingPath: path.matching,
     host: () => parsed().host.toLowerCase(),
     ip: () => {
       ip ??= ipKey(clientAddress(headers, settings.trustedIpHeader), settings.ipv6PrefixBits);

@@ -3,7 +3,7 @@ import { adminKey } from "../src/admin-key.ts";
 import { parseSettings } from "../src/config.ts";
 import { formatDuration } from "../src/core/duration.ts";
 import { canonicalKey } from "../src/core/keys.ts";
-import { normalizePath } from "../src/core/paths.ts";
+import { requestPath } from "../src/core/paths.ts";
 import type { Rule } from "../src/core/rules.ts";
 import { requestFacts } from "../src/request-facts.ts";
 import { hangObject } from "./support/chaos.ts";
@@ -160,6 +160,7 @@ describe("routes", () => {
           on_error: "closed",
           precision: 6,
           strict: true,
+          case_sensitive: true,
         },
       ],
       { IPV6_PREFIX: "48", LIMITER_TIMEOUT_MS: "250" },
@@ -174,6 +175,7 @@ describe("routes", () => {
             path: ["/api/*"],
             methods: null,
             exclude: ["/api/health"],
+            case_sensitive: false,
             limit: 100,
             period: "1m",
             periodMs: 60_000,
@@ -188,6 +190,7 @@ describe("routes", () => {
             path: ["/login", "/signin"],
             methods: ["POST"],
             exclude: [],
+            case_sensitive: true,
             limit: 5,
             period: "90s",
             periodMs: 90_000,
@@ -439,8 +442,8 @@ describe("a bad rule or key is a 400 problem naming what is wrong", () => {
 });
 
 describe("the key an operator names is the key a request has", () => {
-  const ruleWith = (key: string | string[]): Rule => {
-    const parsed = parseSettings({ RULES: [{ id: "r", limit: 1, period: 1, key }] });
+  const ruleWith = (key: string | string[], caseSensitive = false): Rule => {
+    const parsed = parseSettings({ RULES: [{ id: "r", limit: 1, period: 1, key, case_sensitive: caseSensitive }] });
     if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
     return parsed.value.rules[0]!;
   };
@@ -451,7 +454,7 @@ describe("the key an operator names is the key a request has", () => {
   })();
   const requestKey = (rule: Rule, url: string, init: RequestInit) => {
     const request = new Request(url, init);
-    return canonicalKey(rule.key, requestFacts(request, normalizePath(new URL(request.url).pathname), settings));
+    return canonicalKey(rule.key, requestFacts(request, requestPath(new URL(request.url).pathname), settings));
   };
 
   it.each([
@@ -467,6 +470,8 @@ describe("the key an operator names is the key a request has", () => {
     ["cookie:sid", "http://h/x", from("1.1.1.1", { cookie: 'a=1; sid="s 2"' }), ["s 2"]],
     ["query:token", "http://h/x?token=caf%C3%A9", {}, ["café"]],
     ["path", "http://h//api/%61bc", {}, ["/api//abc"]],
+    ["path", "http://h/Login/;jsessionid=x", {}, ["/login"]],
+    ["path", "http://h/login", {}, ["path=/LOGIN;x/"]],
     ["method", "http://h/x", { method: "get" }, ["get"]],
     ["method", "http://h/x", { method: "patch" }, ["patch"]],
     ["method", "http://h/x", { method: "propfind" }, ["PROPFIND"]],
@@ -478,6 +483,13 @@ describe("the key an operator names is the key a request has", () => {
     const rule = ruleWith(key as string | string[]);
     const named = adminKey(rule, [...params], 56);
     expect(named).toEqual({ ok: true, canonical: requestKey(rule, url, init) });
+  });
+
+  it("names a path as a case_sensitive rule counts it: its case kept, ;parameters and a trailing slash not", () => {
+    const rule = ruleWith("path", true);
+    const request = requestKey(rule, "http://h/Login;jsessionid=x", {});
+    expect(adminKey(rule, ["/Login/"], 56)).toEqual({ ok: true, canonical: request });
+    expect(adminKey(rule, ["/login"], 56)).not.toEqual({ ok: true, canonical: request });
   });
 });
 

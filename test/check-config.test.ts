@@ -9,7 +9,8 @@ import {
   WORKER_METHODS,
   type WranglerConfig,
 } from "../src/check-config.ts";
-import { compileGlob } from "../src/core/paths.ts";
+import { compileGlob, normalizePath } from "../src/core/paths.ts";
+import { parseRules, ruleMatches } from "../src/core/rules.ts";
 import broken from "./fixtures/broken-wrangler.json";
 import { env } from "./support/env.ts";
 
@@ -31,7 +32,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, limit, period, key, action, on_error, precision, strict',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
@@ -40,7 +41,7 @@ describe("npm run check-config", () => {
       'DANGER: TRUSTED_IP_HEADER: "X-Forwarded-For" is a list that clients write themselves, and the limiter trusts its rightmost entry. That entry is the client only when a proxy of yours in front of Cloudflare appends it; otherwise a client can choose the address it is counted by, and walk around every "ip" rule. With Cloudflare as the first hop, leave TRUSTED_IP_HEADER unset: CF-Connecting-IP is already the client',
       "DANGER: ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run `wrangler secret put ADMIN_TOKEN`; and use at least 32 random characters (this one has 7)",
       'warning: IPV6_PREFIX: /128 is longer than /64, but one subscriber holds at least a /64 (usually a /56 or /48), so a client can rotate addresses and walk around its "ip" limits',
-      'warning: RULES[4] "health": never matches: every path is excluded (path "/api/health" by exclude "/api/*")',
+      'warning: RULES[4] "health": counts only other spellings of the paths it excludes (path "/api/health" by exclude "/api/*"): exclude matches the path as written only, so "/API/HEALTH" is counted',
       'warning: RULES[5] "tunnel": never matches: Workers never receive CONNECT requests (the runtime cannot carry them)',
       'warning: RULES[6] "search": field "period": 0.5 is under 1 second (a number is seconds): every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit',
       'warning: RULES[6] "search": field "path": "/search?q=*" never matches: globs match the path only, never the query or fragment',
@@ -88,21 +89,14 @@ describe("suspicious periods", () => {
 
 describe("rules that can never match", () => {
   it.each([
+    [{ path: "/api/*", exclude: "/*" }, 'never matches: every path is excluded (path "/api/*" by exclude "/*")'],
     [
-      { path: "/api/*", exclude: "/api/*" },
-      'never matches: every path is excluded (path "/api/*" by exclude "/api/*")',
+      { path: ["/login", "/signin"], exclude: ["/x", "/*"] },
+      'never matches: every path is excluded (path "/login" by exclude "/*"; path "/signin" by exclude "/*")',
     ],
     [
-      { path: "/api/v1/*", exclude: "/api/*" },
-      'never matches: every path is excluded (path "/api/v1/*" by exclude "/api/*")',
-    ],
-    [
-      { path: "/login", exclude: ["/x", "/log*"] },
-      'never matches: every path is excluded (path "/login" by exclude "/log*")',
-    ],
-    [
-      { path: ["/a/*", "/b/*"], exclude: "/a/*" },
-      'field "path": "/a/*" is entirely excluded by exclude "/a/*", so it adds nothing',
+      { path: ["/a/*", "/b/*"], exclude: "/*a*", case_sensitive: true },
+      'field "path": "/a/*" is entirely excluded by exclude "/*a*", so it adds nothing',
     ],
     [{ methods: ["CONNECT"] }, "never matches: Workers never receive CONNECT requests (the runtime cannot carry them)"],
     [
@@ -154,6 +148,97 @@ describe("rules that can never match", () => {
   });
 });
 
+describe("what matching ignores", () => {
+  it.each([
+    [{ path: "/api/" }, 'field "path": "/api/" is the same as "/api": matching ignores a trailing slash'],
+    [
+      { path: "/login;jsessionid=*" },
+      'field "path": "/login;jsessionid=*" is the same as "/login": matching ignores ;parameters',
+    ],
+    [
+      { path: "/API/*" },
+      'field "path": "/API/*" is the same as "/api/*": matching ignores case (unless case_sensitive = true)',
+    ],
+    [
+      { path: "/Login/;a=b" },
+      'field "path": "/Login/;a=b" is the same as "/login": matching ignores ;parameters, a trailing slash and case (unless case_sensitive = true)',
+    ],
+    [
+      { path: "/API/", case_sensitive: true },
+      'field "path": "/API/" is the same as "/API": matching ignores a trailing slash',
+    ],
+    [
+      { path: "/api/*", exclude: "/API/Health" },
+      'field "exclude": "/API/Health" matches the path as written only, so the rule still counts other spellings such as "/api/health"',
+    ],
+    [
+      { path: "/api/*", exclude: "/api/health/" },
+      'field "exclude": "/api/health/" matches the path as written only, so the rule still counts other spellings such as "/api/health"',
+    ],
+    [
+      { path: "/api/*", exclude: "/api/health;v=1", case_sensitive: true },
+      'field "exclude": "/api/health;v=1" matches the path as written only, so the rule still counts other spellings such as "/api/health"',
+    ],
+    [
+      { path: "/api/*", exclude: "/api/*" },
+      'counts only other spellings of the paths it excludes (path "/api/*" by exclude "/api/*"): exclude matches the path as written only, so "/API/X" is counted',
+    ],
+    [
+      { path: "/api/v1/*", exclude: "/api/*" },
+      'counts only other spellings of the paths it excludes (path "/api/v1/*" by exclude "/api/*"): exclude matches the path as written only, so "/API/V1/X" is counted',
+    ],
+    [
+      { path: "/api/*", exclude: "/api/*", case_sensitive: true },
+      'counts only other spellings of the paths it excludes (path "/api/*" by exclude "/api/*"): exclude matches the path as written only, so "/api;x/x" is counted',
+    ],
+    [
+      { path: "/login", exclude: ["/x", "/log*"], case_sensitive: true },
+      'counts only other spellings of the paths it excludes (path "/login" by exclude "/log*"): exclude matches the path as written only, so "/;x/login" is counted',
+    ],
+    [
+      { path: ["/a/*", "/b/*"], exclude: "/a/*" },
+      'field "path": "/a/*" is excluded by exclude "/a/*" as written, so it counts only other spellings, such as "/A/X"',
+    ],
+  ])("%j: %s", (fields, message) => {
+    expect(findings({ RULES: [rule(fields)] })).toContainEqual(warning(`RULES[0] "r": ${message}`));
+  });
+
+  it("calls a rule never-matching only when it counts no spelling of any path", () => {
+    const glob = fc.stringMatching(/^\/[aAb/;*.]{0,6}$/);
+    // Excludes near the path, so that the claim comes up often.
+    const exclude = (path: string) =>
+      fc.oneof(glob, fc.constantFrom(path, `${path}*`, `/*${path.slice(1)}`, "/*", "/*a*", "/*;*"));
+    const paths = fc.array(fc.stringMatching(/^\/[aAbx/;.]{0,8}$/), { minLength: 50, maxLength: 50 });
+    fc.assert(
+      fc.property(
+        glob.chain((path) => fc.tuple(fc.constant(path), exclude(path))),
+        fc.boolean(),
+        paths,
+        ([path, excluded], caseSensitive, requests) => {
+          const fields = rule({ path, exclude: excluded, case_sensitive: caseSensitive });
+          const claimed = findings({ RULES: [fields] }).some((f) => f.message.includes("never matches: every path"));
+          const parsed = parseRules([fields]);
+          if (!claimed || !parsed.ok) return;
+          for (const request of requests)
+            expect(ruleMatches(parsed.rules[0]!, "GET", normalizePath(request))).toBe(false);
+        },
+      ),
+      { numRuns: 3_000, seed: 15 },
+    );
+  });
+
+  it.each([
+    { path: "/api/*", exclude: "/api/health" },
+    { path: "/api/*", exclude: "/API/Health", case_sensitive: true },
+    { path: "/login", methods: ["GET"] },
+    { path: "/" },
+    { path: "/*" },
+    { path: "/api/v1/*", exclude: "/api/*/health" },
+  ])("%j is fine", (fields) => {
+    expect(findings({ RULES: [rule(fields)] })).toEqual([]);
+  });
+});
+
 describe("two rules counting the same requests", () => {
   const pair = (a: Record<string, unknown>, b: Record<string, unknown>) =>
     findings({ RULES: [rule({ id: "a", ...a }), rule({ id: "b", ...b })] });
@@ -164,6 +249,15 @@ describe("two rules counting the same requests", () => {
         'RULES[0] "a" and RULES[1] "b": count the same requests with the same key and period, so RULES[1] "b", the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit',
       ),
     ]);
+  });
+
+  it.each([
+    ["/login and /Login/", { path: "/login" }, { path: "/Login/" }],
+    ["methods [GET] and [GET, HEAD]", { methods: ["GET"] }, { methods: ["HEAD", "GET"] }],
+  ])("knows that %s count the same requests", (_, a, b) => {
+    expect(pair(a, b).map((f) => f.message)).toContainEqual(
+      'RULES[0] "a" and RULES[1] "b": are the same limit on the same requests, key and period; remove one',
+    );
   });
 
   it("reports an exact duplicate", () => {
@@ -178,6 +272,7 @@ describe("two rules counting the same requests", () => {
     ["different keys", { key: "ip" }, { key: "header:x-api-key|ip" }],
     ["different methods", { methods: ["POST"] }, { methods: ["GET"] }],
     ["different paths", { path: "/a/*" }, { path: "/b/*" }],
+    ["different case sensitivity", { path: "/login" }, { path: "/login", case_sensitive: true }],
   ])("leaves %s alone", (_, a, b) => {
     expect(pair(a, b)).toEqual([]);
   });

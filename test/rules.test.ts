@@ -1,7 +1,8 @@
-import { describe, expect, it } from "vitest";
+import fc from "fast-check";
+import { describe, expect, it, vi } from "vitest";
 import { parseSettings } from "../src/config.ts";
 import { parseDurationMs } from "../src/core/duration.ts";
-import { compileGlob, normalizePath, pathnameOf } from "../src/core/paths.ts";
+import { compileGlob, matchingPath, normalizePath, pathnameOf } from "../src/core/paths.ts";
 import { parseRules, type RuleInput, ruleMatches } from "../src/core/rules.ts";
 
 const base = { id: "api", limit: 10, period: "1m" };
@@ -21,6 +22,7 @@ describe("a valid rule", () => {
       methods: null,
       action: "block",
       onError: "open",
+      caseSensitive: false,
       key: [[{ kind: "ip" }]],
     });
     expect(rule!.paths.map((g) => g.source)).toEqual(["/*"]);
@@ -40,6 +42,7 @@ describe("a valid rule", () => {
         on_error: "closed",
         precision: 6,
         strict: true,
+        case_sensitive: true,
       },
     ]);
     expect(parsed.ok && parsed.rules[0]).toMatchObject({
@@ -49,6 +52,7 @@ describe("a valid rule", () => {
       onError: "closed",
       precision: 6,
       strict: true,
+      caseSensitive: true,
       key: [
         [{ kind: "header", name: "x-api-key" }, { kind: "cookie", name: "sid" }, { kind: "ip" }],
         [{ kind: "method" }],
@@ -167,9 +171,14 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
       'RULES[0] "api": field "strict": must be true or false; got "yes"',
     ],
     [
+      "case_sensitive as a string",
+      { ...base, case_sensitive: "yes" },
+      'RULES[0] "api": field "case_sensitive": must be true or false; got "yes"',
+    ],
+    [
       "a misspelt field",
       { ...base, limt: 5 },
-      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, limit, period, key, action, on_error, precision, strict',
+      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict',
     ],
     ["a rule that is not a table", "api", 'RULES[0]: must be a table of fields; got "api"'],
   ];
@@ -232,13 +241,13 @@ describe("periods", () => {
   });
 });
 
-describe("matching", () => {
-  const rule = (input: Partial<RuleInput>) => {
-    const parsed = parseRules([{ ...base, ...input }]);
-    if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
-    return parsed.rules[0]!;
-  };
+const rule = (input: Partial<RuleInput>) => {
+  const parsed = parseRules([{ ...base, ...input }]);
+  if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+  return parsed.rules[0]!;
+};
 
+describe("matching", () => {
   it.each([
     ["/api/*", "/api/users/7", true],
     ["/api/*", "/api/", true],
@@ -248,7 +257,7 @@ describe("matching", () => {
     ["/login", "/login/", false],
     ["/*.json", "/a/b.json", true],
     ["/v(1)/*", "/v(1)/x", true],
-  ])("glob %s on %s: %s", (glob, path, expected) => {
+  ])("glob %s on %s as written: %s", (glob, path, expected) => {
     expect(compileGlob(glob).test(path)).toBe(expected);
   });
 
@@ -269,6 +278,128 @@ describe("matching", () => {
   });
 });
 
+describe("spelling a request differently counts it all the same", () => {
+  it.each([
+    ["/login", "/login"],
+    ["/login/", "/login"],
+    ["/login;jsessionid=x", "/login"],
+    ["/LOGIN", "/login"],
+    ["/Login/;a=b", "/login"],
+    ["/a;x=1/b;y", "/a/b"],
+    ["/;x/login", "/login"],
+    ["/x/..;/login", "/login"],
+    ["/x/.;y/login", "/x/login"],
+    ["/..;/..;/login", "/login"],
+    ["/api/", "/api"],
+    ["/", "/"],
+    ["/;x", "/"],
+    ["/a%2Fb", "/a%2fb"],
+  ])("a rule counts %s as %s", (written, matching) => {
+    expect(matchingPath(written, false)).toBe(matching);
+  });
+
+  it("a case-sensitive rule keeps the case: /Login/;a=b is /Login", () => {
+    expect(matchingPath("/Login/;a=b", true)).toBe("/Login");
+  });
+
+  const login = rule({ id: "login", path: "/login", methods: ["POST"] });
+  it.each([
+    ["POST /login", true],
+    ["POST /login/", true],
+    ["POST /login;jsessionid=x", true],
+    ["POST /LOGIN", true],
+    ["POST /Login/;a=b", true],
+    ["POST /;x/login", true],
+    ["POST /admin/..;/login", true],
+    ["POST /login/x", false],
+    ["POST /logins", false],
+    ["GET /login", false],
+    ["HEAD /login", false],
+  ])("the login rule (POST /login) counts %s: %s", (request, counted) => {
+    const [method, path] = request.split(" ") as [string, string];
+    expect(ruleMatches(login, method, path)).toBe(counted);
+  });
+
+  const exact = rule({ id: "exact", path: "/login", methods: ["POST"], case_sensitive: true });
+  it.each([
+    ["/login", true],
+    ["/login/", true],
+    ["/login;jsessionid=x", true],
+    ["/LOGIN", false],
+    ["/Login/;a=b", false],
+  ])("a case_sensitive rule for /login counts POST %s: %s", (path, counted) => {
+    expect(ruleMatches(exact, "POST", path)).toBe(counted);
+  });
+
+  it.each([
+    [["GET"], "HEAD", true],
+    [["get"], "HEAD", true],
+    [["GET"], "GET", true],
+    [["HEAD"], "GET", false],
+    [["POST"], "HEAD", false],
+    [["GET"], "POST", false],
+  ])("a rule for methods %j counts %s: %s", (methods, method, counted) => {
+    expect(ruleMatches(rule({ methods }), method, "/x")).toBe(counted);
+  });
+
+  const api = rule({ id: "api", path: "/api/*", exclude: "/api/health" });
+  it.each([
+    ["/api/health", false],
+    ["/API/HEALTH", true],
+    ["/api/health/", true],
+    ["/api/health;x", true],
+    ["/Api/Health", true],
+    ["/api/healthz", true],
+  ])("exclude /api/health exempts only the path as written: /api/* counts %s: %s", (path, counted) => {
+    expect(ruleMatches(api, "GET", path)).toBe(counted);
+  });
+
+  it.each([
+    ["/api/*", "/api/", true],
+    ["/api/*", "/api", true],
+    ["/api/*", "/API;v=1", true],
+    ["/api/*", "/apix", false],
+    ["/api/*/", "/api/x", true],
+    ["/Login/", "/login", true],
+    ["/Login/", "/LOGIN/", true],
+    ["/a;x=1/b", "/a/b", true],
+    ["/a;x=1/b", "/a;y/B", true],
+    ["/*.json", "/x;y.json", true],
+    ["/*.json", "/x.json;y", true],
+    ["/*.json", "/x.JSON/", true],
+  ])("glob %s counts %s: %s", (path, written, counted) => {
+    expect(ruleMatches(rule({ path }), "GET", written)).toBe(counted);
+  });
+
+  it("never counts less than the glob matches as written, and never exempts more than exclude matches as written", () => {
+    const glob = fc.stringMatching(/^\/[aA/;*]{0,7}$/);
+    const path = fc.stringMatching(/^\/[aAb/;]{0,10}$/);
+    fc.assert(
+      fc.property(glob, glob, path, fc.boolean(), (p, e, raw, caseSensitive) => {
+        const written = normalizePath(raw);
+        const counted = ruleMatches(rule({ path: p, exclude: e, case_sensitive: caseSensitive }), "GET", written);
+        if (compileGlob(e).test(written)) expect(counted).toBe(false);
+        else if (compileGlob(p).test(written)) expect(counted).toBe(true);
+      }),
+      { numRuns: 5_000, seed: 13 },
+    );
+  });
+
+  it("counts every spelling of a path it counts", () => {
+    const glob = fc.stringMatching(/^\/[aA/;*]{0,7}$/);
+    const path = fc.stringMatching(/^\/[aAb/;]{0,10}$/);
+    fc.assert(
+      fc.property(glob, path, fc.boolean(), (p, raw, caseSensitive) => {
+        const written = normalizePath(raw);
+        const r = rule({ path: p, case_sensitive: caseSensitive });
+        if (ruleMatches(r, "GET", matchingPath(written, caseSensitive)))
+          expect(ruleMatches(r, "GET", written)).toBe(true);
+      }),
+      { numRuns: 5_000, seed: 14 },
+    );
+  });
+});
+
 describe("the path of a request URL", () => {
   it.each([
     "http://h/api/x?y=1",
@@ -280,5 +411,110 @@ describe("the path of a request URL", () => {
   ])("is what new URL(%s).pathname gives", (raw) => {
     const serialised = new URL(raw).href;
     expect(pathnameOf(serialised)).toBe(new URL(serialised).pathname);
+  });
+});
+
+/** The obvious matcher, by recursion on the glob: what a compiled glob must agree with on small inputs. */
+function referenceMatch(glob: string, path: string): boolean {
+  if (glob === "") return path === "";
+  if (glob[0] === "*") {
+    for (let i = 0; i <= path.length; i++) if (referenceMatch(glob.slice(1), path.slice(i))) return true;
+    return false;
+  }
+  return path[0] === glob[0] && referenceMatch(glob.slice(1), path.slice(1));
+}
+
+/** The literal parts between a glob's first and last: the ones a matcher has to search for. */
+const middleParts = (glob: string): string[] => glob.split("*").slice(1, -1);
+
+describe("a path glob takes time linear in the path", () => {
+  it("agrees with the obvious matcher on small globs and paths", () => {
+    const glob = fc.stringMatching(/^[ab/*]{0,8}$/);
+    const text = fc.stringMatching(/^[ab/*]{0,10}$/);
+    const fills = fc.array(fc.stringMatching(/^[ab/*]{0,3}$/), { minLength: 8, maxLength: 8 });
+    fc.assert(
+      fc.property(glob, text, fills, fc.boolean(), (g, random, fill, instance) => {
+        // Half the paths are the glob with its stars filled in, so that matches are common too.
+        let i = 0;
+        const path = instance ? g.replace(/\*/g, () => fill[i++]!) : random;
+        expect(compileGlob(g).test(path)).toBe(referenceMatch(g, path));
+      }),
+      { numRuns: 5_000, seed: 11 },
+    );
+  });
+
+  const KB = 1024;
+  const noB = "/a".repeat(8 * KB);
+  const endsInB = `${"/a".repeat(8 * KB - 1)}/b`;
+  const adversarial = [1, 2, 3, 4, 5, 6, 7, 8].flatMap((stars) => [
+    { stars, glob: `${"/a*".repeat(stars)}/b`, path: noB, name: '16 KB of "/a" with no "/b"', matches: false },
+    { stars, glob: `${"/a*".repeat(stars)}/b`, path: endsInB, name: '16 KB of "/a" ending in "/b"', matches: true },
+    { stars, glob: `/${"*a/a/b".repeat(stars)}`, path: noB, name: '16 KB of "/a" with no "/b"', matches: false },
+    {
+      stars,
+      glob: `/${"*a/a/b".repeat(stars)}`,
+      path: `${noB}${"/a/a/b".repeat(stars)}`,
+      name: '16 KB of "/a" then the parts',
+      matches: true,
+    },
+  ]);
+
+  it.each(adversarial)("$glob ($stars stars) on $name: $matches", ({ glob, path, matches }) => {
+    expect(compileGlob(glob).test(path)).toBe(matches);
+  });
+
+  it("searches for each literal part at most once, and runs no regular expression, whatever the path", () => {
+    const glob = fc.oneof(
+      fc.stringMatching(/^\/[ab/*]{0,12}$/),
+      fc.integer({ min: 1, max: 8 }).map((stars) => `${"/a*".repeat(stars)}/b`),
+    );
+    const path = fc.oneof(
+      fc.stringMatching(/^\/[ab/]{0,64}$/),
+      fc.integer({ min: 0, max: 2_000 }).map((n) => "/a".repeat(n)),
+    );
+    // A regular expression run on the path throws at once, rather than leave a backtracking one to run for hours.
+    let matching = false;
+    const refuse = <A extends unknown[], R>(original: (this: RegExp, ...args: A) => R) =>
+      function (this: RegExp, ...args: A): R {
+        if (matching) throw new Error(`a regular expression ran on the path: ${this}`);
+        return original.apply(this, args);
+      };
+    const { test, exec } = RegExp.prototype;
+    const regexTest = vi.spyOn(RegExp.prototype, "test").mockImplementation(refuse(test));
+    const regexExec = vi.spyOn(RegExp.prototype, "exec").mockImplementation(refuse(exec));
+    const indexOf = vi.spyOn(String.prototype, "indexOf");
+    try {
+      fc.assert(
+        fc.property(glob, path, (g, p) => {
+          const compiled = compileGlob(g);
+          const searches = indexOf.mock.calls.length;
+          matching = true;
+          try {
+            compiled.test(p);
+          } finally {
+            matching = false;
+          }
+          expect(indexOf.mock.calls.length - searches).toBeLessThanOrEqual(middleParts(g).length);
+
+          // A rule tries three spellings at most: the path as written, the matching path, and it with a slash.
+          const counting = rule({ path: g });
+          const parts = new Set(middleParts(g));
+          const before = indexOf.mock.calls.length;
+          matching = true;
+          try {
+            ruleMatches(counting, "GET", p);
+          } finally {
+            matching = false;
+          }
+          const partSearches = indexOf.mock.calls.slice(before).filter(([part]) => parts.has(part));
+          expect(partSearches.length).toBeLessThanOrEqual(3 * middleParts(g).length);
+        }),
+        { numRuns: 1_000, seed: 12 },
+      );
+    } finally {
+      indexOf.mockRestore();
+      regexTest.mockRestore();
+      regexExec.mockRestore();
+    }
   });
 });

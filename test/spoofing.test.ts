@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import type { Echo } from "./support/echo.ts";
 import { from, limiter, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 const perIp = [{ id: "per-ip", limit: 5, period: "1m", key: ["ip"] }];
@@ -64,5 +65,98 @@ describe("a client cannot walk around its limit", () => {
     const send = limiter([{ id: "huge", limit: 1, period: "1m", key: ["header:x-api-key"] }]);
     const key = `${uniqueTag("huge")}${"k".repeat(100_000)}`;
     expect(await statuses(2, () => send("/x", from(uniqueIp(), { "x-api-key": key })))).toEqual([200, 429]);
+  });
+});
+
+/**
+ * Spellings an origin routes to the same handler: Express and Spring ignore a
+ * trailing slash, Tomcat and Spring strip `;parameters`, Express ignores case,
+ * and every server answers HEAD with its GET handler. Each rule admits 2
+ * requests an hour: a request is 429 when two before it were counted in its
+ * bucket, 200 when they were not.
+ */
+type SpellingCase = { case: string; rule: Record<string, unknown>; requests: string[]; statuses: number[] };
+
+const login = { path: "/login", methods: ["POST"] };
+const spellingCases: SpellingCase[] = [
+  ...["/login/", "/login;jsessionid=x", "/LOGIN", "/Login/;a=b", "/;x/login", "/x/..;/login"].map(
+    (spelling): SpellingCase => ({
+      case: `POST ${spelling} is counted with POST /login under the login rule`,
+      rule: login,
+      requests: ["POST /login", "POST /login", `POST ${spelling}`],
+      statuses: [200, 200, 429],
+    }),
+  ),
+  {
+    case: "HEAD is counted with GET under a rule for methods [GET]",
+    rule: { path: "/x", methods: ["GET"] },
+    requests: ["GET /x", "GET /x", "HEAD /x"],
+    statuses: [200, 200, 429],
+  },
+  {
+    case: "POST /LOGIN is not counted under a case_sensitive rule for /login",
+    rule: { ...login, case_sensitive: true },
+    requests: ["POST /login", "POST /login", "POST /LOGIN"],
+    statuses: [200, 200, 200],
+  },
+  {
+    case: "POST /login/ and /login;x are counted under a case_sensitive rule for /login",
+    rule: { ...login, case_sensitive: true },
+    requests: ["POST /login/", "POST /login;x", "POST /login"],
+    statuses: [200, 200, 429],
+  },
+  ...["/API/HEALTH", "/api/health/", "/api/health;x"].map(
+    (spelling): SpellingCase => ({
+      case: `GET ${spelling} is counted under /api/* with exclude /api/health: exclude matches the path as written only`,
+      rule: { path: "/api/*", exclude: "/api/health" },
+      requests: ["GET /api/x", "GET /api/x", `GET ${spelling}`],
+      statuses: [200, 200, 429],
+    }),
+  ),
+  {
+    case: "GET /api/health is not counted under /api/* with exclude /api/health",
+    rule: { path: "/api/*", exclude: "/api/health" },
+    requests: ["GET /api/health", "GET /api/health", "GET /api/health"],
+    statuses: [200, 200, 200],
+  },
+  {
+    case: "GET /api/ and GET /api are counted under /api/*",
+    rule: { path: "/api/*" },
+    requests: ["GET /api/", "GET /api", "GET /api/x"],
+    statuses: [200, 200, 429],
+  },
+  {
+    case: "/login, /LOGIN and /login/;x share one bucket under key [ip, path]",
+    rule: { key: ["ip", "path"] },
+    requests: ["GET /login", "GET /LOGIN", "GET /login/;x"],
+    statuses: [200, 200, 429],
+  },
+  {
+    case: "/login and /LOGIN are two buckets under key [ip, path] of a case_sensitive rule",
+    rule: { key: ["ip", "path"], case_sensitive: true },
+    requests: ["GET /login", "GET /login;x/", "GET /LOGIN", "GET /login/"],
+    statuses: [200, 200, 200, 429],
+  },
+];
+
+describe("spelling a request differently does not dodge a rule", () => {
+  it.each(spellingCases.map((c, i) => [c.case, { ...c, index: i }] as const))("%s", async (_, c) => {
+    const send = limiter([{ id: `spelling-${c.index}`, limit: 2, period: "1h", ...c.rule }]);
+    const ip = uniqueIp();
+    const got: number[] = [];
+    for (const request of c.requests) {
+      const [method, path] = request.split(" ") as [string, string];
+      const res = await send(path, { ...from(ip), method });
+      await res.arrayBuffer();
+      got.push(res.status);
+    }
+    expect(got).toEqual(c.statuses);
+  });
+
+  it("forwards the request to the origin exactly as it was sent", async () => {
+    const send = limiter([{ id: "spelling-forward", limit: 10, period: "1h", ...login }]);
+    const res = await send("/Login/;jsessionid=x?next=%2F", { ...from(uniqueIp()), method: "POST" });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as Echo).url).toBe("/Login/;jsessionid=x?next=%2F");
   });
 });

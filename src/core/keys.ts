@@ -4,13 +4,19 @@
  * and hashed. The hash names the Durable Object, so a raw API key or IP never
  * appears as an object name and a huge header value costs one digest.
  */
+import { matchingPath } from "./paths.ts";
 import type { Characteristic, Source } from "./rules.ts";
 
 /** What a key can be made of, read from one request. Lazy where reading costs. */
 export type RequestFacts = {
   method: string;
-  /** The normalised path (see `normalizePath`). */
+  /** The path as written, normalised (see `normalizePath`). */
   path: string;
+  /**
+   * The matching path for a rule's case sensitivity (see `matchingPath`),
+   * worked out once per request. Absent, it is worked out from `path`.
+   */
+  matchingPath?: (caseSensitive: boolean) => string;
   /** Lower-case host, with the port if one was given. */
   host: () => string;
   /** The client's IP key (see `ipKey`). */
@@ -27,7 +33,8 @@ function sourceValue(s: Source, facts: RequestFacts): string | null {
     case "ip":
       return facts.ip();
     case "path":
-      return facts.path;
+      // The path every spelling shares, so that `/LOGIN` or `/login/` is not a fresh key.
+      return facts.matchingPath?.(s.caseSensitive) ?? matchingPath(facts.path, s.caseSensitive);
     case "method":
       return facts.method;
     case "host":

@@ -1,21 +1,44 @@
 /**
  * @module
- * Path globs for rules, and the normalised path they are matched against.
+ * Path globs for rules, and the paths they are matched against: the path as
+ * written (normalised) and the matching path, which every spelling of a path
+ * that an origin routes to the same handler shares. All of it runs in time
+ * linear in the path's length.
  */
 
 /** A compiled path glob: `*` matches any run of characters, `/` included. */
 export type PathGlob = { source: string; test: (path: string) => boolean };
 
-const regexSpecials = /[.+?^${}()|[\]\\]/g;
-
-/** Compiles a glob such as `/api/*`; the glob must start with `/`. */
+/**
+ * Compiles a glob such as `/api/*`; the glob must start with `/`. The glob
+ * is split on `*` into literal parts: the first must begin the path, the
+ * last must end it (not overlapping the first), and each part between is
+ * searched for once, leftmost, after the one before. Taking the leftmost
+ * occurrence leaves the most room for the parts after it, so a glob of only
+ * `*`s never needs to go back: the time is linear in the path's length, where
+ * a backtracking regular expression takes seconds on a few KB of `/a/a/a…`.
+ */
 export function compileGlob(source: string): PathGlob {
-  const body = source
-    .split("*")
-    .map((part) => part.replace(regexSpecials, "\\$&"))
-    .join(".*");
-  const regex = new RegExp(`^${body}$`, "s");
-  return { source, test: (path) => regex.test(path) };
+  const parts = source.split("*");
+  if (parts.length === 1) return { source, test: (path) => path === source };
+  const first = parts[0]!;
+  const last = parts.at(-1)!;
+  const middle = parts.slice(1, -1).filter((part) => part !== "");
+  const fixed = first.length + last.length;
+  return {
+    source,
+    test: (path) => {
+      if (path.length < fixed || !path.startsWith(first) || !path.endsWith(last)) return false;
+      const end = path.length - last.length;
+      let at = first.length;
+      for (const part of middle) {
+        const found = path.indexOf(part, at);
+        if (found < 0 || found + part.length > end) return false;
+        at = found + part.length;
+      }
+      return true;
+    },
+  };
 }
 
 const unreserved = /%(2[dDeE]|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA]|5[fF]|7[eE])/g;
@@ -36,13 +59,116 @@ export function pathnameOf(url: string): string {
 }
 
 /**
- * The path a rule is matched against. Percent-encoded unreserved characters
+ * The path as written, as rules see it. Percent-encoded unreserved characters
  * are decoded (`/%61pi` is `/api`, RFC 3986 §6.2.2.2) and runs of slashes are
  * collapsed, so that spelling a path differently is not a way around a rule.
- * The request itself is forwarded unchanged.
+ * `exclude` globs match this path. The request itself is forwarded unchanged.
  */
 export function normalizePath(pathname: string): string {
   return pathname
     .replace(unreserved, (encoded) => String.fromCharCode(Number.parseInt(encoded.slice(1), 16)))
     .replace(/\/{2,}/g, "/");
+}
+
+/**
+ * The path a rule's `path` globs count, from {@link normalizePath}'s result:
+ * without `;parameters` in any segment (Tomcat and Spring strip them, so
+ * `/a;x=1/b;y` is `/a/b`; a `.` or `..` segment that leaves is resolved, as
+ * they do, so `/x/..;/login` is `/login`), without a trailing slash (Express
+ * and Spring route `/login/` to `/login`), and lower-cased unless the rule is
+ * case-sensitive (Express routes `/LOGIN` to `/login`). An empty path (an
+ * operator's absent value) stays empty.
+ */
+export function matchingPath(written: string, caseSensitive: boolean): string {
+  let path = written;
+  if (path.includes(";")) {
+    const kept: string[] = [];
+    for (const segment of path.split("/")) {
+      const semicolon = segment.indexOf(";");
+      const name = semicolon < 0 ? segment : segment.slice(0, semicolon);
+      if (name === "..") kept.pop();
+      else if (name !== "" && name !== ".") kept.push(name);
+    }
+    path = `/${kept.join("/")}`;
+  } else if (path.length > 1 && path.endsWith("/")) {
+    path = path.slice(0, -1);
+  }
+  return caseSensitive ? path : path.toLowerCase();
+}
+
+/**
+ * A path glob as the matching path is spelled: its `;parameters` removed and
+ * a trailing slash dropped, as {@link matchingPath} does to a path, and
+ * lower-cased for a case-insensitive rule. A glob that can never match (one
+ * with `//`) is left so.
+ */
+export function canonicalGlob(source: string, caseSensitive: boolean): string {
+  let glob = source;
+  if (glob.includes("//")) return caseSensitive ? glob : glob.toLowerCase();
+  if (glob.includes(";")) {
+    const kept: string[] = [];
+    source.split("/").forEach((segment, i) => {
+      const semicolon = segment.indexOf(";");
+      // A segment that was only parameters goes, as in matchingPath.
+      if (semicolon < 0 || i === 0) kept.push(segment);
+      else if (semicolon > 0) kept.push(segment.slice(0, semicolon));
+    });
+    glob = kept.length === 1 ? "/" : kept.join("/");
+  }
+  if (glob.length > 1 && glob.endsWith("/") && !glob.endsWith("//")) glob = glob.slice(0, -1);
+  return caseSensitive ? glob : glob.toLowerCase();
+}
+
+/** A rule's `path` glob: as written, and as the matching path is spelled (see {@link canonicalGlob}). */
+export type RuleGlob = PathGlob & { canonical: PathGlob };
+
+/** Compiles a rule's `path` glob, for a rule with this case sensitivity. */
+export function compileRuleGlob(source: string, caseSensitive: boolean): RuleGlob {
+  const written = compileGlob(source);
+  const canonical = canonicalGlob(source, caseSensitive);
+  return { ...written, canonical: canonical === source ? written : compileGlob(canonical) };
+}
+
+/**
+ * Whether a rule's `path` glob counts a request: when it matches the path as
+ * written, so counting never narrows from what the glob matched before, or
+ * the matching path with or without a trailing slash (`/api/*` counts `/api`
+ * as it counts `/api/`). The matching path is asked for only when the path
+ * as written does not match.
+ */
+export function globCounts(glob: RuleGlob, path: RequestPath, caseSensitive: boolean): boolean {
+  const written = path.written;
+  if (glob.test(written)) return true;
+  const matching = path.matching(caseSensitive);
+  // The same glob on the same path has just failed; only the trailing slash is left to try.
+  const tried = matching === written && glob.canonical.source === glob.source;
+  return (!tried && glob.canonical.test(matching)) || glob.canonical.test(`${matching}/`);
+}
+
+/** A request's path, as rules read it: as written, and the matching path for either case sensitivity, made once. */
+export type RequestPath = {
+  /** {@link normalizePath}'s result: what `exclude` globs match. */
+  written: string;
+  /** {@link matchingPath} for a rule's case sensitivity; worked out on first use. */
+  matching: (caseSensitive: boolean) => string;
+};
+
+/** The path of a request, from its raw pathname (see {@link pathnameOf}). */
+export const requestPath = (pathname: string): RequestPath => pathAsWritten(normalizePath(pathname));
+
+/** The path of a request, from a path {@link normalizePath} has already normalised. */
+export function pathAsWritten(written: string): RequestPath {
+  let sensitive: string | undefined;
+  let insensitive: string | undefined;
+  return {
+    written,
+    matching: (caseSensitive) => {
+      if (caseSensitive) {
+        sensitive ??= matchingPath(written, true);
+        return sensitive;
+      }
+      insensitive ??= sensitive?.toLowerCase() ?? matchingPath(written, false);
+      return insensitive;
+    },
+  };
 }

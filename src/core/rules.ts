@@ -4,19 +4,33 @@
  * compiled rules. Every problem is reported, each naming the rule and field.
  */
 import { type Duration, parseDurationMs, show } from "./duration.ts";
-import { compileGlob, type PathGlob } from "./paths.ts";
+import {
+  compileGlob,
+  compileRuleGlob,
+  globCounts,
+  type PathGlob,
+  pathAsWritten,
+  type RequestPath,
+  type RuleGlob,
+} from "./paths.ts";
 import type { WindowLimit } from "./sliding-window.ts";
 
 /** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
 export type RuleInput = {
   /** Unique name, `[a-z0-9_-]`, at most 64 characters. Shown in headers and logs. */
   id: string;
-  /** Glob or globs the path must match; `*` matches any run of characters. Default `"/*"`. */
+  /**
+   * Glob or globs the path must match; `*` matches any run of characters.
+   * `;parameters`, a trailing slash and (unless `case_sensitive`) case are
+   * ignored, so `/login` also counts `/login/`, `/login;jsessionid=x` and `/LOGIN`. Default `"/*"`.
+   */
   path?: string | string[];
-  /** Methods the rule applies to. Default: all. */
+  /** Methods the rule applies to; `GET` also covers `HEAD`. Default: all. */
   methods?: string[];
-  /** Globs of paths the rule skips. */
+  /** Globs of paths the rule skips, matched against the path as written only (case, `;parameters` and trailing slash included). */
   exclude?: string | string[];
+  /** Tell paths that differ only in case apart when matching `path` and in the `path` key. Default false. */
+  case_sensitive?: boolean;
   /** Requests admitted per period; an integer ≥ 1. */
   limit: number;
   /** Seconds as a number, or `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
@@ -35,7 +49,9 @@ export type RuleInput = {
 
 /** Where one part of a client key comes from. */
 export type Source =
-  | { kind: "ip" | "path" | "method" | "host" }
+  | { kind: "ip" | "method" | "host" }
+  /** The matching path (see `matchingPath`), with the case sensitivity of the rule the key belongs to. */
+  | { kind: "path"; caseSensitive: boolean }
   | { kind: "header" | "cookie" | "query"; name: string };
 
 /** One part of a client key: its sources in order of preference; the first present one is used. */
@@ -44,10 +60,11 @@ export type Characteristic = Source[];
 /** A validated rule. */
 export type Rule = WindowLimit & {
   id: string;
-  paths: PathGlob[];
+  paths: RuleGlob[];
   exclude: PathGlob[];
-  /** Upper-case method names, or null for every method. */
+  /** Upper-case method names as written, or null for every method. `GET` also covers `HEAD` (see {@link ruleMatches}). */
   methods: ReadonlySet<string> | null;
+  caseSensitive: boolean;
   key: Characteristic[];
   action: "block" | "log";
   onError: "open" | "closed";
@@ -58,6 +75,7 @@ export const RULE_FIELDS = [
   "path",
   "methods",
   "exclude",
+  "case_sensitive",
   "limit",
   "period",
   "key",
@@ -127,8 +145,12 @@ export function parseRule(raw: unknown, where: string): { ok: true; rule: Rule }
   if (typeof r.id !== "string" || !ID.test(r.id))
     fail("id", `must be 1–64 characters of [a-z0-9_-]; got ${show(r.id)}`);
 
-  const paths = globs(r.path ?? "/*", "path", fail);
-  const exclude = globs(r.exclude ?? [], "exclude", fail);
+  const caseSensitiveField = r.case_sensitive ?? false;
+  if (typeof caseSensitiveField !== "boolean")
+    fail("case_sensitive", `must be true or false; got ${show(caseSensitiveField)}`);
+  const caseSensitive = caseSensitiveField === true;
+  const paths = globs(r.path ?? "/*", "path", fail, (glob) => compileRuleGlob(glob, caseSensitive));
+  const exclude = globs(r.exclude ?? [], "exclude", fail, compileGlob);
   if (Array.isArray(r.path) && r.path.length === 0) fail("path", "must name at least one path glob");
 
   let methods: Set<string> | null = null;
@@ -157,7 +179,7 @@ export function parseRule(raw: unknown, where: string): { ok: true; rule: Rule }
     else periodMs = period.ms;
   }
 
-  const key = parseKey(r.key ?? ["ip"], fail);
+  const key = parseKey(r.key ?? ["ip"], fail, caseSensitive);
 
   const action = r.action ?? "block";
   if (action !== "block" && action !== "log") fail("action", `must be "block" or "log"; got ${show(action)}`);
@@ -181,6 +203,7 @@ export function parseRule(raw: unknown, where: string): { ok: true; rule: Rule }
       paths,
       exclude,
       methods,
+      caseSensitive,
       limit: limit as number,
       periodMs,
       precision: precision as number,
@@ -194,25 +217,25 @@ export function parseRule(raw: unknown, where: string): { ok: true; rule: Rule }
 
 type Fail = (field: string, message: string) => void;
 
-function globs(value: unknown, field: string, fail: Fail): PathGlob[] {
+function globs<G extends PathGlob>(value: unknown, field: string, fail: Fail, compile: (glob: string) => G): G[] {
   const list = typeof value === "string" ? [value] : value;
   if (!Array.isArray(list)) {
     fail(field, `must be a path glob or a list of them, such as "/api/*"; got ${show(value)}`);
     return [];
   }
-  const out: PathGlob[] = [];
+  const out: G[] = [];
   for (const glob of list) {
     if (typeof glob !== "string" || !glob.startsWith("/"))
       fail(field, `${show(glob)} is not a path glob starting with "/"`);
-    else out.push(compileGlob(glob));
+    else out.push(compile(glob));
   }
   return out;
 }
 
-const SIMPLE_SOURCES = new Set(["ip", "path", "method", "host"]);
+const SIMPLE_SOURCES = new Set(["ip", "method", "host"]);
 const NAMED_SOURCES = new Set(["header", "cookie", "query"]);
 
-function parseKey(value: unknown, fail: Fail): Characteristic[] {
+function parseKey(value: unknown, fail: Fail, caseSensitive: boolean): Characteristic[] {
   const list = typeof value === "string" ? [value] : value;
   if (!Array.isArray(list) || list.length === 0) {
     fail("key", `must be a non-empty list of characteristics such as ["ip"]; got ${show(value)}`);
@@ -226,7 +249,7 @@ function parseKey(value: unknown, fail: Fail): Characteristic[] {
     }
     const sources: Source[] = [];
     for (const part of item.split("|")) {
-      const source = parseSource(part.trim());
+      const source = parseSource(part.trim(), caseSensitive);
       if (typeof source === "string") fail("key", `${show(item)}: ${source}`);
       else sources.push(source);
     }
@@ -235,8 +258,9 @@ function parseKey(value: unknown, fail: Fail): Characteristic[] {
   return key;
 }
 
-function parseSource(text: string): Source | string {
-  if (SIMPLE_SOURCES.has(text)) return { kind: text as "ip" | "path" | "method" | "host" };
+function parseSource(text: string, caseSensitive: boolean): Source | string {
+  if (SIMPLE_SOURCES.has(text)) return { kind: text as "ip" | "method" | "host" };
+  if (text === "path") return { kind: "path", caseSensitive };
   const colon = text.indexOf(":");
   const kind = colon < 0 ? text : text.slice(0, colon);
   if (!NAMED_SOURCES.has(kind)) {
@@ -247,9 +271,19 @@ function parseSource(text: string): Source | string {
   return { kind: kind as "header" | "cookie" | "query", name: kind === "header" ? name.toLowerCase() : name };
 }
 
-/** Whether a rule applies to a request with this method and normalised path. */
-export function ruleMatches(rule: Rule, method: string, path: string): boolean {
-  if (rule.methods !== null && !rule.methods.has(method)) return false;
-  if (!rule.paths.some((glob) => glob.test(path))) return false;
-  return !rule.exclude.some((glob) => glob.test(path));
+/**
+ * Whether a rule counts a request with this method and path: the path as
+ * `normalizePath` gives it, or a {@link RequestPath}, which works the
+ * matching path out once for all rules. `GET` in `methods` also covers `HEAD`,
+ * which servers answer with the GET handler. `path` globs count every
+ * spelling of a path (see {@link globCounts}); `exclude` globs exempt the
+ * path as written only, so that spelling a request differently never buys
+ * an exemption.
+ */
+export function ruleMatches(rule: Rule, method: string, path: string | RequestPath): boolean {
+  const methods = rule.methods;
+  if (methods !== null && !methods.has(method) && !(method === "HEAD" && methods.has("GET"))) return false;
+  const request = typeof path === "string" ? pathAsWritten(path) : path;
+  if (!rule.paths.some((glob) => globCounts(glob, request, rule.caseSensitive))) return false;
+  return !rule.exclude.some((glob) => glob.test(request.written));
 }
