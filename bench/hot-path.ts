@@ -9,10 +9,10 @@
 import { parseSettings } from "../src/config.ts";
 import { ipKey } from "../src/core/ip.ts";
 import { canonicalKey, hashKey, type RequestFacts } from "../src/core/keys.ts";
-import { normalizePath } from "../src/core/paths.ts";
+import { normalizePath, requestPath } from "../src/core/paths.ts";
 import { ruleMatches } from "../src/core/rules.ts";
 import { type Reported, rateLimitHeaders } from "../src/headers.ts";
-import { LeaseCache } from "../src/leases.ts";
+import { createIsolate } from "../src/isolate/isolate.ts";
 import { type RuleVerdict, ruleCheckOf } from "../src/limiter-protocol.ts";
 import { tooManyRequests } from "../src/refusals.ts";
 
@@ -35,7 +35,8 @@ const facts: RequestFacts = {
   cookie: () => null,
   query: () => null,
 };
-const matched = settings.rules.filter((rule) => ruleMatches(rule, "GET", "/api/users/42"));
+const path = requestPath("/api/users/42");
+const matched = settings.rules.filter((rule) => ruleMatches(rule, "GET", path));
 const canonical = canonicalKey(matched[0]!.key, facts);
 const verdict: RuleVerdict = {
   allowed: true,
@@ -44,24 +45,25 @@ const verdict: RuleVerdict = {
   remaining: 57,
   retryAfterMs: 0,
   resetMs: 17_000,
-  bucket: 29_000_000,
+  counted: { row: "api-per-ip|60000|1", epoch: 1, bucket: 29_000_000 },
+  holdsForMs: 0,
 };
 const reports: Reported[] = matched.map((rule) => ({ ...rule, verdict, nowMs: Date.now() }));
 const refused: Reported[] = reports.map((r) => ({
   ...r,
   verdict: { ...r.verdict, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 16_001 },
 }));
-const leases = new LeaseCache();
-await leases.call(canonical, matched, Date.now(), async () => ({
-  ok: true,
-  attempts: 1,
-  result: {
-    nowMs: Date.now(),
-    allowed: true,
-    verdicts: matched.map(() => verdict),
-    lease: { units: 1e9, buckets: matched.map(() => 1), expiresInMs: 3_600_000 },
-  },
-}));
+const isolate = createIsolate();
+const digest = isolate.digest(canonical);
+// A lease that never runs out, so every spend in the loop finds a unit.
+isolate.leases.keep(digest, {
+  name: "0".repeat(64),
+  rules: matched,
+  verdicts: matched.map(() => verdict),
+  lease: { units: 1e9, receipts: matched.map(() => verdict.counted!), expiresInMs: 3_600_000 },
+  sentAtMs: Date.now(),
+  asked: true,
+});
 
 type Step = { name: string; run: () => unknown };
 const steps: Step[] = [
@@ -69,11 +71,12 @@ const steps: Step[] = [
   { name: "normalise the path", run: () => normalizePath("/api/users/42") },
   {
     name: "match the 3 shipped rules",
-    run: () => settings.rules.filter((rule) => ruleMatches(rule, "GET", "/api/users/42")),
+    run: () => settings.rules.filter((rule) => ruleMatches(rule, "GET", requestPath("/api/users/42"))),
   },
   { name: "parse the client IP", run: () => ipKey("2001:db8:1:ab12::7") },
   { name: "make the canonical key", run: () => canonicalKey(matched[0]!.key, facts) },
-  { name: "spend a lease unit", run: () => leases.spend(canonical, matched, Date.now()) },
+  { name: "digest the key (SipHash-2-4, for the isolate's caches)", run: () => isolate.digest(canonical) },
+  { name: "spend a lease unit", run: () => isolate.leases.spend(digest, matched, Date.now()) },
   { name: "build the RateLimit headers", run: () => rateLimitHeaders(matched, reports) },
   { name: "build a 429 problem response", run: () => tooManyRequests(matched, refused) },
   { name: "copy the RPC payload (structuredClone)", run: () => structuredClone(matched.map(ruleCheckOf)) },

@@ -11,13 +11,13 @@
  */
 import type { MiddlewareHandler } from "hono";
 import { adminKey, keyAsWritten } from "./admin-key.ts";
-import { blockedKeys } from "./blocked-cache.ts";
 import { getOrCreate, parseAdminPrefix, type Settings, settingsFromEnv } from "./config.ts";
 import { formatDuration, show } from "./core/duration.ts";
 import { hashKey } from "./core/keys.ts";
 import { normalizePath } from "./core/paths.ts";
 import type { Rule } from "./core/rules.ts";
 import type { Env } from "./env.ts";
+import { defaultIsolate, type Isolate } from "./isolate/isolate.ts";
 import { deadline, type LimiterNamespace } from "./limiter-client.ts";
 import { toRuleCheck } from "./limiter-protocol.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
@@ -38,7 +38,7 @@ const prefixes = new Map<string, ReturnType<typeof parseAdminPrefix>>();
  * The admin API as middleware; mount it before `rateLimit()`.
  * Requests outside its prefix, and every request while `ADMIN_TOKEN` is unset, go on untouched.
  */
-export const adminApi = (): MiddlewareHandler<{ Bindings: Env }> =>
+export const adminApi = (options: { isolate?: Isolate } = {}): MiddlewareHandler<{ Bindings: Env }> =>
   async function adminMiddleware(c, next) {
     const token = c.env.ADMIN_TOKEN;
     if (token === undefined || token === "") return next();
@@ -57,7 +57,7 @@ export const adminApi = (): MiddlewareHandler<{ Bindings: Env }> =>
     if (!(await bearerMatches(c.req.header("authorization"), token))) {
       return unauthorized(c.req.header("authorization") !== undefined);
     }
-    return route(c.req.method, path.slice(prefix.length), url, c.env, prefix);
+    return route(c.req.method, path.slice(prefix.length), url, c.env, prefix, options.isolate ?? defaultIsolate());
   };
 
 const encoder = new TextEncoder();
@@ -91,7 +91,14 @@ function unauthorized(tokenSent: boolean): Response {
 
 const ROUTES: Record<string, string[]> = { "/rules": ["GET"], "/status": ["GET", "DELETE"] };
 
-async function route(method: string, subPath: string, url: URL, env: Env, prefix: string): Promise<Response> {
+async function route(
+  method: string,
+  subPath: string,
+  url: URL,
+  env: Env,
+  prefix: string,
+  isolate: Isolate,
+): Promise<Response> {
   const allowed = ROUTES[subPath];
   if (allowed === undefined) {
     return problemResponse({
@@ -124,7 +131,7 @@ async function route(method: string, subPath: string, url: URL, env: Env, prefix
     });
   }
   if (subPath === "/rules") return json(rulesView(settings.value));
-  return status(method, url, settings.value, env.RATE_LIMITER);
+  return status(method, url, settings.value, env.RATE_LIMITER, isolate);
 }
 
 /** A rule as the API shows it: its fields as they would be written in wrangler.toml, plus the period in milliseconds. */
@@ -169,7 +176,13 @@ const rulesView = (settings: Settings) => ({
   timeoutMs: settings.timeoutMs,
 });
 
-async function status(method: string, url: URL, settings: Settings, ns: LimiterNamespace): Promise<Response> {
+async function status(
+  method: string,
+  url: URL,
+  settings: Settings,
+  ns: LimiterNamespace,
+  isolate: Isolate,
+): Promise<Response> {
   const ruleId = url.searchParams.get("rule");
   const rule = settings.rules.find((r) => r.id === ruleId);
   if (rule === undefined) {
@@ -191,8 +204,10 @@ async function status(method: string, url: URL, settings: Settings, ns: LimiterN
   if (method === "DELETE") {
     const reset = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
     if (!reset.ok) return unavailable(about.rule, about.keyHash, reset.message);
-    // This isolate forgets its cached refusal at once; other isolates' lapse within MAX_ENTRY_MS.
-    blockedKeys.forget(rule, key.canonical);
+    // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
+    const digest = isolate.digest(key.canonical);
+    isolate.refusals.forget(rule, digest);
+    isolate.leases.forget(digest, rule);
     logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
     return json({ ...about, reset: true });
   }

@@ -70,11 +70,24 @@ export async function checkKey(
   }
 }
 
-/** Takes back counts in an object; best effort, as the request was refused anyway. */
-export async function refundKey(ns: LimiterNamespace, name: string, refunds: Refund[]): Promise<void> {
+/**
+ * Takes back counts in an object, within `timeoutMs`. Best effort, as the
+ * request was refused anyway: resolves to whether the object took them, so
+ * the caller can count what it had to write off.
+ */
+export async function refundKey(
+  ns: LimiterNamespace,
+  name: string,
+  refunds: Refund[],
+  timeoutMs: number,
+): Promise<boolean> {
+  const answer = deadline(timeoutMs);
   try {
-    await stubFor(ns, name).refund(refunds);
+    return (await Promise.race([stubFor(ns, name).refund(refunds), answer.expired])) !== "timeout";
   } catch {
     // A lost refund only makes the limit stricter for a moment; never worth failing a response.
+    return false;
+  } finally {
+    answer.clear();
   }
 }

@@ -6,6 +6,11 @@
  * written with no `await` in between, so the object's single thread makes
  * each check atomic, and the output gate holds the answer until the write is
  * durable.
+ *
+ * A row is named by the rule's id and its bucket layout (period and
+ * precision), so two rules that share an id but not a period count apart.
+ * Each row has an epoch, chosen when it is created: counts handed back with
+ * a receipt from an earlier epoch (before an admin reset) are ignored.
  */
 import { DurableObject } from "cloudflare:workers";
 import {
@@ -25,33 +30,43 @@ import {
   LEASE_MAX_MS,
   LEASE_MIN_UNITS,
   LEASE_SHARE,
+  type Lease,
+  type LeaseRequest,
+  type Receipt,
   type Refund,
   type RuleCheck,
   type RuleVerdict,
+  rowOf,
 } from "./limiter-protocol.ts";
 
-type Stored = { shape: Shape; state: WindowState };
 /** What the layout of a rule's buckets depends on. */
 type Shape = Pick<WindowLimit, "periodMs" | "precision">;
+type Row = { id: string; shape: Shape; epoch: number; state: WindowState };
 
 const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   rule TEXT PRIMARY KEY,
   period_ms INTEGER NOT NULL,
   precision INTEGER NOT NULL,
   bucket INTEGER NOT NULL,
-  counts TEXT NOT NULL
+  counts TEXT NOT NULL,
+  epoch INTEGER NOT NULL DEFAULT 0
 )`;
 
 /** The instant after which a state is all zeros: its newest bucket and the `precision` before it have rotated out. */
-const expiresAtMs = ({ shape, state }: Stored): number =>
+const expiresAtMs = ({ shape, state }: Row): number =>
   bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false });
+
+/** A fresh row's epoch: never 0, which rows stored before epochs existed have. */
+const newEpoch = (): number => (crypto.getRandomValues(new Uint32Array(1))[0]! % 0x7fffffff) + 1;
 
 export class RateLimiter extends DurableObject<unknown> {
   private readonly sql: SqlStorage;
-  private readonly rows = new Map<string, Stored>();
+  private readonly rows = new Map<string, Row>();
   private schemaReady = false;
   /** When the cleanup alarm is set for, or null when none is needed. */
   private alarmAtMs: number | null;
+  /** Per row, until when a caller may still refund counts it took; refusals then are not to be remembered. */
+  private readonly refundsDue = new Map<string, number>();
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -63,15 +78,27 @@ export class RateLimiter extends DurableObject<unknown> {
       return;
     }
     this.schemaReady = true;
+    this.upgradeSchema();
     for (const row of this.sql.exec<Record<string, string | number>>("SELECT * FROM counters")) {
-      this.rows.set(String(row.rule), {
+      const key = String(row.rule);
+      this.rows.set(key, {
+        id: key.slice(0, key.indexOf("|")),
         shape: { periodMs: Number(row.period_ms), precision: Number(row.precision) },
+        epoch: Number(row.epoch),
         state: { bucket: Number(row.bucket), counts: JSON.parse(String(row.counts)) as number[] },
       });
     }
     // Every write that moved a row's expiry later also moved the alarm there (scheduleCleanup, alarm),
     // so the alarm is known without reading it: an object woken for one request sets none.
     this.alarmAtMs = this.rows.size > 0 ? Math.max(...[...this.rows.values()].map(expiresAtMs)) : null;
+  }
+
+  /** Rows stored before epochs were named by the rule id alone: give them their layout and epoch 0. */
+  private upgradeSchema(): void {
+    const columns = this.sql.exec("SELECT * FROM counters LIMIT 0").columnNames;
+    if (columns.includes("epoch")) return;
+    this.sql.exec("ALTER TABLE counters ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0");
+    this.sql.exec("UPDATE counters SET rule = rule || '|' || period_ms || '|' || precision WHERE instr(rule, '|') = 0");
   }
 
   /**
@@ -81,64 +108,84 @@ export class RateLimiter extends DurableObject<unknown> {
   check(rules: RuleCheck[], options: CheckOptions = {}): CheckResult {
     if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
-    const evaluations = rules.map((rule) => evaluate(this.current(rule, nowMs), nowMs, rule));
+    const rows = rules.map((rule) => this.current(rule, nowMs));
+    const evaluations = rules.map((rule, i) => evaluate(rows[i]!.state, nowMs, rule));
     const allowed = rules.every((rule, i) => !rule.enforce || evaluations[i]!.allowed);
-    const states: WindowState[] = [];
     const verdicts = rules.map((rule, i) => {
       const ev = evaluations[i]!;
       const counted = allowed && ev.allowed;
-      states.push(counted ? admit(ev.state) : ev.state);
-      return verdict(ev, nowMs, rule, counted);
+      if (counted) rows[i]!.state = admit(ev.state);
+      else rows[i]!.state = ev.state;
+      return this.verdict(ev, nowMs, rule, rows[i]!, counted);
     });
     if (!allowed) return { nowMs, allowed, verdicts };
-    const lease = this.grant(rules, verdicts, states, nowMs, options.leaseUnits ?? 0);
-    rules.forEach((rule, i) => {
-      if (verdicts[i]!.ruleAllows) this.save(rule.id, rule, states[i]!);
+    const lease = options.lease ? this.grant(rules, rows, verdicts, nowMs, options.lease) : undefined;
+    rows.forEach((row, i) => {
+      if (!verdicts[i]!.ruleAllows) return;
+      this.save(row);
+      if (options.refundableForMs) this.refundsDue.set(rowOf(rules[i]!), nowMs + options.refundableForMs);
     });
     this.scheduleCleanup();
     return lease ? { nowMs, allowed, verdicts, lease } : { nowMs, allowed, verdicts };
   }
 
   /**
-   * Counts `wanted` more admissions into `states` when every rule has
-   * plenty left: at most {@link LEASE_SHARE} of the least any rule has left.
+   * Counts more admissions ahead into `rows` when every rule has plenty left:
+   * at most {@link LEASE_SHARE} of the least any rule has left, and no more
+   * than the caller's recent demand says it will spend before the lease ends.
    * Each unit is admissible now: `remaining` already counts this request.
    */
-  private grant(rules: RuleCheck[], verdicts: RuleVerdict[], states: WindowState[], nowMs: number, wanted: number) {
-    if (wanted < LEASE_MIN_UNITS || !verdicts.every((v) => v.ruleAllows)) return undefined;
-    const units = Math.min(wanted, ...verdicts.map((v) => Math.floor(v.remaining * LEASE_SHARE)));
-    if (units < LEASE_MIN_UNITS) return undefined;
-    for (const state of states) state.counts[state.counts.length - 1]! += units;
+  private grant(rules: RuleCheck[], rows: Row[], verdicts: RuleVerdict[], nowMs: number, wanted: LeaseRequest) {
+    if (!verdicts.every((v) => v.ruleAllows)) return undefined;
     const expiresInMs = Math.min(LEASE_MAX_MS, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
-    return { units, buckets: states.map((state) => state.bucket), expiresInMs };
+    // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
+    // units leased to an isolate that does not spend them are counted against the key everywhere.
+    const likely = Math.floor((wanted.seen * Math.min(expiresInMs, wanted.seenInMs)) / wanted.seenInMs);
+    const units = Math.min(wanted.units, likely, ...verdicts.map((v) => Math.floor(v.remaining * LEASE_SHARE)));
+    if (units < LEASE_MIN_UNITS) return undefined;
+    const receipts = rows.map((row): Receipt => {
+      row.state.counts[row.state.counts.length - 1]! += units;
+      return { row: rowOf({ id: row.id, ...row.shape }), epoch: row.epoch, bucket: row.state.bucket };
+    });
+    return { units, receipts, expiresInMs } satisfies Lease;
   }
 
   /** What a request now would see, without counting it. */
   peek(rules: RuleCheck[]): CheckResult {
     const nowMs = Date.now();
-    const verdicts = rules.map((rule) => verdict(evaluate(this.current(rule, nowMs), nowMs, rule), nowMs, rule, false));
+    const verdicts = rules.map((rule) => {
+      const row = this.current(rule, nowMs);
+      return this.verdict(evaluate(row.state, nowMs, rule), nowMs, rule, row, false);
+    });
     return { nowMs, allowed: verdicts.every((v, i) => !rules[i]!.enforce || v.ruleAllows), verdicts };
   }
 
-  /** Takes back counts: requests another object refused, and leased units never spent. Counts that have rotated out are gone already. */
+  /**
+   * Takes back counts: requests another object refused, and leased units
+   * never spent. Counts of an earlier epoch (the row was reset) or in a
+   * bucket that has rotated out are gone already, and are not taken again.
+   */
   refund(refunds: Refund[]): void {
-    for (const { id, bucket, count: taken = 1 } of refunds) {
-      const row = this.rows.get(id);
-      if (!row) continue;
-      const index = bucket - (row.state.bucket - row.shape.precision);
+    for (const { receipt, count: taken } of refunds) {
+      const row = this.rows.get(receipt.row);
+      if (!row || row.epoch !== receipt.epoch) continue;
+      const index = receipt.bucket - (row.state.bucket - row.shape.precision);
       const count = row.state.counts[index];
       if (count === undefined || count <= 0) continue;
       const counts = row.state.counts.slice();
       counts[index] = count - Math.min(count, taken);
-      this.save(id, row.shape, { bucket: row.state.bucket, counts });
+      row.state = { bucket: row.state.bucket, counts };
+      this.save(row);
     }
   }
 
-  /** Forgets the given rules' counters for this key, or all of them. */
+  /** Forgets the given rules' counters for this key (every layout of each id), or all of them. */
   async reset(ruleIds?: string[]): Promise<void> {
-    for (const id of ruleIds ?? [...this.rows.keys()]) {
-      if (!this.rows.delete(id)) continue;
-      this.sql.exec("DELETE FROM counters WHERE rule = ?", id);
+    for (const [key, row] of this.rows) {
+      if (ruleIds && !ruleIds.includes(row.id)) continue;
+      this.rows.delete(key);
+      this.refundsDue.delete(key);
+      this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
     }
     if (this.rows.size === 0) await this.clear();
   }
@@ -146,44 +193,67 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Deletes the counters whose windows have all expired; once none are left, deletes everything. Safe to run again. */
   override async alarm(): Promise<void> {
     const nowMs = Date.now();
-    for (const [id, row] of this.rows) {
+    for (const [key, row] of this.rows) {
       if (nowMs < expiresAtMs(row)) continue;
-      this.rows.delete(id);
-      this.sql.exec("DELETE FROM counters WHERE rule = ?", id);
+      this.rows.delete(key);
+      this.refundsDue.delete(key);
+      this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
     }
     if (this.rows.size === 0) return this.clear();
     this.alarmAtMs = Math.max(...[...this.rows.values()].map(expiresAtMs));
     await this.ctx.storage.setAlarm(this.alarmAtMs);
   }
 
-  /** The rule's state; a rule whose period or precision changed carries its weighted count over. */
-  private current(rule: RuleCheck, nowMs: number): WindowState {
-    const row = this.rows.get(rule.id);
-    if (!row) return emptyState(nowMs, rule);
-    if (row.shape.periodMs === rule.periodMs && row.shape.precision === rule.precision) return row.state;
-    const carried = Math.ceil(
-      evaluate(row.state, nowMs, { ...row.shape, limit: rule.limit, strict: rule.strict }).weighted,
-    );
-    const fresh = emptyState(nowMs, rule);
-    fresh.counts[rule.precision] = carried;
+  /**
+   * The rule's row, made if missing. A new row carries over the weighted
+   * count of a row of the same id with another layout: a rule whose period
+   * or precision changed keeps its clients' counts. (Two live rules that
+   * share an id only meet here once, when the second row is made.)
+   */
+  private current(rule: RuleCheck, nowMs: number): Row {
+    const key = rowOf(rule);
+    const row = this.rows.get(key);
+    if (row) return row;
+    const fresh: Row = {
+      id: rule.id,
+      shape: { periodMs: rule.periodMs, precision: rule.precision },
+      epoch: newEpoch(),
+      state: emptyState(nowMs, rule),
+    };
+    const previous = [...this.rows.values()].find((r) => r.id === rule.id);
+    if (previous) {
+      const carried = evaluate(previous.state, nowMs, { ...previous.shape, limit: rule.limit, strict: rule.strict });
+      fresh.state.counts[rule.precision] = Math.ceil(carried.weighted);
+    }
+    this.rows.set(key, fresh);
     return fresh;
   }
 
-  private save(id: string, shape: Shape, state: WindowState): void {
+  private verdict(ev: Evaluation, nowMs: number, rule: RuleCheck, row: Row, counted: boolean): RuleVerdict {
+    const decision = describe(ev, nowMs, rule, counted);
+    const refundDue = (this.refundsDue.get(rowOf(rule)) ?? 0) > nowMs;
+    return {
+      ...decision,
+      ruleAllows: ev.allowed,
+      counted: counted ? { row: rowOf(rule), epoch: row.epoch, bucket: ev.state.bucket } : null,
+      holdsForMs: ev.allowed || refundDue ? 0 : decision.retryAfterMs,
+    };
+  }
+
+  private save(row: Row): void {
     if (!this.schemaReady) {
       this.sql.exec(SCHEMA);
       this.schemaReady = true;
     }
-    this.rows.set(id, { shape: { periodMs: shape.periodMs, precision: shape.precision }, state });
     this.sql.exec(
-      `INSERT INTO counters (rule, period_ms, precision, bucket, counts) VALUES (?, ?, ?, ?, ?)
-       ON CONFLICT (rule) DO UPDATE SET period_ms = excluded.period_ms, precision = excluded.precision,
-         bucket = excluded.bucket, counts = excluded.counts`,
-      id,
-      shape.periodMs,
-      shape.precision,
-      state.bucket,
-      JSON.stringify(state.counts),
+      `INSERT INTO counters (rule, period_ms, precision, bucket, counts, epoch) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (rule) DO UPDATE SET bucket = excluded.bucket, counts = excluded.counts, epoch = excluded.epoch`,
+      rowOf({ id: row.id, ...row.shape }),
+      row.shape.periodMs,
+      row.shape.precision,
+      row.state.bucket,
+      JSON.stringify(row.state.counts),
+      row.epoch,
     );
   }
 
@@ -198,17 +268,10 @@ export class RateLimiter extends DurableObject<unknown> {
 
   private async clear(): Promise<void> {
     this.rows.clear();
+    this.refundsDue.clear();
     this.schemaReady = false;
     this.alarmAtMs = null;
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
   }
-}
-
-function verdict(ev: Evaluation, nowMs: number, rule: RuleCheck, counted: boolean): RuleVerdict {
-  return {
-    ...describe(ev, nowMs, rule, counted),
-    ruleAllows: ev.allowed,
-    bucket: counted ? ev.state.bucket : -1,
-  };
 }

@@ -1,8 +1,8 @@
 /**
  * @module
  * What the Worker and a key's Durable Object say to each other: the rules
- * to check, the verdicts, leases and refunds. Types and pure helpers only,
- * so Node-side tools can use them too.
+ * to check, the verdicts, leases, receipts and refunds. Types and pure
+ * helpers only, so Node-side tools can use them too.
  */
 import type { Rule } from "./core/rules.ts";
 import type { Decision, WindowLimit } from "./core/sliding-window.ts";
@@ -14,12 +14,32 @@ export type RuleCheck = WindowLimit & {
   enforce: boolean;
 };
 
+/**
+ * Where counts were taken: a rule's row in the object, the row's epoch, and
+ * the bucket. Handing a receipt back with a {@link Refund} takes the counts
+ * back, unless the row was reset or deleted since (its epoch changed) or the
+ * bucket has rotated out: then there is nothing left to take back.
+ */
+export type Receipt = {
+  /** The row: the rule's id and the layout of its buckets. */
+  row: string;
+  /** Chosen when the row was created; a reset row gets a new one. */
+  epoch: number;
+  bucket: number;
+};
+
 /** A rule's verdict within one check. */
 export type RuleVerdict = Decision & {
   /** Whether this rule alone would admit the request. */
   ruleAllows: boolean;
-  /** The bucket the request was counted in, for a refund; -1 when not counted. */
-  bucket: number;
+  /** Where the request was counted, for a refund; null when it was not counted. */
+  counted: Receipt | null;
+  /**
+   * When this rule refuses: how long the caller may go on refusing this key
+   * under this rule without asking, in milliseconds. `retryAfterMs`, or 0
+   * while counts that may still be refunded weigh in on the refusal.
+   */
+  holdsForMs: number;
 };
 
 export type CheckResult = {
@@ -42,18 +62,33 @@ export type CheckResult = {
 export type Lease = {
   /** Admissions counted ahead, for every rule of the check. */
   units: number;
-  /** Per rule, in the order given, the bucket the units were counted in. */
-  buckets: number[];
+  /** Per rule, in the order given, where the units were counted. */
+  receipts: Receipt[];
   /** How long the caller may spend them, from `nowMs`: the end of the earliest current bucket, at most {@link LEASE_MAX_MS}. */
   expiresInMs: number;
+};
+
+/** What a caller asks of a lease: its recent demand for the key, so units are not leased where they will not be spent. */
+export type LeaseRequest = {
+  /** Units wanted at most. */
+  units: number;
+  /** Requests for this key the caller saw in the last `seenInMs`, this one included. */
+  seen: number;
+  seenInMs: number;
 };
 
 /** Options of a check. */
 export type CheckOptions = {
   /** Admissions to count ahead as a {@link Lease}, if the key is far enough below every limit. */
-  leaseUnits?: number;
-  /** Units of earlier leases that were never spent, taken back before deciding. */
+  lease?: LeaseRequest;
+  /** Counts to take back before deciding: units of earlier leases that were never spent. */
   returns?: Refund[];
+  /**
+   * The caller checks other keys for the same request and may refund this
+   * one's counts within this many milliseconds. Until then a refusal of this
+   * key is not to be remembered: it may rest on a count about to be given back.
+   */
+  refundableForMs?: number;
 };
 
 /** Leases live at most this long, whatever the period. */
@@ -64,7 +99,7 @@ export const LEASE_SHARE = 1 / 8;
 export const LEASE_MIN_UNITS = 2;
 
 /** Counts counted here and to be taken back: a request another object refused, or a lease's unspent units. */
-export type Refund = { id: string; bucket: number; count?: number };
+export type Refund = { receipt: Receipt; count: number };
 
 export type FailureReason = "timeout" | "overloaded" | "error";
 
@@ -84,6 +119,10 @@ export type LimiterOutcome =
       /** A call that timed out still runs: what it decides, if it does within one more timeout. */
       late?: Promise<CheckResult | undefined>;
     };
+
+/** The row a rule's counters live in: two rules that share an id but not a bucket layout never share counts. */
+export const rowOf = (rule: Pick<WindowLimit, "periodMs" | "precision"> & { id: string }): string =>
+  `${rule.id}|${rule.periodMs}|${rule.precision}`;
 
 /** What the object needs to know of a rule. */
 export const toRuleCheck = (rule: Rule): RuleCheck => ({

@@ -6,7 +6,8 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { type Parsed, parseSettings, type Settings, type SettingsInput, settingsFromEnv } from "./config.ts";
 import type { RuleInput } from "./core/rules.ts";
-import { decide } from "./decide.ts";
+import { decide } from "./isolate/decide.ts";
+import { defaultIsolate, type Isolate } from "./isolate/isolate.ts";
 import type { LimiterNamespace } from "./limiter-client.ts";
 import { logEvent } from "./log.ts";
 import { invalidConfigResponse } from "./problem.ts";
@@ -22,6 +23,13 @@ export type RateLimitOptions = {
   trustedIpHeader?: string;
   /** Milliseconds a decision may take before `on_error` applies. Default: `LIMITER_TIMEOUT_MS`, else 1000. */
   timeoutMs?: number;
+  /**
+   * What the isolate remembers between requests (leases, known refusals,
+   * calls in flight): `createIsolate({ maxKeys, maxLeaseUnits, … })` to size
+   * it, or the same value in several middlewares to share it.
+   * @default one per isolate, shared by every `rateLimit()` and the admin API
+   */
+  isolate?: Isolate;
 };
 
 /**
@@ -64,7 +72,12 @@ export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => 
       return invalidConfig([...(settings.ok ? [] : settings.errors), ...missing]);
     }
 
-    const decided = decide(c.req.raw, settings.value, ns, background(c));
+    const decided = decide(c.req.raw, {
+      settings: settings.value,
+      ns,
+      isolate: options.isolate ?? defaultIsolate(),
+      background: background(c),
+    });
     const outcome = decided instanceof Promise ? await decided : decided;
     if (outcome.kind === "refuse") return outcome.response;
     await next();

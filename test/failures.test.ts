@@ -1,7 +1,15 @@
 import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import type { Env } from "../src/env.ts";
-import { type Failure, flakyNamespace, hangObject, objectForIp } from "./support/chaos.ts";
+import {
+  type Failure,
+  flakyNamespace,
+  hangObject,
+  objectForIp,
+  type Script,
+  scriptedNamespace,
+} from "./support/chaos.ts";
+import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, originHits, timedLimiter, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 /**
@@ -278,5 +286,64 @@ describe("a call decided on its retry", () => {
     } finally {
       warnings.mockRestore();
     }
+  });
+});
+
+/**
+ * Concurrent requests for a key wait for the call in flight that may bring a
+ * lease. A waiter reads that call's state on its own timers and within its
+ * own deadline, and then decides on its own: it never depends on a request
+ * that may be cancelled. Time is faked, so every instant below is exact.
+ */
+describe("a request that waits for another request's call", () => {
+  afterEach(() => vi.useRealTimers());
+
+  /** One request for the key first, so the next one's call asks for a lease and others wait for it. */
+  const scenario = async (leader: Script, waiter: Script | null, onError: "open" | "closed" = "open") => {
+    vi.useFakeTimers();
+    const started = Date.now();
+    const settings = settingsFor([{ id: "waited", limit: 1000, period: "1h", on_error: onError }], 1_000);
+    const { ns, calls } = scriptedNamespace([{ afterMs: 0, ends: "admit" }, leader, ...(waiter ? [waiter] : [])]);
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const first = run(requestFrom(ip));
+    await vi.advanceTimersByTimeAsync(0);
+    await first;
+    const decidedAt: Record<string, number> = {};
+    const outcomes: Record<string, number> = {};
+    const track = (name: string) => (outcome: Awaited<ReturnType<typeof run>>) => {
+      decidedAt[name] = Date.now() - started;
+      outcomes[name] = statusOf(outcome);
+    };
+    const a = run(requestFrom(ip)).then(track("leader"));
+    await vi.advanceTimersByTimeAsync(10);
+    const b = run(requestFrom(ip)).then(track("waiter"));
+    await vi.advanceTimersByTimeAsync(5_000);
+    await Promise.all([a, b]);
+    return { decidedAt, outcomes, calls };
+  };
+
+  it("decides within its own deadline when the call it waited for brings no lease, and its own call hangs", async () => {
+    const { decidedAt, outcomes, calls } = await scenario({ afterMs: 100, ends: "admit" }, { ends: "hang" });
+    expect(decidedAt.leader).toBe(100);
+    expect(decidedAt.waiter).toBe(10 + 1_000); // its own deadline, not the leader's answer plus a full timeout
+    expect(outcomes).toEqual({ leader: 200, waiter: 200 }); // on_error = "open"
+    expect(calls.checks).toBe(3);
+  });
+
+  it("gives up on a call that never lands (its request was cancelled) and decides with a call of its own", async () => {
+    const { decidedAt, outcomes, calls } = await scenario({ ends: "hang" }, { afterMs: 10, ends: "admit" });
+    expect(calls.checks).toBe(3);
+    expect(outcomes.waiter).toBe(200);
+    // The leader's call is presumed lost 4 typical call times after it left (200 ms before any has landed);
+    // then the waiter's own call answers in 10 ms.
+    expect(decidedAt.waiter).toBe(200 + 10);
+  });
+
+  it("shares the failure of the call it waited for, rather than calling a failing object again", async () => {
+    const { decidedAt, outcomes, calls } = await scenario({ afterMs: 100, ends: "throw" }, null, "closed");
+    expect(calls.checks).toBe(2);
+    expect(outcomes).toEqual({ leader: 503, waiter: 503 });
+    expect(decidedAt.waiter! - decidedAt.leader!).toBeLessThanOrEqual(4); // its next look, at most 4 ms later
   });
 });

@@ -1,106 +1,102 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { BlockedCache } from "../src/blocked-cache.ts";
-import { parseSettings, type Settings } from "../src/config.ts";
-import { canonicalKey, hashKey } from "../src/core/keys.ts";
-import { decide, type IsolateCaches } from "../src/decide.ts";
-import { LEASE_UNITS, LeaseCache } from "../src/leases.ts";
-import type { LimiterNamespace } from "../src/limiter-client.ts";
 import { countedNamespace } from "./support/counting.ts";
-import { env } from "./support/env.ts";
-import { uniqueIp } from "./support/limiter.ts";
+import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
+import { from, limiter, uniqueIp } from "./support/limiter.ts";
+import { gatedNamespace, ipCanonical, storedRows, storedTotal } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
 
-const settingsFor = (rules: unknown[]): Settings => {
-  const parsed = parseSettings({ RULES: rules });
-  if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
-  return parsed.value;
+/** 10 s into an hour: every lease below lives its whole 10 s demand window and more. */
+const AT = Date.parse("2026-11-21T12:00:10.000Z");
+const fakeDate = (ms = AT) => {
+  vi.useFakeTimers({ toFake: ["Date"] });
+  vi.setSystemTime(ms);
 };
-
-const fresh = (): IsolateCaches => ({ blocked: new BlockedCache(), leases: new LeaseCache() });
-const none = (): IsolateCaches => ({ blocked: new BlockedCache(0), leases: new LeaseCache(0) });
-
-/** Decides one request from `ip`; its status and headers. */
-async function send(settings: Settings, ns: LimiterNamespace, caches: IsolateCaches, ip: string) {
-  const url = new URL("http://limiter.test/x");
-  const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-  const outcome = await decide(request, settings, ns, () => {}, caches);
-  return outcome.kind === "allow"
-    ? { status: 200, headers: outcome.headers }
-    : { status: outcome.response.status, headers: Object.fromEntries(outcome.response.headers) };
-}
-
-/** What the object has counted for an IP-keyed rule. */
-async function countedByObject(ip: string, rule: { id: string; limit: number; periodMs: number }) {
-  const name = await hashKey(canonicalKey([[{ kind: "ip" }]], { ip: () => ip } as never));
-  const peek = await env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(name)).peek([
-    { ...rule, precision: 1, strict: false, enforce: true },
-  ]);
-  return peek.verdicts[0]!.weighted;
-}
+afterEach(() => vi.useRealTimers());
 
 describe("leases: a key far below its limit is decided in the isolate", () => {
-  afterEach(() => vi.useRealTimers());
-
-  it("spends units the object counted ahead, so most requests make no call, with exact remaining counts", async () => {
-    const settings = settingsFor([{ id: "roomy", limit: 1_000_000, period: "1h" }]);
+  it("asks for as many units as it saw requests lately, up to 64, with exact remaining counts", async () => {
+    fakeDate();
     const { ns, counter } = countedNamespace();
-    const caches = fresh();
+    const { run } = decider(settingsFor([{ id: "roomy", limit: 1_000_000, period: "1h" }]), ns, createIsolate());
     const ip = uniqueIp();
     const remaining: string[] = [];
-    for (let i = 0; i < 170; i++) {
-      const { status, headers } = await send(settings, ns, caches, ip);
-      expect(status).toBe(200);
-      remaining.push((headers as Record<string, string>)["X-RateLimit-Remaining"]!);
+    const calledAt: number[] = [];
+    for (let i = 1; i <= 170; i++) {
+      const before = counter.calls;
+      const outcome = await run(requestFrom(ip));
+      expect(statusOf(outcome)).toBe(200);
+      if (outcome.kind === "allow") remaining.push(outcome.headers["X-RateLimit-Remaining"]!);
+      if (counter.calls > before) calledAt.push(i);
     }
     expect(remaining).toEqual(Array.from({ length: 170 }, (_, i) => String(1_000_000 - i - 1)));
-    // One call admits its own request and leases LEASE_UNITS more.
-    expect(counter.calls).toBe(Math.ceil(170 / (LEASE_UNITS + 1)));
+    // The call at request n leases min(n, 64) units: n requests were seen in this demand window.
+    expect(calledAt).toEqual([1, 2, 5, 11, 23, 47, 95, 160]);
+  });
+
+  it("gives a key it has seen once no lease: nothing is counted but the request", async () => {
+    fakeDate();
+    const { ns } = countedNamespace();
+    const { run } = decider(settingsFor([{ id: "rare", limit: 1000, period: "1h" }]), ns, createIsolate());
+    const ips = Array.from({ length: 20 }, () => uniqueIp());
+    for (const ip of ips) expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+    for (const ip of ips) expect(await storedTotal(ip)).toBe(1);
   });
 
   it("grants no lease near a limit: there every request is decided by the object", async () => {
-    const settings = settingsFor([{ id: "tight", limit: 10, period: "1h" }]);
+    fakeDate();
     const { ns, counter } = countedNamespace();
-    const caches = { blocked: new BlockedCache(0), leases: new LeaseCache() };
+    const isolate = createIsolate({ maxRefusalMs: 0 });
+    const { run } = decider(settingsFor([{ id: "tight", limit: 10, period: "1h" }]), ns, isolate);
     const ip = uniqueIp();
     const statuses: number[] = [];
-    for (let i = 0; i < 12; i++) statuses.push((await send(settings, ns, caches, ip)).status);
+    for (let i = 0; i < 12; i++) statuses.push(statusOf(await run(requestFrom(ip))));
     expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429]);
     expect(counter.calls).toBe(12);
   });
 
-  it("lets a burst of concurrent requests share one call, and counts exactly what was admitted", async () => {
-    const settings = settingsFor([{ id: "burst-lease", limit: 300, period: "1h" }]);
+  it("lets a burst of concurrent requests wait for one call's lease, and counts exactly what was admitted", async () => {
+    fakeDate();
     const { ns, counter } = countedNamespace();
-    const caches = fresh();
+    const { run } = decider(settingsFor([{ id: "burst-lease", limit: 300, period: "1h" }]), ns, createIsolate());
     const ip = uniqueIp();
-    const results = await Promise.all(Array.from({ length: 500 }, () => send(settings, ns, caches, ip)));
-    expect(results.filter((r) => r.status === 200)).toHaveLength(300);
-    expect(await countedByObject(ip, { id: "burst-lease", limit: 300, periodMs: 3_600_000 })).toBe(300);
-    expect(counter.calls).toBeLessThan(300);
+    const results = await Promise.all(Array.from({ length: 500 }, () => run(requestFrom(ip))));
+    expect(results.filter((r) => statusOf(r) === 200)).toHaveLength(300);
+    expect(await storedTotal(ip)).toBe(300);
+    // 500 requests, 300 admissions: calls come in waves, each lease shared by the requests waiting for it.
+    // The fewest calls there can be: each admits one request and leases min(64, an eighth of what is left).
+    let left = 300;
+    let fewest = 1; // the first refusal
+    while (left > 0) {
+      fewest++;
+      left--;
+      const units = Math.min(64, Math.floor(left / 8));
+      if (units >= 2) left -= units;
+    }
+    // Two more: the first request has no demand to lease on, and the second only its own two.
+    expect(counter.calls).toBeLessThanOrEqual(fewest + 2);
   });
 
-  it("hands back the units it did not spend before the bucket ended", async () => {
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const start = Date.parse("2026-11-21T12:00:10.000Z");
-    vi.setSystemTime(start);
+  it("hands back, with the key's next call, the units it did not spend before the bucket ended", async () => {
+    fakeDate();
     const rule = { id: "handback", limit: 1000, period: "1m" };
-    const settings = settingsFor([rule]);
     const { ns } = countedNamespace();
-    const caches = fresh();
+    const isolate = createIsolate();
+    const { run } = decider(settingsFor([rule]), ns, isolate);
     const ip = uniqueIp();
-    // One call admits its request and leases floor(999 / 8) = 124 → LEASE_UNITS more; two of them are spent.
-    const lease = Math.min(LEASE_UNITS, Math.floor(999 / 8));
-    for (let i = 0; i < 3; i++) await send(settings, ns, caches, ip);
-    expect(await countedByObject(ip, { id: "handback", limit: 1000, periodMs: 60_000 })).toBe(1 + lease);
-    vi.setSystemTime(start + 60_000); // the next window: the lease is dead, its unspent units handed back
-    await send(settings, ns, caches, ip);
-    // prev = 3 admitted weighs 3 × (1 − 10/60) = 2.5; plus this request and a new lease.
-    const next = Math.min(LEASE_UNITS, Math.floor((1000 - 2.5 - 1) / 8));
-    expect(await countedByObject(ip, { id: "handback", limit: 1000, periodMs: 60_000 })).toBeCloseTo(2.5 + 1 + next, 6);
+    // 1: a call, no lease yet (demand 1). 2: a call that leases 2 units. 3: spends one of them.
+    for (let i = 0; i < 3; i++) await run(requestFrom(ip));
+    expect(await storedTotal(ip)).toBe(4);
+    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(1);
+    vi.setSystemTime(AT + 60_000); // the next window: the lease is dead, its unit owed
+    await run(requestFrom(ip));
+    const row = (await storedRows(ip))["handback|60000|1"]!;
+    expect(row.counts[0]).toBe(3); // the previous window: the unspent unit was taken back
+    expect(row.counts[1]).toBeGreaterThanOrEqual(1);
+    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(row.counts[1]! - 1);
   });
 
   it("decides every request of a random trace exactly as the object alone does", async () => {
-    vi.useFakeTimers({ toFake: ["Date"] });
+    fakeDate(Date.parse("2026-11-21T12:00:00.000Z"));
     const random = randomGenerator(11);
     const settings = settingsFor([
       { id: "lease-a", limit: 200, period: "2s" },
@@ -108,32 +104,173 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
       { id: "lease-c", limit: 150, period: "1s", strict: true, precision: 4 },
     ]);
     const { ns, counter } = countedNamespace();
-    const { ns: aloneNs } = countedNamespace();
-    const [cached, alone] = [fresh(), none()];
+    const cached = decider(settings, ns, createIsolate());
+    const alone = decider(settings, countedNamespace().ns, objectAlone());
     const [ipA, ipB] = [uniqueIp(), uniqueIp()];
     let now = Date.parse("2026-11-21T12:00:00.000Z");
     const withCaches: number[] = [];
-    const objectAlone: number[] = [];
+    const objectOnly: number[] = [];
     for (let i = 0; i < 1500; i++) {
       now += random.next() < 0.99 ? random.int(6) : 400 + random.int(900);
       vi.setSystemTime(now);
-      withCaches.push((await send(settings, ns, cached, ipA)).status);
-      objectAlone.push((await send(settings, aloneNs, alone, ipB)).status);
+      withCaches.push(statusOf(await cached.run(requestFrom(ipA))));
+      objectOnly.push(statusOf(await alone.run(requestFrom(ipB))));
     }
-    expect(withCaches).toEqual(objectAlone);
-    expect(objectAlone.filter((s) => s === 429).length).toBeGreaterThan(100);
-    expect(objectAlone.filter((s) => s === 200).length).toBeGreaterThan(500);
+    expect(withCaches).toEqual(objectOnly);
+    expect(objectOnly.filter((s) => s === 429).length).toBeGreaterThan(100);
+    expect(objectOnly.filter((s) => s === 200).length).toBeGreaterThan(500);
     expect(counter.calls).toBeLessThan(1500 / 2);
   });
 
   it("stays within its size cap under a flood of distinct keys", async () => {
-    const settings = settingsFor([{ id: "lease-flood", limit: 1000, period: "1h" }]);
+    fakeDate();
     const { ns } = countedNamespace();
-    const caches = { blocked: new BlockedCache(), leases: new LeaseCache(40) };
+    const isolate = createIsolate({ maxKeys: 40 });
+    const { run } = decider(settingsFor([{ id: "lease-flood", limit: 1000, period: "1h" }]), ns, isolate);
     for (let i = 0; i < 150; i++) {
-      await send(settings, ns, caches, `172.17.${i >> 8}.${i & 255}`);
-      expect(caches.leases.size).toBeLessThanOrEqual(40);
+      await run(requestFrom(`172.17.${i >> 8}.${i & 255}`));
+      expect(isolate.leases.size).toBeLessThanOrEqual(40);
     }
-    expect(caches.leases.size).toBe(40);
+    expect(isolate.leases.size).toBe(40);
+  });
+});
+
+describe("every leased unit is spent, handed back, or written off on purpose", () => {
+  it("spends a rule's units on any request that rule counts, whatever other rules it matches", async () => {
+    // The shipped rules: a GET /api/x without an API key matches both rules on the same IP key;
+    // with a key, api-per-ip alone is on the IP. Units leased for the first must serve the second.
+    const send = limiter([
+      { id: "api-per-ip", path: "/api/*", exclude: ["/api/health"], limit: 100, period: "1m", key: ["ip"] },
+      { id: "api-per-key", path: "/api/*", limit: 1000, period: "1h", key: ["header:x-api-key|ip"] },
+    ]);
+    const ip = uniqueIp();
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await send("/api/x", from(ip))).status);
+    for (let i = 0; i < 105; i++) {
+      const res = await send("/api/y", from(ip, { "x-api-key": `key-${ip}` }));
+      await res.arrayBuffer();
+      statuses.push(res.status);
+    }
+    expect(statuses.indexOf(429)).toBe(100);
+  });
+
+  it("gives a unit back to the lease it came from, never to a newer one in another bucket", async () => {
+    const t0 = Date.UTC(2031, 0, 1, 0, 0, 9); // 9 s into a 10 s window
+    fakeDate(t0);
+    const settings = settingsFor([
+      { id: "home-ip", limit: 400, period: "10s", strict: true, key: ["ip"] },
+      { id: "home-key", path: "/k/*", limit: 1, period: "1h", key: ["header:x-k"] },
+    ]);
+    const { ns, hold, isHeld } = gatedNamespace();
+    const isolate = createIsolate();
+    const { run, background } = decider(settings, ns, isolate);
+    const ip = uniqueIp();
+    const held = () => isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)));
+    expect(statusOf(await run(requestFrom(uniqueIp(), "/k/a", { "x-k": "used" })))).toBe(200); // "used" is now full
+    let admittedW1 = 0;
+    // A lease lives to the window's end, 1 s away: demand must say more than one unit will be spent by then.
+    while (held() < 2) {
+      expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(200);
+      admittedW1++;
+    }
+    // X spends a unit of lease 1; its other key's call is held back, and will refuse.
+    const release = hold("check");
+    const x = run(requestFrom(ip, "/k/x", { "x-k": "used" }));
+    await vi.waitFor(() => expect(isHeld("check")).toBe(false));
+    while (held() > 0) {
+      expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(200);
+      admittedW1++;
+    }
+    vi.setSystemTime(t0 + 1_500); // the next window: lease 1 is dead; the next call brings lease 2
+    let admittedW2 = 0;
+    expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(200);
+    admittedW2++;
+    release();
+    expect(statusOf(await x)).toBe(429);
+    await background.settled();
+    const [w1, w2] = [Math.floor(t0 / 10_000), Math.floor(t0 / 10_000) + 1];
+    const heldIn = (bucket: number) =>
+      isolate.leases
+        .holdings(isolate.digest(ipCanonical(ip)))
+        .filter((h) => h.receipt.row === "home-ip|10000|1" && h.receipt.bucket === bucket)
+        .reduce((n, h) => n + h.count, 0);
+    expect(heldIn(w1)).toBe(1); // X's unit is owed back to window 1, where it was counted
+    for (let i = 0; i < 5; i++) {
+      expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(200);
+      admittedW2++;
+    }
+    // Every count in each window is an admission made in it, or a unit this isolate still holds for it.
+    const row = (await storedRows(ip))["home-ip|10000|1"]!;
+    expect(row.bucket).toBe(w2);
+    expect(row.counts).toEqual([admittedW1 + heldIn(w1), admittedW2 + heldIn(w2)]);
+  });
+
+  it("hands back the units of a key it evicts", async () => {
+    fakeDate();
+    const { ns } = countedNamespace();
+    const isolate = createIsolate({ maxKeys: 2 });
+    const { run, background } = decider(settingsFor([{ id: "evicted", limit: 1000, period: "1h" }]), ns, isolate);
+    const ip = uniqueIp();
+    for (let i = 0; i < 3; i++) expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(1);
+    for (let i = 0; i < 4; i++) await run(requestFrom(uniqueIp())); // pushes the key out
+    await background.settled();
+    expect(await storedTotal(ip)).toBe(3);
+    expect(isolate.counters.writtenOff).toEqual({
+      reset: 0,
+      "outbox full": 0,
+      "refund failed": 0,
+      "call failed": 0,
+      unnamed: 0,
+    });
+  });
+
+  it("keeps the lease of a call that answers after its key was evicted", async () => {
+    fakeDate();
+    const { ns, hold } = gatedNamespace();
+    const isolate = createIsolate({ maxKeys: 2 });
+    const { run, background } = decider(settingsFor([{ id: "late-lease", limit: 1000, period: "1h" }]), ns, isolate);
+    const ip = uniqueIp();
+    const held = () => isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)));
+    let admitted = 0;
+    for (let i = 0; i < 3; i++) {
+      expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+      admitted++;
+    }
+    while (held() > 0) {
+      expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+      admitted++;
+    }
+    const release = hold("check");
+    const late = run(requestFrom(ip)); // its call asks for a lease, and is held back
+    for (let i = 0; i < 4; i++) await run(requestFrom(uniqueIp())); // pushes the key out meanwhile
+    release();
+    expect(statusOf(await late)).toBe(200);
+    admitted++;
+    expect(held()).toBeGreaterThan(0);
+    for (let i = 0; i < 5; i++) {
+      expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+      admitted++;
+    }
+    await background.settled();
+    expect(await storedTotal(ip)).toBe(admitted + held());
+  });
+
+  it("remembers a key by a fixed-size digest, whatever its length", async () => {
+    fakeDate();
+    const { ns } = countedNamespace();
+    const isolate = createIsolate();
+    const { run } = decider(
+      settingsFor([{ id: "long", limit: 2, period: "1h", key: ["header:x-api-key"] }]),
+      ns,
+      isolate,
+    );
+    for (let i = 0; i < 30; i++) {
+      const key = `${"k".repeat(100 * 1024)}${i}`;
+      for (let j = 0; j < 3; j++) await run(requestFrom("192.0.2.9", "/x", { "x-api-key": key }));
+    }
+    const keys = [...isolate.leases.keys(), ...isolate.refusals.keys()];
+    expect(keys.length).toBeGreaterThan(30);
+    expect(Math.max(...keys.map((k) => k.length))).toBeLessThanOrEqual(32);
   });
 });

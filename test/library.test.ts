@@ -63,4 +63,17 @@ describe("rateLimit() in your own Hono app", () => {
     ]);
     expect(logged[1]).toEqual(logged[0]);
   });
+
+  it("counts two rateLimit()s that reuse a rule id with different periods apart", async () => {
+    const twins = new Hono<{ Bindings: typeof env }>();
+    twins.get("/a", rateLimit({ rules: { id: "twin", limit: 5, period: "1s" } }), (c) => c.text("a"));
+    twins.get("/b", rateLimit({ rules: { id: "twin", limit: 3, period: "1h" } }), (c) => c.text("b"));
+    const ip = uniqueIp();
+    const get = (path: string) => twins.request(path, { headers: { "cf-connecting-ip": ip } }, env);
+    const statuses: number[] = [];
+    for (const path of ["/b", "/a", "/b", "/a", "/b", "/a", "/b"]) statuses.push((await get(path)).status);
+    // Each has its own row: /b admits 3 an hour whatever /a does. /a's row, made after /b's, starts from
+    // /b's count once (as a rule whose period changed would), then counts alone: 1 + 3 < 5.
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 429]);
+  });
 });

@@ -49,11 +49,12 @@ const stored = (stub: DurableObjectStub<RateLimiter>) =>
     const hasTable = state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'counters'").toArray().length > 0;
     const rows = hasTable
       ? state.storage.sql
-          .exec<{ rule: string; period_ms: number; precision: number; bucket: number; counts: string }>(
+          .exec<{ rule: string; period_ms: number; precision: number; bucket: number; counts: string; epoch: number }>(
             "SELECT * FROM counters ORDER BY rule",
           )
           .toArray()
-          .map((r) => ({ ...r, counts: JSON.parse(r.counts) as number[] }))
+          // The epoch is random: only that it is set is of interest here.
+          .map(({ epoch, ...r }) => ({ ...r, counts: JSON.parse(r.counts) as number[], epochSet: epoch > 0 }))
       : [];
     return { hasTable, rows, alarm: await state.storage.getAlarm() };
   });
@@ -72,11 +73,12 @@ describe("k buckets in the Durable Object", () => {
     const { rows } = await stored(stub);
     expect(rows).toEqual([
       {
-        rule: "ten",
+        rule: "ten|60000|10",
         period_ms: 60_000,
         precision: 10,
         bucket: bucketIndex(FUTURE_MS + 13_000, r),
         counts: [0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 1],
+        epochSet: true,
       },
     ]);
   });
@@ -97,11 +99,12 @@ describe("k buckets in the Durable Object", () => {
         const pure = check(expected, nowMs, r);
         expected = pure.state;
         const { allowed, verdicts } = await stub.check([r]);
-        const { ruleAllows, bucket, ...decision } = verdicts[0]!;
+        const { ruleAllows, counted, holdsForMs, ...decision } = verdicts[0]!;
         const where = JSON.stringify({ over, i });
         expect(decision, where).toEqual(pure.decision);
         expect([allowed, ruleAllows], where).toEqual([pure.decision.allowed, pure.decision.allowed]);
-        expect(bucket, where).toBe(pure.decision.allowed ? bucketIndex(nowMs, r) : -1);
+        expect(counted?.bucket ?? -1, where).toBe(pure.decision.allowed ? bucketIndex(nowMs, r) : -1);
+        expect(holdsForMs, where).toBe(pure.decision.retryAfterMs);
       }
     }
   });
@@ -139,13 +142,13 @@ describe("k buckets in the Durable Object", () => {
     await stub.check([r]);
     setClock(FUTURE_MS + 21_000);
     const later = (await stub.check([r])).verdicts[0]!;
-    expect(later.bucket).toBe(first.bucket + 2);
-    await stub.refund([{ id: "refund", bucket: first.bucket }]);
+    expect(later.counted!.bucket).toBe(first.counted!.bucket + 2);
+    await stub.refund([{ receipt: first.counted!, count: 1 }]);
     expect((await stored(stub)).rows[0]!.counts).toEqual([0, 0, 0, 0, 1, 0, 1]);
     // Once that bucket has rotated out, a late refund finds nothing to take back.
     setClock(FUTURE_MS + 80_000);
     await stub.check([r]);
-    await stub.refund([{ id: "refund", bucket: first.bucket }]);
+    await stub.refund([{ receipt: first.counted!, count: 1 }]);
     expect((await stored(stub)).rows[0]!.counts).toEqual([1, 0, 0, 0, 0, 0, 1]);
   });
 
@@ -178,7 +181,7 @@ describe("cleanup with k buckets", () => {
     setClock(expiresAtMs - 1);
     expect((await stub.peek([r])).verdicts[0]!.weighted).toBeGreaterThan(0);
     expect(await runDurableObjectAlarm(stub)).toBe(true); // early: keeps the row, sets the alarm again
-    expect(await stored(stub)).toMatchObject({ alarm: expiresAtMs, rows: [{ rule: "short" }] });
+    expect(await stored(stub)).toMatchObject({ alarm: expiresAtMs, rows: [{ rule: "short|60000|4" }] });
 
     setClock(expiresAtMs);
     expect((await stub.peek([r])).verdicts[0]!.weighted).toBe(0);
@@ -201,7 +204,7 @@ describe("cleanup with k buckets", () => {
     setClock(FUTURE_MS + 2_000);
     await runDurableObjectAlarm(stub);
     const after = await stored(stub);
-    expect(after.rows.map((row) => row.rule)).toEqual(["long"]);
+    expect(after.rows.map((row) => row.rule)).toEqual(["long|3600000|60"]);
     // The hour's 1-minute bucket that holds 00:00:00.100 is the oldest until 01:01.
     expect(after.alarm).toBe(FUTURE_MS + 61 * 60_000);
   });

@@ -5,7 +5,7 @@ import {
   runDurableObjectAlarm,
   runInDurableObject,
 } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { RateLimiter } from "../src/limiter-object.ts";
 import type { RuleCheck } from "../src/limiter-protocol.ts";
 import { env } from "./support/env.ts";
@@ -72,8 +72,55 @@ describe("one object per client key", () => {
     const stub = freshObject();
     const { verdicts } = await stub.check([rule("r", 5)]);
     await stub.check([rule("r", 5)]);
-    await stub.refund([{ id: "r", bucket: verdicts[0]!.bucket }]);
+    await stub.refund([{ receipt: verdicts[0]!.counted!, count: 1 }]);
     expect((await stub.peek([rule("r", 5)])).verdicts[0]!.weighted).toBe(1);
+  });
+
+  it("ignores a refund for counts an admin reset already wiped", async () => {
+    const stub = freshObject();
+    const first = await stub.check([rule("epoch", 5)]);
+    await stub.reset(["epoch"]);
+    await stub.check([rule("epoch", 5)]);
+    await stub.refund([{ receipt: first.verdicts[0]!.counted!, count: 1 }]);
+    expect((await stub.peek([rule("epoch", 5)])).verdicts[0]!.weighted).toBe(1);
+  });
+
+  it("keeps apart two rules that share an id but not a period (two rateLimit()s), after one carry-over", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.UTC(2031, 0, 1, 0, 0, 0, 100));
+    try {
+      const stub = freshObject();
+      const [perSecond, perHour] = [rule("shared-id", 10, 1_000), rule("shared-id", 10, 3_600_000)];
+      await stub.check([perSecond]);
+      await stub.check([perSecond]);
+      await stub.check([perHour]); // a new row: it carries the other's 2 over, once, as a changed period would
+      for (let i = 0; i < 3; i++) {
+        await stub.check([perSecond]);
+        await stub.check([perHour]);
+      }
+      expect((await stub.peek([perSecond])).verdicts[0]!.weighted).toBe(2 + 3);
+      expect((await stub.peek([perHour])).verdicts[0]!.weighted).toBe(2 + 1 + 3);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("does not let a refusal be remembered while a count it rests on may still be refunded", async () => {
+    const start = Date.UTC(2031, 0, 1, 0, 0, 0, 100);
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(start);
+    try {
+      const stub = freshObject();
+      const r = rule("due", 1, 3_600_000);
+      await stub.check([r], { refundableForMs: 2_000 }); // the caller checks another key too
+      expect((await stub.check([r])).verdicts[0]).toMatchObject({ ruleAllows: false, holdsForMs: 0 });
+      vi.setSystemTime(start + 2_000); // no refund came in time: the count stands, and so may the refusal
+      const later = (await stub.check([r])).verdicts[0]!;
+      expect(later.ruleAllows).toBe(false);
+      expect(later.holdsForMs).toBe(later.retryAfterMs);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("carries the count over when a rule's period changes", async () => {
@@ -141,12 +188,31 @@ describe("cleanup", () => {
         .toArray()
         .map((r) => r.rule),
     );
-    expect(rows).toEqual(["long"]);
+    expect(rows).toEqual(["long|3600000|1"]);
   });
 
   it("creates objects only for keys that were checked", async () => {
     const before = (await listDurableObjectIds(env.RATE_LIMITER)).length;
     await freshObject().check([rule("one", 1)]);
     expect((await listDurableObjectIds(env.RATE_LIMITER)).length).toBe(before + 1);
+  });
+});
+
+describe("an object stored before rows had epochs", () => {
+  it("reads its counts after an upgrade, named by layout, and takes refunds made against them", async () => {
+    const stub = freshObject();
+    await runInDurableObject(stub, (_instance, state) => {
+      state.storage.sql.exec(
+        "CREATE TABLE counters (rule TEXT PRIMARY KEY, period_ms INTEGER NOT NULL, precision INTEGER NOT NULL, bucket INTEGER NOT NULL, counts TEXT NOT NULL)",
+      );
+      const bucket = Math.floor(Date.now() / 3_600_000);
+      state.storage.sql.exec("INSERT INTO counters VALUES ('legacy', 3600000, 1, ?, '[0,4]')", bucket);
+    });
+    await evictDurableObject(stub); // the next call constructs the object anew, from storage
+    expect((await stub.peek([rule("legacy", 10, 3_600_000)])).verdicts[0]!.weighted).toBe(4);
+    const next = await stub.check([rule("legacy", 10, 3_600_000)]);
+    expect(next.verdicts[0]!.counted).toMatchObject({ row: "legacy|3600000|1", epoch: 0 });
+    await stub.refund([{ receipt: next.verdicts[0]!.counted!, count: 1 }]);
+    expect((await stub.peek([rule("legacy", 10, 3_600_000)])).verdicts[0]!.weighted).toBe(4);
   });
 });

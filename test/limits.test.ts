@@ -75,18 +75,26 @@ describe("limits at the edge", () => {
     expect((await send("/api/x", from(ip))).status).toBe(200);
   });
 
-  it("never blocks with a shadow (log) rule, and logs each request it would have refused", async () => {
+  it("never blocks with a shadow (log) rule, and logs what it would have refused: at once, then once per 10 s", async () => {
     const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2031, 0, 1, 0, 0, 5);
+    vi.setSystemTime(start);
     try {
       const send = limiter([{ id: "new-limit", limit: 2, period: "1m", action: "log" }]);
       const ip = uniqueIp();
-      expect(await statuses(4, () => send("/x", from(ip)))).toEqual([200, 200, 200, 200]);
+      expect(await statuses(5, () => send("/x", from(ip)))).toEqual([200, 200, 200, 200, 200]);
+      vi.setSystemTime(start + 10_000);
+      expect(await statuses(1, () => send("/x", from(ip)))).toEqual([200]);
       const lines = log.mock.calls.map(([line]) => JSON.parse(String(line)));
       const shadow = lines.filter((l) => l.event === "ratelimit_shadow");
       expect(shadow).toHaveLength(2);
       expect(shadow[0]).toMatchObject({ rule: "new-limit", limit: 2, weighted: 2, decision: "would_block" });
       expect(shadow[0].key).toMatch(/^[0-9a-f]{12}$/);
+      expect(shadow[0].repeats).toBeUndefined();
+      expect(shadow[1]).toMatchObject({ rule: "new-limit", key: shadow[0].key, repeats: 2 });
     } finally {
+      vi.useRealTimers();
       log.mockRestore();
     }
   });

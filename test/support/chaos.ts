@@ -5,16 +5,12 @@
  * hanging), and records every attempt and the stub it went through.
  */
 import { runInDurableObject } from "cloudflare:test";
-import { canonicalKey, hashKey } from "../../src/core/keys.ts";
 import type { LimiterNamespace } from "../../src/limiter-client.ts";
-import type { RuleCheck } from "../../src/limiter-protocol.ts";
+import type { CheckOptions, RuleCheck } from "../../src/limiter-protocol.ts";
 import { env } from "./env.ts";
+import { objectForIp } from "./objects.ts";
 
-/** The object that holds the counters of a client counted by IP. */
-export async function objectForIp(ip: string) {
-  const name = await hashKey(canonicalKey([[{ kind: "ip" }]], { ip: () => ip } as never));
-  return env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(name));
-}
+export { objectForIp };
 
 /**
  * Keeps the real object of this client busy for `ms`: every call to it waits.
@@ -72,12 +68,12 @@ export function flakyNamespace(plan: Failure | Failure[], failures = Number.POSI
       const real = env.RATE_LIMITER.get(id);
       const serial = ++stubs;
       return {
-        check: async (rules: RuleCheck[]) => {
+        check: async (rules: RuleCheck[], options?: CheckOptions) => {
           const attempt = ++calls.attempts;
           const kind = kindOf(attempt);
           calls.stubs.push(serial);
           calls.outcomes.push(kind);
-          if (kind === "real") return real.check(rules);
+          if (kind === "real") return real.check(rules, options);
           if (kind === "hang") return new Promise(() => {});
           throw Object.assign(new Error(`induced ${kind} failure`), {
             retryable: kind === "retryable" || kind === "overloaded",
@@ -88,6 +84,49 @@ export function flakyNamespace(plan: Failure | Failure[], failures = Number.POSI
         refund: (refunds: Parameters<typeof real.refund>[0]) => real.refund(refunds),
       } as unknown as ReturnType<LimiterNamespace["get"]>;
     },
+  };
+  return { ns, calls };
+}
+
+/** How one scripted call goes: it admits (without a lease) or throws after `afterMs`, or never answers. */
+export type Script = { afterMs: number; ends: "admit" | "throw" } | { ends: "hang" };
+
+/**
+ * A namespace with no objects behind it: call n goes as `script[n - 1]` says,
+ * on the (possibly faked) timers, so a test can place every answer in time.
+ */
+export function scriptedNamespace(script: Script[]) {
+  const calls = { checks: 0 };
+  const admit = (nowMs: number, rules: RuleCheck[]) => ({
+    nowMs,
+    allowed: true,
+    verdicts: rules.map((rule) => ({
+      allowed: true,
+      ruleAllows: true,
+      weighted: 0,
+      remaining: rule.limit - 1,
+      retryAfterMs: 0,
+      resetMs: rule.periodMs,
+      counted: { row: `${rule.id}|${rule.periodMs}|${rule.precision}`, epoch: 1, bucket: 0 },
+      holdsForMs: 0,
+    })),
+  });
+  const ns: LimiterNamespace = {
+    idFromName: (name) => env.RATE_LIMITER.idFromName(name),
+    get: () =>
+      ({
+        check: (rules: RuleCheck[]) => {
+          const step = script[calls.checks++] ?? { afterMs: 0, ends: "admit" };
+          if (step.ends === "hang") return new Promise(() => {});
+          return new Promise((resolve, reject) =>
+            setTimeout(
+              () => (step.ends === "admit" ? resolve(admit(Date.now(), rules)) : reject(new Error("scripted failure"))),
+              step.afterMs,
+            ),
+          );
+        },
+        refund: async () => {},
+      }) as unknown as ReturnType<LimiterNamespace["get"]>,
   };
   return { ns, calls };
 }

@@ -1,34 +1,29 @@
-import { afterEach, describe, expect, it, vi } from "vitest";
-import { BlockedCache } from "../src/blocked-cache.ts";
-import { parseSettings, type Settings } from "../src/config.ts";
-import { decide } from "../src/decide.ts";
-import { LeaseCache } from "../src/leases.ts";
+import { afterEach, describe, expect, it, type MockInstance, vi } from "vitest";
+import type { Settings } from "../src/config.ts";
+import type { Isolate } from "../src/isolate/isolate.ts";
 import type { LimiterNamespace } from "../src/limiter-client.ts";
 import { countedNamespace } from "./support/counting.ts";
+import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { uniqueIp } from "./support/limiter.ts";
+import { gatedNamespace } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
 
-const settingsFor = (rules: unknown[]): Settings => {
-  const parsed = parseSettings({ RULES: rules });
-  if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
-  return parsed.value;
-};
+/** An isolate that remembers refusals but leases nothing, so every admission is the object's. */
+const refusalsOnly = (options: { maxKeys?: number; maxRefusalMs?: number } = {}) =>
+  createIsolate({ maxLeaseUnits: 0, ...options });
 
 /** Decides one request from `ip` at the current (possibly faked) time; the status it gets. */
-async function status(settings: Settings, ns: LimiterNamespace, cache: BlockedCache, ip: string, path = "/x") {
-  const url = new URL(`http://limiter.test${path}`);
-  const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-  const outcome = await decide(request, settings, ns, () => {}, { blocked: cache, leases: new LeaseCache(0) });
-  return outcome.kind === "allow" ? 200 : outcome.response.status;
+async function status(settings: Settings, ns: LimiterNamespace, isolate: Isolate, ip: string, path = "/x") {
+  return statusOf(await decider(settings, ns, isolate).run(requestFrom(ip, path)));
 }
 
-describe("the blocked-key cache", () => {
+describe("refusals the isolate knows of", () => {
   afterEach(() => vi.useRealTimers());
 
   it("answers repeated refusals itself, without calling the object", async () => {
     const settings = settingsFor([{ id: "cached", limit: 2, period: "1h" }]);
     const { ns, counter } = countedNamespace();
-    const cache = new BlockedCache();
+    const cache = refusalsOnly();
     const ip = uniqueIp();
     const statuses: number[] = [];
     for (let i = 0; i < 50; i++) statuses.push(await status(settings, ns, cache, ip));
@@ -42,15 +37,10 @@ describe("the blocked-key cache", () => {
     vi.setSystemTime(new Date("2026-11-21T12:00:45.000Z"));
     const settings = settingsFor([{ id: "same", limit: 1, period: 60 }]);
     const { ns } = countedNamespace();
-    const cache = new BlockedCache();
+    const cache = refusalsOnly();
     const ip = uniqueIp();
-    const url = new URL("http://limiter.test/x");
     const ask = async () => {
-      const request = new Request(url, { headers: { "cf-connecting-ip": ip } });
-      const outcome = await decide(request, settings, ns, () => {}, {
-        blocked: cache,
-        leases: new LeaseCache(0),
-      });
+      const outcome = await decider(settings, ns, cache).run(requestFrom(ip));
       if (outcome.kind !== "refuse") throw new Error("expected a refusal");
       return { headers: Object.fromEntries(outcome.response.headers), body: await outcome.response.json() };
     };
@@ -66,12 +56,11 @@ describe("the blocked-key cache", () => {
     vi.setSystemTime(start);
     const settings = settingsFor([{ id: "countdown", limit: 1, period: 60 }]);
     const { ns, counter } = countedNamespace();
-    const cache = new BlockedCache();
+    const cache = refusalsOnly();
     const ip = uniqueIp();
     const retryAfterAt = async (ms: number) => {
       vi.setSystemTime(start + ms);
-      const request = new Request("http://limiter.test/x", { headers: { "cf-connecting-ip": ip } });
-      const outcome = await decide(request, settings, ns, () => {}, { blocked: cache, leases: new LeaseCache(0) });
+      const outcome = await decider(settings, ns, cache).run(requestFrom(ip));
       if (outcome.kind !== "refuse") throw new Error("expected a refusal");
       return [
         outcome.response.headers.get("retry-after"),
@@ -93,7 +82,7 @@ describe("the blocked-key cache", () => {
     vi.setSystemTime(start);
     const settings = settingsFor([{ id: "edge", limit: 2, period: 60 }]);
     const { ns } = countedNamespace();
-    const cache = new BlockedCache();
+    const cache = refusalsOnly();
     const ip = uniqueIp();
     expect(await status(settings, ns, cache, ip)).toBe(200);
     expect(await status(settings, ns, cache, ip)).toBe(200);
@@ -115,8 +104,8 @@ describe("the blocked-key cache", () => {
     const settings = settingsFor(rules);
     const { ns: withCacheNs, counter } = countedNamespace();
     const { ns: aloneNs } = countedNamespace();
-    const cache = new BlockedCache();
-    const never = new BlockedCache(0);
+    const cache = refusalsOnly();
+    const never = refusalsOnly({ maxRefusalMs: 0 });
     const [cachedIp, aloneIp] = [uniqueIp(), uniqueIp()];
     let now = Date.parse("2026-11-21T12:00:00.000Z");
     const withCache: number[] = [];
@@ -135,23 +124,73 @@ describe("the blocked-key cache", () => {
   it("stays within its size cap under a flood of distinct blocked keys", async () => {
     const settings = settingsFor([{ id: "flood", limit: 1, period: "1h" }]);
     const { ns } = countedNamespace();
-    const cache = new BlockedCache(50);
+    const cache = refusalsOnly({ maxKeys: 50 });
     for (let i = 0; i < 200; i++) {
       const ip = `172.16.${i >> 8}.${i & 255}`;
       await status(settings, ns, cache, ip);
       await status(settings, ns, cache, ip);
-      expect(cache.size).toBeLessThanOrEqual(50);
+      expect(cache.refusals.size).toBeLessThanOrEqual(50);
     }
-    expect(cache.size).toBe(50);
+    expect(cache.refusals.size).toBe(50);
   });
 
   it("keeps no entry at all when its size is 0", async () => {
     const settings = settingsFor([{ id: "off", limit: 1, period: "1h" }]);
     const { ns, counter } = countedNamespace();
-    const cache = new BlockedCache(0);
+    const cache = refusalsOnly({ maxRefusalMs: 0 });
     const ip = uniqueIp();
     for (let i = 0; i < 5; i++) await status(settings, ns, cache, ip);
-    expect(cache.size).toBe(0);
+    expect(cache.refusals.size).toBe(0);
     expect(counter.calls).toBe(5);
+  });
+
+  it("does not remember a refusal that rests on a count about to be refunded", async () => {
+    const settings = settingsFor([
+      { id: "pending-ip", limit: 1, period: "1h", key: ["ip"] },
+      { id: "pending-key", path: "/k/*", limit: 1, period: "1h", key: ["header:x-k"] },
+    ]);
+    const { ns, hold } = gatedNamespace();
+    const { run, background } = decider(settings, ns, refusalsOnly());
+    const ip = uniqueIp();
+    expect(statusOf(await run(requestFrom(uniqueIp(), "/k/a", { "x-k": "full" })))).toBe(200); // "full" is now full
+    const release = hold("refund");
+    // The IP admits this request and the key refuses it: the IP's count is to be refunded, but not yet.
+    expect(statusOf(await run(requestFrom(ip, "/k/b", { "x-k": "full" })))).toBe(429);
+    expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(429); // refused on a count not yet refunded
+    release();
+    await background.settled();
+    expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(200); // the object admits now, and so does the isolate
+  });
+});
+
+describe("logs under attack", () => {
+  let lines: string[];
+  let spy: MockInstance;
+  afterEach(() => spy?.mockRestore());
+  const blockedLines = () => lines.map((l) => JSON.parse(l)).filter((l) => l.event === "ratelimit_blocked");
+
+  it("logs one ratelimit_blocked line per key per 10 s from 20 concurrent connections, with the repeats", async () => {
+    lines = [];
+    spy = vi.spyOn(console, "log").mockImplementation((line) => lines.push(String(line)));
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2031, 0, 1, 0, 0, 0);
+    const settings = settingsFor([{ id: "attacked", limit: 2, period: "2s", key: ["ip"] }]);
+    const { ns } = countedNamespace();
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    let refusedInFirst10s = 0;
+    for (let t = 0; t < 20_000; t += 100) {
+      vi.setSystemTime(start + t);
+      const outcomes = await Promise.all(Array.from({ length: 20 }, () => run(requestFrom(ip))));
+      if (t < 10_000) refusedInFirst10s += outcomes.filter((o) => statusOf(o) === 429).length;
+    }
+    // The first refusal is logged at once (t = 0); the next line comes with the first refusal at 10 s,
+    // and counts the refusals in between that were not logged.
+    const logged = blockedLines();
+    expect(logged.length).toBe(2);
+    expect(logged[0]).toMatchObject({ rule: "attacked", decision: "blocked" });
+    expect(logged[0]!.repeats).toBeUndefined();
+    expect(refusedInFirst10s).toBeGreaterThan(1000);
+    expect(logged[1]!.repeats).toBe(refusedInFirst10s - 1);
   });
 });

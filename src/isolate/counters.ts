@@ -1,0 +1,36 @@
+/**
+ * @module
+ * What an isolate counts about itself: leased units written off on purpose,
+ * by reason. A unit is never lost silently: it is spent, handed back, or
+ * written off here, with a log line.
+ */
+import { logEvent } from "../log.ts";
+
+export type WriteOffReason =
+  /** An admin reset wiped the rows the units were counted in. */
+  | "reset"
+  /** More evicted keys' units waited to be handed back than the isolate keeps. */
+  | "outbox full"
+  /** The call that would have handed them back failed. */
+  | "refund failed"
+  /** The call that carried them back failed or was retried: the object may have taken them, or not. */
+  | "call failed"
+  /** Units of a key whose object was never named (cannot happen: a lease comes from a call). */
+  | "unnamed";
+
+export class IsolateCounters {
+  /** Leased units written off, by reason. */
+  readonly writtenOff: Record<WriteOffReason, number> = {
+    reset: 0,
+    "outbox full": 0,
+    "refund failed": 0,
+    "call failed": 0,
+    unnamed: 0,
+  };
+
+  writeOff(reason: WriteOffReason, units: number): void {
+    if (units <= 0) return;
+    this.writtenOff[reason] += units;
+    logEvent({ event: "lease_units_written_off", reason, units }, "warn");
+  }
+}

@@ -1,0 +1,333 @@
+/**
+ * @module
+ * Leases in the isolate: admissions a key's object counted ahead for us,
+ * spent on the next requests for that key without calling the object.
+ *
+ * One book owns every unit. A lease is held per client key and rule, so a
+ * unit counted for a rule is spent by any request that rule counts, whatever
+ * other rules that request matches. A unit leaves the book in one of three
+ * ways only: spent by a request; handed back to the object (with the key's
+ * next call, or in the background when its entry is evicted), as a refund
+ * against the very bucket and epoch it was counted in; or written off on
+ * purpose and counted in {@link IsolateCounters}. A unit given back by a
+ * request that was turned away returns to the lease it came from, never to
+ * a newer one: counted in one bucket, it must not be spent in another.
+ *
+ * Leases are sized by demand: with each call the isolate says how many
+ * requests it saw for the key lately, and the object leases no more than
+ * that many (scaled to the lease's life). A key this isolate sees rarely
+ * gets no lease, so no units sit counted and unspent here.
+ */
+import type { Rule } from "../core/rules.ts";
+import type { Lease, LeaseRequest, Receipt, Refund, RuleVerdict } from "../limiter-protocol.ts";
+import type { IsolateCounters } from "./counters.ts";
+import { LruMap } from "./lru.ts";
+
+/** The demand window: a lease asks for at most the requests seen in the last this many milliseconds. */
+export const DEMAND_WINDOW_MS = 10_000;
+/** Units asked for at most with one call. */
+export const DEFAULT_MAX_LEASE_UNITS = 64;
+/** Units waiting to be handed back for evicted keys; more are written off. */
+const MAX_OUTBOX = 1_000;
+
+/** A lease held here: units one rule's row counted ahead, for one client key. */
+class HeldLease {
+  unitsLeft: number;
+  /** Units spent since the last grant, for the `remaining` the headers report. */
+  spentSinceGrant = 0;
+  /** A retired lease spends nothing more; units given back to it are handed back to the object. */
+  retired = false;
+
+  readonly record: KeyRecord;
+  readonly receipt: Receipt;
+  /** Isolate time until which the units may be spent. */
+  untilMs: number;
+  /** Isolate time of the granting call, and the rule's verdict then. */
+  grantedAtMs: number;
+  verdict: RuleVerdict;
+
+  constructor(
+    record: KeyRecord,
+    receipt: Receipt,
+    units: number,
+    untilMs: number,
+    grantedAtMs: number,
+    verdict: RuleVerdict,
+  ) {
+    this.record = record;
+    this.receipt = receipt;
+    this.unitsLeft = units;
+    this.untilMs = untilMs;
+    this.grantedAtMs = grantedAtMs;
+    this.verdict = verdict;
+  }
+}
+
+/** Everything the isolate keeps of one client key. Fixed in size, whatever the key's length. */
+type KeyRecord = {
+  digest: string;
+  /** The key's object name (SHA-256 hex), once a call was made. */
+  name: string | null;
+  leases: Map<Rule, HeldLease>;
+  /** Units of retired leases, handed back with the key's next call. */
+  owed: Refund[];
+  /** Requests seen in the current and the previous demand window. */
+  demand: { window: number; current: number; previous: number };
+  /** False once a call that asked for a lease got none: concurrent requests then each call. */
+  leasable: boolean;
+  /** False once evicted: units given back to its leases go to the outbox. */
+  live: boolean;
+};
+
+/** One unit spent per rule of a key group: the verdicts to report, and where to give the units back. */
+export type Spent = { verdicts: RuleVerdict[]; leases: HeldLease[] };
+
+/** What a call for a key group brought back. */
+export type Grant = {
+  /** The key's object name. */
+  name: string;
+  rules: Rule[];
+  verdicts: RuleVerdict[];
+  lease: Lease | undefined;
+  /** Isolate time the call was sent. */
+  sentAtMs: number;
+  /** Whether the call asked for a lease: only then does a missing one say the key is near a limit. */
+  asked: boolean;
+};
+
+/** Units to hand back for a key no longer in the book. */
+export type Return = { name: string; refunds: Refund[] };
+
+export type LeaseBookOptions = {
+  /** Client keys remembered at most. */
+  maxKeys: number;
+  /** Units asked for at most with one call; 0 turns leases off. */
+  maxUnits: number;
+  counters: IsolateCounters;
+};
+
+export class LeaseBook {
+  private readonly records: LruMap<string, KeyRecord>;
+  private readonly outbox: Return[] = [];
+  readonly maxUnits: number;
+  private readonly counters: IsolateCounters;
+
+  constructor(options: LeaseBookOptions) {
+    this.maxUnits = options.maxUnits;
+    this.counters = options.counters;
+    this.records = new LruMap(options.maxKeys, (_digest, record) => this.evicted(record));
+  }
+
+  /** Client keys remembered. */
+  get size(): number {
+    return this.records.size;
+  }
+
+  /** The digests of the keys remembered (for inspection). */
+  keys(): IterableIterator<string> {
+    return this.records.keys();
+  }
+
+  private record(digest: string): KeyRecord {
+    let record = this.records.get(digest);
+    if (!record) {
+      record = {
+        digest,
+        name: null,
+        leases: new Map(),
+        owed: [],
+        demand: { window: 0, current: 0, previous: 0 },
+        leasable: true,
+        live: true,
+      };
+      this.records.set(digest, record);
+    }
+    return record;
+  }
+
+  /** Counts a request for this key toward its demand. */
+  noteRequest(digest: string, nowMs: number): void {
+    if (this.maxUnits === 0) return;
+    const { demand } = this.record(digest);
+    const window = Math.floor(nowMs / DEMAND_WINDOW_MS);
+    if (window !== demand.window) {
+      demand.previous = window === demand.window + 1 ? demand.current : 0;
+      demand.current = 0;
+      demand.window = window;
+    }
+    demand.current++;
+  }
+
+  /** What to ask of a lease with a call for this key: nothing while demand is too low to spend one. */
+  leaseRequest(digest: string, nowMs: number): LeaseRequest | undefined {
+    const record = this.records.peek(digest);
+    if (!record || this.maxUnits === 0) return undefined;
+    const { window, current, previous } = record.demand;
+    const elapsed = (nowMs % DEMAND_WINDOW_MS) / DEMAND_WINDOW_MS;
+    const recent = Math.floor(
+      current + (window === Math.floor(nowMs / DEMAND_WINDOW_MS) ? previous * (1 - elapsed) : 0),
+    );
+    // One request seen is no demand: a key seen once gets no lease.
+    return recent >= 2 ? { units: this.maxUnits, seen: recent, seenInMs: DEMAND_WINDOW_MS } : undefined;
+  }
+
+  /** Whether concurrent requests for this key may wait for one call's lease. */
+  leasable(digest: string): boolean {
+    return this.records.peek(digest)?.leasable ?? true;
+  }
+
+  /**
+   * Spends one unit of every rule's lease for this key, if each rule holds a
+   * live one; otherwise spends nothing. Leases past their time are retired.
+   */
+  spend(digest: string, rules: Rule[], nowMs: number): Spent | undefined {
+    const record = this.records.peek(digest);
+    if (!record || record.leases.size === 0) return undefined;
+    const leases: HeldLease[] = [];
+    for (const rule of rules) {
+      const lease = record.leases.get(rule);
+      if (!lease) return undefined;
+      if (nowMs >= lease.untilMs) {
+        this.retire(lease);
+        record.leases.delete(rule);
+        return undefined;
+      }
+      if (lease.unitsLeft <= 0) return undefined;
+      leases.push(lease);
+    }
+    this.records.get(digest); // used: the most recent now
+    const verdicts = leases.map((lease) => {
+      lease.unitsLeft--;
+      lease.spentSinceGrant++;
+      const { verdict } = lease;
+      return {
+        ...verdict,
+        remaining: Math.max(0, verdict.remaining - lease.spentSinceGrant),
+        resetMs: Math.max(0, verdict.resetMs - (nowMs - lease.grantedAtMs)),
+        counted: null,
+      };
+    });
+    return { verdicts, leases };
+  }
+
+  /** Gives spent units back (their request was turned away) to the leases they came from. */
+  giveBack(spent: Spent): void {
+    for (const lease of spent.leases) {
+      if (lease.spentSinceGrant > 0) lease.spentSinceGrant--;
+      if (!lease.retired) lease.unitsLeft++;
+      else this.owe(lease.record, [{ receipt: lease.receipt, count: 1 }]);
+    }
+  }
+
+  /**
+   * What to hand back with a call that checks `rules` for this key: every
+   * unit owed, and the live leases of those rules, so that the object decides
+   * on exactly what was admitted (the call brings fresh leases for all of
+   * them). The units leave the book.
+   */
+  takeReturns(digest: string, rules: Rule[]): Refund[] {
+    const record = this.records.peek(digest);
+    if (!record) return [];
+    for (const rule of rules) {
+      const lease = record.leases.get(rule);
+      if (!lease) continue;
+      this.retire(lease);
+      record.leases.delete(rule);
+    }
+    return record.owed.splice(0);
+  }
+
+  /** The units held here for this key, unspent, with where each was counted: live leases and returns owed. */
+  holdings(digest: string): Refund[] {
+    const record = this.records.peek(digest);
+    if (!record) return [];
+    const live = [...record.leases.values()].map((lease) => ({ receipt: lease.receipt, count: lease.unitsLeft }));
+    return [...live, ...record.owed].filter((held) => held.count > 0);
+  }
+
+  /**
+   * Keeps what a call for these rules brought: the key's object name, and
+   * its lease, if any, split per rule. A live lease with the same receipt (a
+   * concurrent call, same bucket) is topped up; any other is retired and its
+   * units are owed. The lease's clock starts when the call was sent, so it
+   * ends early rather than late.
+   */
+  keep(digest: string, grant: Grant): void {
+    const { name, rules, verdicts, lease, sentAtMs } = grant;
+    const record = this.record(digest);
+    record.name = name;
+    if (grant.asked) record.leasable = lease !== undefined;
+    if (!lease) return;
+    const untilMs = sentAtMs + lease.expiresInMs;
+    rules.forEach((rule, i) => {
+      const receipt = lease.receipts[i]!;
+      const held = record.leases.get(rule);
+      if (held && !held.retired && sameReceipt(held.receipt, receipt)) {
+        held.unitsLeft += lease.units;
+        held.untilMs = Math.min(held.untilMs, untilMs);
+        held.grantedAtMs = sentAtMs;
+        held.verdict = verdicts[i]!;
+        held.spentSinceGrant = 0;
+        return;
+      }
+      if (held) this.retire(held);
+      record.leases.set(rule, new HeldLease(record, receipt, lease.units, untilMs, sentAtMs, verdicts[i]!));
+    });
+  }
+
+  /** After an admin reset of this key under `rule`: its lease counted in rows that are gone, so its units are written off. */
+  forget(digest: string, rule: Rule): void {
+    const record = this.records.peek(digest);
+    const lease = record?.leases.get(rule);
+    if (!record || !lease) return;
+    this.counters.writeOff("reset", lease.unitsLeft);
+    lease.unitsLeft = 0;
+    lease.retired = true;
+    record.leases.delete(rule);
+  }
+
+  /** Units held here, unspent, for this key: live leases and returns owed. */
+  heldUnits(digest: string): number {
+    return this.holdings(digest).reduce((n, held) => n + held.count, 0);
+  }
+
+  /** Returns for keys no longer in the book, to hand back in the background; they leave the book. */
+  takeOutbox(): Return[] {
+    return this.outbox.splice(0);
+  }
+
+  private retire(lease: HeldLease): void {
+    lease.retired = true;
+    if (lease.unitsLeft > 0) this.owe(lease.record, [{ receipt: lease.receipt, count: lease.unitsLeft }]);
+    lease.unitsLeft = 0;
+  }
+
+  private owe(record: KeyRecord, refunds: Refund[]): void {
+    if (record.live) record.owed.push(...refunds);
+    else if (record.name !== null) this.toOutbox({ name: record.name, refunds });
+    else
+      this.counters.writeOff(
+        "unnamed",
+        refunds.reduce((n, r) => n + r.count, 0),
+      );
+  }
+
+  private evicted(record: KeyRecord): void {
+    record.live = false;
+    for (const lease of record.leases.values()) this.retire(lease);
+    record.leases.clear();
+    if (record.owed.length > 0) this.owe(record, record.owed.splice(0));
+  }
+
+  private toOutbox(ret: Return): void {
+    if (this.outbox.length < MAX_OUTBOX) this.outbox.push(ret);
+    else
+      this.counters.writeOff(
+        "outbox full",
+        ret.refunds.reduce((n, r) => n + r.count, 0),
+      );
+  }
+}
+
+const sameReceipt = (a: Receipt, b: Receipt): boolean =>
+  a.row === b.row && a.epoch === b.epoch && a.bucket === b.bucket;

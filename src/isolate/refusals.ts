@@ -1,0 +1,98 @@
+/**
+ * @module
+ * Refusals the isolate knows of, so refused traffic costs no Durable Object
+ * call.
+ *
+ * Once the object refuses a key under a rule, it keeps refusing it until
+ * `retryAfter`: a refused request changes nothing, and no request can be
+ * admitted before then (that is what `retryAfter` means). So until then the
+ * isolate answers 429 itself, as the object would. The object says how long
+ * its refusal holds (`holdsForMs`): not at all while counts it may be given
+ * back weigh in on it. An entry's clock starts when the call was sent, so it
+ * ends early rather than late, and a cap on its life bounds how long an
+ * admin reset takes to reach every isolate.
+ */
+import type { Rule } from "../core/rules.ts";
+import type { RuleVerdict } from "../limiter-protocol.ts";
+import { LruMap } from "./lru.ts";
+import { ruleUid } from "./rule-ids.ts";
+
+/** Entries live at most this long, however far off `retryAfter` is. */
+export const DEFAULT_MAX_REFUSAL_MS = 10_000;
+
+/** One refusal the isolate knows of. */
+export class KnownRefusal {
+  private memo: { key: string; value: unknown } | null = null;
+  /** Isolate time (Unix ms) at which the object admits this key again, if nothing else is admitted. */
+  readonly retryAtMs: number;
+  /** Isolate time until which this entry answers: `retryAtMs`, or sooner under the cap. */
+  readonly untilMs: number;
+  /** The weighted count the object saw when it refused. */
+  readonly weighted: number;
+  /** The key's object name (SHA-256 hex), for log lines. */
+  readonly name: string;
+
+  constructor(retryAtMs: number, untilMs: number, weighted: number, name: string) {
+    this.retryAtMs = retryAtMs;
+    this.untilMs = untilMs;
+    this.weighted = weighted;
+    this.name = name;
+  }
+
+  /** A value derived from this refusal, made once and reused while `key` stays the same (the 429 sent again). */
+  reuse<T>(key: string, make: () => T): T {
+    if (this.memo?.key !== key) this.memo = { key, value: make() };
+    return this.memo.value as T;
+  }
+}
+
+export type KnownRefusalsOptions = {
+  /** Entries kept at most. */
+  maxKeys: number;
+  /** How long an entry answers at most; 0 keeps none. */
+  maxHoldMs: number;
+};
+
+export class KnownRefusals {
+  private readonly entries: LruMap<string, KnownRefusal>;
+  readonly maxHoldMs: number;
+
+  constructor(options: KnownRefusalsOptions) {
+    this.entries = new LruMap(options.maxHoldMs > 0 ? options.maxKeys : 0);
+    this.maxHoldMs = options.maxHoldMs;
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  keys(): IterableIterator<string> {
+    return this.entries.keys();
+  }
+
+  /** The live refusal of this key under this rule, if the object refused it recently. */
+  lookup(rule: Rule, digest: string, nowMs: number): KnownRefusal | undefined {
+    const key = `${ruleUid(rule)}:${digest}`;
+    const entry = this.entries.get(key);
+    if (entry === undefined) return undefined;
+    if (nowMs < entry.untilMs) return entry;
+    this.entries.delete(key);
+    return undefined;
+  }
+
+  /** Remembers a refusal from a call sent at `sentAtMs`, for as long as the object says it holds. */
+  remember(rule: Rule, digest: string, name: string, sentAtMs: number, verdict: RuleVerdict): void {
+    const key = `${ruleUid(rule)}:${digest}`;
+    const holdMs = Math.min(verdict.holdsForMs, this.maxHoldMs);
+    if (holdMs <= 0) {
+      this.entries.delete(key);
+      return;
+    }
+    this.entries.set(key, new KnownRefusal(sentAtMs + verdict.retryAfterMs, sentAtMs + holdMs, verdict.weighted, name));
+  }
+
+  /** Forgets a key under a rule (after an admin reset). */
+  forget(rule: Rule, digest: string): void {
+    this.entries.delete(`${ruleUid(rule)}:${digest}`);
+  }
+}

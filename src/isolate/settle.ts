@@ -1,0 +1,137 @@
+/**
+ * @module
+ * Settles one key group of one request: from a lease held here, from a
+ * refusal this isolate knows of, or with a call to the key's object. While
+ * another request's call for the key is in flight and may bring a lease,
+ * waits for it, on this request's own timers and within this request's own
+ * deadline, then decides on its own.
+ */
+import type { Settings } from "../config.ts";
+import { hashKey } from "../core/keys.ts";
+import type { Rule } from "../core/rules.ts";
+import { checkKey, type LimiterNamespace } from "../limiter-client.ts";
+import { type LimiterOutcome, ruleCheckOf } from "../limiter-protocol.ts";
+import type { Landing } from "./in-flight.ts";
+import type { Isolate } from "./isolate.ts";
+import type { Spent } from "./leases.ts";
+import type { KnownRefusal } from "./refusals.ts";
+import { ruleUid } from "./rule-ids.ts";
+
+/** The rules of one request that share a client key, and so one Durable Object. */
+export type KeyGroup = {
+  canonical: string;
+  /** The isolate's digest of `canonical`. */
+  digest: string;
+  rules: Rule[];
+};
+
+/** A refusal the isolate knows of, for one rule of a group. */
+export type Known = { rule: Rule; refusal: KnownRefusal };
+
+/** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */
+export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number };
+
+/** How a key group was settled. */
+export type Settled =
+  | { via: "lease"; spent: Spent }
+  | { via: "known"; known: Known[] }
+  | { via: "call"; call: KeyCall }
+  /** Another request's call for this key failed while this one waited for it: the failure is shared, not repeated. */
+  | { via: "shared"; failure: Extract<Landing, { ok: false }> };
+
+/** What settling needs besides the group. */
+export type SettleContext = {
+  settings: Settings;
+  ns: LimiterNamespace;
+  isolate: Isolate;
+  /** Whether the request has other key groups, which may refuse it: then counts taken here may be refunded. */
+  refundable: boolean;
+};
+
+/** The refusals the isolate knows of for a group's enforcing rules. */
+export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number): Known[] {
+  const known: Known[] = [];
+  for (const rule of group.rules) {
+    if (rule.action !== "block") continue;
+    const refusal = isolate.refusals.lookup(rule, group.digest, nowMs);
+    if (refusal) known.push({ rule, refusal });
+  }
+  return known;
+}
+
+/** The key the calls in flight for a group are filed under: its key and its exact set of rules. */
+const flightKey = (group: KeyGroup): string => `${group.digest}|${group.rules.map(ruleUid).join(",")}`;
+
+/**
+ * Settles a group no lease or known refusal covered when the request came
+ * in. `deadlineMs` is this request's own deadline, in isolate time.
+ */
+export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settled> {
+  const { isolate } = ctx;
+  const key = flightKey(group);
+  for (;;) {
+    const nowMs = isolate.clock();
+    const flight = isolate.flights.current(key, nowMs);
+    if (!flight) break;
+    // Half of what is left at most, so that a call of its own still has time.
+    const landing = await isolate.flights.await(
+      flight,
+      Math.min(flight.staleAtMs, nowMs + (deadlineMs - nowMs) / 2),
+      isolate.clock,
+    );
+    if (landing === null) break; // presumed lost, or waited long enough: decide on our own
+    if (!landing.ok) return { via: "shared", failure: landing };
+    const afterMs = isolate.clock();
+    const spent = isolate.leases.spend(group.digest, group.rules, afterMs);
+    if (spent) return { via: "lease", spent };
+    const known = knownRefusals(group, isolate, afterMs);
+    if (known.length > 0) return { via: "known", known };
+  }
+  return { via: "call", call: await callObject(group, key, deadlineMs, ctx) };
+}
+
+/**
+ * Calls the group's object, handing back what is owed and asking for a lease
+ * sized by this isolate's demand. When it may bring a lease, the call is
+ * filed as in flight first, so concurrent requests for the key wait for it.
+ * What comes back (the lease, the refusals) is kept before the flight lands,
+ * so that a waiter finds it.
+ */
+async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx: SettleContext): Promise<KeyCall> {
+  const { isolate, settings } = ctx;
+  const { leases } = isolate;
+  const sentAtMs = isolate.clock();
+  const lease = leases.leaseRequest(group.digest, sentAtMs);
+  const flight =
+    lease && leases.leasable(group.digest) ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
+  const name = await hashKey(group.canonical);
+  const returns = leases.takeReturns(group.digest, group.rules);
+  const outcome = await checkKey(ctx.ns, name, group.rules.map(ruleCheckOf), Math.max(1, deadlineMs - sentAtMs), {
+    ...(lease ? { lease } : {}),
+    ...(returns.length > 0 ? { returns } : {}),
+    // A refund comes after the answer and takes at most one more timeout.
+    ...(ctx.refundable ? { refundableForMs: 2 * settings.timeoutMs } : {}),
+  });
+  if (returns.length > 0 && (!outcome.ok || outcome.attempts > 1)) {
+    isolate.counters.writeOff(
+      "call failed",
+      returns.reduce((n, r) => n + r.count, 0),
+    );
+  }
+  if (outcome.ok) {
+    const { verdicts, lease: granted } = outcome.result;
+    leases.keep(group.digest, { name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked: !!lease });
+    group.rules.forEach((rule, i) => {
+      const verdict = verdicts[i]!;
+      if (rule.action === "block" && !verdict.ruleAllows)
+        isolate.refusals.remember(rule, group.digest, name, sentAtMs, verdict);
+    });
+  }
+  if (flight) {
+    const landing: Landing = outcome.ok
+      ? { ok: true }
+      : { ok: false, reason: outcome.reason, message: outcome.message, attempts: outcome.attempts, name };
+    isolate.flights.land(key, flight, landing, isolate.clock());
+  }
+  return { name, outcome, sentAtMs };
+}

@@ -1,0 +1,45 @@
+/**
+ * Isolates for tests: each `createIsolate()` is what one Worker isolate
+ * remembers, so a test can run several side by side, give each its own
+ * clock, or turn its caches off to see what the object alone decides.
+ */
+import { parseSettings, type Settings } from "../../src/config.ts";
+import { decide, type Outcome } from "../../src/isolate/decide.ts";
+import { createIsolate, type Isolate, type IsolateOptions } from "../../src/isolate/isolate.ts";
+import type { LimiterNamespace } from "../../src/limiter-client.ts";
+
+export { createIsolate, type Isolate };
+
+/** An isolate that remembers nothing: every request is decided by its object. */
+export const objectAlone = (options: IsolateOptions = {}): Isolate =>
+  createIsolate({ ...options, maxLeaseUnits: 0, maxRefusalMs: 0 });
+
+export const settingsFor = (rules: unknown[], timeoutMs?: number): Settings => {
+  const parsed = parseSettings({ RULES: rules, ...(timeoutMs ? { LIMITER_TIMEOUT_MS: timeoutMs } : {}) });
+  if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+  return parsed.value;
+};
+
+/** Background work of the decisions made through {@link decider}, to await when a test needs it done. */
+export type Background = { tasks: Promise<unknown>[]; settled: () => Promise<void> };
+
+/** Decides requests in `isolate`, collecting background work (refunds, hand-backs). */
+export function decider(settings: Settings, ns: LimiterNamespace, isolate: Isolate) {
+  const tasks: Promise<unknown>[] = [];
+  const background: Background = {
+    tasks,
+    settled: async () => {
+      while (tasks.length > 0) await Promise.all(tasks.splice(0));
+    },
+  };
+  const run = (request: Request): Promise<Outcome> =>
+    Promise.resolve(decide(request, { settings, ns, isolate, background: (task) => tasks.push(task) }));
+  return { run, background };
+}
+
+/** The status an outcome answers with: 200 for a request that goes on to the origin. */
+export const statusOf = (outcome: Outcome): number => (outcome.kind === "allow" ? 200 : outcome.response.status);
+
+/** A request from this client IP, as Cloudflare's edge sets it. */
+export const requestFrom = (ip: string, path = "/x", headers: Record<string, string> = {}): Request =>
+  new Request(`http://limiter.test${path}`, { headers: { "cf-connecting-ip": ip, ...headers } });
