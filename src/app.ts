@@ -6,7 +6,7 @@
  */
 import { Hono } from "hono";
 import { adminApi } from "./admin.ts";
-import { getOrCreate, type Origin, parseOrigin } from "./config.ts";
+import { getOrCreate, type Origin, parseOrigin, settingsFromEnv } from "./config.ts";
 import type { Env } from "./env.ts";
 import { logEvent } from "./log.ts";
 import { rateLimit } from "./middleware.ts";
@@ -29,5 +29,6 @@ app.all("*", (c) => {
     logEvent({ event: "invalid_config", errors: [origin.error] }, "error");
     return invalidConfigResponse();
   }
-  return forward(c.req.raw, origin.value satisfies Origin);
+  const settings = settingsFromEnv(c.env);
+  return forward(c.req.raw, origin.value satisfies Origin, settings.ok ? settings.value.keyHeaders : undefined);
 });

@@ -16,6 +16,12 @@ export type Settings = {
   trustedIpHeader: string | null;
   /** Deadline for one decision, in milliseconds, retry included. */
   timeoutMs: number;
+  /**
+   * Lower-case names of the request headers the rules read a client from
+   * (`header:<name>` characteristics and the trusted IP header): the proxy
+   * never lets `Connection` remove them, so the origin sees what was counted.
+   */
+  keyHeaders: ReadonlySet<string>;
 };
 
 export const DEFAULT_TIMEOUT_MS = 1000;
@@ -62,7 +68,11 @@ export function parseSettings(input: SettingsInput): Parsed<Settings> {
   }
 
   if (errors.length > 0 || !rules.ok) return { ok: false, errors };
-  return { ok: true, value: { rules: rules.rules, ipv6PrefixBits, trustedIpHeader, timeoutMs } };
+  const keyHeaders = new Set(
+    rules.rules.flatMap((rule) => rule.key.flat().flatMap((source) => (source.kind === "header" ? [source.name] : []))),
+  );
+  if (trustedIpHeader !== null) keyHeaders.add(trustedIpHeader);
+  return { ok: true, value: { rules: rules.rules, ipv6PrefixBits, trustedIpHeader, timeoutMs, keyHeaders } };
 }
 
 function integerVar(raw: unknown, name: string, fallback: number, min: number, max: number, errors: string[]): number {

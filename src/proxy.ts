@@ -41,13 +41,20 @@ const PROTECTED = new Set([
 
 const isWebSocketUpgrade = (headers: Headers): boolean => headers.get("upgrade")?.toLowerCase() === "websocket";
 
-/** A copy of `headers` without hop-by-hop headers; `keepUpgrade` keeps a WebSocket handshake intact. */
-export function stripHopByHop(headers: Headers, keepUpgrade = false): Headers {
+const NONE: ReadonlySet<string> = new Set();
+
+/**
+ * A copy of `headers` without hop-by-hop headers; `keepUpgrade` keeps a
+ * WebSocket handshake intact. `Connection` cannot remove a header in `keep`
+ * (the headers the rules count clients by): the origin must see what the
+ * limiter counted.
+ */
+export function stripHopByHop(headers: Headers, keepUpgrade = false, keep: ReadonlySet<string> = NONE): Headers {
   const out = new Headers(headers);
   const named = (headers.get("connection") ?? "")
     .split(",")
     .map((token) => token.trim().toLowerCase())
-    .filter((token) => token !== "" && !PROTECTED.has(token) && !token.startsWith("cf-"));
+    .filter((token) => token !== "" && !PROTECTED.has(token) && !keep.has(token) && !token.startsWith("cf-"));
   for (const name of [...HOP_BY_HOP, ...named]) {
     if (keepUpgrade && (name === "upgrade" || name === "connection")) continue;
     out.delete(name);
@@ -69,15 +76,22 @@ export function originUrl(requestUrl: string, origin: Origin): string {
   return url.href;
 }
 
-/** Forwards `request` to `origin` and returns its response, or a 502 problem when it cannot be reached. */
-export async function forward(request: Request, origin: Origin): Promise<Response> {
+/**
+ * Forwards `request` to `origin` and returns its response, or a 502 problem
+ * when it cannot be reached. `keyHeaders` are never removed on the way.
+ */
+export async function forward(
+  request: Request,
+  origin: Origin,
+  keyHeaders: ReadonlySet<string> = NONE,
+): Promise<Response> {
   const webSocket = isWebSocketUpgrade(request.headers);
   const target = originUrl(request.url, origin);
   let response: Response;
   try {
     response = await fetch(target, {
       method: request.method,
-      headers: stripHopByHop(request.headers, webSocket),
+      headers: stripHopByHop(request.headers, webSocket, keyHeaders),
       body: request.body,
       redirect: "manual",
     });

@@ -86,6 +86,23 @@ describe("proxying to the real origin", () => {
     expect(header(echo, "x-forwarded-for")).toBeDefined();
   });
 
+  it.each([
+    ["a rule's key header", { key: ["header:x-api-key|ip"] }, {}],
+    ["the trusted IP header", { key: ["ip"] }, { TRUSTED_IP_HEADER: "x-api-key" }],
+  ])("does not let Connection strip %s: the origin sees what the limiter counted", async (_, rule, vars) => {
+    const send = limiter([{ id: "keyed", limit: 2, period: "1h", ...rule }], vars);
+    const ip = uniqueIp();
+    const statuses: number[] = [];
+    for (let i = 1; i <= 3; i++) {
+      // Without the fix each junk key got its own bucket, and the origin saw an anonymous request.
+      const res = await send("/echo", from(ip, { connection: "x-api-key", "x-api-key": "203.0.113.77" }));
+      statuses.push(res.status);
+      if (res.status === 200) expect(header((await res.json()) as Echo, "x-api-key")).toBe("203.0.113.77");
+      else await res.arrayBuffer();
+    }
+    expect(statuses).toEqual([200, 200, 429]);
+  });
+
   it("removes hop-by-hop response headers", async () => {
     const res = await limiter(rules)("/hop-by-hop", from(uniqueIp()));
     expect(res.headers.get("x-end-to-end")).toBe("kept");

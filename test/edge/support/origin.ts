@@ -15,6 +15,8 @@ export type CountingOrigin = {
   url: string;
   /** How many requests tagged `tag` arrived. */
   hits: (tag: string) => number;
+  /** The headers the last request tagged `tag` arrived with, names lower-cased; null if none arrived. */
+  headers: (tag: string) => Record<string, string | string[] | undefined> | null;
   /** Every tag that arrived, with its count. */
   tags: () => Map<string, number>;
   /** Requests that arrived, tagged or not. */
@@ -24,12 +26,16 @@ export type CountingOrigin = {
 
 export async function startOrigin(): Promise<CountingOrigin> {
   const byTag = new Map<string, number>();
+  const headersByTag = new Map<string, Record<string, string | string[] | undefined>>();
   let total = 0;
   const server = createServer({ keepAliveTimeout: 60_000 }, (req, res) => {
     // Counted on arrival, not after the body: what matters is that the limiter let it through.
     total++;
     const tag = req.headers[TAG_HEADER];
-    if (typeof tag === "string") byTag.set(tag, (byTag.get(tag) ?? 0) + 1);
+    if (typeof tag === "string") {
+      byTag.set(tag, (byTag.get(tag) ?? 0) + 1);
+      headersByTag.set(tag, req.headers);
+    }
     req.resume();
     req.on("end", () => {
       res.writeHead(200, { "content-type": "text/plain" });
@@ -40,6 +46,7 @@ export async function startOrigin(): Promise<CountingOrigin> {
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     hits: (tag) => byTag.get(tag) ?? 0,
+    headers: (tag) => headersByTag.get(tag) ?? null,
     tags: () => new Map(byTag),
     total: () => total,
     close: () =>
