@@ -1,4 +1,5 @@
-import { statfsSync } from "node:fs";
+import { mkdirSync, readFileSync, statfsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
@@ -17,11 +18,28 @@ if (process.env.TMPDIR === undefined) {
   }
 }
 
+/**
+ * wrangler.toml as the tests read it: a copy in a directory of its own, with its `main` made absolute.
+ * The pool reads `.dev.vars` (and `.env`) beside the config it is given, and a developer's own, such as
+ * the ADMIN_TOKEN the README puts there, must not change what the tests see.
+ */
+function isolatedWranglerConfig(): string {
+  const shipped = readFileSync(join(root, "wrangler.toml"), "utf8");
+  const main = /^main = "([^"]+)"$/m;
+  const entry = main.exec(shipped)?.[1];
+  if (entry === undefined) throw new Error('wrangler.toml: no `main = "…"` line to point the tests at');
+  const dir = join(root, "node_modules/.cache/edge-rate-limiter/vitest");
+  mkdirSync(dir, { recursive: true });
+  const copy = join(dir, "wrangler.toml");
+  writeFileSync(copy, shipped.replace(main, `main = ${JSON.stringify(join(root, entry))}`));
+  return copy;
+}
+
 export default defineConfig({
   root,
   plugins: [
     cloudflareTest(({ inject }) => ({
-      wrangler: { configPath: "./wrangler.toml" },
+      wrangler: { configPath: isolatedWranglerConfig() },
       miniflare: {
         bindings: { ORIGIN_URL: `http://127.0.0.1:${inject<number>("originPort")}` },
       },
