@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type DigestKey, randomDigestKey, sipHash24 } from "../src/core/digest.ts";
+import { type DigestKey, digestHex, randomDigestKey, sipHash24 } from "../src/core/digest.ts";
 
 /** SipHash-2-4 over bytes, in BigInt, written from the paper: slow and plain, to check the fast one against. */
 function referenceSipHash(key: Uint8Array, bytes: Uint8Array): bigint {
@@ -72,8 +72,8 @@ describe("the isolate's key digest (SipHash-2-4)", () => {
   });
 
   it("gives a published vector for a string whose UTF-16LE bytes are 00 01", () => {
-    expect(sipHash24(asWords(KEY_BYTES), "\u0100")).toBe("0d6c8009d9a94f5a");
-    expect(sipHash24(asWords(KEY_BYTES), "")).toBe("726fdb47dd0e0e31");
+    expect(digestHex(sipHash24(asWords(KEY_BYTES), "\u0100"))).toBe("0d6c8009d9a94f5a");
+    expect(digestHex(sipHash24(asWords(KEY_BYTES), ""))).toBe("726fdb47dd0e0e31");
   });
 
   it("agrees with the reference for any string and key", () => {
@@ -82,17 +82,17 @@ describe("the isolate's key digest (SipHash-2-4)", () => {
         fc.string({ unit: "binary", maxLength: 70 }),
         fc.uint8Array({ minLength: 16, maxLength: 16 }),
         (text, key) => {
-          expect(sipHash24(asWords(key), text)).toBe(hex64(referenceSipHash(key, utf16le(text))));
+          expect(digestHex(sipHash24(asWords(key), text))).toBe(hex64(referenceSipHash(key, utf16le(text))));
         },
       ),
       { numRuns: 500 },
     );
   });
 
-  it("is 16 hex characters whatever the length, and tells apart keys that differ in their last byte", () => {
+  it("is 4 code units (64 bits) whatever the length, and tells apart keys that differ in their last byte", () => {
     const key = randomDigestKey();
     const long = "k".repeat(100 * 1024);
-    expect(sipHash24(key, `${long}a`)).toMatch(/^[0-9a-f]{16}$/);
+    expect(sipHash24(key, `${long}a`)).toHaveLength(4);
     expect(sipHash24(key, `${long}a`)).not.toBe(sipHash24(key, `${long}b`));
   });
 

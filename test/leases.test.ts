@@ -271,6 +271,6 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     }
     const keys = [...isolate.leases.keys(), ...isolate.refusals.keys()];
     expect(keys.length).toBeGreaterThan(30);
-    expect(Math.max(...keys.map((k) => k.length))).toBeLessThanOrEqual(32);
+    expect(Math.max(...keys.map((k) => k.length))).toBeLessThanOrEqual(16);
   });
 });

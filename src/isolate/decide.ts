@@ -143,11 +143,11 @@ function knownRefusal(policies: Rule[], known: Known[], groups: KeyGroup[], isol
     const group = groups.find((g) => g.rules.includes(k.rule))!;
     logRefusal(k.rule, group.digest, k.refusal.name, k.refusal.weighted, isolate, nowMs);
   }
-  const reports = known.map((k) => report(k.rule, knownVerdict(k, nowMs), nowMs));
+  const reports = () => known.map((k) => report(k.rule, knownVerdict(k, nowMs), nowMs));
   const [only, ...others] = known;
-  if (!only || others.length > 0) return tooManyRequests(policies, reports);
+  if (!only || others.length > 0) return tooManyRequests(policies, reports());
   const key = `${Math.ceil((only.refusal.retryAtMs - nowMs) / 1000)}|${policies.map(ruleUid).join(",")}`;
-  return send(only.refusal.reuse(key, () => tooManyRequestsParts(policies, reports)));
+  return send(only.refusal.reuse(key, () => tooManyRequestsParts(policies, reports())));
 }
 
 /**

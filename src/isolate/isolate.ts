@@ -49,7 +49,7 @@ export type IsolateOptions = {
 
 export type Isolate = {
   clock: () => number;
-  /** The digest the isolate knows a canonical client key by: 16 hex characters, keyed with this isolate's secret. */
+  /** The digest the isolate knows a canonical client key by: 64 bits (4 code units), keyed with this isolate's secret. */
   digest: (canonical: string) => string;
   leases: LeaseBook;
   refusals: KnownRefusals;

@@ -27,7 +27,8 @@ export class RefusalLog {
    */
   note(rule: Rule, digest: string, nowMs: number): { repeats: number } | null {
     const key = `${ruleUid(rule)}:${digest}`;
-    const logged = this.entries.get(key);
+    // Not moved on a quiet note: every line sets the entry anew, at least once per `everyMs` under attack.
+    const logged = this.entries.peek(key);
     if (logged && nowMs - logged.atMs < this.everyMs) {
       logged.repeats++;
       return null;

@@ -73,7 +73,9 @@ export class KnownRefusals {
   /** The live refusal of this key under this rule, if the object refused it recently. */
   lookup(rule: Rule, digest: string, nowMs: number): KnownRefusal | undefined {
     const key = `${ruleUid(rule)}:${digest}`;
-    const entry = this.entries.get(key);
+    // Looked at without moving it: an entry lives at most maxHoldMs and is set anew each time the object
+    // refuses again, which keeps a key under attack among the recent, without a reordering per request.
+    const entry = this.entries.peek(key);
     if (entry === undefined) return undefined;
     if (nowMs < entry.untilMs) return entry;
     this.entries.delete(key);
