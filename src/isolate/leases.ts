@@ -23,8 +23,14 @@ import type { Lease, LeaseRequest, Receipt, Refund, RuleVerdict } from "../limit
 import type { IsolateCounters } from "./counters.ts";
 import { LruMap } from "./lru.ts";
 
-/** The demand window: a lease asks for at most the requests seen in the last this many milliseconds. */
-export const DEMAND_WINDOW_MS = 10_000;
+/**
+ * The demand window: a lease is no larger than the requests this isolate saw
+ * for the key in the last this many milliseconds, and a key it has not seen
+ * for this long is forgotten, everything held for it handed back.
+ */
+export const DEMAND_WINDOW_MS = 60_000;
+/** The shortest span a demand is measured over: requests in one instant say little about their rate. */
+const MIN_SEEN_MS = 1_000;
 /** Units asked for at most with one call. */
 export const DEFAULT_MAX_LEASE_UNITS = 64;
 /** Units waiting to be handed back for evicted keys; more are written off. */
@@ -73,6 +79,9 @@ type KeyRecord = {
   owed: Refund[];
   /** Requests seen in the current and the previous demand window. */
   demand: { window: number; current: number; previous: number };
+  /** Isolate time of the first and the last request for the key since it was last forgotten. */
+  sinceMs: number;
+  lastSeenMs: number;
   /** False once a call that asked for a lease got none: concurrent requests then each call. */
   leasable: boolean;
   /** False once evicted: units given back to its leases go to the outbox. */
@@ -128,7 +137,8 @@ export class LeaseBook {
     return this.records.keys();
   }
 
-  private record(digest: string): KeyRecord {
+  /** The key's record, made if missing, as seen at `nowMs`. */
+  private record(digest: string, nowMs: number): KeyRecord {
     let record = this.records.get(digest);
     if (!record) {
       record = {
@@ -137,6 +147,8 @@ export class LeaseBook {
         leases: new Map(),
         owed: [],
         demand: { window: 0, current: 0, previous: 0 },
+        sinceMs: nowMs,
+        lastSeenMs: nowMs,
         leasable: true,
         live: true,
       };
@@ -145,10 +157,18 @@ export class LeaseBook {
     return record;
   }
 
-  /** Counts a request for this key toward its demand. */
+  /**
+   * Counts a request for this key toward its demand. It also looks at the key
+   * used least recently: one this isolate has not seen for a demand window is
+   * forgotten, so units leased to an isolate that stopped seeing the key go
+   * back within a minute, not when (or if) the key comes back.
+   */
   noteRequest(digest: string, nowMs: number): void {
     if (this.maxUnits === 0) return;
-    const { demand } = this.record(digest);
+    this.records.evictOldestIf((oldest) => nowMs - oldest.lastSeenMs >= DEMAND_WINDOW_MS);
+    const record = this.record(digest, nowMs);
+    record.lastSeenMs = nowMs;
+    const { demand } = record;
     const window = Math.floor(nowMs / DEMAND_WINDOW_MS);
     if (window !== demand.window) {
       demand.previous = window === demand.window + 1 ? demand.current : 0;
@@ -167,8 +187,11 @@ export class LeaseBook {
     const recent = Math.floor(
       current + (window === Math.floor(nowMs / DEMAND_WINDOW_MS) ? previous * (1 - elapsed) : 0),
     );
-    // One request seen is no demand: a key seen once gets no lease.
-    return recent >= 2 ? { units: this.maxUnits, seen: recent, seenInMs: DEMAND_WINDOW_MS } : undefined;
+    if (recent < 2) return undefined; // one request seen is no demand: a key seen once gets no lease
+    // Over how long they were seen: since the key was first seen, if that is less than a window, so a key
+    // busy for a few seconds is not taken for one that came a few times a minute.
+    const seenInMs = Math.max(MIN_SEEN_MS, Math.min(DEMAND_WINDOW_MS, nowMs - record.sinceMs));
+    return { units: this.maxUnits, seen: recent, seenInMs };
   }
 
   /** Whether concurrent requests for this key may wait for one call's lease. */
@@ -179,6 +202,7 @@ export class LeaseBook {
   /**
    * Spends one unit of every rule's lease for this key, if each rule holds a
    * live one; otherwise spends nothing. Leases past their time are retired.
+   * (Recency is the request's to mark, with noteRequest.)
    */
   spend(digest: string, rules: Rule[], nowMs: number): Spent | undefined {
     const record = this.records.peek(digest);
@@ -195,7 +219,6 @@ export class LeaseBook {
       if (lease.unitsLeft <= 0) return undefined;
       leases.push(lease);
     }
-    this.records.get(digest); // used: the most recent now
     const verdicts = leases.map((lease) => {
       lease.unitsLeft--;
       lease.spentSinceGrant++;
@@ -254,7 +277,7 @@ export class LeaseBook {
    */
   keep(digest: string, grant: Grant): void {
     const { name, rules, verdicts, lease, sentAtMs } = grant;
-    const record = this.record(digest);
+    const record = this.record(digest, sentAtMs);
     record.name = name;
     if (grant.asked) record.leasable = lease !== undefined;
     if (!lease) return;
