@@ -23,19 +23,23 @@ export function deadline(ms: number): { expired: Promise<"timeout">; clear: () =
   return { expired, clear: () => timer !== undefined && clearTimeout(timer) };
 }
 
+/** How long a call may take: what is left of its request's deadline, and the deadline it is part of, for messages. */
+export type CallDeadline = { leftMs: number; timeoutMs: number };
+
 /**
- * Checks `rules` in the object named `name`. The whole decision, retry
- * included, must finish within `timeoutMs`. One retry, with a fresh stub, is
- * made when the error is `retryable` and not `overloaded`.
+ * Checks `rules` in the object named `name`. The call, retry included, must
+ * finish within `within.leftMs`. One retry, with a fresh stub, is made when
+ * the error is `retryable` and not `overloaded`.
  */
 export async function checkKey(
   ns: LimiterNamespace,
   name: string,
   rules: RuleCheck[],
-  timeoutMs: number,
+  within: CallDeadline,
   options: CheckOptions = {},
 ): Promise<LimiterOutcome> {
-  const decision = deadline(timeoutMs);
+  const { leftMs, timeoutMs } = within;
+  const decision = deadline(leftMs);
   let attempts = 0;
   let firstError: string | undefined;
   try {

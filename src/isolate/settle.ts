@@ -106,7 +106,8 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
     lease && leases.leasable(group.digest) ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules);
-  const outcome = await checkKey(ctx.ns, name, group.rules.map(ruleCheckOf), Math.max(1, deadlineMs - sentAtMs), {
+  const within = { leftMs: Math.max(1, deadlineMs - sentAtMs), timeoutMs: settings.timeoutMs };
+  const outcome = await checkKey(ctx.ns, name, group.rules.map(ruleCheckOf), within, {
     ...(lease ? { lease } : {}),
     ...(returns.length > 0 ? { returns } : {}),
     // A refund comes after the answer and takes at most one more timeout.
