@@ -1,8 +1,13 @@
 /**
  * `npm run dev`: the limiter under `wrangler dev`, in front of a local demo
  * origin that starts with it. Ctrl-C stops both.
+ *
+ * wrangler dev reads `.dev.vars` (secrets such as ADMIN_TOKEN) only when it
+ * starts; until a restart, an admin request would go to the origin with the
+ * token in it. So wrangler is restarted whenever `.dev.vars` changes.
  */
 import { spawn } from "node:child_process";
+import { watch } from "node:fs";
 import { startDemoOrigin } from "./demo-origin.mjs";
 
 const port = process.env.PORT ?? "8787";
@@ -10,28 +15,44 @@ const { server, port: originPort } = await startDemoOrigin(Number(process.env.DE
 console.log(`demo origin listening on http://127.0.0.1:${originPort}`);
 console.log(`limiter starting on http://127.0.0.1:${port} (try: curl -i http://127.0.0.1:${port}/api/hello)`);
 
-const wrangler = spawn(
-  "wrangler",
-  [
-    "dev",
-    "--port",
-    port,
-    "--ip",
-    "127.0.0.1",
-    "--var",
-    `ORIGIN_URL:http://127.0.0.1:${originPort}`,
-    ...process.argv.slice(2),
-  ],
-  { stdio: "inherit", env: { ...process.env, WRANGLER_SEND_METRICS: "false" } },
-);
+const args = ["dev", "--port", port, "--ip", "127.0.0.1", "--var", `ORIGIN_URL:http://127.0.0.1:${originPort}`];
+let wrangler = start();
+let stopping = false;
+let restarting = false;
+
+function start() {
+  const child = spawn("wrangler", [...args, ...process.argv.slice(2)], {
+    stdio: "inherit",
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+  });
+  child.on("exit", (code) => {
+    if (restarting) {
+      restarting = false;
+      wrangler = start();
+      return;
+    }
+    server.close();
+    process.exit(stopping ? 0 : (code ?? 0));
+  });
+  return child;
+}
+
+// The directory, not the file: .dev.vars may not exist yet, and editors replace files rather than write them.
+let pending;
+watch(process.cwd(), (_event, file) => {
+  if (file !== ".dev.vars" || stopping) return;
+  clearTimeout(pending);
+  pending = setTimeout(() => {
+    console.log("\n.dev.vars changed: restarting wrangler dev so that it reads it");
+    restarting = true;
+    wrangler.kill("SIGINT");
+  }, 300);
+});
 
 const stop = () => {
+  stopping = true;
   wrangler.kill("SIGINT");
   server.close();
 };
 process.on("SIGINT", stop);
 process.on("SIGTERM", stop);
-wrangler.on("exit", (code) => {
-  server.close();
-  process.exit(code ?? 0);
-});
