@@ -16,6 +16,7 @@
 export type { Duration } from "./core/duration.ts";
 export type { RuleInput } from "./core/rules.ts";
 export * as slidingWindow from "./core/sliding-window.ts";
+export { createIsolate, type Isolate, type IsolateOptions } from "./isolate/isolate.ts";
 export { RateLimiter } from "./limiter-object.ts";
 export type { CheckResult, RuleCheck, RuleVerdict } from "./limiter-protocol.ts";
 export { type RateLimitOptions, rateLimit } from "./middleware.ts";
