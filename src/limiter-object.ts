@@ -27,6 +27,7 @@ import {
 import {
   type CheckOptions,
   type CheckResult,
+  LEASE_HARMLESS_SHARE,
   LEASE_MAX_MS,
   LEASE_MIN_UNITS,
   LEASE_SHARE,
@@ -132,8 +133,9 @@ export class RateLimiter extends DurableObject<unknown> {
   /**
    * Counts more admissions ahead into `rows` when every rule has plenty left:
    * at most {@link LEASE_SHARE} of the least any rule has left, and no more
-   * than the caller's recent demand says it will spend before the lease ends.
-   * Each unit is admissible now: `remaining` already counts this request.
+   * than the caller's recent demand says it will spend before the lease ends,
+   * or than {@link LEASE_HARMLESS_SHARE} of the smallest limit, whichever is
+   * more. Each unit is admissible now: `remaining` already counts this request.
    */
   private grant(rules: RuleCheck[], rows: Row[], verdicts: RuleVerdict[], nowMs: number, wanted: LeaseRequest) {
     if (!verdicts.every((v) => v.ruleAllows)) return undefined;
@@ -141,7 +143,12 @@ export class RateLimiter extends DurableObject<unknown> {
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
     const likely = Math.floor((wanted.seen * Math.min(expiresInMs, wanted.seenInMs)) / wanted.seenInMs);
-    const units = Math.min(wanted.units, likely, ...verdicts.map((v) => Math.floor(v.remaining * LEASE_SHARE)));
+    const harmless = Math.floor(Math.min(...rules.map((rule) => rule.limit)) * LEASE_HARMLESS_SHARE);
+    const units = Math.min(
+      wanted.units,
+      Math.max(likely, harmless),
+      ...verdicts.map((v) => Math.floor(v.remaining * LEASE_SHARE)),
+    );
     if (units < LEASE_MIN_UNITS) return undefined;
     const receipts = rows.map((row): Receipt => {
       row.state.counts[row.state.counts.length - 1]! += units;

@@ -97,6 +97,13 @@ export const LEASE_MAX_MS = 300_000;
 export const LEASE_SHARE = 1 / 8;
 /** Smaller leases are not worth their bookkeeping. */
 export const LEASE_MIN_UNITS = 2;
+/**
+ * A lease may be this share of a rule's limit whatever the caller's demand:
+ * units that small cannot matter to the key, however many isolates hold some
+ * unspent (and each hands them back within a minute of its last request).
+ * Below a limit of 2048 it is less than a unit, so there demand alone decides.
+ */
+export const LEASE_HARMLESS_SHARE = 1 / 1024;
 
 /** Counts counted here and to be taken back: a request another object refused, or a lease's unspent units. */
 export type Refund = { receipt: Receipt; count: number };

@@ -17,7 +17,8 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
   it("asks for as many units as it saw requests lately, up to 64, with exact remaining counts", async () => {
     fakeDate();
     const { ns, counter } = countedNamespace();
-    const { run } = decider(settingsFor([{ id: "roomy", limit: 1_000_000, period: "1h" }]), ns, createIsolate());
+    // Under 2048, 1/1024 of the limit is less than a unit: demand alone sizes the lease.
+    const { run } = decider(settingsFor([{ id: "roomy", limit: 2_000, period: "1h" }]), ns, createIsolate());
     const ip = uniqueIp();
     const remaining: string[] = [];
     const calledAt: number[] = [];
@@ -28,7 +29,7 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
       if (outcome.kind === "allow") remaining.push(outcome.headers["X-RateLimit-Remaining"]!);
       if (counter.calls > before) calledAt.push(i);
     }
-    expect(remaining).toEqual(Array.from({ length: 170 }, (_, i) => String(1_000_000 - i - 1)));
+    expect(remaining).toEqual(Array.from({ length: 170 }, (_, i) => String(2_000 - i - 1)));
     // The call at request n leases min(n, 64) units: n requests were seen in this demand window.
     expect(calledAt).toEqual([1, 2, 5, 11, 23, 47, 95, 160]);
   });
@@ -40,6 +41,17 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     const ips = Array.from({ length: 20 }, () => uniqueIp());
     for (const ip of ips) expect(statusOf(await run(requestFrom(ip)))).toBe(200);
     for (const ip of ips) expect(await storedTotal(ip)).toBe(1);
+  });
+
+  it("leases a key it has seen once no more than 1/1024 of its limit: too few to matter", async () => {
+    fakeDate();
+    const { ns } = countedNamespace();
+    const isolate = createIsolate();
+    const { run } = decider(settingsFor([{ id: "vast", limit: 40_960, period: "1h" }]), ns, isolate);
+    const ip = uniqueIp();
+    expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(40_960 / 1024);
+    expect(await storedTotal(ip)).toBe(1 + 40);
   });
 
   it("grants no lease near a limit: there every request is decided by the object", async () => {

@@ -178,7 +178,7 @@ export class LeaseBook {
     demand.current++;
   }
 
-  /** What to ask of a lease with a call for this key: nothing while demand is too low to spend one. */
+  /** What to ask of a lease with a call for this key: the demand this isolate has seen for it. */
   leaseRequest(digest: string, nowMs: number): LeaseRequest | undefined {
     const record = this.records.peek(digest);
     if (!record || this.maxUnits === 0) return undefined;
@@ -187,7 +187,7 @@ export class LeaseBook {
     const recent = Math.floor(
       current + (window === Math.floor(nowMs / DEMAND_WINDOW_MS) ? previous * (1 - elapsed) : 0),
     );
-    if (recent < 2) return undefined; // one request seen is no demand: a key seen once gets no lease
+    // Even one request seen asks: the object leases a key seen once only units too few to matter.
     // Over how long they were seen: since the key was first seen, if that is less than a window, so a key
     // busy for a few seconds is not taken for one that came a few times a minute.
     const seenInMs = Math.max(MIN_SEEN_MS, Math.min(DEMAND_WINDOW_MS, nowMs - record.sinceMs));
