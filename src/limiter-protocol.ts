@@ -99,8 +99,8 @@ export const LEASE_SHARE = 1 / 8;
 export const LEASE_MIN_UNITS = 2;
 /**
  * A lease may be this share of a rule's limit whatever the caller's demand:
- * units that small cannot matter to the key, however many isolates hold some
- * unspent (and each hands them back within a minute of its last request).
+ * units that few cannot matter to the key, even with many isolates holding
+ * some unspent.
  * Below a limit of 2048 it is less than a unit, so there demand alone decides.
  */
 export const LEASE_HARMLESS_SHARE = 1 / 1024;

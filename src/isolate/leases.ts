@@ -23,11 +23,7 @@ import type { Lease, LeaseRequest, Receipt, Refund, RuleVerdict } from "../limit
 import type { IsolateCounters } from "./counters.ts";
 import { LruMap } from "./lru.ts";
 
-/**
- * The demand window: a lease is no larger than the requests this isolate saw
- * for the key in the last this many milliseconds, and a key it has not seen
- * for this long is forgotten, everything held for it handed back.
- */
+/** The demand window: a lease is no larger than the requests this isolate saw for the key in the last this many milliseconds. */
 export const DEMAND_WINDOW_MS = 60_000;
 /** The shortest span a demand is measured over: requests in one instant say little about their rate. */
 const MIN_SEEN_MS = 1_000;
@@ -79,9 +75,8 @@ type KeyRecord = {
   owed: Refund[];
   /** Requests seen in the current and the previous demand window. */
   demand: { window: number; current: number; previous: number };
-  /** Isolate time of the first and the last request for the key since it was last forgotten. */
+  /** Isolate time of the first request for the key since it was last forgotten. */
   sinceMs: number;
-  lastSeenMs: number;
   /** False once a call that asked for a lease got none: concurrent requests then each call. */
   leasable: boolean;
   /** False once evicted: units given back to its leases go to the outbox. */
@@ -148,7 +143,6 @@ export class LeaseBook {
         owed: [],
         demand: { window: 0, current: 0, previous: 0 },
         sinceMs: nowMs,
-        lastSeenMs: nowMs,
         leasable: true,
         live: true,
       };
@@ -157,18 +151,10 @@ export class LeaseBook {
     return record;
   }
 
-  /**
-   * Counts a request for this key toward its demand. It also looks at the key
-   * used least recently: one this isolate has not seen for a demand window is
-   * forgotten, so units leased to an isolate that stopped seeing the key go
-   * back within a minute, not when (or if) the key comes back.
-   */
+  /** Counts a request for this key toward its demand. */
   noteRequest(digest: string, nowMs: number): void {
     if (this.maxUnits === 0) return;
-    this.records.evictOldestIf((oldest) => nowMs - oldest.lastSeenMs >= DEMAND_WINDOW_MS);
-    const record = this.record(digest, nowMs);
-    record.lastSeenMs = nowMs;
-    const { demand } = record;
+    const { demand } = this.record(digest, nowMs);
     const window = Math.floor(nowMs / DEMAND_WINDOW_MS);
     if (window !== demand.window) {
       demand.previous = window === demand.window + 1 ? demand.current : 0;

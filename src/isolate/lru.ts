@@ -53,14 +53,6 @@ export class LruMap<K, V> {
     return this.entries.delete(key);
   }
 
-  /** Evicts the least recently used entry, as the cap would, when `stale` says so. */
-  evictOldestIf(stale: (value: V) => boolean): void {
-    const oldest = this.entries.entries().next();
-    if (oldest.done || !stale(oldest.value[1])) return;
-    this.entries.delete(oldest.value[0]);
-    this.onEvict(oldest.value[0], oldest.value[1]);
-  }
-
   keys(): IterableIterator<K> {
     return this.entries.keys();
   }
