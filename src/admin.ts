@@ -207,7 +207,7 @@ async function status(
     // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
     const digest = isolate.digest(key.canonical);
     isolate.refusals.forget(rule, digest);
-    isolate.leases.forget(digest, rule);
+    isolate.leases.forget(digest, rule, isolate.clock());
     logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
     return json({ ...about, reset: true });
   }

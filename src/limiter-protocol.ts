@@ -99,11 +99,13 @@ export const LEASE_SHARE = 1 / 8;
 export const LEASE_MIN_UNITS = 2;
 /**
  * A lease may be this share of a rule's limit whatever the caller's demand:
- * units that few cannot matter to the key, even with many isolates holding
- * some unspent.
- * Below a limit of 2048 it is less than a unit, so there demand alone decides.
+ * units that few cannot matter to the key. An isolate that never sees the
+ * key again strands them until their bucket rotates out, so the share is
+ * small enough that 300 such isolates (one per Cloudflare location) strand
+ * under 2% of the limit. Below a limit of 32 768 it is less than two units,
+ * so there demand alone decides.
  */
-export const LEASE_HARMLESS_SHARE = 1 / 1024;
+export const LEASE_HARMLESS_SHARE = 1 / 16_384;
 
 /** Counts counted here and to be taken back: a request another object refused, or a lease's unspent units. */
 export type Refund = { receipt: Receipt; count: number };

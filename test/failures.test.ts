@@ -1,6 +1,8 @@
 import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import type { Env } from "../src/env.ts";
+import type { Isolate } from "../src/isolate/isolate.ts";
+import { flightKey } from "../src/isolate/settle.ts";
 import {
   type Failure,
   flakyNamespace,
@@ -11,6 +13,7 @@ import {
 } from "./support/chaos.ts";
 import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, originHits, timedLimiter, uniqueIp, uniqueTag } from "./support/limiter.ts";
+import { ipCanonical } from "./support/objects.ts";
 
 /**
  * How long a decision may overrun its deadline here: timers, the event loop
@@ -342,5 +345,63 @@ describe("a request that waits for another request's call", () => {
     expect(calls.checks).toBe(1);
     expect(outcomes).toEqual({ leader: 503, waiter: 503 });
     expect(decidedAt.waiter! - decidedAt.leader!).toBeLessThanOrEqual(4); // its next look, at most 4 ms later
+  });
+
+  /**
+   * A call in flight filed by a request the test stands in for (one whose
+   * client may hang up): the test lands it, or never does, as it chooses.
+   */
+  const filedFlight = (settings: ReturnType<typeof settingsFor>, isolate: Isolate, ip: string) => {
+    const digest = isolate.digest(ipCanonical(ip));
+    const key = flightKey({ digest, rules: settings.rules });
+    return { key, flight: isolate.flights.depart(key, Date.now(), settings.timeoutMs) };
+  };
+
+  it("waits, after a call presumed lost, for the one next call its first waiter makes, not one call each", async () => {
+    vi.useFakeTimers();
+    const settings = settingsFor([{ id: "regroup", limit: 1000, period: "1h" }], 1_000);
+    const { ns, calls } = scriptedNamespace([{ afterMs: 20, ends: "admit", leaseUnits: 10 }]);
+    const isolate = createIsolate();
+    const { run } = decider(settings, ns, isolate);
+    const ip = uniqueIp();
+    filedFlight(settings, isolate, ip); // never lands: its request was cancelled
+    const waiters = Array.from({ length: 5 }, () => run(requestFrom(ip)));
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect((await Promise.all(waiters)).map(statusOf)).toEqual([200, 200, 200, 200, 200]);
+    expect(calls.checks).toBe(1); // the first waiter's call; the other four spent the lease it brought
+  });
+
+  it.each([
+    ["another request's timeout: it says that request's time ran out, not this one's", "timeout", 200, 1],
+    ["the object's own error", "error", 503, 0],
+  ] as const)("shares %s: %s", async (_, reason, status, ownCalls) => {
+    vi.useFakeTimers();
+    const settings = settingsFor([{ id: `share-${reason}`, limit: 1000, period: "1h", on_error: "closed" }], 1_000);
+    const { ns, calls } = scriptedNamespace([{ afterMs: 10, ends: "admit" }]);
+    const isolate = createIsolate();
+    const { run } = decider(settings, ns, isolate);
+    const ip = uniqueIp();
+    const { key, flight } = filedFlight(settings, isolate, ip);
+    const waiter = run(requestFrom(ip));
+    await vi.advanceTimersByTimeAsync(50);
+    isolate.flights.land(
+      key,
+      flight,
+      { ok: false, reason, message: "landed by the test", attempts: 1, name: "x" },
+      Date.now(),
+    );
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(statusOf(await waiter)).toBe(status);
+    expect(calls.checks).toBe(ownCalls);
+  });
+
+  it.each([
+    ["one key and a rule that fails closed (a late count is refunded after the 503)", "closed", true],
+    ["one key and a rule that fails open (a late count stands: the request went on)", "open", false],
+  ] as const)("marks a check refundable with %s", async (_, onError, refundable) => {
+    const settings = settingsFor([{ id: `refundable-${onError}`, limit: 1000, period: "1h", on_error: onError }]);
+    const { ns, calls } = scriptedNamespace([{ afterMs: 0, ends: "admit" }]);
+    await decider(settings, ns, createIsolate()).run(requestFrom(uniqueIp()));
+    expect(calls.options[0]?.refundableForMs !== undefined).toBe(refundable);
   });
 });

@@ -17,7 +17,7 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
   it("asks for as many units as it saw requests lately, up to 64, with exact remaining counts", async () => {
     fakeDate();
     const { ns, counter } = countedNamespace();
-    // Under 2048, 1/1024 of the limit is less than a unit: demand alone sizes the lease.
+    // Under 32 768, 1/16384 of the limit is less than two units: demand alone sizes the lease.
     const { run } = decider(settingsFor([{ id: "roomy", limit: 2_000, period: "1h" }]), ns, createIsolate());
     const ip = uniqueIp();
     const remaining: string[] = [];
@@ -43,14 +43,14 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     for (const ip of ips) expect(await storedTotal(ip)).toBe(1);
   });
 
-  it("leases a key it has seen once no more than 1/1024 of its limit: too few to matter", async () => {
+  it("leases a key it has seen once no more than 1/16384 of its limit: too few to matter", async () => {
     fakeDate();
     const { ns } = countedNamespace();
     const isolate = createIsolate();
-    const { run } = decider(settingsFor([{ id: "vast", limit: 40_960, period: "1h" }]), ns, isolate);
+    const { run } = decider(settingsFor([{ id: "vast", limit: 40 * 16_384, period: "1h" }]), ns, isolate);
     const ip = uniqueIp();
     expect(statusOf(await run(requestFrom(ip)))).toBe(200);
-    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(40_960 / 1024);
+    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(40);
     expect(await storedTotal(ip)).toBe(1 + 40);
   });
 
@@ -233,6 +233,7 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
       "outbox full": 0,
       "refund failed": 0,
       "call failed": 0,
+      "call lost": 0,
       unnamed: 0,
     });
   });
@@ -284,5 +285,53 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     const keys = [...isolate.leases.keys(), ...isolate.refusals.keys()];
     expect(keys.length).toBeGreaterThan(30);
     expect(Math.max(...keys.map((k) => k.length))).toBeLessThanOrEqual(16);
+  });
+
+  it("writes off, and counts, the returns of a call that never answered (its request was cancelled)", () => {
+    const isolate = createIsolate();
+    const rules = settingsFor([{ id: "lost", limit: 1000, period: "1h" }]).rules;
+    const digest = isolate.digest("a key");
+    const receipt = { row: "lost|3600000|1", epoch: 1, bucket: 0 };
+    const verdict = {
+      allowed: true,
+      ruleAllows: true,
+      weighted: 0,
+      remaining: 999,
+      retryAfterMs: 0,
+      resetMs: 1,
+      counted: null,
+      holdsForMs: 0,
+    };
+    const lease = { units: 5, receipts: [receipt], expiresInMs: 60_000 };
+    isolate.leases.keep(digest, { name: "n", rules, verdicts: [verdict], lease, sentAtMs: 0, asked: true });
+    const sent = isolate.leases.takeReturns(digest, rules, 1_000); // the call carrying them is never heard of again
+    expect(sent?.units).toBe(5);
+    expect(isolate.counters.writtenOff["call lost"]).toBe(0);
+    isolate.leases.takeReturns(digest, rules, 1_000 + 150_000); // the key's next call, long after any call may take
+    expect(isolate.counters.writtenOff["call lost"]).toBe(5);
+  });
+
+  it("writes off a lease that a call sent before an admin reset brings after it: its counts were wiped", () => {
+    const isolate = createIsolate();
+    const rules = settingsFor([{ id: "reset-in-flight", limit: 1000, period: "1h" }]).rules;
+    const digest = isolate.digest("a key");
+    const receipt = { row: "reset-in-flight|3600000|1", epoch: 1, bucket: 0 };
+    const verdict = {
+      allowed: true,
+      ruleAllows: true,
+      weighted: 0,
+      remaining: 999,
+      retryAfterMs: 0,
+      resetMs: 1,
+      counted: null,
+      holdsForMs: 0,
+    };
+    const lease = { units: 7, receipts: [receipt], expiresInMs: 60_000 };
+    isolate.leases.forget(digest, rules[0]!, 2_000); // the reset, while a call sent at 1 000 is on its way
+    isolate.leases.keep(digest, { name: "n", rules, verdicts: [verdict], lease, sentAtMs: 1_000, asked: true });
+    expect(isolate.leases.heldUnits(digest)).toBe(0);
+    expect(isolate.counters.writtenOff.reset).toBe(7);
+    isolate.leases.keep(digest, { name: "n", rules, verdicts: [verdict], lease, sentAtMs: 3_000, asked: true });
+    expect(isolate.leases.heldUnits(digest)).toBe(7); // a call sent after the reset brings a lease as usual
   });
 });

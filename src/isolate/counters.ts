@@ -1,8 +1,9 @@
 /**
  * @module
- * What an isolate counts about itself: leased units written off on purpose,
- * by reason. A unit is never lost silently: it is spent, handed back, or
- * written off here, with a log line.
+ * What an isolate counts about itself: units written off on purpose, by
+ * reason: leased units, and counts of refused requests it could not hand
+ * back. A unit is never lost silently: it is spent, handed back, or written
+ * off here, with a log line.
  */
 import { logEvent } from "../log.ts";
 
@@ -15,16 +16,19 @@ export type WriteOffReason =
   | "refund failed"
   /** The call that carried them back failed or was retried: the object may have taken them, or not. */
   | "call failed"
+  /** The call that carried them back never answered: its request was cancelled mid-call. */
+  | "call lost"
   /** Units of a key whose object was never named (cannot happen: a lease comes from a call). */
   | "unnamed";
 
 export class IsolateCounters {
-  /** Leased units written off, by reason. */
+  /** Units written off, by reason. */
   readonly writtenOff: Record<WriteOffReason, number> = {
     reset: 0,
     "outbox full": 0,
     "refund failed": 0,
     "call failed": 0,
+    "call lost": 0,
     unnamed: 0,
   };
 

@@ -63,7 +63,10 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
   sendOutbox(options);
   if (spent.every((s) => s !== undefined)) {
     const settled = spent.map((s): Settled => ({ via: "lease", spent: s! }));
-    return { kind: "allow", headers: rateLimitHeaders(policies, read(groups, settled, options, nowMs).reports) };
+    return {
+      kind: "allow",
+      headers: rateLimitHeaders(policies, readSettlements(groups, settled, options, nowMs).reports),
+    };
   }
   return settleAll(groups, spent, policies, nowMs, options);
 }
@@ -78,7 +81,7 @@ async function settleAll(
 ): Promise<Outcome> {
   const { settings, isolate } = options;
   const deadlineMs = startedAtMs + settings.timeoutMs;
-  const context = { ...options, refundable: groups.length > 1 };
+  const context = { ...options, otherKeys: groups.length > 1 };
   const settled = await Promise.all(
     groups.map((group, i): Settled | Promise<Settled> => {
       const s = spent[i];
@@ -86,7 +89,7 @@ async function settleAll(
     }),
   );
   const nowMs = isolate.clock();
-  const { reports, refused, closedBy } = read(groups, settled, options, nowMs);
+  const { reports, refused, closedBy } = readSettlements(groups, settled, options, nowMs);
   const turnedAway = refused || closedBy.length > 0;
   if (turnedAway) giveBackAll(settled, options);
   settled.forEach((s, i) => {
@@ -156,7 +159,7 @@ function knownRefusal(policies: Rule[], known: Known[], groups: KeyGroup[], isol
  * failed. Logs refusals (at most one line per key and rule per interval),
  * retries and failures.
  */
-function read(groups: KeyGroup[], settled: Settled[], options: DecideOptions, nowMs: number) {
+function readSettlements(groups: KeyGroup[], settled: Settled[], options: DecideOptions, nowMs: number) {
   const { isolate } = options;
   const reports: Reported[] = [];
   const closedBy: string[] = [];
@@ -248,11 +251,11 @@ function giveBackAll(settled: Settled[], options: DecideOptions): void {
 function refundCounted(name: string, result: CheckResult, options: DecideOptions): void {
   if (!result.allowed) return;
   const refunds = result.verdicts.flatMap((v): Refund[] => (v.counted ? [{ receipt: v.counted, count: 1 }] : []));
-  if (refunds.length > 0) hand(name, refunds, options);
+  if (refunds.length > 0) refundInBackground(name, refunds, options);
 }
 
 /** Hands counts back to an object in the background; what fails to arrive is written off, and counted. */
-function hand(name: string, refunds: Refund[], options: DecideOptions): void {
+function refundInBackground(name: string, refunds: Refund[], options: DecideOptions): void {
   const units = refunds.reduce((n, r) => n + r.count, 0);
   options.background(
     refundKey(options.ns, name, refunds, options.settings.timeoutMs).then((taken) => {
@@ -263,7 +266,7 @@ function hand(name: string, refunds: Refund[], options: DecideOptions): void {
 
 /** Units of keys the isolate no longer remembers, handed back to their objects. */
 function sendOutbox(options: DecideOptions): void {
-  for (const { name, refunds } of options.isolate.leases.takeOutbox()) hand(name, refunds, options);
+  for (const { name, refunds } of options.isolate.leases.takeOutbox()) refundInBackground(name, refunds, options);
 }
 
 /**

@@ -31,6 +31,13 @@ const MIN_SEEN_MS = 1_000;
 export const DEFAULT_MAX_LEASE_UNITS = 64;
 /** Units waiting to be handed back for evicted keys; more are written off. */
 const MAX_OUTBOX = 1_000;
+/**
+ * Longer than any call may take (LIMITER_TIMEOUT_MS is at most 60 s, and a
+ * call that times out is watched one more): returns on their way with a call
+ * that has not answered by then went with a request that was cancelled.
+ */
+const CALL_LOST_AFTER_MS = 150_000;
+const NO_RETURNS: readonly Return[] = Object.freeze([]);
 
 /** A lease held here: units one rule's row counted ahead, for one client key. */
 class HeldLease {
@@ -81,7 +88,14 @@ type KeyRecord = {
   leasable: boolean;
   /** False once evicted: units given back to its leases go to the outbox. */
   live: boolean;
+  /** Returns on their way to the object with calls that have not answered yet. */
+  inTransit: Set<InTransit>;
+  /** Per rule, the isolate time of an admin reset: a lease from a call sent before it counted in rows that are gone. */
+  resetAtMs: Map<Rule, number> | null;
 };
+
+/** Units handed back with a call: they leave the book once the call has answered. */
+export type InTransit = { refunds: Refund[]; units: number; sentAtMs: number; record: KeyRecord };
 
 /** One unit spent per rule of a key group: the verdicts to report, and where to give the units back. */
 export type Spent = { verdicts: RuleVerdict[]; leases: HeldLease[] };
@@ -115,6 +129,8 @@ export class LeaseBook {
   private readonly outbox: Return[] = [];
   readonly maxUnits: number;
   private readonly counters: IsolateCounters;
+  /** The latest isolate time the book was told of, for evictions, which come without one. */
+  private lastNowMs = 0;
 
   constructor(options: LeaseBookOptions) {
     this.maxUnits = options.maxUnits;
@@ -134,6 +150,7 @@ export class LeaseBook {
 
   /** The key's record, made if missing, as seen at `nowMs`. */
   private record(digest: string, nowMs: number): KeyRecord {
+    this.lastNowMs = Math.max(this.lastNowMs, nowMs);
     let record = this.records.get(digest);
     if (!record) {
       record = {
@@ -145,6 +162,8 @@ export class LeaseBook {
         sinceMs: nowMs,
         leasable: true,
         live: true,
+        inTransit: new Set(),
+        resetAtMs: null,
       };
       this.records.set(digest, record);
     }
@@ -229,21 +248,38 @@ export class LeaseBook {
   }
 
   /**
-   * What to hand back with a call that checks `rules` for this key: every
-   * unit owed, and the live leases of those rules, so that the object decides
-   * on exactly what was admitted (the call brings fresh leases for all of
-   * them). The units leave the book.
+   * What to hand back with a call, sent at `nowMs`, that checks `rules` for
+   * this key: every unit owed, and the live leases of those rules, so that the
+   * object decides on exactly what was admitted (the call brings fresh leases
+   * for all of them). They stay on record until {@link landed} says how the
+   * call went; those of a call that never answers are written off.
    */
-  takeReturns(digest: string, rules: Rule[]): Refund[] {
+  takeReturns(digest: string, rules: Rule[], nowMs: number): InTransit | null {
     const record = this.records.peek(digest);
-    if (!record) return [];
+    if (!record) return null;
+    this.writeOffLost(record, nowMs);
     for (const rule of rules) {
       const lease = record.leases.get(rule);
       if (!lease) continue;
       this.retire(lease);
       record.leases.delete(rule);
     }
-    return record.owed.splice(0);
+    if (record.owed.length === 0) return null;
+    const refunds = record.owed.splice(0);
+    const transit: InTransit = { refunds, units: unitsOf(refunds), sentAtMs: nowMs, record };
+    record.inTransit.add(transit);
+    return transit;
+  }
+
+  /**
+   * How the call that carried `transit` went: the object took the units when
+   * it answered on its first attempt; after a failure or a retry it may have
+   * or not, so they are written off (a retry does not carry them again, lest
+   * they be taken twice).
+   */
+  landed(transit: InTransit, taken: boolean): void {
+    transit.record.inTransit.delete(transit);
+    if (!taken) this.counters.writeOff("call failed", transit.units);
   }
 
   /** The units held here for this key, unspent, with where each was counted: live leases and returns owed. */
@@ -269,6 +305,12 @@ export class LeaseBook {
     if (!lease) return;
     const untilMs = sentAtMs + lease.expiresInMs;
     rules.forEach((rule, i) => {
+      const resetAtMs = record.resetAtMs?.get(rule);
+      if (resetAtMs !== undefined && sentAtMs <= resetAtMs) {
+        // Sent before an admin reset: its units may be counted in rows the reset wiped; spent, they would count nowhere.
+        this.counters.writeOff("reset", lease.units);
+        return;
+      }
       const receipt = lease.receipts[i]!;
       const held = record.leases.get(rule);
       if (held && !held.retired && sameReceipt(held.receipt, receipt)) {
@@ -284,11 +326,17 @@ export class LeaseBook {
     });
   }
 
-  /** After an admin reset of this key under `rule`: its lease counted in rows that are gone, so its units are written off. */
-  forget(digest: string, rule: Rule): void {
-    const record = this.records.peek(digest);
-    const lease = record?.leases.get(rule);
-    if (!record || !lease) return;
+  /**
+   * After an admin reset of this key under `rule`, at `nowMs`: its lease
+   * counted in rows that are gone, so its units are written off, and so are
+   * those of a lease a call sent before now brings later.
+   */
+  forget(digest: string, rule: Rule, nowMs: number): void {
+    const record = this.record(digest, nowMs);
+    record.resetAtMs ??= new Map();
+    record.resetAtMs.set(rule, nowMs);
+    const lease = record.leases.get(rule);
+    if (!lease) return;
     this.counters.writeOff("reset", lease.unitsLeft);
     lease.unitsLeft = 0;
     lease.retired = true;
@@ -301,8 +349,17 @@ export class LeaseBook {
   }
 
   /** Returns for keys no longer in the book, to hand back in the background; they leave the book. */
-  takeOutbox(): Return[] {
-    return this.outbox.splice(0);
+  takeOutbox(): readonly Return[] {
+    return this.outbox.length === 0 ? NO_RETURNS : this.outbox.splice(0);
+  }
+
+  /** Writes off the returns of calls that never answered: their requests were cancelled mid-call. */
+  private writeOffLost(record: KeyRecord, nowMs: number): void {
+    for (const transit of record.inTransit) {
+      if (nowMs - transit.sentAtMs < CALL_LOST_AFTER_MS) continue;
+      record.inTransit.delete(transit);
+      this.counters.writeOff("call lost", transit.units);
+    }
   }
 
   private retire(lease: HeldLease): void {
@@ -314,15 +371,15 @@ export class LeaseBook {
   private owe(record: KeyRecord, refunds: Refund[]): void {
     if (record.live) record.owed.push(...refunds);
     else if (record.name !== null) this.toOutbox({ name: record.name, refunds });
-    else
-      this.counters.writeOff(
-        "unnamed",
-        refunds.reduce((n, r) => n + r.count, 0),
-      );
+    else this.counters.writeOff("unnamed", unitsOf(refunds));
   }
 
   private evicted(record: KeyRecord): void {
     record.live = false;
+    // Returns still on their way are the calls' to settle (landed); those of calls that never answer are lost here.
+    for (const transit of record.inTransit) {
+      if (this.lastNowMs - transit.sentAtMs >= CALL_LOST_AFTER_MS) this.counters.writeOff("call lost", transit.units);
+    }
     for (const lease of record.leases.values()) this.retire(lease);
     record.leases.clear();
     if (record.owed.length > 0) this.owe(record, record.owed.splice(0));
@@ -330,13 +387,11 @@ export class LeaseBook {
 
   private toOutbox(ret: Return): void {
     if (this.outbox.length < MAX_OUTBOX) this.outbox.push(ret);
-    else
-      this.counters.writeOff(
-        "outbox full",
-        ret.refunds.reduce((n, r) => n + r.count, 0),
-      );
+    else this.counters.writeOff("outbox full", unitsOf(ret.refunds));
   }
 }
+
+const unitsOf = (refunds: Refund[]): number => refunds.reduce((n, r) => n + r.count, 0);
 
 const sameReceipt = (a: Receipt, b: Receipt): boolean =>
   a.row === b.row && a.epoch === b.epoch && a.bucket === b.bucket;

@@ -45,7 +45,7 @@ export type SettleContext = {
   ns: LimiterNamespace;
   isolate: Isolate;
   /** Whether the request has other key groups, which may refuse it: then counts taken here may be refunded. */
-  refundable: boolean;
+  otherKeys: boolean;
 };
 
 /** The refusals the isolate knows of for a group's enforcing rules. */
@@ -59,8 +59,17 @@ export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number):
   return known;
 }
 
+/**
+ * Whether what this call counts may be refunded: when another key refuses the
+ * request, or when the call times out under a rule that fails closed (the 503
+ * means the request was not served, so a late count is taken back).
+ */
+const refundable = (group: KeyGroup, ctx: SettleContext): boolean =>
+  ctx.otherKeys || group.rules.some((rule) => rule.action === "block" && rule.onError === "closed");
+
 /** The key the calls in flight for a group are filed under: its key and its exact set of rules. */
-const flightKey = (group: KeyGroup): string => `${group.digest}|${group.rules.map(ruleUid).join(",")}`;
+export const flightKey = (group: Pick<KeyGroup, "digest" | "rules">): string =>
+  `${group.digest}|${group.rules.map(ruleUid).join(",")}`;
 
 /**
  * Settles a group no lease or known refusal covered when the request came
@@ -74,13 +83,14 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     const flight = isolate.flights.current(key, nowMs);
     if (!flight) break;
     // Half of what is left at most, so that a call of its own still has time.
-    const landing = await isolate.flights.await(
-      flight,
-      Math.min(flight.staleAtMs, nowMs + (deadlineMs - nowMs) / 2),
-      isolate.clock,
-    );
-    if (landing === null) break; // presumed lost, or waited long enough: decide on our own
-    if (!landing.ok) return { via: "shared", failure: landing };
+    const giveUpAtMs = nowMs + (deadlineMs - nowMs) / 2;
+    const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, giveUpAtMs), isolate.clock);
+    if (landing === null) {
+      if (isolate.clock() >= giveUpAtMs) break; // waited long enough: decide on our own
+      continue; // the call is presumed lost: look again, so the first to look files the next call and the rest wait
+    }
+    // The object's own failure is shared; a timeout only says the caller's time ran out, not ours.
+    if (!landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
     const afterMs = isolate.clock();
     const spent = isolate.leases.spend(group.digest, group.rules, afterMs);
     if (spent) return { via: "lease", spent };
@@ -105,20 +115,15 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
   const flight =
     lease && leases.leasable(group.digest) ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
   const name = await hashKey(group.canonical);
-  const returns = leases.takeReturns(group.digest, group.rules);
+  const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
   const within = { leftMs: Math.max(1, deadlineMs - sentAtMs), timeoutMs: settings.timeoutMs };
   const outcome = await checkKey(ctx.ns, name, group.rules.map(ruleCheckOf), within, {
     ...(lease ? { lease } : {}),
-    ...(returns.length > 0 ? { returns } : {}),
+    ...(returns ? { returns: returns.refunds } : {}),
     // A refund comes after the answer and takes at most one more timeout.
-    ...(ctx.refundable ? { refundableForMs: 2 * settings.timeoutMs } : {}),
+    ...(refundable(group, ctx) ? { refundableForMs: 2 * settings.timeoutMs } : {}),
   });
-  if (returns.length > 0 && (!outcome.ok || outcome.attempts > 1)) {
-    isolate.counters.writeOff(
-      "call failed",
-      returns.reduce((n, r) => n + r.count, 0),
-    );
-  }
+  if (returns) leases.landed(returns, outcome.ok && outcome.attempts === 1);
   if (outcome.ok) {
     const { verdicts, lease: granted } = outcome.result;
     leases.keep(group.digest, { name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked: !!lease });

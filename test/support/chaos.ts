@@ -88,39 +88,55 @@ export function flakyNamespace(plan: Failure | Failure[], failures = Number.POSI
   return { ns, calls };
 }
 
-/** How one scripted call goes: it admits (without a lease) or throws after `afterMs`, or never answers. */
-export type Script = { afterMs: number; ends: "admit" | "throw" } | { ends: "hang" };
+/**
+ * How one scripted call goes: it admits or throws after `afterMs`, or never
+ * answers. An admission grants a lease of `leaseUnits` when the call asks for one.
+ */
+export type Script = { afterMs: number; ends: "admit" | "throw"; leaseUnits?: number } | { ends: "hang" };
 
 /**
  * A namespace with no objects behind it: call n goes as `script[n - 1]` says,
  * on the (possibly faked) timers, so a test can place every answer in time.
  */
 export function scriptedNamespace(script: Script[]) {
-  const calls = { checks: 0 };
-  const admit = (nowMs: number, rules: RuleCheck[]) => ({
-    nowMs,
-    allowed: true,
-    verdicts: rules.map((rule) => ({
+  const calls = { checks: 0, options: [] as (CheckOptions | undefined)[] };
+  const admit = (nowMs: number, rules: RuleCheck[], leaseUnits: number) => {
+    const receipt = (rule: RuleCheck) => ({
+      row: `${rule.id}|${rule.periodMs}|${rule.precision}`,
+      epoch: 1,
+      bucket: 0,
+    });
+    return {
+      nowMs,
       allowed: true,
-      ruleAllows: true,
-      weighted: 0,
-      remaining: rule.limit - 1,
-      retryAfterMs: 0,
-      resetMs: rule.periodMs,
-      counted: { row: `${rule.id}|${rule.periodMs}|${rule.precision}`, epoch: 1, bucket: 0 },
-      holdsForMs: 0,
-    })),
-  });
+      verdicts: rules.map((rule) => ({
+        allowed: true,
+        ruleAllows: true,
+        weighted: 0,
+        remaining: rule.limit - 1,
+        retryAfterMs: 0,
+        resetMs: rule.periodMs,
+        counted: receipt(rule),
+        holdsForMs: 0,
+      })),
+      ...(leaseUnits > 0 ? { lease: { units: leaseUnits, receipts: rules.map(receipt), expiresInMs: 60_000 } } : {}),
+    };
+  };
   const ns: LimiterNamespace = {
     idFromName: (name) => env.RATE_LIMITER.idFromName(name),
     get: () =>
       ({
-        check: (rules: RuleCheck[]) => {
+        check: (rules: RuleCheck[], options?: CheckOptions) => {
           const step = script[calls.checks++] ?? { afterMs: 0, ends: "admit" };
+          calls.options.push(options);
           if (step.ends === "hang") return new Promise(() => {});
+          const leaseUnits = options?.lease ? (step.leaseUnits ?? 0) : 0;
           return new Promise((resolve, reject) =>
             setTimeout(
-              () => (step.ends === "admit" ? resolve(admit(Date.now(), rules)) : reject(new Error("scripted failure"))),
+              () =>
+                step.ends === "admit"
+                  ? resolve(admit(Date.now(), rules, leaseUnits))
+                  : reject(new Error("scripted failure")),
               step.afterMs,
             ),
           );
