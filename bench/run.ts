@@ -11,7 +11,7 @@
  * BENCH_ONLY (e.g. "b,d").
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -122,7 +122,35 @@ type Sample = {
   non2xx: number;
   socketErrors: number;
   calls: number | null;
+  /** CPU time workerd spent per request in the sample, user and system, in µs; null off Linux. */
+  cpuUs: number | null;
 };
+
+/** Clock ticks per second, the unit of /proc/<pid>/stat's CPU times. */
+const clockTicks = (() => {
+  try {
+    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/**
+ * CPU time a process has used, user and system, in µs (Linux only; null
+ * elsewhere). Less at the mercy of a busy machine than requests per second:
+ * another process slows the clock, not the work.
+ */
+function cpuUs(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // After "pid (command) ", utime and stime are the 12th and 13th fields.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / clockTicks;
+  } catch {
+    return null;
+  }
+}
 
 /** Bundles a variant's Worker; the path is relative to the workerd config, which sits in `work`. */
 function build(worker: Variant["worker"], work: string): string {
@@ -212,7 +240,7 @@ async function calls(port: number): Promise<number> {
 }
 
 /** Runs wrk without blocking this process, which also serves the origin. */
-async function wrk(url: string, variant: Variant, durationS: number): Promise<Omit<Sample, "calls">> {
+async function wrk(url: string, variant: Variant, durationS: number): Promise<Omit<Sample, "calls" | "cpuUs">> {
   const { stdout: out } = await execFileAsync(
     "wrk",
     [
@@ -306,9 +334,15 @@ async function main(): Promise<void> {
         const url = `http://127.0.0.1:${port}${v.path}`;
         await wrk(url, v, 1); // warm-up
         const before = v.countsCalls ? await calls(port) : 0;
+        const cpuBefore = cpuUs(workerd.pid);
         const sample = await wrk(url, v, seconds);
+        const cpuAfter = cpuUs(workerd.pid);
         const after = v.countsCalls ? await calls(port) : 0;
-        samples[v.id]!.push({ ...sample, calls: v.countsCalls ? (after - before) / sample.requests : null });
+        samples[v.id]!.push({
+          ...sample,
+          calls: v.countsCalls ? (after - before) / sample.requests : null,
+          cpuUs: cpuBefore === null || cpuAfter === null ? null : (cpuAfter - cpuBefore) / sample.requests,
+        });
         console.log(`  round ${round} (${v.id}) ${v.label}: ${sample.rps.toFixed(0)} req/s, non-2xx ${sample.non2xx}`);
       }
     }
@@ -327,6 +361,7 @@ async function main(): Promise<void> {
       p50Ms: median(s.map((x) => x.p50Ms)),
       p99Ms: median(s.map((x) => x.p99Ms)),
       doCallsPerRequest: v.countsCalls ? median(s.map((x) => x.calls ?? 0)) : null,
+      workerdCpuUsPerRequest: s.every((x) => x.cpuUs !== null) ? median(s.map((x) => x.cpuUs!)) : null,
       non2xxShare: median(s.map((x) => x.non2xx / x.requests)),
       socketErrors: s.reduce((n, x) => n + x.socketErrors, 0),
       baseline: v.baseline,
@@ -337,11 +372,11 @@ async function main(): Promise<void> {
   const rows = summary.map((s) => ({ ...s, ratio: byId[s.baseline] ? s.rps / byId[s.baseline]!.rps : Number.NaN }));
 
   const table = [
-    "| variant | req/s (median) | p50 ms | p99 ms | ratio | DO calls/req | non-2xx |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| variant | req/s (median) | p50 ms | p99 ms | ratio | workerd CPU µs/req | DO calls/req | non-2xx |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map(
       (r) =>
-        `| (${r.id}) ${r.label} | ${r.rps.toFixed(0)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.ratio.toFixed(2)}× (${r.baseline}) | ${r.doCallsPerRequest === null ? "–" : r.doCallsPerRequest.toFixed(4)} | ${(r.non2xxShare * 100).toFixed(1)}% |`,
+        `| (${r.id}) ${r.label} | ${r.rps.toFixed(0)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.ratio.toFixed(2)}× (${r.baseline}) | ${r.workerdCpuUsPerRequest === null ? "–" : r.workerdCpuUsPerRequest.toFixed(0)} | ${r.doCallsPerRequest === null ? "–" : r.doCallsPerRequest.toFixed(4)} | ${(r.non2xxShare * 100).toFixed(1)}% |`,
     ),
   ].join("\n");
   console.log(`\n${table}\n`);
