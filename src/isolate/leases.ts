@@ -109,7 +109,7 @@ export type Grant = {
   lease: Lease | undefined;
   /** Isolate time the call was sent. */
   sentAtMs: number;
-  /** Whether the call asked for a lease: only then does a missing one say the key is near a limit. */
+  /** Whether the call asked for a lease with a demand of two or more: only then does a missing one say the key is near a limit. */
   asked: boolean;
 };
 

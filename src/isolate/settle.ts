@@ -10,7 +10,7 @@ import type { Settings } from "../config.ts";
 import { hashKey } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
 import { checkKey, type LimiterNamespace } from "../limiter-client.ts";
-import { type LimiterOutcome, ruleCheckOf } from "../limiter-protocol.ts";
+import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../limiter-protocol.ts";
 import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
 import type { Spent } from "./leases.ts";
@@ -97,7 +97,14 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     const known = knownRefusals(group, isolate, afterMs);
     if (known.length > 0) return { via: "known", known };
   }
-  return { via: "call", call: await callObject(group, key, deadlineMs, ctx) };
+  const call = await callObject(group, key, deadlineMs, ctx);
+  if (call.outcome.ok && !call.outcome.result.allowed) {
+    // A concurrent call may have brought a lease while this one was on its way, and the object counted it
+    // when it refused: those units are admissions counted for this isolate, so one of them is this request's.
+    const spent = isolate.leases.spend(group.digest, group.rules, isolate.clock());
+    if (spent) return { via: "lease", spent };
+  }
+  return { via: "call", call };
 }
 
 /**
@@ -126,7 +133,9 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
   if (returns) leases.landed(returns, outcome.ok && outcome.attempts === 1);
   if (outcome.ok) {
     const { verdicts, lease: granted } = outcome.result;
-    leases.keep(group.digest, { name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked: !!lease });
+    // Only a demand of two or more, unanswered, says the key is near a limit: a key seen once gets no lease anyway.
+    const asked = lease !== undefined && lease.seen >= LEASE_MIN_UNITS;
+    leases.keep(group.digest, { name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked });
     group.rules.forEach((rule, i) => {
       const verdict = verdicts[i]!;
       if (rule.action === "block" && !verdict.ruleAllows)

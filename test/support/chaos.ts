@@ -89,10 +89,11 @@ export function flakyNamespace(plan: Failure | Failure[], failures = Number.POSI
 }
 
 /**
- * How one scripted call goes: it admits or throws after `afterMs`, or never
- * answers. An admission grants a lease of `leaseUnits` when the call asks for one.
+ * How one scripted call goes: it admits, refuses (for a minute) or throws
+ * after `afterMs`, or never answers. An admission grants a lease of
+ * `leaseUnits` when the call asks for one.
  */
-export type Script = { afterMs: number; ends: "admit" | "throw"; leaseUnits?: number } | { ends: "hang" };
+export type Script = { afterMs: number; ends: "admit" | "refuse" | "throw"; leaseUnits?: number } | { ends: "hang" };
 
 /**
  * A namespace with no objects behind it: call n goes as `script[n - 1]` says,
@@ -100,6 +101,20 @@ export type Script = { afterMs: number; ends: "admit" | "throw"; leaseUnits?: nu
  */
 export function scriptedNamespace(script: Script[]) {
   const calls = { checks: 0, options: [] as (CheckOptions | undefined)[] };
+  const refuse = (nowMs: number, rules: RuleCheck[]) => ({
+    nowMs,
+    allowed: false,
+    verdicts: rules.map((rule) => ({
+      allowed: false,
+      ruleAllows: false,
+      weighted: rule.limit,
+      remaining: 0,
+      retryAfterMs: 60_000,
+      resetMs: 60_000,
+      counted: null,
+      holdsForMs: 60_000,
+    })),
+  });
   const admit = (nowMs: number, rules: RuleCheck[], leaseUnits: number) => {
     const receipt = (rule: RuleCheck) => ({
       row: `${rule.id}|${rule.periodMs}|${rule.precision}`,
@@ -136,7 +151,9 @@ export function scriptedNamespace(script: Script[]) {
               () =>
                 step.ends === "admit"
                   ? resolve(admit(Date.now(), rules, leaseUnits))
-                  : reject(new Error("scripted failure")),
+                  : step.ends === "refuse"
+                    ? resolve(refuse(Date.now(), rules))
+                    : reject(new Error("scripted failure")),
               step.afterMs,
             ),
           );
