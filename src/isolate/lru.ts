@@ -56,8 +56,4 @@ export class LruMap<K, V> {
   keys(): IterableIterator<K> {
     return this.entries.keys();
   }
-
-  values(): IterableIterator<V> {
-    return this.entries.values();
-  }
 }
