@@ -42,7 +42,8 @@ import {
 
 /** What the layout of a rule's buckets depends on. */
 type Shape = Pick<WindowLimit, "periodMs" | "precision">;
-type Row = { id: string; shape: Shape; epoch: number; state: WindowState };
+/** A rule's counters for this key. `key` is its name in storage and in receipts (see rowOf). */
+type Row = { key: string; id: string; shape: Shape; epoch: number; state: WindowState };
 
 const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   rule TEXT PRIMARY KEY,
@@ -83,6 +84,7 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const row of this.sql.exec<Record<string, string | number>>("SELECT * FROM counters")) {
       const key = String(row.rule);
       this.rows.set(key, {
+        key,
         id: key.slice(0, key.indexOf("|")),
         shape: { periodMs: Number(row.period_ms), precision: Number(row.precision) },
         epoch: Number(row.epoch),
@@ -124,7 +126,7 @@ export class RateLimiter extends DurableObject<unknown> {
     rows.forEach((row, i) => {
       if (!verdicts[i]!.ruleAllows) return;
       this.save(row);
-      if (options.refundableForMs) this.refundsDue.set(rowOf(rules[i]!), nowMs + options.refundableForMs);
+      if (options.refundableForMs) this.refundsDue.set(row.key, nowMs + options.refundableForMs);
     });
     this.scheduleCleanup();
     return lease ? { nowMs, allowed, verdicts, lease } : { nowMs, allowed, verdicts };
@@ -152,7 +154,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (units < LEASE_MIN_UNITS) return undefined;
     const receipts = rows.map((row): Receipt => {
       row.state.counts[row.state.counts.length - 1]! += units;
-      return { row: rowOf({ id: row.id, ...row.shape }), epoch: row.epoch, bucket: row.state.bucket };
+      return { row: row.key, epoch: row.epoch, bucket: row.state.bucket };
     });
     return { units, receipts, expiresInMs } satisfies Lease;
   }
@@ -222,6 +224,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const row = this.rows.get(key);
     if (row) return row;
     const fresh: Row = {
+      key,
       id: rule.id,
       shape: { periodMs: rule.periodMs, precision: rule.precision },
       epoch: newEpoch(),
@@ -238,11 +241,11 @@ export class RateLimiter extends DurableObject<unknown> {
 
   private verdict(ev: Evaluation, nowMs: number, rule: RuleCheck, row: Row, counted: boolean): RuleVerdict {
     const decision = describe(ev, nowMs, rule, counted);
-    const refundDue = (this.refundsDue.get(rowOf(rule)) ?? 0) > nowMs;
+    const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
     return {
       ...decision,
       ruleAllows: ev.allowed,
-      counted: counted ? { row: rowOf(rule), epoch: row.epoch, bucket: ev.state.bucket } : null,
+      counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
       holdsForMs: ev.allowed || refundDue ? 0 : decision.retryAfterMs,
     };
   }
@@ -255,7 +258,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.sql.exec(
       `INSERT INTO counters (rule, period_ms, precision, bucket, counts, epoch) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (rule) DO UPDATE SET bucket = excluded.bucket, counts = excluded.counts, epoch = excluded.epoch`,
-      rowOf({ id: row.id, ...row.shape }),
+      row.key,
       row.shape.periodMs,
       row.shape.precision,
       row.state.bucket,
