@@ -18,7 +18,7 @@ import { normalizePath } from "./core/paths.ts";
 import type { Rule } from "./core/rules.ts";
 import type { Env } from "./env.ts";
 import { defaultIsolate, type Isolate } from "./isolate/isolate.ts";
-import { deadline, type LimiterNamespace } from "./limiter-client.ts";
+import { type LimiterNamespace, withDeadline } from "./limiter-client.ts";
 import { toRuleCheck } from "./limiter-protocol.ts";
 import { keyHashPrefix, logEvent } from "./log.ts";
 import {
@@ -236,21 +236,6 @@ function unavailable(rule: string, keyHash: string, message: string): Response {
     status: 503,
     detail: `The client's Durable Object did not answer: ${message}`,
   });
-}
-
-async function withDeadline<T>(
-  call: Promise<T>,
-  ms: number,
-): Promise<{ ok: true; value: T } | { ok: false; message: string }> {
-  const answer = deadline(ms);
-  try {
-    const value = await Promise.race([call, answer.expired]);
-    return value === "timeout" ? { ok: false, message: `no answer within ${ms}ms` } : { ok: true, value: value as T };
-  } catch (error) {
-    return { ok: false, message: String((error as Error)?.message ?? error) };
-  } finally {
-    answer.clear();
-  }
 }
 
 function badRequest(type: string, title: string, fields: { detail: string } & Record<string, unknown>): Response {

@@ -74,10 +74,27 @@ export async function checkKey(
   }
 }
 
+/** What `call` answers within `ms`, or why it did not: its error, or the deadline. */
+export async function withDeadline<T>(
+  call: Promise<T>,
+  ms: number,
+): Promise<{ ok: true; value: T } | { ok: false; message: string }> {
+  const answer = deadline(ms);
+  try {
+    const value = await Promise.race([call, answer.expired]);
+    return value === "timeout" ? { ok: false, message: `no answer within ${ms}ms` } : { ok: true, value: value as T };
+  } catch (error) {
+    return { ok: false, message: String((error as Error)?.message ?? error) };
+  } finally {
+    answer.clear();
+  }
+}
+
 /**
  * Takes back counts in an object, within `timeoutMs`. Best effort, as the
- * request was refused anyway: resolves to whether the object took them, so
- * the caller can count what it had to write off.
+ * request was refused anyway (a lost refund only makes the limit stricter
+ * for a moment): resolves to whether the object took them, so the caller
+ * can count what it had to write off.
  */
 export async function refundKey(
   ns: LimiterNamespace,
@@ -85,13 +102,9 @@ export async function refundKey(
   refunds: Refund[],
   timeoutMs: number,
 ): Promise<boolean> {
-  const answer = deadline(timeoutMs);
   try {
-    return (await Promise.race([stubFor(ns, name).refund(refunds), answer.expired])) !== "timeout";
+    return (await withDeadline(stubFor(ns, name).refund(refunds), timeoutMs)).ok;
   } catch {
-    // A lost refund only makes the limit stricter for a moment; never worth failing a response.
-    return false;
-  } finally {
-    answer.clear();
+    return false; // the stub itself could not be made
   }
 }
