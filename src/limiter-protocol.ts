@@ -110,6 +110,9 @@ export const LEASE_HARMLESS_SHARE = 1 / 16_384;
 /** Counts counted here and to be taken back: a request another object refused, or a lease's unspent units. */
 export type Refund = { receipt: Receipt; count: number };
 
+/** The units a list of refunds takes back. */
+export const unitsOf = (refunds: Refund[]): number => refunds.reduce((n, r) => n + r.count, 0);
+
 export type FailureReason = "timeout" | "overloaded" | "error";
 
 export type LimiterOutcome =

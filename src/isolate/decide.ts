@@ -12,7 +12,7 @@ import { pathnameOf, requestPath } from "../core/paths.ts";
 import { type Rule, ruleMatches } from "../core/rules.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "../headers.ts";
 import { type LimiterNamespace, refundKey } from "../limiter-client.ts";
-import type { CheckResult, FailureReason, Refund, RuleVerdict } from "../limiter-protocol.ts";
+import { type CheckResult, type FailureReason, type Refund, type RuleVerdict, unitsOf } from "../limiter-protocol.ts";
 import { keyHashPrefix, logEvent } from "../log.ts";
 import { send } from "../problem.ts";
 import { limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../refusals.ts";
@@ -57,7 +57,7 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
   const known = groups.flatMap((group, i) => (spent[i] ? [] : knownRefusals(group, isolate, nowMs)));
   if (known.length > 0) {
     for (const s of spent) if (s) isolate.leases.giveBack(s);
-    return { kind: "refuse", response: knownRefusal(policies, known, groups, isolate, nowMs) };
+    return { kind: "refuse", response: knownRefusal(policies, known, isolate, nowMs) };
   }
   for (const group of groups) isolate.leases.noteRequest(group.digest, nowMs);
   sendOutbox(options);
@@ -122,9 +122,9 @@ const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
 });
 
 /** A known refusal as the object's verdict, with the wait that is left. */
-function knownVerdict({ refusal }: Known, nowMs: number): RuleVerdict {
+function knownReport({ rule, refusal }: Known, nowMs: number): Reported {
   const waitMs = refusal.retryAtMs - nowMs;
-  return {
+  const verdict: RuleVerdict = {
     allowed: false,
     ruleAllows: false,
     weighted: refusal.weighted,
@@ -134,19 +134,21 @@ function knownVerdict({ refusal }: Known, nowMs: number): RuleVerdict {
     counted: null,
     holdsForMs: refusal.untilMs - nowMs,
   };
+  return report(rule, verdict, nowMs);
 }
+
+/** Logs a refusal answered from what the isolate knows (throttled like the object's). */
+const logKnown = ({ rule, digest, refusal }: Known, isolate: Isolate, nowMs: number): void =>
+  logRefusal(rule, digest, refusal.name, refusal.weighted, isolate, nowMs);
 
 /**
  * The 429 for refusals the isolate knows of. Under attack one key is refused
  * over and over: while the wait reads the same whole seconds, and the same
  * rules matched, the answer is the same, so its parts are made once.
  */
-function knownRefusal(policies: Rule[], known: Known[], groups: KeyGroup[], isolate: Isolate, nowMs: number): Response {
-  for (const k of known) {
-    const group = groups.find((g) => g.rules.includes(k.rule))!;
-    logRefusal(k.rule, group.digest, k.refusal.name, k.refusal.weighted, isolate, nowMs);
-  }
-  const reports = () => known.map((k) => report(k.rule, knownVerdict(k, nowMs), nowMs));
+function knownRefusal(policies: Rule[], known: Known[], isolate: Isolate, nowMs: number): Response {
+  for (const k of known) logKnown(k, isolate, nowMs);
+  const reports = () => known.map((k) => knownReport(k, nowMs));
   const [only, ...others] = known;
   if (!only || others.length > 0) return tooManyRequests(policies, reports());
   const key = `${Math.ceil((only.refusal.retryAtMs - nowMs) / 1000)}|${policies.map(ruleUid).join(",")}`;
@@ -173,8 +175,8 @@ function readSettlements(groups: KeyGroup[], settled: Settled[], options: Decide
     } else if (s.via === "known") {
       refused = true;
       for (const k of s.known) {
-        logRefusal(k.rule, group.digest, k.refusal.name, k.refusal.weighted, isolate, nowMs);
-        reports.push(report(k.rule, knownVerdict(k, nowMs), nowMs));
+        logKnown(k, isolate, nowMs);
+        reports.push(knownReport(k, nowMs));
       }
     } else if (s.via === "shared") {
       closedBy.push(...failed(group, s.failure.name, s.failure));
@@ -256,7 +258,7 @@ function refundCounted(name: string, result: CheckResult, options: DecideOptions
 
 /** Hands counts back to an object in the background; what fails to arrive is written off, and counted. */
 function refundInBackground(name: string, refunds: Refund[], options: DecideOptions): void {
-  const units = refunds.reduce((n, r) => n + r.count, 0);
+  const units = unitsOf(refunds);
   options.background(
     refundKey(options.ns, name, refunds, options.settings.timeoutMs).then((taken) => {
       if (!taken) options.isolate.counters.writeOff("refund failed", units);

@@ -15,11 +15,19 @@
  *
  * Leases are sized by demand: with each call the isolate says how many
  * requests it saw for the key lately, and the object leases no more than
- * that many (scaled to the lease's life). A key this isolate sees rarely
- * gets no lease, so no units sit counted and unspent here.
+ * that many (scaled to the lease's life), or a share of the limit too small
+ * to matter. A key this isolate sees rarely gets few units or none, so few
+ * sit counted and unspent here.
  */
 import type { Rule } from "../core/rules.ts";
-import type { Lease, LeaseRequest, Receipt, Refund, RuleVerdict } from "../limiter-protocol.ts";
+import {
+  type Lease,
+  type LeaseRequest,
+  type Receipt,
+  type Refund,
+  type RuleVerdict,
+  unitsOf,
+} from "../limiter-protocol.ts";
 import type { IsolateCounters } from "./counters.ts";
 import { LruMap } from "./lru.ts";
 
@@ -74,7 +82,6 @@ class HeldLease {
 
 /** Everything the isolate keeps of one client key. Fixed in size, whatever the key's length. */
 type KeyRecord = {
-  digest: string;
   /** The key's object name (SHA-256 hex), once a call was made. */
   name: string | null;
   leases: Map<Rule, HeldLease>;
@@ -127,7 +134,7 @@ export type LeaseBookOptions = {
 export class LeaseBook {
   private readonly records: LruMap<string, KeyRecord>;
   private readonly outbox: Return[] = [];
-  readonly maxUnits: number;
+  private readonly maxUnits: number;
   private readonly counters: IsolateCounters;
   /** The latest isolate time the book was told of, for evictions, which come without one. */
   private lastNowMs = 0;
@@ -154,7 +161,6 @@ export class LeaseBook {
     let record = this.records.get(digest);
     if (!record) {
       record = {
-        digest,
         name: null,
         leases: new Map(),
         owed: [],
@@ -390,8 +396,6 @@ export class LeaseBook {
     else this.counters.writeOff("outbox full", unitsOf(ret.refunds));
   }
 }
-
-const unitsOf = (refunds: Refund[]): number => refunds.reduce((n, r) => n + r.count, 0);
 
 const sameReceipt = (a: Receipt, b: Receipt): boolean =>
   a.row === b.row && a.epoch === b.epoch && a.bucket === b.bucket;

@@ -25,8 +25,8 @@ export type KeyGroup = {
   rules: Rule[];
 };
 
-/** A refusal the isolate knows of, for one rule of a group. */
-export type Known = { rule: Rule; refusal: KnownRefusal };
+/** A refusal the isolate knows of, for one rule of a group, and the group's key digest. */
+export type Known = { rule: Rule; digest: string; refusal: KnownRefusal };
 
 /** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */
 export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number };
@@ -54,7 +54,7 @@ export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number):
   for (const rule of group.rules) {
     if (rule.action !== "block") continue;
     const refusal = isolate.refusals.lookup(rule, group.digest, nowMs);
-    if (refusal) known.push({ rule, refusal });
+    if (refusal) known.push({ rule, digest: group.digest, refusal });
   }
   return known;
 }
