@@ -2,7 +2,7 @@
  * @module
  * The Worker's entry point: the proxy app and the Durable Object class.
  */
-import { app } from "./app.ts";
+import { app } from "./worker/app.ts";
 
-export { RateLimiter } from "./limiter-object.ts";
+export { RateLimiter } from "./object/rate-limiter.ts";
 export default app;

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { ALGORITHMS } from "../scripts/accuracy/algorithms.ts";
-import { runTrace } from "../scripts/accuracy/harness.ts";
-import { replay } from "../scripts/accuracy/replay.ts";
-import { boundaryAttack, bucketEdgeAttack, SETUP, steadyPoisson } from "../scripts/accuracy/traces.ts";
+import { ALGORITHMS } from "../tools/accuracy/algorithms.ts";
+import { runTrace } from "../tools/accuracy/harness.ts";
+import { replay } from "../tools/accuracy/replay.ts";
+import { boundaryAttack, bucketEdgeAttack, SETUP, steadyPoisson } from "../tools/accuracy/traces.ts";
 
 const row = (rows: ReturnType<typeof runTrace>["rows"], id: string) => {
   const found = rows.find((r) => r.algorithm === id);

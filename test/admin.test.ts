@@ -1,11 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
-import { adminKey } from "../src/admin-key.ts";
-import { parseSettings } from "../src/config.ts";
+import { parseSettings } from "../src/config/settings.ts";
 import { formatDuration } from "../src/core/duration.ts";
 import { canonicalKey } from "../src/core/keys.ts";
 import { requestPath } from "../src/core/paths.ts";
 import type { Rule } from "../src/core/rules.ts";
-import { requestFacts } from "../src/request-facts.ts";
+import { requestFacts } from "../src/http/request-facts.ts";
+import { adminKey } from "../src/worker/admin/key.ts";
 import { hangObject } from "./support/chaos.ts";
 import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
 

@@ -8,7 +8,7 @@ import {
   globCovers,
   WORKER_METHODS,
   type WranglerConfig,
-} from "../src/check-config.ts";
+} from "../src/config/check.ts";
 import { compileGlob, normalizePath } from "../src/core/paths.ts";
 import { parseRules, ruleMatches } from "../src/core/rules.ts";
 import broken from "./fixtures/broken-wrangler.json";

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { ipKey } from "../src/core/ip.ts";
 import { canonicalKey, hashKey, type RequestFacts, readCookie } from "../src/core/keys.ts";
 import { parseRules } from "../src/core/rules.ts";
-import { clientAddress } from "../src/request-facts.ts";
+import { clientAddress } from "../src/http/request-facts.ts";
 
 describe("client IP keys", () => {
   it.each([

@@ -1,8 +1,8 @@
 import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
-import type { Env } from "../src/env.ts";
 import type { Isolate } from "../src/isolate/isolate.ts";
 import { flightKey } from "../src/isolate/settle.ts";
+import type { Env } from "../src/worker/env.ts";
 import {
   type Failure,
   flakyNamespace,

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { Rule } from "../src/core/rules.ts";
 import { admit, bucketIndex, emptyState, evaluate, type WindowLimit } from "../src/core/sliding-window.ts";
 import type { Isolate } from "../src/isolate/isolate.ts";
-import { rowOf } from "../src/limiter-protocol.ts";
+import { rowOf } from "../src/object/protocol.ts";
 import { flakyNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";

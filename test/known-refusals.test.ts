@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, type MockInstance, vi } from "vitest";
-import type { Settings } from "../src/config.ts";
+import type { Settings } from "../src/config/settings.ts";
 import type { Isolate } from "../src/isolate/isolate.ts";
-import type { LimiterNamespace } from "../src/limiter-client.ts";
+import type { LimiterNamespace } from "../src/object/client.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { uniqueIp } from "./support/limiter.ts";

@@ -8,8 +8,8 @@ import {
   retryAfterMs,
   type WindowState,
 } from "../src/core/sliding-window.ts";
-import type { RateLimiter } from "../src/limiter-object.ts";
-import type { RuleCheck } from "../src/limiter-protocol.ts";
+import type { RuleCheck } from "../src/object/protocol.ts";
+import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";
 

@@ -6,8 +6,8 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import type { RateLimiter } from "../src/limiter-object.ts";
-import type { RuleCheck } from "../src/limiter-protocol.ts";
+import type { RuleCheck } from "../src/object/protocol.ts";
+import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
 
 const rule = (id: string, limit: number, periodMs = 60_000, over: Partial<RuleCheck> = {}): RuleCheck => ({

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import { parseSettings } from "../src/config.ts";
+import { parseSettings } from "../src/config/settings.ts";
 import { parseDurationMs } from "../src/core/duration.ts";
 import { compileGlob, matchingPath, normalizePath, pathnameOf } from "../src/core/paths.ts";
 import { parseRules, type RuleInput, ruleMatches } from "../src/core/rules.ts";

@@ -5,7 +5,7 @@
  * back. A unit is never lost silently: it is spent, handed back, or written
  * off here, with a log line.
  */
-import { logEvent } from "../log.ts";
+import { logEvent } from "../observe/log.ts";
 
 export type WriteOffReason =
   /** An admin reset wiped the rows the units were counted in. */

@@ -6,17 +6,17 @@
  * 503. A request refused by one key counts nowhere: the other keys' counts
  * and lease units are given back.
  */
-import type { Settings } from "../config.ts";
+import type { Settings } from "../config/settings.ts";
 import { canonicalKey, type RequestFacts } from "../core/keys.ts";
 import { pathnameOf, requestPath } from "../core/paths.ts";
 import { type Rule, ruleMatches } from "../core/rules.ts";
-import { type Policy, type Reported, rateLimitHeaders } from "../headers.ts";
-import { type LimiterNamespace, refundKey } from "../limiter-client.ts";
-import { type CheckResult, type FailureReason, type Refund, type RuleVerdict, unitsOf } from "../limiter-protocol.ts";
-import { keyHashPrefix, logEvent } from "../log.ts";
-import { send } from "../problem.ts";
-import { limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../refusals.ts";
-import { requestFacts } from "../request-facts.ts";
+import { send } from "../http/problem.ts";
+import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
+import { limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
+import { requestFacts } from "../http/request-facts.ts";
+import { type LimiterNamespace, refundKey } from "../object/client.ts";
+import { type CheckResult, type FailureReason, type Refund, type RuleVerdict, unitsOf } from "../object/protocol.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { Isolate } from "./isolate.ts";
 import type { Spent } from "./leases.ts";
 import { ruleUid } from "./rule-ids.ts";

@@ -11,7 +11,7 @@
  * state on its own timers, gives up at a deadline counted from its own
  * start, and then decides on its own.
  */
-import type { FailureReason } from "../limiter-protocol.ts";
+import type { FailureReason } from "../object/protocol.ts";
 import { LruMap } from "./lru.ts";
 
 /** How a call ended, as waiters read it. */

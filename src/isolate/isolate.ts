@@ -10,9 +10,9 @@
 import { randomDigestKey, sipHash24 } from "../core/digest.ts";
 import { IsolateCounters } from "./counters.ts";
 import { CallsInFlight } from "./in-flight.ts";
+import { DEFAULT_MAX_REFUSAL_MS, KnownRefusals } from "./known-refusals.ts";
 import { DEFAULT_MAX_LEASE_UNITS, LeaseBook } from "./leases.ts";
 import { DEFAULT_LOG_EVERY_MS, RefusalLog } from "./refusal-log.ts";
-import { DEFAULT_MAX_REFUSAL_MS, KnownRefusals } from "./refusals.ts";
 
 export type IsolateOptions = {
   /**

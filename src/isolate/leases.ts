@@ -27,7 +27,7 @@ import {
   type Refund,
   type RuleVerdict,
   unitsOf,
-} from "../limiter-protocol.ts";
+} from "../object/protocol.ts";
 import type { IsolateCounters } from "./counters.ts";
 import { LruMap } from "./lru.ts";
 

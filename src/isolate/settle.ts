@@ -6,15 +6,15 @@
  * waits for it, on this request's own timers and within this request's own
  * deadline, then decides on its own.
  */
-import type { Settings } from "../config.ts";
+import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
-import { checkKey, type LimiterNamespace } from "../limiter-client.ts";
-import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../limiter-protocol.ts";
+import { checkKey, type LimiterNamespace } from "../object/client.ts";
+import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
 import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
+import type { KnownRefusal } from "./known-refusals.ts";
 import type { Spent } from "./leases.ts";
-import type { KnownRefusal } from "./refusals.ts";
 import { ruleUid } from "./rule-ids.ts";
 
 /** The rules of one request that share a client key, and so one Durable Object. */

@@ -5,8 +5,8 @@
  * hanging), and records every attempt and the stub it went through.
  */
 import { runInDurableObject } from "cloudflare:test";
-import type { LimiterNamespace } from "../../src/limiter-client.ts";
-import type { CheckOptions, RuleCheck } from "../../src/limiter-protocol.ts";
+import type { LimiterNamespace } from "../../src/object/client.ts";
+import type { CheckOptions, RuleCheck } from "../../src/object/protocol.ts";
 import { env } from "./env.ts";
 import { objectForIp } from "./objects.ts";
 

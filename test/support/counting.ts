@@ -1,5 +1,5 @@
 /** The real Durable Object namespace, counting the calls made to its objects. */
-import type { LimiterNamespace } from "../../src/limiter-client.ts";
+import type { LimiterNamespace } from "../../src/object/client.ts";
 import { env } from "./env.ts";
 
 export function countedNamespace() {

@@ -3,10 +3,10 @@
  * remembers, so a test can run several side by side, give each its own
  * clock, or turn its caches off to see what the object alone decides.
  */
-import { parseSettings, type Settings } from "../../src/config.ts";
+import { parseSettings, type Settings } from "../../src/config/settings.ts";
 import { decide, type Outcome } from "../../src/isolate/decide.ts";
 import { createIsolate, type Isolate, type IsolateOptions } from "../../src/isolate/isolate.ts";
-import type { LimiterNamespace } from "../../src/limiter-client.ts";
+import type { LimiterNamespace } from "../../src/object/client.ts";
 
 export { createIsolate, type Isolate };
 

@@ -4,8 +4,8 @@
  */
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { inject } from "vitest";
-import { app } from "../../src/app.ts";
-import type { Env } from "../../src/env.ts";
+import { app } from "../../src/worker/app.ts";
+import type { Env } from "../../src/worker/env.ts";
 import { env } from "./env.ts";
 
 export const originUrl = (): string => `http://127.0.0.1:${inject("originPort")}`;

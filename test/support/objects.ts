@@ -5,7 +5,7 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import { canonicalKey, hashKey } from "../../src/core/keys.ts";
-import type { LimiterNamespace } from "../../src/limiter-client.ts";
+import type { LimiterNamespace } from "../../src/object/client.ts";
 import { env } from "./env.ts";
 
 /** The canonical key of a client counted by IP alone. */

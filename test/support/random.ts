@@ -1,5 +1,5 @@
 /** The accuracy harness's seeded generator (mulberry32), so property tests replay exactly. */
-import { seededRandom } from "../../scripts/accuracy/random.ts";
+import { seededRandom } from "../../tools/accuracy/random.ts";
 
 export function randomGenerator(seed: number) {
   const random = seededRandom(seed);

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
-import { buildBundle, ROOT } from "../../../scripts/workerd.ts";
+import { buildBundle, ROOT } from "../../../tools/workerd.ts";
 
 export default function setup(project: TestProject) {
   const dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-bundles-"));

@@ -9,8 +9,9 @@
  * first. Only the wait comes before the check; the check itself runs as
  * shipped, synchronously, so it stays atomic.
  */
-import { RateLimiter as ShippedRateLimiter } from "../../../src/limiter-object.ts";
-import type { CheckOptions, CheckResult, RuleCheck } from "../../../src/limiter-protocol.ts";
+
+import type { CheckOptions, CheckResult, RuleCheck } from "../../../src/object/protocol.ts";
+import { RateLimiter as ShippedRateLimiter } from "../../../src/object/rate-limiter.ts";
 
 const SLOW = /^slow-(\d+)-/;
 

@@ -3,11 +3,11 @@
  * Benchmark variants (b), (c), (d): the limiter Worker exactly as shipped,
  * with its Durable Object calls counted.
  */
-import { app } from "../../src/app.ts";
-import type { Env } from "../../src/env.ts";
+import { app } from "../../../src/worker/app.ts";
+import type { Env } from "../../../src/worker/env.ts";
 import { callsResponse, countingNamespace } from "./counting.ts";
 
-export { RateLimiter } from "../../src/limiter-object.ts";
+export { RateLimiter } from "../../../src/object/rate-limiter.ts";
 
 let counted: Env | undefined;
 

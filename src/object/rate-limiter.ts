@@ -23,7 +23,7 @@ import {
   msToBucketEnd,
   type WindowLimit,
   type WindowState,
-} from "./core/sliding-window.ts";
+} from "../core/sliding-window.ts";
 import {
   type CheckOptions,
   type CheckResult,
@@ -38,7 +38,7 @@ import {
   type RuleCheck,
   type RuleVerdict,
   rowOf,
-} from "./limiter-protocol.ts";
+} from "./protocol.ts";
 
 /** What the layout of a rule's buckets depends on. */
 type Shape = Pick<WindowLimit, "periodMs" | "precision">;

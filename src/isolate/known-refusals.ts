@@ -13,7 +13,7 @@
  * admin reset takes to reach every isolate.
  */
 import type { Rule } from "../core/rules.ts";
-import type { RuleVerdict } from "../limiter-protocol.ts";
+import type { RuleVerdict } from "../object/protocol.ts";
 import { LruMap } from "./lru.ts";
 import { ruleUid } from "./rule-ids.ts";
 

@@ -4,9 +4,9 @@
  * isolate), `ORIGIN_URL` and `ADMIN_PREFIX`. Pure, so the offline config
  * checker runs the same code.
  */
-import { show } from "./core/duration.ts";
-import { DEFAULT_IPV6_PREFIX } from "./core/ip.ts";
-import { parseRules, type Rule } from "./core/rules.ts";
+import { show } from "../core/duration.ts";
+import { DEFAULT_IPV6_PREFIX } from "../core/ip.ts";
+import { parseRules, type Rule } from "../core/rules.ts";
 
 export type Settings = {
   rules: Rule[];

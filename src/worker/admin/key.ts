@@ -4,11 +4,11 @@
  * into the very canonical key that client's requests have, so it reaches the
  * same Durable Object.
  */
-import { show } from "./core/duration.ts";
-import { ipKey, UNKNOWN_IP } from "./core/ip.ts";
-import { canonicalKey, type RequestFacts, sourceLabel } from "./core/keys.ts";
-import { matchingPath, normalizePath } from "./core/paths.ts";
-import type { Characteristic, Rule } from "./core/rules.ts";
+import { show } from "../../core/duration.ts";
+import { ipKey, UNKNOWN_IP } from "../../core/ip.ts";
+import { canonicalKey, type RequestFacts, sourceLabel } from "../../core/keys.ts";
+import { matchingPath, normalizePath } from "../../core/paths.ts";
+import type { Characteristic, Rule } from "../../core/rules.ts";
 
 export const keyAsWritten = (key: Characteristic[]): string[] =>
   key.map((sources) => sources.map(sourceLabel).join("|"));

@@ -1,5 +1,5 @@
 -- wrk script: each request comes from one of BENCH_KEYS client IPs, and a
--- JSON summary line is printed at the end for bench/run.ts to read.
+-- JSON summary line is printed at the end for tools/bench/run.ts to read.
 local keys = tonumber(os.getenv("BENCH_KEYS") or "0")
 local fixed = os.getenv("BENCH_IP") or "10.255.0.1"
 local counter = 0

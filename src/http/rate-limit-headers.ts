@@ -2,7 +2,7 @@
  * @module
  * Rate-limit response headers, one small function per specification.
  */
-import type { RuleVerdict } from "./limiter-protocol.ts";
+import type { RuleVerdict } from "../object/protocol.ts";
 
 /** What a `RateLimit-Policy` entry says of a rule. */
 export type Policy = { id: string; limit: number; periodMs: number };

@@ -4,8 +4,8 @@
  * to check, the verdicts, leases, receipts and refunds. Types and pure
  * helpers only, so Node-side tools can use them too.
  */
-import type { Rule } from "./core/rules.ts";
-import type { Decision, WindowLimit } from "./core/sliding-window.ts";
+import type { Rule } from "../core/rules.ts";
+import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 
 /** One rule to check, as the Worker sends it. */
 export type RuleCheck = WindowLimit & {

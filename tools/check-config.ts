@@ -5,7 +5,7 @@
  * Exit status: 0 with warnings only, 1 with errors, 2 when the file cannot be read.
  */
 import { unstable_readConfig } from "wrangler";
-import { checkConfig, formatReport, type WranglerConfig } from "../src/check-config.ts";
+import { checkConfig, formatReport, type WranglerConfig } from "../src/config/check.ts";
 
 const USAGE = "usage: npm run check-config -- [path/to/wrangler.toml] [--env <name>]";
 

@@ -3,8 +3,7 @@
  * The limiter's refusals: 429 over a limit, 503 when a rule that fails
  * closed could not be decided. The origin is not contacted for either.
  */
-import { describePeriod } from "./core/duration.ts";
-import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./headers.ts";
+import { describePeriod } from "../core/duration.ts";
 import {
   LIMITER_UNAVAILABLE,
   type ProblemParts,
@@ -13,6 +12,7 @@ import {
   QUOTA_EXCEEDED,
   send,
 } from "./problem.ts";
+import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./rate-limit-headers.ts";
 
 /** 429 with `Retry-After`, the rate-limit headers and a quota-exceeded problem naming every violated policy. */
 export const tooManyRequests = (policies: Policy[], reports: Reported[]): Response =>

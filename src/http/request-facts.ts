@@ -2,10 +2,10 @@
  * @module
  * Who is calling: the facts a client key is made of, read from a request.
  */
-import type { Settings } from "./config.ts";
-import { ipKey } from "./core/ip.ts";
-import { type RequestFacts, readCookie } from "./core/keys.ts";
-import type { RequestPath } from "./core/paths.ts";
+import type { Settings } from "../config/settings.ts";
+import { ipKey } from "../core/ip.ts";
+import { type RequestFacts, readCookie } from "../core/keys.ts";
+import type { RequestPath } from "../core/paths.ts";
 
 /** What client keys are made of, read lazily from the request: most keys need neither a URL parse nor an IP parse. */
 export function requestFacts(request: Request, path: RequestPath, settings: Settings): RequestFacts {

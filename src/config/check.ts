@@ -4,13 +4,14 @@
  * each naming the variable (and the rule and field), and warnings for
  * settings that are valid but suspicious, in the spirit of express-rate-limit's
  * validations. Pure: it takes the configuration as wrangler reads it;
- * `scripts/check-config.ts` reads the file and prints the findings.
+ * `tools/check-config.ts` reads the file and prints the findings.
  */
-import { parseAdminPrefix, parseOrigin, parseSettings, type SettingsInput } from "./config.ts";
-import { describePeriod, show } from "./core/duration.ts";
-import { sourceLabel } from "./core/keys.ts";
-import { canonicalGlob, normalizePath, type PathGlob } from "./core/paths.ts";
-import { parseRule, type Rule, ruleMatches } from "./core/rules.ts";
+
+import { describePeriod, show } from "../core/duration.ts";
+import { sourceLabel } from "../core/keys.ts";
+import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
+import { parseRule, type Rule, ruleMatches } from "../core/rules.ts";
+import { parseAdminPrefix, parseOrigin, parseSettings, type SettingsInput } from "./settings.ts";
 
 /** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
 export type WranglerConfig = {

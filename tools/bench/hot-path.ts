@@ -9,17 +9,17 @@
  * It runs in Node but is typechecked as Worker code (tsconfig.json): it runs
  * the Worker's own decision, and uses nothing Node lacks.
  */
-import { parseSettings } from "../src/config.ts";
-import { ipKey } from "../src/core/ip.ts";
-import { canonicalKey, hashKey, type RequestFacts } from "../src/core/keys.ts";
-import { normalizePath, requestPath } from "../src/core/paths.ts";
-import { ruleMatches } from "../src/core/rules.ts";
-import { type Reported, rateLimitHeaders } from "../src/headers.ts";
-import { decide } from "../src/isolate/decide.ts";
-import { createIsolate } from "../src/isolate/isolate.ts";
-import type { LimiterNamespace } from "../src/limiter-client.ts";
-import { type RuleVerdict, ruleCheckOf } from "../src/limiter-protocol.ts";
-import { tooManyRequests } from "../src/refusals.ts";
+import { parseSettings } from "../../src/config/settings.ts";
+import { ipKey } from "../../src/core/ip.ts";
+import { canonicalKey, hashKey, type RequestFacts } from "../../src/core/keys.ts";
+import { normalizePath, requestPath } from "../../src/core/paths.ts";
+import { ruleMatches } from "../../src/core/rules.ts";
+import { type Reported, rateLimitHeaders } from "../../src/http/rate-limit-headers.ts";
+import { tooManyRequests } from "../../src/http/refusals.ts";
+import { decide } from "../../src/isolate/decide.ts";
+import { createIsolate } from "../../src/isolate/isolate.ts";
+import type { LimiterNamespace } from "../../src/object/client.ts";
+import { type RuleVerdict, ruleCheckOf } from "../../src/object/protocol.ts";
 
 const shippedRules = [
   { id: "api-per-ip", path: "/api/*", exclude: ["/api/health"], limit: 100, period: "1m", key: ["ip"] },

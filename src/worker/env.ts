@@ -3,7 +3,7 @@
  * The Worker's bindings and variables, typed in one place (they are parsed
  * in config.ts).
  */
-import type { RateLimiter } from "./limiter-object.ts";
+import type { RateLimiter } from "../object/rate-limiter.ts";
 
 export type Env = {
   /** The Durable Object namespace that holds one counter object per client key. */

@@ -4,13 +4,13 @@
  * project and for your own Hono app.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { type Parsed, parseSettings, type Settings, type SettingsInput, settingsFromEnv } from "./config.ts";
-import type { RuleInput } from "./core/rules.ts";
-import { decide } from "./isolate/decide.ts";
-import { defaultIsolate, type Isolate } from "./isolate/isolate.ts";
-import type { LimiterNamespace } from "./limiter-client.ts";
-import { logEvent } from "./log.ts";
-import { invalidConfigResponse } from "./problem.ts";
+import { type Parsed, parseSettings, type Settings, type SettingsInput, settingsFromEnv } from "../config/settings.ts";
+import type { RuleInput } from "../core/rules.ts";
+import { invalidConfigResponse } from "../http/problem.ts";
+import { decide } from "../isolate/decide.ts";
+import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
+import type { LimiterNamespace } from "../object/client.ts";
+import { logEvent } from "../observe/log.ts";
 
 export type RateLimitOptions = {
   /** The rules; default: the `RULES` variable of the Worker (`[[vars.RULES]]`). */

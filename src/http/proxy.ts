@@ -4,8 +4,8 @@
  * as they are, hop-by-hop headers removed in both directions.
  */
 
-import type { Origin } from "./config.ts";
-import { logEvent } from "./log.ts";
+import type { Origin } from "../config/settings.ts";
+import { logEvent } from "../observe/log.ts";
 import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
 
 const HOP_BY_HOP = [

@@ -7,7 +7,7 @@
 import { DurableObjectRateLimiter, DurableObjectStore } from "@hono-rate-limiter/cloudflare";
 import { Hono } from "hono";
 import { rateLimiter } from "hono-rate-limiter";
-import { forward } from "../../src/proxy.ts";
+import { forward } from "../../../src/http/proxy.ts";
 import { callsResponse, countingNamespace } from "./counting.ts";
 
 export { DurableObjectRateLimiter };

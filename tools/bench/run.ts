@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
-import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../scripts/workerd.ts";
+import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../workerd.ts";
 
 const execFileAsync = promisify(execFile);
 
@@ -155,7 +155,7 @@ function cpuUs(pid: number | undefined): number | null {
 /** Bundles a variant's Worker; the path is relative to the workerd config, which sits in `work`. */
 function build(worker: Variant["worker"], work: string): string {
   const bundle = buildBundle({
-    main: join(ROOT, "bench/workers", `${worker}.ts`),
+    main: join(ROOT, "tools/bench/workers", `${worker}.ts`),
     outdir: join(work, worker),
     name: `bench-${worker}`,
   });
@@ -252,7 +252,7 @@ async function wrk(url: string, variant: Variant, durationS: number): Promise<Om
       `${durationS}s`,
       "--latency",
       "-s",
-      join(ROOT, "bench/random-ip.lua"),
+      join(ROOT, "tools/bench/random-ip.lua"),
       url,
     ],
     { encoding: "utf8", env: { ...process.env, BENCH_KEYS: String(variant.keys) } },
@@ -387,9 +387,9 @@ async function main(): Promise<void> {
     rows,
   };
   mkdirSync(join(ROOT, "bench"), { recursive: true });
-  writeFileSync(join(ROOT, "bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(ROOT, "bench/results.md"), `${table}\n`);
-  console.log("wrote bench/results.json and bench/results.md");
+  writeFileSync(join(ROOT, "tools/bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(join(ROOT, "tools/bench/results.md"), `${table}\n`);
+  console.log("wrote tools/bench/results.json and tools/bench/results.md");
   if (!process.env.BENCH_KEEP) rmSync(work, { recursive: true, force: true });
 }
 

@@ -5,13 +5,13 @@
  * answers under its prefix before any rule is applied.
  */
 import { Hono } from "hono";
-import { adminApi } from "./admin.ts";
-import { getOrCreate, type Origin, parseOrigin, settingsFromEnv } from "./config.ts";
+import { getOrCreate, type Origin, parseOrigin, settingsFromEnv } from "../config/settings.ts";
+import { invalidConfigResponse } from "../http/problem.ts";
+import { forward } from "../http/proxy.ts";
+import { logEvent } from "../observe/log.ts";
+import { adminApi } from "./admin/api.ts";
 import type { Env } from "./env.ts";
-import { logEvent } from "./log.ts";
 import { rateLimit } from "./middleware.ts";
-import { invalidConfigResponse } from "./problem.ts";
-import { forward } from "./proxy.ts";
 
 const origins = new Map<string, ReturnType<typeof parseOrigin>>();
 

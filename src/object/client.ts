@@ -3,8 +3,9 @@
  * Calls a key's Durable Object under a deadline, with one retry where the
  * runtime says a retry is safe. Failures come back as labelled results.
  */
-import type { RateLimiter } from "./limiter-object.ts";
-import type { CheckOptions, CheckResult, LimiterOutcome, Refund, RuleCheck } from "./limiter-protocol.ts";
+
+import type { CheckOptions, CheckResult, LimiterOutcome, Refund, RuleCheck } from "./protocol.ts";
+import type { RateLimiter } from "./rate-limiter.ts";
 
 /** What the client needs of a namespace; a real `DurableObjectNamespace<RateLimiter>` fits. */
 export type LimiterNamespace = Pick<DurableObjectNamespace<RateLimiter>, "idFromName" | "get">;

@@ -3,7 +3,7 @@
  * Running Workers in a standalone `workerd serve`, from Node: bundles made by
  * wrangler's own bundler, a capnp config, free ports, and the process itself,
  * which can be stopped, killed and started again on the same storage and
- * ports. Shared by the benchmark (bench/run.ts) and the multi-isolate tests
+ * ports. Shared by the benchmark (tools/bench/run.ts) and the multi-isolate tests
  * (test/edge/).
  *
  * Standalone workerd rather than `wrangler dev`: wrangler's dev proxy caps

@@ -4,7 +4,7 @@
  * limit for the allowed path.
  */
 import { Hono } from "hono";
-import { forward } from "../../src/proxy.ts";
+import { forward } from "../../../src/http/proxy.ts";
 
 type Env = { ORIGIN_URL: string };
 const app = new Hono<{ Bindings: Env }>();

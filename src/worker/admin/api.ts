@@ -10,24 +10,24 @@
  * - `DELETE {prefix}/status?rule=<id>&key=<client>`
  */
 import type { MiddlewareHandler } from "hono";
-import { adminKey, keyAsWritten } from "./admin-key.ts";
-import { getOrCreate, parseAdminPrefix, type Settings, settingsFromEnv } from "./config.ts";
-import { formatDuration, show } from "./core/duration.ts";
-import { hashKey } from "./core/keys.ts";
-import { normalizePath } from "./core/paths.ts";
-import type { Rule } from "./core/rules.ts";
-import type { Env } from "./env.ts";
-import { defaultIsolate, type Isolate } from "./isolate/isolate.ts";
-import { type LimiterNamespace, withDeadline } from "./limiter-client.ts";
-import { toRuleCheck } from "./limiter-protocol.ts";
-import { keyHashPrefix, logEvent } from "./log.ts";
+import { getOrCreate, parseAdminPrefix, type Settings, settingsFromEnv } from "../../config/settings.ts";
+import { formatDuration, show } from "../../core/duration.ts";
+import { hashKey } from "../../core/keys.ts";
+import { normalizePath } from "../../core/paths.ts";
+import type { Rule } from "../../core/rules.ts";
 import {
   INVALID_CONFIG,
   invalidConfigResponse,
   LIMITER_UNAVAILABLE,
   type Problem,
   problemResponse,
-} from "./problem.ts";
+} from "../../http/problem.ts";
+import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
+import { type LimiterNamespace, withDeadline } from "../../object/client.ts";
+import { toRuleCheck } from "../../object/protocol.ts";
+import { keyHashPrefix, logEvent } from "../../observe/log.ts";
+import type { Env } from "../env.ts";
+import { adminKey, keyAsWritten } from "./key.ts";
 
 export const UNKNOWN_RULE = "urn:edge-rate-limiter:unknown-rule";
 export const MALFORMED_KEY = "urn:edge-rate-limiter:malformed-key";
