@@ -1,0 +1,36 @@
+/**
+ * @module
+ * Who may use the admin API: the bearer token, compared in constant time,
+ * and the 401 for everyone else.
+ */
+import { problemResponse } from "../../http/problem.ts";
+
+const encoder = new TextEncoder();
+const sha256 = (text: string) => crypto.subtle.digest("SHA-256", encoder.encode(text));
+
+/**
+ * Whether `Authorization` carries `Bearer <token>`. Both sides are hashed
+ * first, so the comparison takes the same time whatever the length or the
+ * first differing byte of a guess.
+ */
+export async function bearerMatches(authorization: string | undefined, token: string): Promise<boolean> {
+  const given = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization ?? "")?.[1];
+  if (given === undefined) return false;
+  const [a, b] = await Promise.all([sha256(given), sha256(token)]);
+  return crypto.subtle.timingSafeEqual(a, b);
+}
+
+/** The 401 with its challenge; `tokenSent` says whether a wrong token came, or none. */
+export function unauthorized(tokenSent: boolean): Response {
+  // RFC 6750 §3: no error code when no credentials came; invalid_token when a wrong one did.
+  const challenge = tokenSent ? 'Bearer realm="admin", error="invalid_token"' : 'Bearer realm="admin"';
+  return problemResponse(
+    {
+      type: "about:blank",
+      title: "Unauthorized",
+      status: 401,
+      detail: "Send the admin token: Authorization: Bearer <token>.",
+    },
+    { "WWW-Authenticate": challenge },
+  );
+}

@@ -1,0 +1,58 @@
+/**
+ * @module
+ * How the admin API shows the configuration: each rule with its fields as
+ * wrangler.toml spells them, and the settings beside them.
+ */
+import type { Settings } from "../../config/settings.ts";
+import { formatDuration } from "../../core/duration.ts";
+import type { Rule } from "../../core/rules.ts";
+import { keyAsWritten } from "./key.ts";
+
+/** A rule as the API shows it: its fields as they would be written in wrangler.toml, plus the period in milliseconds. */
+export type RuleView = {
+  id: string;
+  path: string[];
+  /** Upper-case methods; null for every method. */
+  methods: string[] | null;
+  exclude: string[];
+  case_sensitive: boolean;
+  limit: number;
+  /** The period as wrangler.toml spells it, such as "1m". */
+  period: string;
+  periodMs: number;
+  key: string[];
+  action: "block" | "log";
+  on_error: "open" | "closed";
+  precision: number;
+  strict: boolean;
+};
+
+export const ruleView = (rule: Rule): RuleView => ({
+  id: rule.id,
+  path: rule.paths.map((glob) => glob.source),
+  methods: rule.methods === null ? null : [...rule.methods],
+  exclude: rule.exclude.map((glob) => glob.source),
+  case_sensitive: rule.caseSensitive,
+  limit: rule.limit,
+  period: formatDuration(rule.periodMs),
+  periodMs: rule.periodMs,
+  key: keyAsWritten(rule.key),
+  action: rule.action,
+  on_error: rule.onError,
+  precision: rule.precision,
+  strict: rule.strict,
+});
+
+/** The body of `GET {prefix}/rules`. */
+export const settingsView = (settings: Settings) => ({
+  rules: settings.rules.map(ruleView),
+  ipv6Prefix: settings.ipv6PrefixBits,
+  trustedIpHeader: settings.trustedIpHeader,
+  timeoutMs: settings.timeoutMs,
+});
+
+/** A JSON answer no cache keeps. */
+export const json = (body: unknown): Response =>
+  new Response(JSON.stringify(body), {
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
