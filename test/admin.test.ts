@@ -482,14 +482,14 @@ describe("the key an operator names is the key a request has", () => {
   ] as const)("%j, request %s %j: key=%j", (key, url, init, params) => {
     const rule = ruleWith(key as string | string[]);
     const named = adminKey(rule, [...params], 56);
-    expect(named).toEqual({ ok: true, canonical: requestKey(rule, url, init) });
+    expect(named).toEqual({ ok: true, value: requestKey(rule, url, init) });
   });
 
   it("names a path as a case_sensitive rule counts it: its case kept, ;parameters and a trailing slash not", () => {
     const rule = ruleWith("path", true);
     const request = requestKey(rule, "http://h/Login;jsessionid=x", {});
-    expect(adminKey(rule, ["/Login/"], 56)).toEqual({ ok: true, canonical: request });
-    expect(adminKey(rule, ["/login"], 56)).not.toEqual({ ok: true, canonical: request });
+    expect(adminKey(rule, ["/Login/"], 56)).toEqual({ ok: true, value: request });
+    expect(adminKey(rule, ["/login"], 56)).not.toEqual({ ok: true, value: request });
   });
 });
 

@@ -220,7 +220,7 @@ describe("what matching ignores", () => {
           const parsed = parseRules([fields]);
           if (!claimed || !parsed.ok) return;
           for (const request of requests)
-            expect(ruleMatches(parsed.rules[0]!, "GET", normalizePath(request))).toBe(false);
+            expect(ruleMatches(parsed.value[0]!, "GET", normalizePath(request))).toBe(false);
         },
       ),
       { numRuns: 3_000, seed: 15 },

@@ -78,7 +78,7 @@ describe("client keys", () => {
   const keyOf = (key: string[]) => {
     const parsed = parseRules([{ id: "r", limit: 1, period: 1, key }]);
     if (!parsed.ok) throw new Error(parsed.errors.join());
-    return parsed.rules[0]!.key;
+    return parsed.value[0]!.key;
   };
 
   it("uses the first source present in a fallback", () => {

@@ -1,4 +1,5 @@
 /**
+ * @module
  * `npm run check-config [-- <wrangler.toml>] [-- --env <name>]`: checks the
  * limiter's configuration offline, reading the file exactly as wrangler
  * does. Prints every error (naming the rule and field) and every warning.
@@ -6,31 +7,34 @@
  */
 import { unstable_readConfig } from "wrangler";
 import { checkConfig, formatReport, type WranglerConfig } from "../src/config/check.ts";
+import { fail, ok, type Result } from "../src/core/result.ts";
 
 const USAGE = "usage: npm run check-config -- [path/to/wrangler.toml] [--env <name>]";
 
-function parseArgs(argv: string[]): { file: string; env: string | undefined } | { error: string } {
+/** The file and environment to check; `--help` is a failure with no message, so only the usage is printed. */
+function parseArgs(argv: string[]): Result<{ file: string; env: string | undefined }> {
   let file: string | undefined;
   let env: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--env" || arg === "-e") {
       env = argv[++i];
-      if (env === undefined) return { error: "--env needs a name" };
-    } else if (arg === "--help" || arg === "-h") return { error: "" };
-    else if (arg.startsWith("-")) return { error: `unknown option ${arg}` };
+      if (env === undefined) return fail("--env needs a name");
+    } else if (arg === "--help" || arg === "-h") return fail();
+    else if (arg.startsWith("-")) return fail(`unknown option ${arg}`);
     else if (file === undefined) file = arg;
-    else return { error: `one file at a time; got ${file} and ${arg}` };
+    else return fail(`one file at a time; got ${file} and ${arg}`);
   }
-  return { file: file ?? "wrangler.toml", env };
+  return ok({ file: file ?? "wrangler.toml", env });
 }
 
-const args = parseArgs(process.argv.slice(2));
-if ("error" in args) {
-  if (args.error !== "") console.error(`check-config: ${args.error}`);
+const parsed = parseArgs(process.argv.slice(2));
+if (!parsed.ok) {
+  for (const error of parsed.errors) console.error(`check-config: ${error}`);
   console.error(USAGE);
   process.exit(2);
 }
+const args = parsed.value;
 
 let config: WranglerConfig;
 try {

@@ -5,13 +5,20 @@
  * settings that are valid but suspicious, in the spirit of express-rate-limit's
  * validations. Pure: it takes the configuration as wrangler reads it;
  * `tools/check-config.ts` reads the file and prints the findings.
+ *
+ * src/config/ is the Worker's variables, validated; pure, so the offline
+ * checker runs the same code: the errors here are the ones the Worker itself
+ * would answer 500 for.
  */
 
-import { describePeriod, show } from "../core/duration.ts";
+import { describePeriod } from "../core/duration.ts";
 import { sourceLabel } from "../core/keys.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
 import { parseRule, type Rule, ruleMatches } from "../core/rules.ts";
-import { parseAdminPrefix, parseOrigin, parseSettings, type SettingsInput } from "./settings.ts";
+import { show } from "../core/show.ts";
+import { parseAdminPrefix } from "./admin-prefix.ts";
+import { parseOrigin } from "./origin.ts";
+import { parseSettings, type SettingsInput } from "./settings.ts";
 
 /** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
 export type WranglerConfig = {
@@ -55,12 +62,13 @@ export function checkConfig(config: WranglerConfig): CheckReport {
   const findings: Finding[] = [];
   const error = (message: string) => findings.push({ level: "error", message });
 
-  const settings = parseSettings(vars as SettingsInput);
-  if (!settings.ok) for (const message of settings.errors) error(message);
-  const origin = parseOrigin(vars.ORIGIN_URL as string | undefined);
-  if (!origin.ok) error(origin.error);
-  const prefix = parseAdminPrefix(vars.ADMIN_PREFIX);
-  if (!prefix.ok) error(prefix.error);
+  for (const parsed of [
+    parseSettings(vars as SettingsInput),
+    parseOrigin(vars.ORIGIN_URL as string | undefined),
+    parseAdminPrefix(vars.ADMIN_PREFIX),
+  ]) {
+    if (!parsed.ok) for (const message of parsed.errors) error(message);
+  }
   findings.push(...durableObjectFindings(config));
 
   findings.push(...varWarnings(vars));
@@ -71,10 +79,9 @@ export function checkConfig(config: WranglerConfig): CheckReport {
     raw.forEach((input: unknown, index) => {
       const parsed = parseRule(input, `RULES[${index}]`);
       if (!parsed.ok) return;
-      valid.push({ rule: parsed.rule, index });
-      findings.push(
-        ...ruleWarnings(parsed.rule, `RULES[${index}] "${parsed.rule.id}"`, input as Record<string, unknown>),
-      );
+      const rule = parsed.value;
+      valid.push({ rule, index });
+      findings.push(...ruleWarnings(rule, `RULES[${index}] "${rule.id}"`, input as Record<string, unknown>));
     });
   }
   findings.push(...sameRequestsWarnings(valid));
@@ -110,19 +117,7 @@ function durableObjectFindings(config: WranglerConfig): Finding[] {
   } else if (binding.class_name !== CLASS) {
     error(`durable_objects.bindings: "${BINDING}" binds class "${binding.class_name}"; the Worker exports "${CLASS}"`);
   }
-  // Replays the migrations to find what kind of storage the class ends up with.
-  const classes = new Map<string, "sqlite" | "kv">();
-  for (const m of config.migrations ?? []) {
-    for (const name of m.new_sqlite_classes ?? []) classes.set(name, "sqlite");
-    for (const name of m.new_classes ?? []) classes.set(name, "kv");
-    for (const { from, to } of m.renamed_classes ?? []) {
-      const kind = classes.get(from);
-      classes.delete(from);
-      if (kind) classes.set(to, kind);
-    }
-    for (const name of m.deleted_classes ?? []) classes.delete(name);
-  }
-  const kind = classes.get(CLASS);
+  const kind = storageOf(CLASS, config.migrations ?? []);
   if (kind === "kv") {
     error(
       `migrations: "${CLASS}" is created with new_classes (key-value storage); it keeps its counters in SQL and needs new_sqlite_classes = ["${CLASS}"]`,
@@ -135,63 +130,108 @@ function durableObjectFindings(config: WranglerConfig): Finding[] {
   return out;
 }
 
+/** The storage a class ends up with once the migrations are replayed; undefined when none creates it or one deletes it. */
+function storageOf(
+  className: string,
+  migrations: NonNullable<WranglerConfig["migrations"]>,
+): "sqlite" | "kv" | undefined {
+  const classes = new Map<string, "sqlite" | "kv">();
+  for (const m of migrations) {
+    for (const name of m.new_sqlite_classes ?? []) classes.set(name, "sqlite");
+    for (const name of m.new_classes ?? []) classes.set(name, "kv");
+    for (const { from, to } of m.renamed_classes ?? []) {
+      const kind = classes.get(from);
+      classes.delete(from);
+      if (kind) classes.set(to, kind);
+    }
+    for (const name of m.deleted_classes ?? []) classes.delete(name);
+  }
+  return classes.get(className);
+}
+
 const IP_LISTS = new Set(["x-forwarded-for", "forwarded"]);
 
+const warning = (message: string): Finding => ({ level: "warning", message });
+const danger = (message: string): Finding => ({ level: "danger", message });
+
+/** Warnings about the variables, apart from the rules in `RULES`. */
 function varWarnings(vars: Record<string, unknown>): Finding[] {
-  const out: Finding[] = [];
-  const warn = (message: string) => out.push({ level: "warning", message });
+  return [
+    ...rulesWarnings(vars.RULES),
+    ...trustedIpHeaderWarnings(vars.TRUSTED_IP_HEADER),
+    ...adminTokenWarnings(vars.ADMIN_TOKEN),
+    ...ipv6PrefixWarnings(vars.IPV6_PREFIX),
+    ...timeoutWarnings(vars.LIMITER_TIMEOUT_MS),
+  ];
+}
 
-  if (vars.RULES === undefined || (Array.isArray(vars.RULES) && vars.RULES.length === 0)) {
-    warn("RULES: there are no rules, so every request is proxied without a limit");
-  }
+function rulesWarnings(rules: unknown): Finding[] {
+  if (rules !== undefined && !(Array.isArray(rules) && rules.length === 0)) return [];
+  return [warning("RULES: there are no rules, so every request is proxied without a limit")];
+}
 
-  const trusted = typeof vars.TRUSTED_IP_HEADER === "string" ? vars.TRUSTED_IP_HEADER : "";
+function trustedIpHeaderWarnings(value: unknown): Finding[] {
+  const trusted = typeof value === "string" ? value : "";
   const header = trusted.toLowerCase();
+  if (header === "") return [];
   if (header === "cf-connecting-ip") {
-    warn('TRUSTED_IP_HEADER: "CF-Connecting-IP" is what the limiter uses anyway; remove the setting');
-  } else if (IP_LISTS.has(header)) {
-    out.push({
-      level: "danger",
-      message: `TRUSTED_IP_HEADER: ${show(trusted)} is a list that clients write themselves, and the limiter trusts its rightmost entry. That entry is the client only when a proxy of yours in front of Cloudflare appends it; otherwise a client can choose the address it is counted by, and walk around every "ip" rule. With Cloudflare as the first hop, leave TRUSTED_IP_HEADER unset: CF-Connecting-IP is already the client`,
-    });
-  } else if (header !== "") {
-    warn(
+    return [warning('TRUSTED_IP_HEADER: "CF-Connecting-IP" is what the limiter uses anyway; remove the setting')];
+  }
+  if (IP_LISTS.has(header)) {
+    return [
+      danger(
+        `TRUSTED_IP_HEADER: ${show(trusted)} is a list that clients write themselves, and the limiter trusts its rightmost entry. That entry is the client only when a proxy of yours in front of Cloudflare appends it; otherwise a client can choose the address it is counted by, and walk around every "ip" rule. With Cloudflare as the first hop, leave TRUSTED_IP_HEADER unset: CF-Connecting-IP is already the client`,
+      ),
+    ];
+  }
+  return [
+    warning(
       `TRUSTED_IP_HEADER: ${show(trusted)} is trusted as the client's address. Set it only when your own proxy in front of Cloudflare overwrites it on every request; otherwise any client can send it and choose the address it is counted by`,
-    );
-  }
+    ),
+  ];
+}
 
-  const token = vars.ADMIN_TOKEN;
-  if (token !== undefined && token !== "") {
-    out.push({
-      level: "danger",
-      message: `ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run \`wrangler secret put ADMIN_TOKEN\`${
-        typeof token === "string" && token.length < 32
-          ? `; and use at least 32 random characters (this one has ${token.length})`
-          : ""
-      }`,
-    });
-  }
+function adminTokenWarnings(token: unknown): Finding[] {
+  if (token === undefined || token === "") return [];
+  const short =
+    typeof token === "string" && token.length < 32
+      ? `; and use at least 32 random characters (this one has ${token.length})`
+      : "";
+  return [
+    danger(
+      `ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run \`wrangler secret put ADMIN_TOKEN\`${short}`,
+    ),
+  ];
+}
 
-  const bits = Number(vars.IPV6_PREFIX);
-  if (vars.IPV6_PREFIX !== undefined && Number.isInteger(bits) && bits >= 1 && bits <= 128) {
-    if (bits > 64) {
-      warn(
+function ipv6PrefixWarnings(value: unknown): Finding[] {
+  const bits = Number(value);
+  if (value === undefined || !Number.isInteger(bits) || bits < 1 || bits > 128) return [];
+  if (bits > 64) {
+    return [
+      warning(
         `IPV6_PREFIX: /${bits} is longer than /64, but one subscriber holds at least a /64 (usually a /56 or /48), so a client can rotate addresses and walk around its "ip" limits`,
-      );
-    } else if (bits < 32) {
-      warn(
+      ),
+    ];
+  }
+  if (bits < 32) {
+    return [
+      warning(
         `IPV6_PREFIX: /${bits} makes a whole provider's network one client, so unrelated users share each "ip" limit`,
-      );
-    }
+      ),
+    ];
   }
+  return [];
+}
 
-  const timeoutMs = Number(vars.LIMITER_TIMEOUT_MS);
-  if (Number.isInteger(timeoutMs) && timeoutMs > 5_000 && timeoutMs <= 60_000) {
-    warn(
+function timeoutWarnings(value: unknown): Finding[] {
+  const timeoutMs = Number(value);
+  if (!Number.isInteger(timeoutMs) || timeoutMs <= 5_000 || timeoutMs > 60_000) return [];
+  return [
+    warning(
       `LIMITER_TIMEOUT_MS: ${timeoutMs} ms: when a Durable Object is slow or down, every request waits this long before on_error applies`,
-    );
-  }
-  return out;
+    ),
+  ];
 }
 
 /**
@@ -241,96 +281,141 @@ function otherSpellings(written: string, caseSensitive: boolean): string[] {
   return out;
 }
 
+/** Warnings about one valid rule, each starting with `label`; `raw` is the rule as written. */
 function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): Finding[] {
-  const out: Finding[] = [];
-  const warn = (message: string) => out.push({ level: "warning", message: `${label}: ${message}` });
+  const messages = [
+    ...periodWarnings(rule, raw.period),
+    ...pathWarnings(rule),
+    ...excludeWarnings(rule),
+    ...excludedPathWarnings(rule),
+    ...methodWarnings(rule),
+    ...shadowWarnings(rule),
+  ];
+  return messages.map((message) => warning(`${label}: ${message}`));
+}
 
+/** A period so short that jitter dominates it, or a number of seconds that looks like milliseconds. */
+function periodWarnings(rule: Rule, period: unknown): string[] {
   if (rule.periodMs < 1_000) {
-    warn(
-      `field "period": ${show(raw.period)} is under 1 second${typeof raw.period === "number" ? " (a number is seconds)" : ""}: every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit`,
-    );
-  } else if (typeof raw.period === "number" && raw.period >= 1_000 && raw.period % 1_000 === 0) {
-    warn(
-      `field "period": ${raw.period} is seconds, that is ${describePeriod(rule.periodMs)}; if you meant milliseconds, write "${raw.period / 1_000}s"`,
-    );
+    return [
+      `field "period": ${show(period)} is under 1 second${typeof period === "number" ? " (a number is seconds)" : ""}: every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit`,
+    ];
   }
+  if (typeof period === "number" && period >= 1_000 && period % 1_000 === 0) {
+    return [
+      `field "period": ${period} is seconds, that is ${describePeriod(rule.periodMs)}; if you meant milliseconds, write "${period / 1_000}s"`,
+    ];
+  }
+  return [];
+}
 
-  // Any method the rule counts will do to ask which paths it counts.
-  const method = rule.methods === null ? "GET" : [...rule.methods][0]!;
-  const counted = (path: string) => ruleMatches(rule, method, path);
-  const live = rule.paths.filter((glob) => {
+/** The rule's path globs that can match some request. */
+const livePaths = (rule: Rule): PathGlob[] => rule.paths.filter((glob) => unmatchable(glob.source) === null);
+
+/** Path globs that never match, then path globs written another way than they are matched. */
+function pathWarnings(rule: Rule): string[] {
+  const out: string[] = [];
+  for (const glob of rule.paths) {
     const why = unmatchable(glob.source);
-    if (why !== null) warn(`field "path": ${show(glob.source)} never matches: ${why}`);
-    return why === null;
-  });
-  for (const glob of live) {
+    if (why !== null) out.push(`field "path": ${show(glob.source)} never matches: ${why}`);
+  }
+  for (const glob of livePaths(rule)) {
     const canonical = canonicalGlob(glob.source, rule.caseSensitive);
     if (canonical !== glob.source) {
       const ignored = listed(ignoredParts(glob.source, rule.caseSensitive));
-      warn(`field "path": ${show(glob.source)} is the same as ${show(canonical)}: matching ignores ${ignored}`);
+      out.push(`field "path": ${show(glob.source)} is the same as ${show(canonical)}: matching ignores ${ignored}`);
     }
   }
+  return out;
+}
+
+/** Whether the rule counts `path`, for any method it counts: the first one will do. */
+function countsPath(rule: Rule): (path: string) => boolean {
+  const method = rule.methods === null ? "GET" : [...rule.methods][0]!;
+  return (path) => ruleMatches(rule, method, path);
+}
+
+/** Exclude globs that never match, and ones that leave other spellings of their paths counted. */
+function excludeWarnings(rule: Rule): string[] {
+  const counted = countsPath(rule);
+  const out: string[] = [];
   for (const glob of rule.exclude) {
     const why = unmatchable(glob.source);
     if (why !== null) {
-      warn(`field "exclude": ${show(glob.source)} never excludes anything: ${why}`);
+      out.push(`field "exclude": ${show(glob.source)} never excludes anything: ${why}`);
       continue;
     }
     // Exempting only the path as written is what keeps a spelling from buying an exemption; say so where it shows.
     const other = canonicalGlob(glob.source, rule.caseSensitive).replaceAll("*", "x");
     if (other !== glob.source.replaceAll("*", "x") && counted(other)) {
-      warn(
+      out.push(
         `field "exclude": ${show(glob.source)} matches the path as written only, so the rule still counts other spellings such as ${show(other)}`,
       );
     }
   }
+  return out;
+}
 
-  // A path glob that an exclude covers as written still counts the other spellings of its paths; the
-  // rule is called never-matching only when it counts none of the spellings a client would try.
-  const excluded = live.map((glob) => {
-    const by = rule.exclude.find((cover) => globCovers(cover, glob));
-    if (by === undefined) return { glob, by, spelling: undefined };
-    // Paths the glob stands for, as written and as matched: each * filled with "x", and with nothing (`/api/*` counts `/api`).
-    const canonical = canonicalGlob(glob.source, rule.caseSensitive);
-    const instances = [glob.source, canonical].flatMap((g) => [g.replaceAll("*", "x"), g.replaceAll("*", "")]);
-    const spellings = instances.flatMap((path) => [path, ...otherSpellings(path, rule.caseSensitive)]);
-    const spelling = spellings.find((path) => normalizePath(path) === path && counted(path));
-    return { glob, by, spelling };
-  });
-  if (live.length === 0) {
-    warn("never matches: none of its paths can match");
-  } else if (excluded.every(({ by }) => by !== undefined)) {
+/** A path glob, the exclude that covers it as written (if one does), and a spelling of its paths still counted. */
+type Exclusion = { glob: PathGlob; by: PathGlob | undefined; spelling: string | undefined };
+
+function exclusionOf(rule: Rule, glob: PathGlob): Exclusion {
+  const by = rule.exclude.find((cover) => globCovers(cover, glob));
+  if (by === undefined) return { glob, by, spelling: undefined };
+  // Paths the glob stands for, as written and as matched: each * filled with "x", and with nothing (`/api/*` counts `/api`).
+  const canonical = canonicalGlob(glob.source, rule.caseSensitive);
+  const instances = [glob.source, canonical].flatMap((g) => [g.replaceAll("*", "x"), g.replaceAll("*", "")]);
+  const spellings = instances.flatMap((path) => [path, ...otherSpellings(path, rule.caseSensitive)]);
+  const counted = countsPath(rule);
+  const spelling = spellings.find((path) => normalizePath(path) === path && counted(path));
+  return { glob, by, spelling };
+}
+
+/**
+ * A rule none of whose paths can match, and path globs an exclude covers. A
+ * path glob that an exclude covers as written still counts the other
+ * spellings of its paths; the rule is called never-matching only when it
+ * counts none of the spellings a client would try.
+ */
+function excludedPathWarnings(rule: Rule): string[] {
+  const live = livePaths(rule);
+  if (live.length === 0) return ["never matches: none of its paths can match"];
+  const excluded = live.map((glob) => exclusionOf(rule, glob));
+  if (excluded.every(({ by }) => by !== undefined)) {
     const how = excluded.map(({ glob, by }) => `path ${show(glob.source)} by exclude ${show(by!.source)}`).join("; ");
     const spelling = excluded.find((e) => e.spelling !== undefined)?.spelling;
-    warn(
+    return [
       spelling === undefined
         ? `never matches: every path is excluded (${how})`
         : `counts only other spellings of the paths it excludes (${how}): exclude matches the path as written only, so ${show(spelling)} is counted`,
-    );
-  } else {
-    for (const { glob, by, spelling } of excluded) {
-      if (by === undefined) continue;
-      warn(
-        spelling === undefined
-          ? `field "path": ${show(glob.source)} is entirely excluded by exclude ${show(by.source)}, so it adds nothing`
-          : `field "path": ${show(glob.source)} is excluded by exclude ${show(by.source)} as written, so it counts only other spellings, such as ${show(spelling)}`,
-      );
-    }
+    ];
   }
+  return excluded.flatMap(({ glob, by, spelling }) => {
+    if (by === undefined) return [];
+    return [
+      spelling === undefined
+        ? `field "path": ${show(glob.source)} is entirely excluded by exclude ${show(by.source)}, so it adds nothing`
+        : `field "path": ${show(glob.source)} is excluded by exclude ${show(by.source)} as written, so it counts only other spellings, such as ${show(spelling)}`,
+    ];
+  });
+}
 
-  if (rule.methods !== null) {
-    const never = [...rule.methods].filter((method) => !WORKER_METHODS.has(method));
-    if (never.length === rule.methods.size) {
-      warn(`never matches: Workers never receive ${never.join(" or ")} requests (the runtime cannot carry them)`);
-    } else if (never.length > 0) {
-      warn(`field "methods": Workers never receive ${never.join(" or ")} requests (the runtime cannot carry them)`);
-    }
+/** Methods that never reach a Worker. */
+function methodWarnings(rule: Rule): string[] {
+  if (rule.methods === null) return [];
+  const never = [...rule.methods].filter((method) => !WORKER_METHODS.has(method));
+  if (never.length === rule.methods.size) {
+    return [`never matches: Workers never receive ${never.join(" or ")} requests (the runtime cannot carry them)`];
   }
+  if (never.length > 0) {
+    return [`field "methods": Workers never receive ${never.join(" or ")} requests (the runtime cannot carry them)`];
+  }
+  return [];
+}
 
-  if (rule.action === "log" && rule.onError === "closed") {
-    warn('field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request');
-  }
-  return out;
+function shadowWarnings(rule: Rule): string[] {
+  if (rule.action !== "log" || rule.onError !== "closed") return [];
+  return ['field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request'];
 }
 
 /** What decides which requests a rule counts, and how: equal signatures count the same requests the same way. */

@@ -1,7 +1,11 @@
 /**
  * @module
- * Parses a rule's `period`: seconds as a number, or a string such as "10s".
+ * Durations: a rule's `period` parsed (seconds as a number, or a string
+ * such as "10s"), and milliseconds written back as people and wrangler.toml
+ * spell them.
  */
+import { fail, ok, type Result } from "./result.ts";
+import { show } from "./show.ts";
 
 export type Unit = "ms" | "s" | "m" | "h" | "d";
 /** A number of seconds, or a count and a unit: `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
@@ -17,29 +21,22 @@ export const MAX_PERIOD_MS = 365 * unitMs.d;
  * Converts a duration to whole milliseconds.
  * @returns the milliseconds, or an error message that quotes the bad value.
  */
-export function parseDurationMs(value: unknown): { ms: number } | { error: string } {
+export function parseDurationMs(value: unknown): Result<number> {
   let ms: number;
   if (typeof value === "number" && Number.isFinite(value)) ms = value * 1_000;
   else if (typeof value === "string" && pattern.test(value.trim())) {
     const [, amount = "", unit = "s"] = pattern.exec(value.trim()) ?? [];
     ms = Number(amount) * unitMs[unit as Unit];
   } else {
-    return { error: `must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got ${show(value)}` };
+    return fail(`must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got ${show(value)}`);
   }
   // Decimal seconds such as 1.1 are not exact in binary; snap what is within rounding error.
   if (Math.abs(ms - Math.round(ms)) < 1e-6) ms = Math.round(ms);
-  if (!Number.isInteger(ms)) return { error: `must be a whole number of milliseconds; got ${show(value)}` };
-  if (ms < 1) return { error: `must be at least 1ms; got ${show(value)}` };
-  if (ms > MAX_PERIOD_MS) return { error: `must be at most 365d; got ${show(value)}` };
-  return { ms };
+  if (!Number.isInteger(ms)) return fail(`must be a whole number of milliseconds; got ${show(value)}`);
+  if (ms < 1) return fail(`must be at least 1ms; got ${show(value)}`);
+  if (ms > MAX_PERIOD_MS) return fail(`must be at most 365d; got ${show(value)}`);
+  return ok(ms);
 }
-
-/** A value as it would appear in a config file, for error messages. */
-export const show = (value: unknown): string => {
-  const text = JSON.stringify(value);
-  if (text === undefined) return String(value);
-  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
-};
 
 /** The units a period is written in, largest first: its milliseconds, its suffix and its name. */
 const UNITS: [number, Unit, string][] = [

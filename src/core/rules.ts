@@ -3,7 +3,7 @@
  * Rate-limit rules: the `[[vars.RULES]]` schema, and its validation into
  * compiled rules. Every problem is reported, each naming the rule and field.
  */
-import { type Duration, parseDurationMs, show } from "./duration.ts";
+import { type Duration, parseDurationMs } from "./duration.ts";
 import {
   compileGlob,
   compileRuleGlob,
@@ -13,6 +13,8 @@ import {
   type RequestPath,
   type RuleGlob,
 } from "./paths.ts";
+import { fail, mapAll, ok, type Result } from "./result.ts";
+import { show } from "./show.ts";
 import type { WindowLimit } from "./sliding-window.ts";
 
 /** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
@@ -90,185 +92,168 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const MAX_LIMIT = 1_000_000_000;
 const MAX_PRECISION = 60;
 
-/** Problems found in one rule, each already naming the rule and field. */
-export type RuleErrors = string[];
-
 /**
  * Validates rules. Returns the compiled rules, or every problem found.
  * `where` names the list in messages (`RULES` for wrangler.toml).
  */
-export function parseRules(
-  input: unknown,
-  where = "RULES",
-): { ok: true; rules: Rule[] } | { ok: false; errors: RuleErrors } {
+export function parseRules(input: unknown, where = "RULES"): Result<Rule[]> {
   if (!Array.isArray(input)) {
-    return { ok: false, errors: [`${where}: must be a list of rules ([[vars.${where}]]); got ${show(input)}`] };
+    return fail(`${where}: must be a list of rules ([[vars.${where}]]); got ${show(input)}`);
   }
   const errors: string[] = [];
   const rules: Rule[] = [];
   const seen = new Map<string, number>();
   input.forEach((raw: unknown, index) => {
-    const result = parseRule(raw, `${where}[${index}]`);
-    if (!result.ok) {
-      errors.push(...result.errors);
+    const parsed = parseRule(raw, `${where}[${index}]`);
+    if (!parsed.ok) {
+      errors.push(...parsed.errors);
       return;
     }
-    const first = seen.get(result.rule.id);
+    const rule = parsed.value;
+    const first = seen.get(rule.id);
     if (first !== undefined) {
-      errors.push(
-        `${where}[${index}] "${result.rule.id}": field "id": duplicates ${where}[${first}]; ids must be unique`,
-      );
+      errors.push(`${where}[${index}] "${rule.id}": field "id": duplicates ${where}[${first}]; ids must be unique`);
       return;
     }
-    seen.set(result.rule.id, index);
-    rules.push(result.rule);
+    seen.set(rule.id, index);
+    rules.push(rule);
   });
-  return errors.length > 0 ? { ok: false, errors } : { ok: true, rules };
+  return errors.length > 0 ? fail(...errors) : ok(rules);
 }
 
 /** Validates one rule; `where` is its position, such as `RULES[2]`. */
-export function parseRule(raw: unknown, where: string): { ok: true; rule: Rule } | { ok: false; errors: RuleErrors } {
+export function parseRule(raw: unknown, where: string): Result<Rule> {
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-    return { ok: false, errors: [`${where}: must be a table of fields; got ${show(raw)}`] };
+    return fail(`${where}: must be a table of fields; got ${show(raw)}`);
   }
-  const r = raw as Record<string, unknown>;
-  const label = typeof r.id === "string" && r.id !== "" ? `${where} "${r.id}"` : where;
+  const fields = raw as Record<string, unknown>;
+  const label = typeof fields.id === "string" && fields.id !== "" ? `${where} "${fields.id}"` : where;
   const errors: string[] = [];
-  const fail = (field: string, message: string) => errors.push(`${label}: field "${field}": ${message}`);
-
-  for (const field of Object.keys(r)) {
-    if (!(RULE_FIELDS as readonly string[]).includes(field)) {
-      fail(field, `is not a rule field; known fields are ${RULE_FIELDS.join(", ")}`);
-    }
-  }
-
-  if (typeof r.id !== "string" || !ID.test(r.id))
-    fail("id", `must be 1–64 characters of [a-z0-9_-]; got ${show(r.id)}`);
-
-  const caseSensitiveField = r.case_sensitive ?? false;
-  if (typeof caseSensitiveField !== "boolean")
-    fail("case_sensitive", `must be true or false; got ${show(caseSensitiveField)}`);
-  const caseSensitive = caseSensitiveField === true;
-  const paths = globs(r.path ?? "/*", "path", fail, (glob) => compileRuleGlob(glob, caseSensitive));
-  const exclude = globs(r.exclude ?? [], "exclude", fail, compileGlob);
-  if (Array.isArray(r.path) && r.path.length === 0) fail("path", "must name at least one path glob");
-
-  let methods: Set<string> | null = null;
-  if (r.methods !== undefined) {
-    if (!Array.isArray(r.methods) || r.methods.length === 0) {
-      fail("methods", `must be a non-empty list of HTTP methods such as ["GET", "POST"]; got ${show(r.methods)}`);
-    } else {
-      methods = new Set();
-      for (const m of r.methods) {
-        if (typeof m !== "string" || !TOKEN.test(m)) fail("methods", `${show(m)} is not an HTTP method`);
-        else methods.add(m.toUpperCase());
-      }
-    }
-  }
-
-  const limit = r.limit;
-  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
-    fail("limit", `must be an integer from 1 to ${MAX_LIMIT}; got ${show(limit)}`);
-  }
-
-  let periodMs = 0;
-  if (r.period === undefined) fail("period", 'is required: seconds, or a string like "10s", "1m", "1h", "1d"');
-  else {
-    const period = parseDurationMs(r.period);
-    if ("error" in period) fail("period", period.error);
-    else periodMs = period.ms;
-  }
-
-  const key = parseKey(r.key ?? ["ip"], fail, caseSensitive);
-
-  const action = r.action ?? "block";
-  if (action !== "block" && action !== "log") fail("action", `must be "block" or "log"; got ${show(action)}`);
-
-  const onError = r.on_error ?? "open";
-  if (onError !== "open" && onError !== "closed") fail("on_error", `must be "open" or "closed"; got ${show(onError)}`);
-
-  const precision = r.precision ?? 1;
-  if (typeof precision !== "number" || !Number.isInteger(precision) || precision < 1 || precision > MAX_PRECISION) {
-    fail("precision", `must be an integer from 1 to ${MAX_PRECISION}; got ${show(precision)}`);
-  }
-
-  const strict = r.strict ?? false;
-  if (typeof strict !== "boolean") fail("strict", `must be true or false; got ${show(strict)}`);
-
-  if (errors.length > 0) return { ok: false, errors };
-  return {
-    ok: true,
-    rule: {
-      id: r.id as string,
-      paths,
-      exclude,
-      methods,
-      caseSensitive,
-      limit: limit as number,
-      periodMs,
-      precision: precision as number,
-      strict: strict as boolean,
-      key,
-      action: action as Rule["action"],
-      onError: onError as Rule["onError"],
-    },
-  };
+  const rule = readFields(fields, (field, parsed, fallback) => {
+    if (parsed.ok) return parsed.value;
+    for (const message of parsed.errors) errors.push(`${label}: field "${field}": ${message}`);
+    return fallback;
+  });
+  return errors.length > 0 ? fail(...errors) : ok(rule);
 }
 
-type Fail = (field: string, message: string) => void;
+/** The value of a field's parse; or, once its errors are recorded against `field`, `fallback`. */
+type Take = <T>(field: string, parsed: Result<T>, fallback: T) => T;
 
-function globs<G extends PathGlob>(value: unknown, field: string, fail: Fail, compile: (glob: string) => G): G[] {
+/**
+ * A rule made from its fields, each parsed in the order the schema lists
+ * them, so problems are reported in that order. The rule is only used when
+ * `take` recorded no problem, so a fallback never reaches a caller.
+ */
+function readFields(fields: Record<string, unknown>, take: Take): Rule {
+  for (const name of Object.keys(fields)) {
+    if (!isRuleField(name)) take(name, fail(`is not a rule field; known fields are ${RULE_FIELDS.join(", ")}`), null);
+  }
+  const id = take("id", parseId(fields.id), "");
+  const caseSensitive = take("case_sensitive", parseFlag(fields.case_sensitive ?? false), false);
+  const paths = take(
+    "path",
+    parseGlobs(fields.path ?? "/*", (glob) => compileRuleGlob(glob, caseSensitive)),
+    [],
+  );
+  const exclude = take("exclude", parseGlobs(fields.exclude ?? [], compileGlob), []);
+  if (Array.isArray(fields.path) && fields.path.length === 0) {
+    take("path", fail("must name at least one path glob"), null);
+  }
+  const methods = take("methods", parseMethods(fields.methods), null);
+  const limit = take("limit", parseIntegerFrom1(fields.limit, MAX_LIMIT), 0);
+  const periodMs = take("period", parsePeriod(fields.period), 0);
+  const key = take("key", parseKey(fields.key ?? ["ip"], caseSensitive), []);
+  const action = take("action", parseChoice(fields.action ?? "block", ["block", "log"]), "block");
+  const onError = take("on_error", parseChoice(fields.on_error ?? "open", ["open", "closed"]), "open");
+  const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
+  const strict = take("strict", parseFlag(fields.strict ?? false), false);
+  return { id, paths, exclude, methods, caseSensitive, limit, periodMs, precision, strict, key, action, onError };
+}
+
+const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
+
+const parseId = (value: unknown): Result<string> =>
+  typeof value === "string" && ID.test(value)
+    ? ok(value)
+    : fail(`must be 1–64 characters of [a-z0-9_-]; got ${show(value)}`);
+
+const parseFlag = (value: unknown): Result<boolean> =>
+  typeof value === "boolean" ? ok(value) : fail(`must be true or false; got ${show(value)}`);
+
+/** An integer from 1 to `max`: a rule's `limit` or `precision`. */
+const parseIntegerFrom1 = (value: unknown, max: number): Result<number> =>
+  typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= max
+    ? ok(value)
+    : fail(`must be an integer from 1 to ${max}; got ${show(value)}`);
+
+/** One of `choices`, such as `"block"` or `"log"`. */
+function parseChoice<const C extends string>(value: unknown, choices: readonly C[]): Result<C> {
+  if ((choices as readonly unknown[]).includes(value)) return ok(value as C);
+  return fail(`must be ${choices.map((choice) => `"${choice}"`).join(" or ")}; got ${show(value)}`);
+}
+
+const parsePeriod = (value: unknown): Result<number> =>
+  value === undefined ? fail('is required: seconds, or a string like "10s", "1m", "1h", "1d"') : parseDurationMs(value);
+
+/** A glob or a list of globs, each compiled. */
+function parseGlobs<G extends PathGlob>(value: unknown, compile: (glob: string) => G): Result<G[]> {
   const list = typeof value === "string" ? [value] : value;
-  if (!Array.isArray(list)) {
-    fail(field, `must be a path glob or a list of them, such as "/api/*"; got ${show(value)}`);
-    return [];
+  if (!Array.isArray(list)) return fail(`must be a path glob or a list of them, such as "/api/*"; got ${show(value)}`);
+  return mapAll(list, (glob: unknown) =>
+    typeof glob === "string" && glob.startsWith("/")
+      ? ok(compile(glob))
+      : fail(`${show(glob)} is not a path glob starting with "/"`),
+  );
+}
+
+/** Upper-case method names, or null (every method) when the field is absent. */
+function parseMethods(value: unknown): Result<ReadonlySet<string> | null> {
+  if (value === undefined) return ok(null);
+  if (!Array.isArray(value) || value.length === 0) {
+    return fail(`must be a non-empty list of HTTP methods such as ["GET", "POST"]; got ${show(value)}`);
   }
-  const out: G[] = [];
-  for (const glob of list) {
-    if (typeof glob !== "string" || !glob.startsWith("/"))
-      fail(field, `${show(glob)} is not a path glob starting with "/"`);
-    else out.push(compile(glob));
-  }
-  return out;
+  const names = mapAll(value, (method: unknown) =>
+    typeof method === "string" && TOKEN.test(method)
+      ? ok(method.toUpperCase())
+      : fail(`${show(method)} is not an HTTP method`),
+  );
+  return names.ok ? ok(new Set(names.value)) : names;
 }
 
 const SIMPLE_SOURCES = new Set(["ip", "method", "host"]);
 const NAMED_SOURCES = new Set(["header", "cookie", "query"]);
 
-function parseKey(value: unknown, fail: Fail, caseSensitive: boolean): Characteristic[] {
+/** A characteristic or a list of them, such as `["header:x-api-key|ip", "method"]`. */
+function parseKey(value: unknown, caseSensitive: boolean): Result<Characteristic[]> {
   const list = typeof value === "string" ? [value] : value;
   if (!Array.isArray(list) || list.length === 0) {
-    fail("key", `must be a non-empty list of characteristics such as ["ip"]; got ${show(value)}`);
-    return [];
+    return fail(`must be a non-empty list of characteristics such as ["ip"]; got ${show(value)}`);
   }
-  const key: Characteristic[] = [];
-  for (const item of list) {
-    if (typeof item !== "string") {
-      fail("key", `${show(item)} is not a characteristic`);
-      continue;
-    }
-    const sources: Source[] = [];
-    for (const part of item.split("|")) {
-      const source = parseSource(part.trim(), caseSensitive);
-      if (typeof source === "string") fail("key", `${show(item)}: ${source}`);
-      else sources.push(source);
-    }
-    key.push(sources);
-  }
-  return key;
+  return mapAll(list, (item: unknown) => parseCharacteristic(item, caseSensitive));
 }
 
-function parseSource(text: string, caseSensitive: boolean): Source | string {
-  if (SIMPLE_SOURCES.has(text)) return { kind: text as "ip" | "method" | "host" };
-  if (text === "path") return { kind: "path", caseSensitive };
+/** Sources separated by `|`, such as `"header:x-api-key|ip"`. */
+function parseCharacteristic(item: unknown, caseSensitive: boolean): Result<Characteristic> {
+  if (typeof item !== "string") return fail(`${show(item)} is not a characteristic`);
+  const sources = mapAll(item.split("|"), (part) => parseSource(part.trim(), caseSensitive));
+  return sources.ok ? sources : fail(...sources.errors.map((message) => `${show(item)}: ${message}`));
+}
+
+function parseSource(text: string, caseSensitive: boolean): Result<Source> {
+  if (SIMPLE_SOURCES.has(text)) return ok({ kind: text as "ip" | "method" | "host" });
+  if (text === "path") return ok({ kind: "path", caseSensitive });
   const colon = text.indexOf(":");
   const kind = colon < 0 ? text : text.slice(0, colon);
   if (!NAMED_SOURCES.has(kind)) {
-    return `unknown characteristic ${show(text)}; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>`;
+    return fail(
+      `unknown characteristic ${show(text)}; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>`,
+    );
   }
   const name = colon < 0 ? "" : text.slice(colon + 1);
-  if (kind === "query" ? name === "" : !TOKEN.test(name)) return `${kind}: needs a name, as in "${kind}:x-api-key"`;
-  return { kind: kind as "header" | "cookie" | "query", name: kind === "header" ? name.toLowerCase() : name };
+  if (kind === "query" ? name === "" : !TOKEN.test(name))
+    return fail(`${kind}: needs a name, as in "${kind}:x-api-key"`);
+  return ok({ kind: kind as "header" | "cookie" | "query", name: kind === "header" ? name.toLowerCase() : name });
 }
 
 /**

@@ -15,7 +15,8 @@
  * `periodMs`, because in floating point `500 × (1 − 3960/60000) + 33` is
  * 499.99999999999994 and would admit at the limit. `weighted` is for display.
  *
- * Pure: `(state, nowMs, limit)` in, `(state, decision)` out. No I/O, no clock.
+ * Pure: `(state, nowMs, window)` in, `(state, decision)` out, where `window`
+ * is the rule's {@link WindowLimit}. No I/O, no clock.
  * Every function is O(k) in time and space.
  */
 
@@ -62,15 +63,17 @@ export type Decision = {
 };
 
 /** Index of the bucket that holds `nowMs`. */
-export const bucketIndex = (nowMs: number, l: WindowLimit): number => Math.floor((nowMs * l.precision) / l.periodMs);
+export const bucketIndex = (nowMs: number, window: WindowLimit): number =>
+  Math.floor((nowMs * window.precision) / window.periodMs);
 
 /** The first millisecond of bucket `bucket`. */
-export const bucketStartMs = (bucket: number, l: WindowLimit): number => Math.ceil((bucket * l.periodMs) / l.precision);
+export const bucketStartMs = (bucket: number, window: WindowLimit): number =>
+  Math.ceil((bucket * window.periodMs) / window.precision);
 
 /** A key that has never been seen. */
-export const emptyState = (nowMs: number, l: WindowLimit): WindowState => ({
-  bucket: bucketIndex(nowMs, l),
-  counts: new Array<number>(l.precision + 1).fill(0),
+export const emptyState = (nowMs: number, window: WindowLimit): WindowState => ({
+  bucket: bucketIndex(nowMs, window),
+  counts: new Array<number>(window.precision + 1).fill(0),
 });
 
 /**
@@ -78,11 +81,11 @@ export const emptyState = (nowMs: number, l: WindowLimit): WindowState => ({
  * (`prev = curr, curr = 0` when precision is 1); a step past every bucket
  * (skipped windows) leaves all zeros. A clock that steps back changes nothing.
  */
-export function rotate(state: WindowState, nowMs: number, l: WindowLimit): WindowState {
-  const bucket = bucketIndex(nowMs, l);
+export function rotate(state: WindowState, nowMs: number, window: WindowLimit): WindowState {
+  const bucket = bucketIndex(nowMs, window);
   const shift = bucket - state.bucket;
   if (shift <= 0) return state;
-  const size = l.precision + 1;
+  const size = window.precision + 1;
   const counts = new Array<number>(size).fill(0);
   for (let i = shift; i < size; i++) counts[i - shift] = state.counts[i] ?? 0;
   return { bucket, counts };
@@ -95,38 +98,38 @@ export function rotate(state: WindowState, nowMs: number, l: WindowLimit): Windo
  */
 type Parts = { oldest: number; kept: number; newer: number };
 
-function parts(rotated: WindowState, nowMs: number, l: WindowLimit): Parts {
+function parts(rotated: WindowState, nowMs: number, window: WindowLimit): Parts {
   const [oldest = 0, ...rest] = rotated.counts;
   let newer = 0;
   for (const count of rest) newer += count;
   // `(nowMs × k) mod periodMs` is how far into its bucket `nowMs` is, in `periodMs`ths of the bucket.
   // A clock behind the newest bucket (it stepped back) counts the oldest whole, so the count never rises as it catches up.
-  const whole = l.strict || bucketIndex(nowMs, l) < rotated.bucket;
-  const kept = whole ? l.periodMs : l.periodMs - ((nowMs * l.precision) % l.periodMs);
+  const whole = window.strict || bucketIndex(nowMs, window) < rotated.bucket;
+  const kept = whole ? window.periodMs : window.periodMs - ((nowMs * window.precision) % window.periodMs);
   return { oldest, kept, newer };
 }
 
 /** The weighted count of a state already rotated to `nowMs` (rounded; decisions use {@link evaluate}). */
-export function weightedCount(rotated: WindowState, nowMs: number, l: WindowLimit): number {
-  const { oldest, kept, newer } = parts(rotated, nowMs, l);
-  return (oldest * kept) / l.periodMs + newer;
+export function weightedCount(rotated: WindowState, nowMs: number, window: WindowLimit): number {
+  const { oldest, kept, newer } = parts(rotated, nowMs, window);
+  return (oldest * kept) / window.periodMs + newer;
 }
 
 /** Whether `oldest × kept / periodMs + newer < limit`, in exact integer arithmetic. */
-function admits({ oldest, kept, newer }: Parts, l: WindowLimit): boolean {
-  const headroom = l.limit - newer;
+function admits({ oldest, kept, newer }: Parts, window: WindowLimit): boolean {
+  const headroom = window.limit - newer;
   if (headroom <= 0) return false;
-  return productLess(oldest, kept, headroom, l.periodMs);
+  return productLess(oldest, kept, headroom, window.periodMs);
 }
 
 /** What a request at `nowMs` would see, without counting it. */
-export function evaluate(state: WindowState, nowMs: number, l: WindowLimit): Evaluation {
-  const rotated = rotate(state, nowMs, l);
-  const split = parts(rotated, nowMs, l);
+export function evaluate(state: WindowState, nowMs: number, window: WindowLimit): Evaluation {
+  const rotated = rotate(state, nowMs, window);
+  const split = parts(rotated, nowMs, window);
   return {
     state: rotated,
-    weighted: (split.oldest * split.kept) / l.periodMs + split.newer,
-    allowed: admits(split, l),
+    weighted: (split.oldest * split.kept) / window.periodMs + split.newer,
+    allowed: admits(split, window),
   };
 }
 
@@ -149,22 +152,34 @@ export function admit(rotated: WindowState): WindowState {
  * headroom holds the answer, found by solving for the oldest bucket's weight.
  * By the start of bucket `b + k + 1` every count has rotated out.
  */
-export function retryAfterMs(state: WindowState, nowMs: number, l: WindowLimit): number {
-  const rotated = rotate(state, nowMs, l);
-  if (admits(parts(rotated, nowMs, l), l)) return 0;
+export function retryAfterMs(state: WindowState, nowMs: number, window: WindowLimit): number {
+  const rotated = rotate(state, nowMs, window);
+  if (admits(parts(rotated, nowMs, window), window)) return 0;
   const { bucket, counts } = rotated;
   let newer = 0;
   for (let i = 1; i < counts.length; i++) newer += counts[i] ?? 0;
   for (let j = 0; j < counts.length; j++) {
-    const headroom = l.limit - newer;
+    const headroom = window.limit - newer;
     if (headroom > 0) {
-      const atMs = earliestInBucket(bucket + j, counts[j] ?? 0, headroom, nowMs, l);
+      const atMs = earliestInBucket({ bucket: bucket + j, oldest: counts[j] ?? 0, headroom, nowMs }, window);
       if (atMs !== null) return atMs - nowMs;
     }
     newer -= counts[j + 1] ?? 0;
   }
-  return Math.max(nowMs, bucketStartMs(bucket + counts.length, l)) - nowMs;
+  return Math.max(nowMs, bucketStartMs(bucket + counts.length, window)) - nowMs;
 }
+
+/** One bucket of a wait being worked out (see {@link earliestInBucket}). */
+type BucketWait = {
+  /** The bucket's index, b. */
+  bucket: number;
+  /** The count of the oldest bucket while b is the newest. */
+  oldest: number;
+  /** What the newer buckets leave of the limit: `limit − newer`, > 0. */
+  headroom: number;
+  /** No instant before this counts. */
+  nowMs: number;
+};
 
 /**
  * The first instant, not before `nowMs`, in bucket `b` at which `oldest`
@@ -173,49 +188,53 @@ export function retryAfterMs(state: WindowState, nowMs: number, l: WindowLimit):
  * `periodMs`ths, so the condition `oldest × kept < headroom × periodMs` becomes
  * a lower bound on t.
  */
-function earliestInBucket(b: number, oldest: number, headroom: number, nowMs: number, l: WindowLimit): number | null {
-  const startMs = Math.max(nowMs, bucketStartMs(b, l));
-  if (startMs >= bucketStartMs(b + 1, l)) return null;
+function earliestInBucket({ bucket: b, oldest, headroom, nowMs }: BucketWait, window: WindowLimit): number | null {
+  const startMs = Math.max(nowMs, bucketStartMs(b, window));
+  if (startMs >= bucketStartMs(b + 1, window)) return null;
   if (oldest < headroom) return startMs; // admitted even counting the oldest whole
-  if (l.strict) return null;
+  if (window.strict) return null;
   // kept = periodMs − u, where u = t × k − b × periodMs is how far t is into bucket b.
   // oldest × (periodMs − u) < headroom × periodMs  ⟺  u > (oldest − headroom) × periodMs / oldest.
-  const minInto = floorProductQuotient(oldest - headroom, l.periodMs, oldest) + 1;
-  const atMs = Math.max(startMs, Math.ceil((b * l.periodMs + minInto) / l.precision));
-  return atMs < bucketStartMs(b + 1, l) ? atMs : null;
+  const minInto = floorProductQuotient(oldest - headroom, window.periodMs, oldest) + 1;
+  const atMs = Math.max(startMs, Math.ceil((b * window.periodMs + minInto) / window.precision));
+  return atMs < bucketStartMs(b + 1, window) ? atMs : null;
 }
 
 /** Milliseconds until the bucket that holds `nowMs` ends. */
-export const msToBucketEnd = (nowMs: number, l: WindowLimit): number =>
-  bucketStartMs(bucketIndex(nowMs, l) + 1, l) - nowMs;
+export const msToBucketEnd = (nowMs: number, window: WindowLimit): number =>
+  bucketStartMs(bucketIndex(nowMs, window) + 1, window) - nowMs;
 
 /**
  * Describes an evaluation. `counted` says whether the request was admitted and
  * counted; a request that this rule would admit can still be refused by another
  * rule checked with it, and is then not counted.
  */
-export function describe(ev: Evaluation, nowMs: number, l: WindowLimit, counted: boolean): Decision {
+export function describe(ev: Evaluation, nowMs: number, window: WindowLimit, counted: boolean): Decision {
   if (!ev.allowed) {
-    const wait = retryAfterMs(ev.state, nowMs, l);
+    const wait = retryAfterMs(ev.state, nowMs, window);
     return { allowed: false, weighted: ev.weighted, remaining: 0, retryAfterMs: wait, resetMs: wait };
   }
   // floor(limit − weighted − c) = headroom − c − ceil(oldest × kept / periodMs), with headroom = limit − newer.
-  const { oldest, kept, newer } = parts(ev.state, nowMs, l);
-  const left = l.limit - newer - (counted ? 1 : 0) - ceilProductQuotient(oldest, kept, l.periodMs);
+  const { oldest, kept, newer } = parts(ev.state, nowMs, window);
+  const left = window.limit - newer - (counted ? 1 : 0) - ceilProductQuotient(oldest, kept, window.periodMs);
   return {
     allowed: counted,
     weighted: ev.weighted,
     remaining: Math.max(0, left),
     retryAfterMs: 0,
-    resetMs: msToBucketEnd(nowMs, l),
+    resetMs: msToBucketEnd(nowMs, window),
   };
 }
 
 /** Checks one request against one rule: counts it if admitted. */
-export function check(state: WindowState, nowMs: number, l: WindowLimit): { state: WindowState; decision: Decision } {
-  const ev = evaluate(state, nowMs, l);
+export function check(
+  state: WindowState,
+  nowMs: number,
+  window: WindowLimit,
+): { state: WindowState; decision: Decision } {
+  const ev = evaluate(state, nowMs, window);
   const next = ev.allowed ? admit(ev.state) : ev.state;
-  return { state: next, decision: describe(ev, nowMs, l, ev.allowed) };
+  return { state: next, decision: describe(ev, nowMs, window, ev.allowed) };
 }
 
 // Exact integer arithmetic on non-negative integers. Products of a count (up to

@@ -4,7 +4,7 @@
  * as they are, hop-by-hop headers removed in both directions.
  */
 
-import type { Origin } from "../config/settings.ts";
+import type { Origin } from "../config/origin.ts";
 import { logEvent } from "../observe/log.ts";
 import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
 

@@ -5,7 +5,9 @@
  * answers under its prefix before any rule is applied.
  */
 import { Hono } from "hono";
-import { getOrCreate, type Origin, parseOrigin, settingsFromEnv } from "../config/settings.ts";
+import { settingsFromEnv } from "../config/memo.ts";
+import { type Origin, parseOrigin } from "../config/origin.ts";
+import { getOrCreate } from "../core/maps.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
 import { forward } from "../http/proxy.ts";
 import { logEvent } from "../observe/log.ts";
@@ -26,7 +28,7 @@ app.use("*", rateLimit());
 app.all("*", (c) => {
   const origin = originOf(c.env);
   if (!origin.ok) {
-    logEvent({ event: "invalid_config", errors: [origin.error] }, "error");
+    logEvent({ event: "invalid_config", errors: origin.errors }, "error");
     return invalidConfigResponse();
   }
   const settings = settingsFromEnv(c.env);

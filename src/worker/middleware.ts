@@ -4,7 +4,9 @@
  * project and for your own Hono app.
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { type Parsed, parseSettings, type Settings, type SettingsInput, settingsFromEnv } from "../config/settings.ts";
+import { settingsFromEnv } from "../config/memo.ts";
+import { parseSettings, type Settings, type SettingsInput } from "../config/settings.ts";
+import type { Result } from "../core/result.ts";
 import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
 import { decide } from "../isolate/decide.ts";
@@ -52,7 +54,7 @@ export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => 
   if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;
   if (options.timeoutMs !== undefined) overrides.LIMITER_TIMEOUT_MS = options.timeoutMs;
 
-  let fixed: Parsed<Settings> | null = null;
+  let fixed: Result<Settings> | null = null;
   if (options.rules !== undefined) {
     const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
     if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);

@@ -10,7 +10,9 @@
  * - `DELETE {prefix}/status?rule=<id>&key=<client>`
  */
 import type { MiddlewareHandler } from "hono";
-import { getOrCreate, parseAdminPrefix, settingsFromEnv } from "../../config/settings.ts";
+import { parseAdminPrefix } from "../../config/admin-prefix.ts";
+import { settingsFromEnv } from "../../config/memo.ts";
+import { getOrCreate } from "../../core/maps.ts";
 import { normalizePath } from "../../core/paths.ts";
 import { INVALID_CONFIG, invalidConfigResponse, problemResponse } from "../../http/problem.ts";
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
@@ -43,13 +45,13 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
     const parsed = getOrCreate(prefixes, String(c.env.ADMIN_PREFIX ?? ""), () => parseAdminPrefix(c.env.ADMIN_PREFIX));
     if (!parsed.ok) {
       // Which paths are the API's is unknown, and proxying one would hand the token to the origin.
-      logEvent({ event: "invalid_config", errors: [parsed.error] }, "error");
+      logEvent({ event: "invalid_config", errors: parsed.errors }, "error");
       return invalidConfigResponse();
     }
     const url = new URL(c.req.url);
     // Matched like the rules match paths, so `//__ratelimit` or `/%5F_ratelimit` cannot slip past to the origin.
     const path = normalizePath(url.pathname);
-    const { prefix } = parsed;
+    const { value: prefix } = parsed;
     if (path !== prefix && !path.startsWith(`${prefix}/`)) return next();
 
     if (!(await bearerMatches(c.req.header("authorization"), token))) {

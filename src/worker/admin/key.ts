@@ -4,11 +4,12 @@
  * into the very canonical key that client's requests have, so it reaches the
  * same Durable Object.
  */
-import { show } from "../../core/duration.ts";
 import { ipKey, UNKNOWN_IP } from "../../core/ip.ts";
 import { canonicalKey, type RequestFacts, sourceLabel } from "../../core/keys.ts";
 import { matchingPath, normalizePath } from "../../core/paths.ts";
+import { fail, ok, type Result } from "../../core/result.ts";
 import type { Characteristic, Rule } from "../../core/rules.ts";
+import { show } from "../../core/show.ts";
 
 export const keyAsWritten = (key: Characteristic[]): string[] =>
   key.map((sources) => sources.map(sourceLabel).join("|"));
@@ -25,41 +26,59 @@ export const keyAsWritten = (key: Characteristic[]): string[] =>
  * value is an absent one.
  * The string is made by {@link canonicalKey} itself, so it names the same object.
  */
-export function adminKey(
-  rule: Rule,
-  params: string[],
-  ipv6PrefixBits: number,
-): { ok: true; canonical: string } | { ok: false; error: string } {
+export function adminKey(rule: Rule, params: string[], ipv6PrefixBits: number): Result<string> {
+  if (params.length === 0) return fail(`The "key" query parameter is required. ${keyUsage(rule)}`);
+  const values = namedValues(rule, params, ipv6PrefixBits);
+  if (!values.ok) return values;
+  return ok(canonicalKey(rule.key, factsOf(values.value)));
+}
+
+/** One `key` parameter read: the characteristic it names (its index in the rule's key), the source and the value. */
+type Part = { index: number; label: string; value: string };
+
+/**
+ * The normalised value of each source the parameters name, by the source's
+ * label; one value for every characteristic of the rule, and no more.
+ */
+function namedValues(rule: Rule, params: string[], ipv6PrefixBits: number): Result<Map<string, string>> {
+  const read = partReader(rule, params.length);
+  const chosen = new Map<number, Part>();
+  for (const param of params) {
+    const part = read(param);
+    if (part === null) return fail(`${show(param)} names no characteristic of this rule. ${keyUsage(rule)}`);
+    if (chosen.has(part.index)) {
+      return fail(`Two values for the characteristic "${keyAsWritten(rule.key)[part.index]}".`);
+    }
+    const value = normalise(part.label, part.value, ipv6PrefixBits, rule.caseSensitive);
+    if (!value.ok) return fail(...value.errors.map((error) => `${show(param)}: ${error}`));
+    chosen.set(part.index, { ...part, value: value.value });
+  }
+  const missing = keyAsWritten(rule.key).filter((_, index) => !chosen.has(index));
+  if (missing.length > 0) return fail(`No value for ${missing.map((m) => `"${m}"`).join(", ")}. ${keyUsage(rule)}`);
+  return ok(new Map([...chosen.values()].map(({ label, value }) => [label, value])));
+}
+
+/**
+ * Reads one of `count` parameters for `rule`: `<label>=<value>` for any
+ * source of the rule, or a bare value when it is the only parameter and the
+ * rule has a single source. Null when it names none.
+ */
+function partReader(rule: Rule, count: number): (param: string) => Part | null {
   const labels = rule.key.flatMap((sources, index) => sources.map((source) => ({ label: sourceLabel(source), index })));
   // Longest first: `query:a=b` must not be read as `query:a` with the value `b=…`.
   labels.sort((x, y) => y.label.length - x.label.length);
   const sole = rule.key.length === 1 && rule.key[0]!.length === 1 ? sourceLabel(rule.key[0]![0]!) : null;
-
-  if (params.length === 0) return { ok: false, error: `The "key" query parameter is required. ${keyUsage(rule)}` };
-  const chosen = new Map<number, { label: string; value: string }>();
-  for (const param of params) {
+  return (param) => {
     const named = labels.find(({ label }) => namesSource(param, label));
-    const part = named
-      ? { index: named.index, label: named.label, value: param.slice(named.label.length + 1) }
-      : sole !== null && params.length === 1
-        ? { index: 0, label: sole, value: param }
-        : null;
-    if (part === null)
-      return { ok: false, error: `${show(param)} names no characteristic of this rule. ${keyUsage(rule)}` };
-    if (chosen.has(part.index)) {
-      return { ok: false, error: `Two values for the characteristic "${keyAsWritten(rule.key)[part.index]}".` };
-    }
-    const value = normalise(part.label, part.value, ipv6PrefixBits, rule.caseSensitive);
-    if (typeof value !== "string") return { ok: false, error: `${show(param)}: ${value.error}` };
-    chosen.set(part.index, { label: part.label, value });
-  }
-  const missing = keyAsWritten(rule.key).filter((_, index) => !chosen.has(index));
-  if (missing.length > 0)
-    return { ok: false, error: `No value for ${missing.map((m) => `"${m}"`).join(", ")}. ${keyUsage(rule)}` };
+    if (named) return { index: named.index, label: named.label, value: param.slice(named.label.length + 1) };
+    return sole !== null && count === 1 ? { index: 0, label: sole, value: param } : null;
+  };
+}
 
-  const values = new Map([...chosen.values()].map(({ label, value }) => [label, value]));
+/** A request that has exactly these sources, by label, and no others. */
+function factsOf(values: Map<string, string>): RequestFacts {
   const read = (label: string): string | null => values.get(label) ?? null;
-  const facts: RequestFacts = {
+  return {
     method: read("method") ?? "",
     path: read("path") ?? "",
     host: () => read("host") ?? "",
@@ -68,7 +87,6 @@ export function adminKey(
     cookie: (name) => read(`cookie:${name}`),
     query: (name) => read(`query:${name}`),
   };
-  return { ok: true, canonical: canonicalKey(rule.key, facts) };
 }
 
 /** Whether `param` is `<label>=…`; header names are case-insensitive, as in a request. */
@@ -77,35 +95,31 @@ const namesSource = (param: string, label: string): boolean => {
   return (label.startsWith("header:") ? head.toLowerCase() : head) === `${label}=`;
 };
 
-function normalise(
-  label: string,
-  value: string,
-  ipv6PrefixBits: number,
-  caseSensitive: boolean,
-): string | { error: string } {
+/** A value as a request's would be made, for the source `label`. */
+function normalise(label: string, value: string, ipv6PrefixBits: number, caseSensitive: boolean): Result<string> {
   switch (label) {
     case "ip": {
       // `ip=` and `ip=unknown` name the key of requests that came without an IP.
-      if (value === "" || value === UNKNOWN_IP) return UNKNOWN_IP;
+      if (value === "" || value === UNKNOWN_IP) return ok(UNKNOWN_IP);
       // The form the key itself takes, `2001:db8:0:ab00::/56`, names the prefix too.
       const cidr = /^(.*)\/(\d{1,3})$/.exec(value);
       if (cidr && Number(cidr[2]) !== ipv6PrefixBits) {
-        return { error: `is a /${cidr[2]} prefix, but IPv6 clients are grouped by /${ipv6PrefixBits} (IPV6_PREFIX)` };
+        return fail(`is a /${cidr[2]} prefix, but IPv6 clients are grouped by /${ipv6PrefixBits} (IPV6_PREFIX)`);
       }
       const ip = ipKey(cidr ? cidr[1] : value, ipv6PrefixBits);
-      return ip.startsWith("invalid:") ? { error: "is not an IP address" } : ip;
+      return ip.startsWith("invalid:") ? fail("is not an IP address") : ok(ip);
     }
     case "path":
       return value === "" || value.startsWith("/")
-        ? matchingPath(normalizePath(value), caseSensitive)
-        : { error: 'a path starts with "/"' };
+        ? ok(matchingPath(normalizePath(value), caseSensitive))
+        : fail('a path starts with "/"');
     case "method":
       // The Workers runtime upper-cases every method it accepts, not only the six the Fetch standard names.
-      return value.toUpperCase();
+      return ok(value.toUpperCase());
     case "host":
-      return value.toLowerCase();
+      return ok(value.toLowerCase());
     default:
-      return value;
+      return ok(value);
   }
 }
 

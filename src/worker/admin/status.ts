@@ -4,9 +4,9 @@
  * count under one rule, read without counting, or reset to unblock it.
  */
 import type { Settings } from "../../config/settings.ts";
-import { show } from "../../core/duration.ts";
 import { hashKey } from "../../core/keys.ts";
 import type { Rule } from "../../core/rules.ts";
+import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
 import type { Isolate } from "../../isolate/isolate.ts";
 import { type LimiterNamespace, withDeadline } from "../../object/client.ts";
@@ -35,14 +35,14 @@ export async function clientStatus(url: URL, context: StatusContext): Promise<Re
   const rule = settings.rules.find((r) => r.id === ruleId);
   if (rule === undefined) return unknownRule(ruleId, settings.rules);
   const key = adminKey(rule, url.searchParams.getAll("key"), settings.ipv6PrefixBits);
-  if (!key.ok) return badRequest(MALFORMED_KEY, "Malformed key", { detail: key.error });
+  if (!key.ok) return badRequest(MALFORMED_KEY, "Malformed key", { detail: key.errors.join(" ") });
 
-  const name = await hashKey(key.canonical);
+  const name = await hashKey(key.value);
   const client: Client = {
     rule,
-    canonical: key.canonical,
+    canonical: key.value,
     stub: context.ns.get(context.ns.idFromName(name)),
-    about: { rule: rule.id, key: JSON.parse(key.canonical) as unknown, keyHash: keyHashPrefix(name) },
+    about: { rule: rule.id, key: JSON.parse(key.value) as unknown, keyHash: keyHashPrefix(name) },
   };
   return context.method === "DELETE" ? reset(client, context) : peek(client, settings.timeoutMs);
 }

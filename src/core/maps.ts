@@ -1,0 +1,14 @@
+/**
+ * @module
+ * Small helpers for `Map`s.
+ */
+
+/** The value stored under `key`, made and stored first if missing. */
+export function getOrCreate<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+  let value = map.get(key);
+  if (value === undefined) {
+    value = make();
+    map.set(key, value);
+  }
+  return value;
+}
