@@ -65,6 +65,14 @@ export function canonicalKey(key: Characteristic[], facts: RequestFacts): string
   return JSON.stringify(parts);
 }
 
+/**
+ * The canonical string of a client key the caller computed itself (the
+ * `key` option of `rateLimit()`). Its one part is labelled `key()`, which no
+ * source is, so it never names the same object as a key made by
+ * {@link canonicalKey}.
+ */
+export const customCanonicalKey = (value: string): string => JSON.stringify([["key()", value]]);
+
 const encoder = new TextEncoder();
 
 /** SHA-256 of a canonical key, in hex: the Durable Object's name. */

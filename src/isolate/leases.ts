@@ -105,7 +105,7 @@ type KeyRecord = {
 export type InTransit = { refunds: Refund[]; units: number; sentAtMs: number; record: KeyRecord };
 
 /** One unit spent per rule of a key group: the verdicts to report, and where to give the units back. */
-export type Spent = { verdicts: RuleVerdict[]; leases: HeldLease[] };
+export type SpentUnits = { verdicts: RuleVerdict[]; leases: HeldLease[] };
 
 /** What a call for a key group brought back. */
 export type Grant = {
@@ -215,7 +215,7 @@ export class LeaseBook {
    * live one; otherwise spends nothing. Leases past their time are retired.
    * (Recency is the request's to mark, with noteRequest.)
    */
-  spend(digest: string, rules: Rule[], nowMs: number): Spent | undefined {
+  spend(digest: string, rules: Rule[], nowMs: number): SpentUnits | undefined {
     const record = this.records.peek(digest);
     if (!record || record.leases.size === 0) return undefined;
     const leases: HeldLease[] = [];
@@ -245,7 +245,7 @@ export class LeaseBook {
   }
 
   /** Gives spent units back (their request was turned away) to the leases they came from. */
-  giveBack(spent: Spent): void {
+  giveBack(spent: SpentUnits): void {
     for (const lease of spent.leases) {
       if (lease.spentSinceGrant > 0) lease.spentSinceGrant--;
       if (!lease.retired) lease.unitsLeft++;

@@ -14,7 +14,7 @@ import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/pro
 import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
 import type { KnownRefusal } from "./known-refusals.ts";
-import type { Spent } from "./leases.ts";
+import type { SpentUnits } from "./leases.ts";
 import { ruleUid } from "./rule-ids.ts";
 
 /** The rules of one request that share a client key, and so one Durable Object. */
@@ -26,15 +26,15 @@ export type KeyGroup = {
 };
 
 /** A refusal the isolate knows of, for one rule of a group, and the group's key digest. */
-export type Known = { rule: Rule; digest: string; refusal: KnownRefusal };
+export type RuleRefusal = { rule: Rule; digest: string; refusal: KnownRefusal };
 
 /** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */
 export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number };
 
 /** How a key group was settled. */
-export type Settled =
-  | { via: "lease"; spent: Spent }
-  | { via: "known"; known: Known[] }
+export type Settlement =
+  | { via: "lease"; spent: SpentUnits }
+  | { via: "known"; known: RuleRefusal[] }
   | { via: "call"; call: KeyCall }
   /** Another request's call for this key failed while this one waited for it: the failure is shared, not repeated. */
   | { via: "shared"; failure: Extract<Landing, { ok: false }> };
@@ -49,8 +49,8 @@ export type SettleContext = {
 };
 
 /** The refusals the isolate knows of for a group's enforcing rules. */
-export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number): Known[] {
-  const known: Known[] = [];
+export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number): RuleRefusal[] {
+  const known: RuleRefusal[] = [];
   for (const rule of group.rules) {
     if (rule.action !== "block") continue;
     const refusal = isolate.refusals.lookup(rule, group.digest, nowMs);
@@ -75,7 +75,7 @@ export const flightKey = (group: Pick<KeyGroup, "digest" | "rules">): string =>
  * Settles a group no lease or known refusal covered when the request came
  * in. `deadlineMs` is this request's own deadline, in isolate time.
  */
-export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settled> {
+export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settlement> {
   const { isolate } = ctx;
   const key = flightKey(group);
   for (;;) {
@@ -123,8 +123,13 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
     lease && leases.leasable(group.digest) ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
-  const within = { leftMs: Math.max(1, deadlineMs - sentAtMs), timeoutMs: settings.timeoutMs };
-  const outcome = await checkKey(ctx.ns, name, group.rules.map(ruleCheckOf), within, {
+  const check = {
+    name,
+    rules: group.rules.map(ruleCheckOf),
+    leftMs: Math.max(1, deadlineMs - sentAtMs),
+    timeoutMs: settings.timeoutMs,
+  };
+  const outcome = await checkKey(ctx.ns, check, {
     ...(lease ? { lease } : {}),
     ...(returns ? { returns: returns.refunds } : {}),
     // A refund comes after the answer and takes at most one more timeout.

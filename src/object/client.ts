@@ -24,55 +24,79 @@ export function deadline(ms: number): { expired: Promise<"timeout">; clear: () =
   return { expired, clear: () => timer !== undefined && clearTimeout(timer) };
 }
 
-/** How long a call may take: what is left of its request's deadline, and the deadline it is part of, for messages. */
-export type CallDeadline = { leftMs: number; timeoutMs: number };
+/** One check of one key: the object's name, its rules, and how long the call may take. */
+export type KeyCheck = {
+  name: string;
+  rules: RuleCheck[];
+  /** What is left of the request's deadline: the call, retry included, must finish within it. */
+  leftMs: number;
+  /** The deadline the call is part of, for messages, and how long a late answer is watched for. */
+  timeoutMs: number;
+};
 
 /**
- * Checks `rules` in the object named `name`. The call, retry included, must
- * finish within `within.leftMs`. One retry, with a fresh stub, is made when
- * the error is `retryable` and not `overloaded`.
+ * Checks a key's rules in its object. One retry, with a fresh stub, is made
+ * when the error is `retryable` and not `overloaded`.
  */
 export async function checkKey(
   ns: LimiterNamespace,
-  name: string,
-  rules: RuleCheck[],
-  within: CallDeadline,
+  check: KeyCheck,
   options: CheckOptions = {},
 ): Promise<LimiterOutcome> {
-  const { leftMs, timeoutMs } = within;
-  const decision = deadline(leftMs);
-  let attempts = 0;
+  const decision = deadline(check.leftMs);
   let firstError: string | undefined;
   try {
-    for (;;) {
-      attempts++;
-      try {
-        // A retry does not return lease units again: the failed attempt may have taken them back already.
-        const sent = attempts === 1 ? options : { ...options, returns: undefined };
-        const call = stubFor(ns, name).check(rules, sent) as Promise<CheckResult>;
-        const result = await Promise.race([call, decision.expired]);
-        if (result === "timeout") {
-          // Watched for one more timeout at most: a call that never ends must not hold the isolate.
-          const late = Promise.race([
-            call.catch(() => undefined),
-            new Promise<undefined>((resolve) => setTimeout(resolve, timeoutMs)),
-          ]);
-          return { ok: false, reason: "timeout", message: `no decision within ${timeoutMs}ms`, attempts, late };
-        }
+    for (let attempts = 1; ; attempts++) {
+      // A retry does not return lease units again: the failed attempt may have taken them back already.
+      const sent = attempts === 1 ? options : { ...options, returns: undefined };
+      const tried = await attempt(stubFor(ns, check.name), check, sent, decision.expired);
+      if (tried.kind === "timeout") return timedOut(tried.call, check.timeoutMs, attempts);
+      if (tried.kind === "answer") {
+        const { result } = tried;
         return firstError === undefined
           ? { ok: true, result, attempts }
           : { ok: true, result, attempts, retriedAfter: firstError };
-      } catch (thrown) {
-        const error = thrown as RuntimeError;
-        const message = String(error?.message ?? error);
-        if (error?.overloaded) return { ok: false, reason: "overloaded", message, attempts };
-        if (!error?.retryable || attempts > 1) return { ok: false, reason: "error", message, attempts };
-        firstError = message;
       }
+      const { error } = tried;
+      const message = String(error?.message ?? error);
+      if (error?.overloaded) return { ok: false, reason: "overloaded", message, attempts };
+      if (!error?.retryable || attempts > 1) return { ok: false, reason: "error", message, attempts };
+      firstError = message;
     }
   } finally {
     decision.clear();
   }
+}
+
+/** How one attempt ended: the object's answer, its error, or the deadline (with the call, which may still answer). */
+type Attempt =
+  | { kind: "answer"; result: CheckResult }
+  | { kind: "error"; error: RuntimeError }
+  | { kind: "timeout"; call: Promise<CheckResult> };
+
+async function attempt(
+  stub: ReturnType<LimiterNamespace["get"]>,
+  check: KeyCheck,
+  options: CheckOptions,
+  expired: Promise<"timeout">,
+): Promise<Attempt> {
+  const call = stub.check(check.rules, options) as Promise<CheckResult>;
+  try {
+    const result = await Promise.race([call, expired]);
+    return result === "timeout" ? { kind: "timeout", call } : { kind: "answer", result };
+  } catch (thrown) {
+    return { kind: "error", error: thrown as RuntimeError };
+  }
+}
+
+/** A call past its deadline; what it answers within one more timeout is still read (see `late`). */
+function timedOut(call: Promise<CheckResult>, timeoutMs: number, attempts: number): LimiterOutcome {
+  // Watched for one more timeout at most: a call that never ends must not hold the isolate.
+  const late = Promise.race([
+    call.catch(() => undefined),
+    new Promise<undefined>((resolve) => setTimeout(resolve, timeoutMs)),
+  ]);
+  return { ok: false, reason: "timeout", message: `no decision within ${timeoutMs}ms`, attempts, late };
 }
 
 /** What `call` answers within `ms`, or why it did not: its error, or the deadline. */

@@ -1,0 +1,132 @@
+/**
+ * @module
+ * Reading how a request's key groups were settled: the verdict each rule
+ * reports in the rate-limit headers, whether the request is refused, and the
+ * rules that fail closed. Refusals, retries and failures are logged here
+ * (a refusal at most once per key and rule per interval).
+ */
+import type { Rule } from "../core/rules.ts";
+import type { Reported } from "../http/rate-limit-headers.ts";
+import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
+import type { Isolate } from "./isolate.ts";
+import type { KeyGroup, RuleRefusal, Settlement } from "./settle.ts";
+
+/** A rule's verdict as the rate-limit headers report it. */
+const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
+  id: rule.id,
+  limit: rule.limit,
+  periodMs: rule.periodMs,
+  verdict,
+  nowMs,
+});
+
+/** A known refusal as the object's verdict, with the wait that is left. */
+export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Reported {
+  const waitMs = refusal.retryAtMs - nowMs;
+  const verdict: RuleVerdict = {
+    allowed: false,
+    ruleAllows: false,
+    weighted: refusal.weighted,
+    remaining: 0,
+    retryAfterMs: waitMs,
+    resetMs: waitMs,
+    counted: null,
+    holdsForMs: refusal.untilMs - nowMs,
+  };
+  return report(rule, verdict, nowMs);
+}
+
+/** Logs a refusal answered from what the isolate knows (throttled like the object's). */
+export const logKnown = ({ rule, digest, refusal }: RuleRefusal, isolate: Isolate, nowMs: number): void =>
+  logRefusal({ rule, digest, name: refusal.name, weighted: refusal.weighted }, isolate, nowMs);
+
+/**
+ * Reads how each group was settled: the verdicts for the headers, whether the
+ * request is refused, and the rules that refuse it because their object
+ * failed. Logs refusals (at most one line per key and rule per interval),
+ * retries and failures.
+ */
+export function readSettlements(groups: KeyGroup[], settlements: Settlement[], isolate: Isolate, nowMs: number) {
+  const reports: Reported[] = [];
+  const closedBy: string[] = [];
+  let refused = false;
+  settlements.forEach((s, i) => {
+    const group = groups[i]!;
+    if (s.via === "lease") {
+      group.rules.forEach((rule, j) => {
+        if (rule.action === "block") reports.push(report(rule, s.spent.verdicts[j]!, nowMs));
+      });
+    } else if (s.via === "known") {
+      refused = true;
+      for (const k of s.known) {
+        logKnown(k, isolate, nowMs);
+        reports.push(knownReport(k, nowMs));
+      }
+    } else if (s.via === "shared") {
+      closedBy.push(...failed(group, s.failure.name, s.failure));
+    } else if (!s.call.outcome.ok) {
+      closedBy.push(...failed(group, s.call.name, s.call.outcome));
+    } else {
+      const { result, attempts, retriedAfter } = s.call.outcome;
+      if (retriedAfter !== undefined) {
+        const rules = group.rules.map((r) => r.id);
+        logEvent(
+          { event: "limiter_retried", rules, key: keyHashPrefix(s.call.name), attempts, message: retriedAfter },
+          "warn",
+        );
+      }
+      refused ||= !result.allowed;
+      group.rules.forEach((rule, j) => {
+        const verdict = result.verdicts[j]!;
+        if (!verdict.ruleAllows) {
+          logRefusal({ rule, digest: group.digest, name: s.call.name, weighted: verdict.weighted }, isolate, nowMs);
+        }
+        if (rule.action === "block") reports.push(report(rule, verdict, nowMs));
+      });
+    }
+  });
+  return { reports, refused, closedBy };
+}
+
+/** Logs a refusal, or a shadow rule's would-be refusal, unless a line for this key and rule went out lately. */
+/** One rule's refusal of one key, as a log line names it. */
+type Refused = { rule: Rule; digest: string; name: string; weighted: number };
+
+function logRefusal({ rule, digest, name, weighted }: Refused, isolate: Isolate, nowMs: number) {
+  const note = isolate.refusalLog.note(rule, digest, nowMs);
+  if (note === null) return;
+  logEvent({
+    event: rule.action === "log" ? "ratelimit_shadow" : "ratelimit_blocked",
+    rule: rule.id,
+    key: keyHashPrefix(name),
+    weighted: Math.round(weighted * 1000) / 1000, // for people reading logs; decisions are exact
+    limit: rule.limit,
+    decision: rule.action === "log" ? "would_block" : "blocked",
+    ...(note.repeats > 0 ? { repeats: note.repeats } : {}),
+  });
+}
+
+type Failure = { reason: FailureReason; message: string; attempts: number };
+
+/** Logs a key's failed call; returns the rules that refuse the request because of it. */
+function failed(group: KeyGroup, name: string, failure: Failure): string[] {
+  const closedBy: string[] = [];
+  for (const rule of group.rules) {
+    const closed = rule.action === "block" && rule.onError === "closed";
+    if (closed) closedBy.push(rule.id);
+    logEvent(
+      {
+        event: "limiter_unavailable",
+        rule: rule.id,
+        key: keyHashPrefix(name),
+        reason: failure.reason,
+        message: failure.message,
+        attempts: failure.attempts,
+        outcome: closed ? "refused" : "forwarded",
+      },
+      "error",
+    );
+  }
+  return closedBy;
+}
