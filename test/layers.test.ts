@@ -4,6 +4,7 @@
  * Packages are confined the same way: only the Durable Object layer touches
  * `cloudflare:workers`, only the Worker shell touches Hono.
  */
+/// <reference types="vite/client" />
 import { describe, expect, it } from "vitest";
 
 /** Lowest first. The README's "Layout" section shows the same list. */
@@ -61,10 +62,19 @@ const rank = (layer: Layer) => LAYERS.indexOf(layer);
 
 describe("the layers of src/", () => {
   it("finds every source file and its imports (so the rule below is checked against something)", () => {
-    for (const file of ["../src/index.ts", "../src/core/rules.ts", "../src/isolate/decide.ts", "../src/worker/admin/api.ts"]) {
+    for (const file of [
+      "../src/index.ts",
+      "../src/core/rules.ts",
+      "../src/isolate/decide.ts",
+      "../src/worker/admin/api.ts",
+    ]) {
       expect(sources[file], file).toContain("@module");
     }
-    for (const layer of LAYERS) expect(Object.keys(sources).some((file) => layerOf(file) === layer), layer).toBe(true);
+    for (const layer of LAYERS)
+      expect(
+        Object.keys(sources).some((file) => layerOf(file) === layer),
+        layer,
+      ).toBe(true);
     expect(edges.filter((edge) => edge.toLayer !== "outside src").length).toBeGreaterThan(100);
   });
 

@@ -3,7 +3,7 @@
  * `rateLimit()`: the limiter as Hono middleware, for the Worker in this
  * project and for your own Hono app.
  */
-import type { Context, MiddlewareHandler } from "hono";
+import type { Context, Env as HonoEnv, MiddlewareHandler } from "hono";
 import { settingsFromEnv } from "../config/memo.ts";
 import { parseSettings, type Settings, type SettingsInput } from "../config/settings.ts";
 import type { Result } from "../core/result.ts";
@@ -14,16 +14,44 @@ import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { logEvent } from "../observe/log.ts";
 
-export type RateLimitOptions = {
-  /** The rules; default: the `RULES` variable of the Worker (`[[vars.RULES]]`). */
+/** What `onRefused` is given: the limiter's own 429, and the wait it names. */
+export type Refusal = {
+  /** The 429 the limiter would send: problem+json, `Retry-After` and the `RateLimit` headers. */
+  response: Response;
+  /** Whole seconds until a request is admitted again, as `Retry-After` says. */
+  retryAfterSeconds: number;
+};
+
+/**
+ * Options of {@link rateLimit}. `E` is your app's Hono environment, so the
+ * hooks see your bindings and variables typed.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: Hono's own default for an app's environment
+export type RateLimitOptions<E extends HonoEnv = any> = {
+  /**
+   * The rules. Each is checked against every request this middleware sees.
+   * @default the Worker's `RULES` variable (`[[vars.RULES]]` in wrangler.toml)
+   */
   rules?: RuleInput | RuleInput[];
-  /** Name of the Durable Object binding to the `RateLimiter` class. Default `"RATE_LIMITER"`. */
+  /**
+   * Name of the Durable Object binding to the `RateLimiter` class.
+   * @default "RATE_LIMITER"
+   */
   binding?: string;
-  /** Leading bits of an IPv6 address that count as one client. Default: `IPV6_PREFIX`, else 56. */
+  /**
+   * Leading bits of an IPv6 address that count as one client.
+   * @default the `IPV6_PREFIX` variable, else 56
+   */
   ipv6Prefix?: number;
-  /** A header your own proxy sets to the client IP. Default: `TRUSTED_IP_HEADER`, else only `CF-Connecting-IP`. */
+  /**
+   * A header your own proxy sets to the client IP.
+   * @default the `TRUSTED_IP_HEADER` variable, else none: only `CF-Connecting-IP` is trusted
+   */
   trustedIpHeader?: string;
-  /** Milliseconds a decision may take before `on_error` applies. Default: `LIMITER_TIMEOUT_MS`, else 1000. */
+  /**
+   * Milliseconds a decision may take before each rule's `on_error` applies.
+   * @default the `LIMITER_TIMEOUT_MS` variable, else 1000
+   */
   timeoutMs?: number;
   /**
    * What the isolate remembers between requests (leases, known refusals,
@@ -32,6 +60,31 @@ export type RateLimitOptions = {
    * @default one per isolate, shared by every `rateLimit()` and the admin API
    */
   isolate?: Isolate;
+  /**
+   * The client key, computed from the request: a user ID your auth
+   * middleware set, a tenant, an API key you looked up. Every matched rule
+   * counts this key instead of the one its own `key` makes. Return
+   * `undefined` to use the rules' own keys for this request.
+   * @default undefined: each rule's `key` (by default the client IP)
+   * @example key: (c) => c.get("userId")
+   */
+  key?: (c: Context<E>) => string | undefined | Promise<string | undefined>;
+  /**
+   * Builds the answer to a request over a limit, instead of the limiter's
+   * problem+json 429. The limiter adds its `Retry-After` and `RateLimit`
+   * headers to what you return, unless you set them yourself. Not called
+   * for a 503 from a rule that fails closed.
+   * @default undefined: the limiter's 429
+   * @example onRefused: (c, { retryAfterSeconds }) => c.json({ error: "slow down", retryAfterSeconds }, 429)
+   */
+  onRefused?: (c: Context<E>, refusal: Refusal) => Response | Promise<Response>;
+  /**
+   * Returns true to let a request through without checking or counting it,
+   * and without rate-limit headers.
+   * @default undefined: every request is checked
+   * @example skip: (c) => c.req.header("x-internal-token") === c.env.INTERNAL_TOKEN
+   */
+  skip?: (c: Context<E>) => boolean | Promise<boolean>;
 };
 
 /**
@@ -39,33 +92,22 @@ export type RateLimitOptions = {
  * A request over a limit gets 429 and goes no further; others go on, and the
  * rate-limit headers are added to whatever answers them.
  *
- * @param [options.rules] rules to apply; default the Worker's `RULES` variable
- * @param [options.binding="RATE_LIMITER"] the Durable Object binding
  * @throws when `options` hold an invalid rule, naming the rule and field
  * @example
  * ```ts
  * app.post("/login", rateLimit({ rules: { id: "login", limit: 5, period: "1m" } }), login);
  * ```
  */
-export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => {
+// biome-ignore lint/suspicious/noExplicitAny: Hono's own default for an app's environment
+export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> = {}): MiddlewareHandler<E> => {
   const binding = options.binding ?? "RATE_LIMITER";
-  const overrides: Partial<SettingsInput> = {};
-  if (options.ipv6Prefix !== undefined) overrides.IPV6_PREFIX = options.ipv6Prefix;
-  if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;
-  if (options.timeoutMs !== undefined) overrides.LIMITER_TIMEOUT_MS = options.timeoutMs;
-
-  let fixed: Result<Settings> | null = null;
-  if (options.rules !== undefined) {
-    const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
-    if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);
-    fixed = parsed;
-  }
-  const hasOverrides = Object.keys(overrides).length > 0;
+  const settingsOf = settingsSource(options);
+  const { key, onRefused, skip } = options;
 
   return async function rateLimitMiddleware(c, next) {
+    if (skip !== undefined && (await skip(c))) return next();
     const env = (c.env ?? {}) as Record<string, unknown>;
-    const settings =
-      fixed ?? settingsFromEnv(hasOverrides ? { ...(env as SettingsInput), ...overrides } : (env as SettingsInput));
+    const settings = settingsOf(env as SettingsInput);
     const ns = env[binding] as LimiterNamespace | undefined;
     if (!settings.ok || !ns) {
       const missing = ns
@@ -79,13 +121,48 @@ export const rateLimit = (options: RateLimitOptions = {}): MiddlewareHandler => 
       ns,
       isolate: options.isolate ?? defaultIsolate(),
       background: background(c),
+      clientKey: key === undefined ? undefined : await key(c),
     });
     const outcome = decided instanceof Promise ? await decided : decided;
-    if (outcome.kind === "refuse") return outcome.response;
+    if (outcome.kind === "refuse") {
+      const { response } = outcome;
+      return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
+    }
     await next();
     addHeaders(c, outcome.headers);
   };
 };
+
+/** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */
+function settingsSource<E extends HonoEnv>(options: RateLimitOptions<E>): (env: SettingsInput) => Result<Settings> {
+  const overrides: Partial<SettingsInput> = {};
+  if (options.ipv6Prefix !== undefined) overrides.IPV6_PREFIX = options.ipv6Prefix;
+  if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;
+  if (options.timeoutMs !== undefined) overrides.LIMITER_TIMEOUT_MS = options.timeoutMs;
+  if (options.rules !== undefined) {
+    const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
+    if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);
+    return () => parsed;
+  }
+  if (Object.keys(overrides).length === 0) return settingsFromEnv;
+  return (env) => settingsFromEnv({ ...env, ...overrides });
+}
+
+/** The user's answer to a refusal, with the limiter's headers on it where the user set none. */
+async function refusedBy<E extends HonoEnv>(
+  onRefused: NonNullable<RateLimitOptions<E>["onRefused"]>,
+  c: Context<E>,
+  response: Response,
+): Promise<Response> {
+  const retryAfterSeconds = Number(response.headers.get("retry-after"));
+  const custom = await onRefused(c, { response, retryAfterSeconds });
+  const missing: Record<string, string> = {};
+  for (const name of ["retry-after", "ratelimit", "ratelimit-policy"]) {
+    const value = response.headers.get(name);
+    if (value !== null && !custom.headers.has(name)) missing[name] = value;
+  }
+  return withHeaders(custom, missing);
+}
 
 function invalidConfig(errors: string[]): Response {
   logEvent({ event: "invalid_config", errors }, "error");
@@ -104,13 +181,19 @@ const background =
   };
 
 function addHeaders(c: Context, headers: Record<string, string>): void {
+  if (Object.keys(headers).length > 0) c.res = withHeaders(c.res, headers);
+}
+
+/** `response` with `headers` set on it; a response straight from fetch() has immutable headers, so it is copied once. */
+function withHeaders(response: Response, headers: Record<string, string>): Response {
   const entries = Object.entries(headers);
-  if (entries.length === 0) return;
+  if (entries.length === 0) return response;
   try {
-    for (const [name, value] of entries) c.res.headers.set(name, value);
+    for (const [name, value] of entries) response.headers.set(name, value);
+    return response;
   } catch {
-    // Headers of a response straight from fetch() are immutable; copy it once.
-    c.res = new Response(c.res.body, c.res);
-    for (const [name, value] of entries) c.res.headers.set(name, value);
+    const copy = new Response(response.body, response);
+    for (const [name, value] of entries) copy.headers.set(name, value);
+    return copy;
   }
 }
