@@ -1,7 +1,8 @@
-import { abortAllDurableObjects } from "cloudflare:test";
+import { abortAllDurableObjects, createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import type { Isolate } from "../src/isolate/isolate.ts";
 import { flightKey } from "../src/isolate/settle.ts";
+import { app } from "../src/worker/app.ts";
 import type { Env } from "../src/worker/env.ts";
 import {
   type Failure,
@@ -11,23 +12,38 @@ import {
   type Script,
   scriptedNamespace,
 } from "./support/chaos.ts";
+import { env } from "./support/env.ts";
 import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
-import { from, limiter, originHits, timedLimiter, uniqueIp, uniqueTag } from "./support/limiter.ts";
+import { from, limiter, originHits, originUrl, uniqueIp, uniqueTag } from "./support/limiter.ts";
 import { ipCanonical } from "./support/objects.ts";
 
-/**
- * How long a decision may overrun its deadline here: timers, the event loop
- * and other test files sharing two cores. Measured on a loaded 2-core machine
- * (20 decisions with a 200 ms deadline, 5 runs): 200–206 ms; this is generous on purpose.
- */
-const MARGIN_MS = 250;
-
 let errors: MockInstance;
+/** When each error line was logged, on the test's (possibly faked) clock. */
+let loggedAtMs: number[];
 beforeEach(() => {
-  errors = vi.spyOn(console, "error").mockImplementation(() => {});
+  loggedAtMs = [];
+  errors = vi.spyOn(console, "error").mockImplementation(() => {
+    loggedAtMs.push(Date.now());
+  });
 });
 afterEach(() => errors.mockRestore());
 const logged = () => errors.mock.calls.map(([line]) => JSON.parse(String(line)) as Record<string, unknown>);
+
+/**
+ * One request through the Worker, on whatever timers the test has faked: `answered` resolves with the
+ * response and when it came (milliseconds after sending, on the test's clock), `done()` once the
+ * request's background work (refunds, a late answer watched) is over too. Unlike `limiter()`, the answer
+ * can be awaited while background work still waits for timers the test has yet to advance.
+ */
+function sendAndWatch(rules: unknown[], vars: Partial<Env>, path: string, init: RequestInit) {
+  const testEnv: Env = { ...env, ORIGIN_URL: originUrl(), ...vars, RULES: rules };
+  const ctx = createExecutionContext();
+  const sentAt = Date.now();
+  const answered = Promise.resolve(app.fetch(new Request(`http://limiter.test${path}`, init), testEnv, ctx)).then(
+    (response) => ({ response, atMs: Date.now() - sentAt }),
+  );
+  return { sentAt, answered, done: () => waitOnExecutionContext(ctx) };
+}
 
 const UNAVAILABLE_503 = {
   type: "urn:edge-rate-limiter:limiter-unavailable",
@@ -52,24 +68,34 @@ describe("a real failure of the runtime", () => {
   });
 });
 
-/** When the limiter cannot decide, each rule's on_error decides for it. */
+/**
+ * When the limiter cannot decide, each rule's on_error decides for it. The object is kept busy on the test's
+ * faked timers (it runs in the test's isolate), and the Worker's deadline runs on them too: every instant
+ * below is exact, and nothing waits in real time.
+ */
 describe("when the Durable Object does not answer in time", () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
   it('forwards the request with on_error = "open", and logs why', async () => {
-    const send = limiter([{ id: "open-rule", limit: 10, period: "1m", on_error: "open" }], {
-      LIMITER_TIMEOUT_MS: "100",
-    });
     const ip = uniqueIp();
     const tag = uniqueTag("fail-open");
     const hang = await hangObject(ip, 500);
-    const started = Date.now();
-    const res = await send("/api/x", from(ip, { "x-test-tag": tag }));
-    const elapsed = Date.now() - started;
+    const request = sendAndWatch(
+      [{ id: "open-rule", limit: 10, period: "1m", on_error: "open" }],
+      { LIMITER_TIMEOUT_MS: "100" },
+      "/api/x",
+      from(ip, { "x-test-tag": tag }),
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    const { response: res, atMs } = await request.answered;
+    // Decided at its deadline, on the isolate's clock: it waited for the object, and no longer.
+    expect(loggedAtMs).toEqual([request.sentAt + 100]);
+    expect(atMs).toBe(100);
     expect(res.status).toBe(200);
     expect(res.headers.has("ratelimit")).toBe(false);
     expect(await originHits(tag)).toBe(1);
-    expect(elapsed).toBeGreaterThanOrEqual(100 - 1);
-    expect(elapsed).toBeLessThan(100 + MARGIN_MS);
-    expect(logged()).toContainEqual(
+    expect(logged()).toEqual([
       expect.objectContaining({
         event: "limiter_unavailable",
         rule: "open-rule",
@@ -77,18 +103,25 @@ describe("when the Durable Object does not answer in time", () => {
         attempts: 1,
         outcome: "forwarded",
       }),
-    );
+    ]);
+    await vi.advanceTimersByTimeAsync(400);
     await hang.over;
+    await request.done();
   });
 
   it('answers 503 problem+json with on_error = "closed", and the origin is not contacted', async () => {
-    const send = limiter([{ id: "closed-rule", limit: 10, period: "1m", on_error: "closed" }], {
-      LIMITER_TIMEOUT_MS: "100",
-    });
     const ip = uniqueIp();
     const tag = uniqueTag("fail-closed");
     const hang = await hangObject(ip, 500);
-    const res = await send("/login", { ...from(ip, { "x-test-tag": tag }), method: "POST", body: "user=a" });
+    const request = sendAndWatch(
+      [{ id: "closed-rule", limit: 10, period: "1m", on_error: "closed" }],
+      { LIMITER_TIMEOUT_MS: "100" },
+      "/login",
+      { ...from(ip, { "x-test-tag": tag }), method: "POST", body: "user=a" },
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    const { response: res, atMs } = await request.answered;
+    expect(atMs).toBe(100);
     expect(res.status).toBe(503);
     expect(res.headers.get("content-type")).toBe("application/problem+json");
     expect(await res.json()).toEqual({ ...UNAVAILABLE_503, "failed-policies": ["closed-rule"] });
@@ -96,20 +129,28 @@ describe("when the Durable Object does not answer in time", () => {
     expect(logged()).toContainEqual(
       expect.objectContaining({ rule: "closed-rule", reason: "timeout", outcome: "refused" }),
     );
+    await vi.advanceTimersByTimeAsync(400);
     await hang.over;
+    await request.done();
   });
 
   it("decides again normally once the object answers", async () => {
-    const send = limiter([{ id: "recovers", limit: 10, period: "1m", on_error: "closed" }], {
-      LIMITER_TIMEOUT_MS: "100",
-    });
+    const rules = [{ id: "recovers", limit: 10, period: "1m", on_error: "closed" }];
+    const vars = { LIMITER_TIMEOUT_MS: "100" };
     const ip = uniqueIp();
     const hang = await hangObject(ip, 300);
-    expect((await send("/x", from(ip))).status).toBe(503);
+    const refused = sendAndWatch(rules, vars, "/x", from(ip));
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await refused.answered).response.status).toBe(503);
+    await vi.advanceTimersByTimeAsync(200);
     await hang.over;
-    const res = await send("/x", from(ip));
+    await refused.done();
+    const answered = sendAndWatch(rules, vars, "/x", from(ip));
+    const { response: res, atMs } = await answered.answered;
+    expect(atMs).toBe(0); // the object answers: no deadline passes
     expect(res.status).toBe(200);
     expect(res.headers.get("ratelimit")).toMatch(/^"recovers";r=\d;t=\d+$/);
+    await answered.done();
   });
 });
 
@@ -153,29 +194,42 @@ const cases: [string, Case][] = [
 
 describe("injected failures: attempts, outcome, log and time", () => {
   const TIMEOUT_MS = 200;
+  afterEach(() => vi.useRealTimers());
 
-  const run = async (name: string, plan: Failure[], onError: "open" | "closed") => {
+  /** On faked timers, so that the deadline is exact in isolate time and a hanging attempt costs no real time. */
+  const run = async (name: string, plan: Failure[], onError: "open" | "closed", waits: boolean) => {
+    vi.useFakeTimers();
     const { ns, calls } = flakyNamespace(plan);
     const id = `${name.replace(/[^a-z]+/g, "-").slice(0, 40)}-${onError}`;
-    const send = timedLimiter([{ id, limit: 10, period: "1m", on_error: onError }], {
-      RATE_LIMITER: ns as Env["RATE_LIMITER"],
-      LIMITER_TIMEOUT_MS: String(TIMEOUT_MS),
-    });
     const tag = uniqueTag(id);
-    const { response: res, responseMs: elapsedMs } = await send("/x", from(uniqueIp(), { "x-test-tag": tag }));
-    return { id, res, elapsedMs, calls, hits: await originHits(tag) };
+    const request = sendAndWatch(
+      [{ id, limit: 10, period: "1m", on_error: onError }],
+      { RATE_LIMITER: ns as Env["RATE_LIMITER"], LIMITER_TIMEOUT_MS: String(TIMEOUT_MS) },
+      "/x",
+      from(uniqueIp(), { "x-test-tag": tag }),
+    );
+    // Time moves only for a hanging attempt: to its deadline, then one more timeout, while its late answer
+    // is watched. A decision that waited for any other timer would never come.
+    if (waits) await vi.advanceTimersByTimeAsync(TIMEOUT_MS);
+    const { response: res, atMs } = await request.answered;
+    const logAtMs = loggedAtMs.map((at) => at - request.sentAt);
+    if (waits) await vi.advanceTimersByTimeAsync(TIMEOUT_MS);
+    await request.done();
+    return { id, res, atMs, logAtMs, calls, hits: await originHits(tag) };
   };
 
   describe.each(["open", "closed"] as const)('with on_error = "%s"', (onError) => {
     it.each(cases)("%s", async (name, { plan, attempts, reason, waits }) => {
-      const { id, res, elapsedMs, calls, hits } = await run(name, plan, onError);
+      const { id, res, atMs, logAtMs, calls, hits } = await run(name, plan, onError, waits);
 
       expect(calls.attempts).toBe(attempts);
       // Each attempt goes through a stub of its own: a stub that has failed may stay broken.
       expect(calls.stubs).toEqual(Array.from({ length: attempts }, (_, i) => i + 1));
 
-      if (waits) expect(elapsedMs).toBeGreaterThanOrEqual(TIMEOUT_MS - 1);
-      expect(elapsedMs).toBeLessThan(waits ? TIMEOUT_MS + MARGIN_MS : TIMEOUT_MS);
+      // Decided, and the failure logged, exactly at the deadline when an attempt hangs, and at once otherwise.
+      const decidedAtMs = waits ? TIMEOUT_MS : 0;
+      expect(atMs).toBe(decidedAtMs);
+      expect(logAtMs).toEqual(reason === null ? [] : [decidedAtMs]);
 
       const refused = reason !== null && onError === "closed";
       expect(res.status).toBe(refused ? 503 : 200);
@@ -240,6 +294,8 @@ describe("injected failures: attempts, outcome, log and time", () => {
 });
 
 describe("a call that decides after its deadline", () => {
+  afterEach(() => vi.useRealTimers());
+
   const peekCount = async (ip: string, id: string) => {
     const stub = await objectForIp(ip);
     const peek = await stub.peek([
@@ -254,13 +310,25 @@ describe("a call that decides after its deadline", () => {
   ] as const)(
     'with on_error = "%s": answers %i, and the object keeps %i count for it, and no lease',
     async (onError, status, kept) => {
-      // The object is busy for 250 ms; the deadline is 150 ms, and the late answer is watched for 150 ms more.
+      // On faked timers: the object is busy for 250 ms; the deadline is 150 ms, and the late answer is
+      // watched for 150 ms more, so it comes in time, at 250 ms.
+      vi.useFakeTimers();
       const id = `late-${onError}`;
-      const send = limiter([{ id, limit: 1000, period: "1h", on_error: onError }], { LIMITER_TIMEOUT_MS: "150" });
       const ip = uniqueIp();
       const hang = await hangObject(ip, 250);
-      expect((await send("/x", from(ip))).status).toBe(status);
+      const request = sendAndWatch(
+        [{ id, limit: 1000, period: "1h", on_error: onError }],
+        { LIMITER_TIMEOUT_MS: "150" },
+        "/x",
+        from(ip),
+      );
+      await vi.advanceTimersByTimeAsync(150);
+      const { response, atMs } = await request.answered;
+      expect([response.status, atMs]).toEqual([status, 150]);
+      await response.arrayBuffer();
+      await vi.advanceTimersByTimeAsync(100);
       await hang.over;
+      await request.done();
       // A 503 was never served, so its count is taken back; the lease it granted (64 units) is nobody's.
       expect(await peekCount(ip, id)).toBe(kept);
     },
@@ -344,7 +412,9 @@ describe("a request that waits for another request's call", () => {
     const { decidedAt, outcomes, calls } = await scenario({ afterMs: 100, ends: "throw" }, null, "closed");
     expect(calls.checks).toBe(1);
     expect(outcomes).toEqual({ leader: 503, waiter: 503 });
-    expect(decidedAt.waiter! - decidedAt.leader!).toBeLessThanOrEqual(4); // its next look, at most 4 ms later
+    // The waiter came at 10 ms and looks at the flight 1 and 2 ms later, then every 4 ms: 11, 13, 17, …, 97, 101.
+    // Its first look after the leader's call failed at 100 ms is at 101 ms.
+    expect(decidedAt).toEqual({ leader: 100, waiter: 101 });
   });
 
   /**

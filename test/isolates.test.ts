@@ -1,6 +1,13 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { Rule } from "../src/core/rules.ts";
-import { admit, bucketIndex, emptyState, evaluate, type WindowLimit } from "../src/core/sliding-window.ts";
+import {
+  admit,
+  bucketIndex,
+  emptyState,
+  evaluate,
+  type WindowLimit,
+  type WindowState,
+} from "../src/core/sliding-window.ts";
 import type { Isolate } from "../src/isolate/isolate.ts";
 import { rowOf } from "../src/object/protocol.ts";
 import { flakyNamespace } from "./support/chaos.ts";
@@ -46,6 +53,30 @@ function heldPerBucket(isolates: Isolate[], ip: string, rule: Rule): Map<number,
   return held;
 }
 
+/**
+ * How many of these requests one exact object admits, deciding them one by one in the order sent, each
+ * against every rule it matches (`keys[i]` is the key of request i under the rule; null: the rule does not
+ * match it), all or nothing. The isolates, deciding concurrently, must come close: the project allows an
+ * admission gap of 3% (test/edge/admission.edge.ts), from units leased to one isolate and unspent there.
+ */
+function exactAdmissions(rules: Rule[], sentAtMs: number[], keys: (string | null)[][]): number {
+  const states = rules.map(() => new Map<string, WindowState>());
+  let admitted = 0;
+  sentAtMs.forEach((at, i) => {
+    const seen = rules.flatMap((rule, r) => {
+      const key = keys[i]![r];
+      if (key === null || key === undefined) return [];
+      const state = states[r]!.get(key) ?? emptyState(at, rule);
+      return [{ r, key, evaluation: evaluate(state, at, rule) }];
+    });
+    const allowed = seen.every(({ evaluation }) => evaluation.allowed);
+    for (const { r, key, evaluation } of seen)
+      states[r]!.set(key, allowed ? admit(evaluation.state) : evaluation.state);
+    if (allowed) admitted++;
+  });
+  return admitted;
+}
+
 /** Checks, bucket by bucket, that the object's counts are the admissions plus the units held. */
 async function expectNothingLost(ip: string, rule: Rule, admittedAtMs: number[], isolates: Isolate[]) {
   const row = (await storedRows(ip))[rowOf(rule)]!;
@@ -87,6 +118,8 @@ describe("several isolates, one client key", () => {
       const ip = uniqueIp();
       const admittedAtMs: number[] = [];
       const statuses = new Map<number, number>();
+      const sentAtMs: number[] = [];
+      const keys: (string | null)[][] = [];
       let now = start;
       for (let step = 0; step < 250; step++) {
         now += random.int(120);
@@ -95,6 +128,8 @@ describe("several isolates, one client key", () => {
           const keyed = random.next() < 0.4;
           const path = keyed ? "/k/x" : "/x";
           const headers: Record<string, string> = keyed ? { "x-k": `k${random.int(3)}` } : {};
+          sentAtMs.push(now);
+          keys.push([ip, headers["x-k"] ?? null]);
           return deciders[random.int(4)]!.run(requestFrom(ip, path, headers));
         });
         for (const outcome of await Promise.all(sent)) {
@@ -104,8 +139,10 @@ describe("several isolates, one client key", () => {
         }
       }
       for (const { background } of deciders) await background.settled();
-      expect(statuses.get(200)).toBeGreaterThan(300);
-      expect(statuses.get(429)).toBeGreaterThan(300);
+      // The seeded trace asks far more than the limits admit: one exact object admits 360 of its 1,500 requests.
+      const exact = exactAdmissions(settings.rules, sentAtMs, keys);
+      expect(exact).toBe(360);
+      expect(statuses.get(200)).toBeGreaterThanOrEqual(Math.ceil(0.97 * exact));
       if (lostShare > 0) expect(statuses.get(503)).toBeGreaterThan(0);
       const rule = settings.rules[0]!;
       expect(firstOverAdmission(rule, admittedAtMs)).toBeNull();
@@ -138,7 +175,8 @@ describe("several isolates, one client key", () => {
       for (const [k, client] of skewed.entries()) got[k]!.push(statusOf(await client.run(requestFrom(client.ip))));
       expected.push(statusOf(await alone.run(requestFrom(aloneIp))));
     }
-    expect(expected.filter((s) => s === 429).length).toBeGreaterThan(100);
+    // Seeded, sequential and on a faked clock, the trace is the same every run.
+    expect(expected.filter((s) => s === 429).length).toBe(286);
     for (const [k, { offsetMs }] of skewed.entries())
       expect({ offsetMs, statuses: got[k] }).toEqual({ offsetMs, statuses: expected });
   });
@@ -154,18 +192,28 @@ describe("several isolates, one client key", () => {
     const deciders = isolates.map((isolate) => decider(settings, ns, isolate));
     const ip = uniqueIp();
     const admittedAtMs: number[] = [];
+    const sentAtMs: number[] = [];
     let now = start;
     for (let step = 0; step < 400; step++) {
       now += random.int(40);
       vi.setSystemTime(now);
+      sentAtMs.push(now, now, now, now);
       const outcomes = await Promise.all(
         Array.from({ length: 4 }, () => deciders[random.int(3)]!.run(requestFrom(ip))),
       );
       for (const outcome of outcomes) if (statusOf(outcome) === 200) admittedAtMs.push(now);
     }
     for (const { background } of deciders) await background.settled();
-    expect(admittedAtMs.length).toBeGreaterThan(200); // about 3 windows of 80, at strict precision 2
     const rule = settings.rules[0]!;
+    // One exact object admits 240 of the 1,600 requests: 80 in each of the 3 windows the trace's 8 s hold at
+    // strict precision 2. The isolates, with their clocks off by seconds, come within the allowed gap of it.
+    const exact = exactAdmissions(
+      [rule],
+      sentAtMs,
+      sentAtMs.map(() => [ip]),
+    );
+    expect(exact).toBe(240);
+    expect(admittedAtMs.length).toBeGreaterThanOrEqual(Math.ceil(0.97 * exact));
     expect(firstOverAdmission(rule, admittedAtMs)).toBeNull();
     await expectNothingLost(ip, rule, admittedAtMs, isolates);
   });
@@ -187,7 +235,7 @@ describe("more client keys than an isolate remembers", () => {
       if (statusOf(await run(requestFrom(ip))) === 200) admitted.set(ip, (admitted.get(ip) ?? 0) + 1);
     }
     await background.settled();
-    expect(isolate.leases.size).toBeLessThanOrEqual(16);
+    expect(isolate.leases.size).toBe(16); // full: 60 keys came through it
     for (const ip of ips) {
       const held = isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)));
       expect({ ip, counted: await storedTotal(ip) }).toEqual({ ip, counted: (admitted.get(ip) ?? 0) + held });

@@ -5,7 +5,7 @@ import {
   runDurableObjectAlarm,
   runInDurableObject,
 } from "cloudflare:test";
-import { describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import type { RuleCheck } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
@@ -150,22 +150,39 @@ describe("persistence", () => {
 });
 
 describe("cleanup", () => {
+  /**
+   * The object reads the test's clock (it shares the test's isolate), so instants are exact. They lie years
+   * ahead, so an alarm set from them never fires on its own mid-test: `runDurableObjectAlarm` runs it when the
+   * test says, at the instant the test set.
+   */
+  const FUTURE_MS = Date.UTC(2031, 0, 1, 0, 0, 0);
+  const fakeClock = (ms: number) => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(ms);
+  };
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it("deletes the key's storage once both windows have expired, and only then", async () => {
-    const periodMs = 300;
+    const periodMs = 60_000;
     const stub = freshObject();
+    fakeClock(FUTURE_MS + 20_000);
     const { nowMs } = await stub.check([rule("short", 5, periodMs)]);
+    expect(nowMs).toBe(FUTURE_MS + 20_000);
     const before = await storedState(stub);
     expect(before.rows).toBe(1);
     // The window after the one counted in must end too: the count still weighs until then.
-    const expiresAt = (Math.floor(nowMs / periodMs) + 2) * periodMs;
+    const expiresAt = FUTURE_MS + 2 * periodMs;
     expect(before.alarm).toBe(expiresAt);
 
-    expect(await runDurableObjectAlarm(stub)).toBe(true); // early: keeps the row, sets the alarm again
-    expect((await storedState(stub)).rows).toBe(1);
+    vi.setSystemTime(expiresAt - 1);
+    expect(await runDurableObjectAlarm(stub)).toBe(true); // early, by 1 ms: keeps the row, sets the alarm again
+    expect(await storedState(stub)).toMatchObject({ rows: 1, alarm: expiresAt });
 
-    // The runtime fires the alarm itself once both windows are over.
-    await new Promise((resolve) => setTimeout(resolve, expiresAt - Date.now() + 50));
-    await expect.poll(() => storedState(stub), { timeout: 2_000 }).toEqual({ tables: [], rows: 0, alarm: null });
+    vi.setSystemTime(expiresAt);
+    expect(await runDurableObjectAlarm(stub)).toBe(true); // on time: both windows are over
+    expect(await storedState(stub)).toEqual({ tables: [], rows: 0, alarm: null });
 
     // Idempotent: nothing is scheduled, and running it again changes nothing.
     expect(await runDurableObjectAlarm(stub)).toBe(false);
@@ -178,9 +195,10 @@ describe("cleanup", () => {
 
   it("keeps a rule whose window is still running when another rule's has expired", async () => {
     const stub = freshObject();
+    fakeClock(FUTURE_MS);
     await stub.check([rule("brief", 5, 100), rule("long", 5, 3_600_000)]);
-    await new Promise((resolve) => setTimeout(resolve, 250));
-    await runDurableObjectAlarm(stub);
+    vi.setSystemTime(FUTURE_MS + 200); // both of brief's windows are over; long's first is still running
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
     await runInDurableObject(stub, (instance: RateLimiter) => instance.alarm());
     const rows = await runInDurableObject(stub, (_i, state) =>
       state.storage.sql
@@ -189,6 +207,7 @@ describe("cleanup", () => {
         .map((r) => r.rule),
     );
     expect(rows).toEqual(["long|3600000|1"]);
+    expect((await storedState(stub)).alarm).toBe(FUTURE_MS + 2 * 3_600_000);
   });
 
   it("creates objects only for keys that were checked", async () => {

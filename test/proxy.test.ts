@@ -83,7 +83,7 @@ describe("proxying to the real origin", () => {
     const echo = (await res.json()) as Echo;
     expect(header(echo, "authorization")).toBe("Bearer token");
     expect(header(echo, "cookie")).toBe("sid=1");
-    expect(header(echo, "x-forwarded-for")).toBeDefined();
+    expect(header(echo, "x-forwarded-for")).toBe("203.0.113.9");
   });
 
   it.each([

@@ -7,7 +7,7 @@ import { defineConfig } from "vitest/config";
 const root = fileURLToPath(new URL("..", import.meta.url));
 
 // Durable Object storage lives under the OS temp dir. On disk every new SQLite object costs fsyncs
-// (test/cardinality.test.ts creates 10,000: about 100 s); on tmpfs about 26 s. Only when /dev/shm
+// (test/slow/cardinality.test.ts creates 10,000: about 100 s); on tmpfs about 26 s. Only when /dev/shm
 // has room for them (Docker's default is 64 MB).
 if (process.env.TMPDIR === undefined) {
   try {
@@ -35,19 +35,30 @@ function isolatedWranglerConfig(): string {
   return copy;
 }
 
-export default defineConfig({
-  root,
-  plugins: [
-    cloudflareTest(({ inject }) => ({
-      wrangler: { configPath: isolatedWranglerConfig() },
-      miniflare: {
-        bindings: { ORIGIN_URL: `http://127.0.0.1:${inject<number>("originPort")}` },
-      },
-    })),
-  ],
-  test: {
-    include: ["test/**/*.test.ts"],
-    exclude: ["test/e2e/**", "node_modules/**"],
-    globalSetup: ["test/support/global-setup.ts"],
-  },
-});
+/**
+ * Tests in the workers pool: real workerd, real Durable Objects, and the real origin of the global setup.
+ * `include` and `exclude` are globs relative to the repository root.
+ */
+export function workersTestConfig(include: string[], exclude: string[] = []) {
+  return defineConfig({
+    root,
+    plugins: [
+      cloudflareTest(({ inject }) => ({
+        wrangler: { configPath: isolatedWranglerConfig() },
+        miniflare: {
+          bindings: { ORIGIN_URL: `http://127.0.0.1:${inject<number>("originPort")}` },
+        },
+      })),
+    ],
+    test: {
+      include,
+      exclude: [...exclude, "node_modules/**"],
+      globalSetup: ["test/support/global-setup.ts"],
+      // The default 5 s is a wall-clock limit: on two busy cores a long deterministic trace can take longer.
+      testTimeout: 30_000,
+    },
+  });
+}
+
+/** `npm test`: every test but the slow ones, which `npm run test:slow` runs (test/slow/vitest.config.ts). */
+export default workersTestConfig(["test/**/*.test.ts"], ["test/e2e/**", "test/slow/**"]);

@@ -1,9 +1,9 @@
 import { evictDurableObject, listDurableObjectIds, runInDurableObject } from "cloudflare:test";
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { canonicalKey, hashKey } from "../src/core/keys.ts";
-import { type RuleInput, rateLimit } from "../src/lib.ts";
-import { env } from "./support/env.ts";
+import { canonicalKey, hashKey } from "../../src/core/keys.ts";
+import { type RuleInput, rateLimit } from "../../src/lib.ts";
+import { env } from "../support/env.ts";
 
 /**
  * Key cardinality: every distinct client gets an object of its own, named by
