@@ -5,4 +5,5 @@
 import { app } from "./worker/app.ts";
 
 export { RateLimiter } from "./object/rate-limiter.ts";
+export { OverrideRegistry } from "./object/registry.ts";
 export default app;

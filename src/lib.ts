@@ -19,4 +19,5 @@ export * as slidingWindow from "./core/sliding-window.ts";
 export { createIsolate, type Isolate, type IsolateOptions } from "./isolate/isolate.ts";
 export type { CheckResult, RuleCheck, RuleVerdict } from "./object/protocol.ts";
 export { RateLimiter } from "./object/rate-limiter.ts";
+export { OverrideRegistry } from "./object/registry.ts";
 export { type RateLimitOptions, rateLimit } from "./worker/middleware.ts";

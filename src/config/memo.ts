@@ -14,20 +14,27 @@ import { parseSettings, type SettingsInput } from "./settings.ts";
  * object) or its text, so a request costs a map lookup, not a parse.
  */
 export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: SettingsInput) => T {
-  const byObject = new WeakMap<object, Map<string, T>>();
-  const byText = new Map<string, Map<string, T>>();
+  const cache: Slots<Slots<Map<string, T>>> = slots();
   return (input) => {
-    const rules = input.RULES;
+    const byTiers = slotOf(cache, input.RULES, () => slots<Map<string, T>>());
+    const byRest = slotOf(byTiers, input.TIERS, () => new Map<string, T>());
     const rest = `${input.IPV6_PREFIX}\u0000${input.TRUSTED_IP_HEADER}\u0000${input.LIMITER_TIMEOUT_MS}`;
-    let slot: Map<string, T>;
-    if (typeof rules === "object" && rules !== null) {
-      slot = byObject.get(rules) ?? new Map();
-      byObject.set(rules, slot);
-    } else {
-      slot = getOrCreate(byText, String(rules), () => new Map());
-    }
-    return getOrCreate(slot, rest, () => parse(input));
+    return getOrCreate(byRest, rest, () => parse(input));
   };
+}
+
+/** Values filed under a variable's value: by identity for an object (a TOML table), by text otherwise. */
+type Slots<V> = { byObject: WeakMap<object, V>; byText: Map<string, V> };
+const slots = <V>(): Slots<V> => ({ byObject: new WeakMap(), byText: new Map() });
+
+function slotOf<V>(from: Slots<V>, key: unknown, make: () => V): V {
+  if (typeof key !== "object" || key === null) return getOrCreate(from.byText, String(key), make);
+  let value = from.byObject.get(key);
+  if (value === undefined) {
+    value = make();
+    from.byObject.set(key, value);
+  }
+  return value;
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * @module
  * The limiter's settings, from the variables `RULES`, `IPV6_PREFIX`,
- * `TRUSTED_IP_HEADER` and `LIMITER_TIMEOUT_MS`.
+ * `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS` and `TIERS`.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code.
@@ -10,6 +10,7 @@ import { DEFAULT_IPV6_PREFIX } from "../core/ip.ts";
 import { all, fail, ok, type Result } from "../core/result.ts";
 import { parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
+import { parseTiers, type Tiers, withTiers } from "./tiers.ts";
 
 export type Settings = {
   rules: Rule[];
@@ -25,6 +26,8 @@ export type Settings = {
    * never lets `Connection` remove them, so the origin sees what was counted.
    */
   keyHeaders: ReadonlySet<string>;
+  /** `TIERS`: tier name → rule id → limit. Each rule also carries its own limits per tier. */
+  tiers: Tiers;
 };
 
 export const DEFAULT_TIMEOUT_MS = 1000;
@@ -35,6 +38,7 @@ export type SettingsInput = {
   IPV6_PREFIX?: string | number;
   TRUSTED_IP_HEADER?: string;
   LIMITER_TIMEOUT_MS?: string | number;
+  TIERS?: unknown;
 };
 
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
@@ -56,8 +60,18 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     trustedIpHeader: headerNameVar(input.TRUSTED_IP_HEADER),
   });
   if (!parsed.ok) return parsed;
-  const { rules, ipv6PrefixBits, trustedIpHeader, timeoutMs } = parsed.value;
-  return ok({ rules, ipv6PrefixBits, trustedIpHeader, timeoutMs, keyHeaders: keyHeaders(rules, trustedIpHeader) });
+  const { ipv6PrefixBits, trustedIpHeader, timeoutMs } = parsed.value;
+  const tiers = parseTiers(input.TIERS, parsed.value.rules);
+  if (!tiers.ok) return tiers;
+  const rules = withTiers(parsed.value.rules, tiers.value);
+  return ok({
+    rules,
+    ipv6PrefixBits,
+    trustedIpHeader,
+    timeoutMs,
+    keyHeaders: keyHeaders(rules, trustedIpHeader),
+    tiers: tiers.value,
+  });
 }
 
 /** The rules from `RULES`: a list, or the same list as a JSON string (a secret or `.dev.vars`). */

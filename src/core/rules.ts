@@ -70,6 +70,8 @@ export type Rule = WindowLimit & {
   key: Characteristic[];
   action: "block" | "log";
   onError: "open" | "closed";
+  /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
+  tiers?: Readonly<Record<string, number>>;
 };
 
 export const RULE_FIELDS = [

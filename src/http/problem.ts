@@ -7,6 +7,7 @@ export const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#q
 export const LIMITER_UNAVAILABLE = "urn:edge-rate-limiter:limiter-unavailable";
 export const ORIGIN_UNREACHABLE = "urn:edge-rate-limiter:origin-unreachable";
 export const INVALID_CONFIG = "urn:edge-rate-limiter:invalid-config";
+export const DENIED = "urn:edge-rate-limiter:denied";
 
 export type Problem = { type: string; title: string; status: number; detail: string } & Record<string, unknown>;
 

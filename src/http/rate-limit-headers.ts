@@ -52,7 +52,8 @@ export const retryAfter = (reports: Reported[]): number =>
  * Every rate-limit header: the policy of every enforcing rule that applied,
  * and the state of the one closest to its limit among those decided.
  */
-export function rateLimitHeaders(policies: Policy[], reports: Reported[]): Record<string, string> {
+export function rateLimitHeaders(given: Policy[], decided: Reported[]): Record<string, string> {
+  const { policies, reports } = forThisClient(given, decided);
   const closest = closestToLimit(reports);
   if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
   return {
@@ -61,5 +62,20 @@ export function rateLimitHeaders(policies: Policy[], reports: Reported[]): Recor
     "X-RateLimit-Limit": String(closest.limit),
     "X-RateLimit-Remaining": String(closest.verdict.remaining),
     "X-RateLimit-Reset": String(seconds(closest.nowMs + closest.verdict.resetMs)),
+  };
+}
+
+/**
+ * The policies and reports as they apply to this client: a rule an override
+ * lifts is left out, and a policy shows the limit its verdict says applied
+ * (an override's or a tier's) rather than the rule's.
+ */
+function forThisClient(policies: Policy[], reports: Reported[]): { policies: Policy[]; reports: Reported[] } {
+  if (!reports.some((r) => r.verdict.override !== undefined)) return { policies, reports };
+  const lifted = new Set(reports.filter((r) => r.verdict.override === "unlimited").map((r) => r.id));
+  const limits = new Map(reports.map((r) => [r.id, r.limit]));
+  return {
+    policies: policies.filter((p) => !lifted.has(p.id)).map((p) => ({ ...p, limit: limits.get(p.id) ?? p.limit })),
+    reports: reports.filter((r) => !lifted.has(r.id)),
   };
 }

@@ -5,6 +5,7 @@
  */
 import { describePeriod } from "../core/duration.ts";
 import {
+  DENIED,
   LIMITER_UNAVAILABLE,
   type ProblemParts,
   problemParts,
@@ -22,7 +23,7 @@ export const tooManyRequests = (policies: Policy[], reports: Reported[]): Respon
 export function tooManyRequestsParts(policies: Policy[], reports: Reported[]): ProblemParts {
   const violated = reports.filter((r) => !r.verdict.ruleAllows);
   const wait = retryAfter(violated);
-  const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)})`).join(", ");
+  const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)}${tierOf(r)})`).join(", ");
   return problemParts(
     {
       type: QUOTA_EXCEEDED,
@@ -35,6 +36,22 @@ export function tooManyRequestsParts(policies: Policy[], reports: Reported[]): P
     { ...rateLimitHeaders(policies, reports), "Retry-After": String(wait) },
   );
 }
+
+const tierOf = (r: Reported): string => (r.verdict.tier === undefined ? "" : `, tier "${r.verdict.tier}"`);
+
+/** 403: an override denies this client every request under these rules. No rate-limit headers: no wait will help. */
+export const denied = (rules: string[]): Response =>
+  problemResponse({
+    type: DENIED,
+    title: "Forbidden",
+    status: 403,
+    detail: "This client is denied by the API's operator.",
+    "denied-by": rules,
+  });
+
+/** The rules whose verdicts deny the client: an override says `deny`. */
+export const deniedBy = (reports: Reported[]): string[] =>
+  reports.filter((r) => r.verdict.override === "deny").map((r) => r.id);
 
 /** 503: a rule with `on_error = "closed"` could not be decided. */
 export function limiterUnavailable(closedBy: string[], policies: Policy[], reports: Reported[]): Response {

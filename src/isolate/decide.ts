@@ -11,8 +11,8 @@ import { canonicalKey, customCanonicalKey, type RequestFacts } from "../core/key
 import { pathnameOf, requestPath } from "../core/paths.ts";
 import { type Rule, ruleMatches } from "../core/rules.ts";
 import { send } from "../http/problem.ts";
-import { type Policy, rateLimitHeaders } from "../http/rate-limit-headers.ts";
-import { limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
+import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
+import { denied, deniedBy, limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
 import { requestFacts } from "../http/request-facts.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
@@ -109,9 +109,15 @@ async function settleRest({ groups, spent, policies, startedAtMs }: Pending, opt
     if (s.via === "call") watchLate(s.call, groups[i]!, turnedAway, options);
   });
   sendOutbox(options);
-  if (refused) return { kind: "refuse", response: tooManyRequests(policies, reports) };
+  if (refused) return { kind: "refuse", response: refusal(policies, reports) };
   if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
   return { kind: "allow", headers: rateLimitHeaders(policies, reports) };
+}
+
+/** 403 when an override denies the client, else 429. */
+function refusal(policies: Policy[], reports: Reported[]): Response {
+  const denying = deniedBy(reports);
+  return denying.length > 0 ? denied(denying) : tooManyRequests(policies, reports);
 }
 
 /** Rules grouped by their canonical client key, in the order they first appear. */
@@ -141,7 +147,7 @@ function knownRefusal(policies: Rule[], known: RuleRefusal[], isolate: Isolate, 
   for (const k of known) logKnown(k, isolate, nowMs);
   const reports = () => known.map((k) => knownReport(k, nowMs));
   const [only, ...others] = known;
-  if (!only || others.length > 0) return tooManyRequests(policies, reports());
+  if (!only || others.length > 0 || only.refusal.applied.override === "deny") return refusal(policies, reports());
   const key = `${Math.ceil((only.refusal.retryAtMs - nowMs) / 1000)}|${policies.map(ruleUid).join(",")}`;
   return send(only.refusal.reuse(key, () => tooManyRequestsParts(policies, reports())));
 }

@@ -20,6 +20,9 @@ import { ruleUid } from "./rule-ids.ts";
 /** Entries live at most this long, however far off `retryAfter` is. */
 export const DEFAULT_MAX_REFUSAL_MS = 10_000;
 
+/** The parts of a verdict that say what applied to the client. */
+export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier">;
+
 /** One refusal the isolate knows of. */
 export class KnownRefusal {
   private memo: { key: string; value: unknown } | null = null;
@@ -31,12 +34,15 @@ export class KnownRefusal {
   readonly weighted: number;
   /** The key's object name (SHA-256 hex), for log lines. */
   readonly name: string;
+  /** What applied to this client when it was refused: the limit, and an override and its tier, if any. */
+  readonly applied: Applied;
 
-  constructor(retryAtMs: number, untilMs: number, weighted: number, name: string) {
+  constructor(retryAtMs: number, untilMs: number, weighted: number, name: string, applied: Applied) {
     this.retryAtMs = retryAtMs;
     this.untilMs = untilMs;
     this.weighted = weighted;
     this.name = name;
+    this.applied = applied;
   }
 
   /** A value derived from this refusal, made once and reused while `key` stays the same (the 429 sent again). */
@@ -90,7 +96,12 @@ export class KnownRefusals {
       this.entries.delete(key);
       return;
     }
-    this.entries.set(key, new KnownRefusal(sentAtMs + verdict.retryAfterMs, sentAtMs + holdMs, verdict.weighted, name));
+    const { limit, override, tier } = verdict;
+    const applied: Applied = { limit, override, tier };
+    this.entries.set(
+      key,
+      new KnownRefusal(sentAtMs + verdict.retryAfterMs, sentAtMs + holdMs, verdict.weighted, name, applied),
+    );
   }
 
   /** Forgets a key under a rule (after an admin reset). */

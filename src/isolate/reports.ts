@@ -15,7 +15,7 @@ import type { KeyGroup, RuleRefusal, Settlement } from "./settle.ts";
 /** A rule's verdict as the rate-limit headers report it. */
 const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   id: rule.id,
-  limit: rule.limit,
+  limit: verdict.limit ?? rule.limit,
   periodMs: rule.periodMs,
   verdict,
   nowMs,
@@ -33,9 +33,13 @@ export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Repo
     resetMs: waitMs,
     counted: null,
     holdsForMs: refusal.untilMs - nowMs,
+    ...withoutUndefined(refusal.applied),
   };
   return report(rule, verdict, nowMs);
 }
+
+const withoutUndefined = <T extends object>(fields: T): Partial<T> =>
+  Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)) as Partial<T>;
 
 /** Logs a refusal answered from what the isolate knows (throttled like the object's). */
 export const logKnown = ({ rule, digest, refusal }: RuleRefusal, isolate: Isolate, nowMs: number): void =>
@@ -82,7 +86,7 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], i
         if (!verdict.ruleAllows) {
           logRefusal({ rule, digest: group.digest, name: s.call.name, weighted: verdict.weighted }, isolate, nowMs);
         }
-        if (rule.action === "block") reports.push(report(rule, verdict, nowMs));
+        if (rule.action === "block" || verdict.override === "deny") reports.push(report(rule, verdict, nowMs));
       });
     }
   });

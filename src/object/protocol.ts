@@ -4,6 +4,7 @@
  * to check, the verdicts, leases, receipts and refunds. Types and pure
  * helpers only, so Node-side tools can use them too.
  */
+import type { OverrideSetting } from "../core/overrides.ts";
 import type { Rule } from "../core/rules.ts";
 import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 
@@ -12,6 +13,8 @@ export type RuleCheck = WindowLimit & {
   id: string;
   /** False for `action = "log"`: the rule is counted and reported but never refuses the request. */
   enforce: boolean;
+  /** The rule's limit in each tier of `TIERS` that gives it one, for a client an override puts in a tier. */
+  tiers?: Readonly<Record<string, number>>;
 };
 
 /**
@@ -40,6 +43,12 @@ export type RuleVerdict = Decision & {
    * while counts that may still be refunded weigh in on the refusal.
    */
   holdsForMs: number;
+  /** The limit that applied to this client: the rule's, or an override's. Absent when none applied (unlimited, deny). */
+  limit?: number;
+  /** When an override for this client applied, what kind. */
+  override?: OverrideSetting["kind"];
+  /** When a tier's limit applied, the tier. */
+  tier?: string;
 };
 
 export type CheckResult = {
@@ -62,7 +71,7 @@ export type CheckResult = {
 export type Lease = {
   /** Admissions counted ahead, for every rule of the check. */
   units: number;
-  /** Per rule, in the order given, where the units were counted. */
+  /** Per rule, in the order given, where the units were counted ({@link NOWHERE} for a rule an override lifted). */
   receipts: Receipt[];
   /** How long the caller may spend them, from `nowMs`: the end of the earliest current bucket, at most {@link LEASE_MAX_MS}. */
   expiresInMs: number;
@@ -90,6 +99,9 @@ export type CheckOptions = {
    */
   refundableForMs?: number;
 };
+
+/** The receipt of a count never taken (a rule an override lifted): handing it back takes nothing. */
+export const NOWHERE: Receipt = { row: "", epoch: 0, bucket: 0 };
 
 /** Leases live at most this long, whatever the period. */
 export const LEASE_MAX_MS = 300_000;
@@ -144,6 +156,7 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
   precision: rule.precision,
   strict: rule.strict,
   enforce: rule.action === "block",
+  ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
 });
 
 const checks = new WeakMap<Rule, RuleCheck>();

@@ -13,6 +13,7 @@
  * a receipt from an earlier epoch (before an admin reset) are ignored.
  */
 import { DurableObject } from "cloudflare:workers";
+import { limitUnder, type Override } from "../core/overrides.ts";
 import {
   admit,
   bucketStartMs,
@@ -33,6 +34,7 @@ import {
   LEASE_SHARE,
   type Lease,
   type LeaseRequest,
+  NOWHERE,
   type Receipt,
   type Refund,
   type RuleCheck,
@@ -54,6 +56,18 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   epoch INTEGER NOT NULL DEFAULT 0
 )`;
 
+/** A rule's override for this client (null once deleted), and the registry's version of that change. */
+const OVERRIDES_SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL)`;
+
+/** A rule as it applies to this client now: its check with the limit that applies, or lifted, or denied. */
+type Plan =
+  | { kind: "count"; rule: RuleCheck; override?: Override }
+  | { kind: "unlimited" }
+  | { kind: "deny"; expiresAtMs: number | null };
+
+/** A deny without an expiry is reported as lasting a year; callers hold it at most their own cap. */
+const DENY_FOREVER_MS = 365 * 86_400_000;
+
 /** The instant after which a state is all zeros: its newest bucket and the `precision` before it have rotated out. */
 const expiresAtMs = ({ shape, state }: Row): number =>
   bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false });
@@ -70,13 +84,30 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Per row, until when a caller may still refund counts it took; refusals then are not to be remembered. */
   private readonly refundsDue = new Map<string, number>();
 
+  /** This client's overrides, by rule id: stored, and read here on every check. */
+  private readonly overrides = new Map<string, Override>();
+  /** Per rule id, the version of the last change to its override (a deletion included). */
+  private readonly overrideVersions = new Map<string, number>();
+
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    // A fresh or cleaned-up object has no table: reading it must not create one.
-    const table = this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'counters'").toArray();
-    if (table.length === 0) {
-      this.alarmAtMs = null;
+    // A fresh or cleaned-up object has no tables: reading them must not create one.
+    const tables = new Set(
+      this.sql
+        .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .toArray()
+        .map((t) => t.name),
+    );
+    if (tables.has("overrides")) {
+      const stored = this.sql.exec<{ rule: string; value: string | null; version: number }>("SELECT * FROM overrides");
+      for (const row of stored) {
+        this.overrideVersions.set(row.rule, row.version);
+        if (row.value !== null) this.overrides.set(row.rule, JSON.parse(row.value) as Override);
+      }
+    }
+    if (!tables.has("counters")) {
+      this.alarmAtMs = this.lastExpiry();
       return;
     }
     this.schemaReady = true;
@@ -93,7 +124,7 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     // Every write that moved a row's expiry later also moved the alarm there (scheduleCleanup, alarm),
     // so the alarm is known without reading it: an object woken for one request sets none.
-    this.alarmAtMs = this.rows.size > 0 ? Math.max(...[...this.rows.values()].map(expiresAtMs)) : null;
+    this.alarmAtMs = this.lastExpiry();
   }
 
   /** Rows stored before epochs were named by the rule id alone: give them their layout and epoch 0. */
@@ -111,25 +142,83 @@ export class RateLimiter extends DurableObject<unknown> {
   check(rules: RuleCheck[], options: CheckOptions = {}): CheckResult {
     if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
-    const rows = rules.map((rule) => this.current(rule, nowMs));
-    const evaluations = rules.map((rule, i) => evaluate(rows[i]!.state, nowMs, rule));
-    const allowed = rules.every((rule, i) => !rule.enforce || evaluations[i]!.allowed);
-    const verdicts = rules.map((rule, i) => {
+    const plans = rules.map((rule) => this.plan(rule, nowMs));
+    const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
+    const evaluations = plans.map((plan, i) =>
+      plan.kind === "count" ? evaluate(rows[i]!.state, nowMs, plan.rule) : undefined,
+    );
+    const allowed = plans.every(
+      (plan, i) =>
+        plan.kind === "unlimited" || (plan.kind === "count" && (!plan.rule.enforce || evaluations[i]!.allowed)),
+    );
+    const verdicts = plans.map((plan, i) => {
+      if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const ev = evaluations[i]!;
+      const row = rows[i]!;
       const counted = allowed && ev.allowed;
-      if (counted) rows[i]!.state = admit(ev.state);
-      else rows[i]!.state = ev.state;
-      return this.verdict(ev, nowMs, rule, rows[i]!, counted);
+      row.state = counted ? admit(ev.state) : ev.state;
+      return this.verdict(ev, nowMs, plan, row, counted);
     });
     if (!allowed) return { nowMs, allowed, verdicts };
-    const lease = options.lease ? this.grant(rules, rows, verdicts, nowMs, options.lease) : undefined;
+    const lease = options.lease ? this.grant(plans, rows, verdicts, nowMs, options.lease) : undefined;
     rows.forEach((row, i) => {
-      if (!verdicts[i]!.ruleAllows) return;
+      if (!row || !verdicts[i]!.ruleAllows) return;
       this.save(row);
       if (options.refundableForMs) this.refundsDue.set(row.key, nowMs + options.refundableForMs);
     });
     this.scheduleCleanup();
     return lease ? { nowMs, allowed, verdicts, lease } : { nowMs, allowed, verdicts };
+  }
+
+  /** How a rule applies to this client now, under its override if it has a live one. */
+  private plan(rule: RuleCheck, nowMs: number): Plan {
+    const override = this.overrides.get(rule.id);
+    if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
+      return { kind: "count", rule };
+    }
+    const limit = limitUnder(override, rule, nowMs);
+    if (limit === "unlimited") return { kind: "unlimited" };
+    if (limit === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
+    return { kind: "count", rule: limit === rule.limit ? rule : { ...rule, limit }, override };
+  }
+
+  /**
+   * Sets this client's override of a rule; the next check applies it. A
+   * change older than the last one applied (a lower `version`) is ignored.
+   */
+  setOverride(ruleId: string, override: Override, version: number): void {
+    if (!this.newer(ruleId, version)) return;
+    this.storeOverride(ruleId, override, version);
+    this.overrides.set(ruleId, override);
+    this.scheduleCleanup();
+  }
+
+  /** Removes this client's override of a rule, unless a newer change was applied. */
+  deleteOverride(ruleId: string, version: number): void {
+    if (!this.newer(ruleId, version)) return;
+    this.storeOverride(ruleId, null, version);
+    this.overrides.delete(ruleId);
+  }
+
+  private newer(ruleId: string, version: number): boolean {
+    return version > (this.overrideVersions.get(ruleId) ?? 0);
+  }
+
+  private storeOverride(ruleId: string, override: Override | null, version: number): void {
+    this.sql.exec(OVERRIDES_SCHEMA);
+    this.sql.exec(
+      `INSERT INTO overrides (rule, value, version) VALUES (?, ?, ?)
+       ON CONFLICT (rule) DO UPDATE SET value = excluded.value, version = excluded.version`,
+      ruleId,
+      override === null ? null : JSON.stringify(override),
+      version,
+    );
+    this.overrideVersions.set(ruleId, version);
+  }
+
+  /** This client's overrides, live or expired and not yet cleaned up, by rule id. */
+  listOverrides(): Record<string, Override> {
+    return Object.fromEntries(this.overrides);
   }
 
   /**
@@ -139,8 +228,18 @@ export class RateLimiter extends DurableObject<unknown> {
    * or than {@link LEASE_HARMLESS_SHARE} of the smallest limit, whichever is
    * more. Each unit is admissible now: `remaining` already counts this request.
    */
-  private grant(rules: RuleCheck[], rows: Row[], verdicts: RuleVerdict[], nowMs: number, wanted: LeaseRequest) {
+  private grant(
+    plans: Plan[],
+    rows: (Row | undefined)[],
+    verdicts: RuleVerdict[],
+    nowMs: number,
+    wanted: LeaseRequest,
+  ) {
     if (!verdicts.every((v) => v.ruleAllows)) return undefined;
+    const rules = plans.flatMap((plan) => (plan.kind === "count" ? [plan.rule] : []));
+    const counted = verdicts.filter((_, i) => plans[i]!.kind === "count");
+    // Every rule lifted for this client: nothing to count, so nothing to lease.
+    if (rules.length === 0) return undefined;
     const expiresInMs = Math.min(LEASE_MAX_MS, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
@@ -149,10 +248,11 @@ export class RateLimiter extends DurableObject<unknown> {
     const units = Math.min(
       wanted.units,
       Math.max(likely, harmless),
-      ...verdicts.map((v) => Math.floor(v.remaining * LEASE_SHARE)),
+      ...counted.map((v) => Math.floor(v.remaining * LEASE_SHARE)),
     );
     if (units < LEASE_MIN_UNITS) return undefined;
     const receipts = rows.map((row): Receipt => {
+      if (!row) return NOWHERE;
       row.state.counts[row.state.counts.length - 1]! += units;
       return { row: row.key, epoch: row.epoch, bucket: row.state.bucket };
     });
@@ -163,10 +263,13 @@ export class RateLimiter extends DurableObject<unknown> {
   peek(rules: RuleCheck[]): CheckResult {
     const nowMs = Date.now();
     const verdicts = rules.map((rule) => {
-      const row = this.current(rule, nowMs);
-      return this.verdict(evaluate(row.state, nowMs, rule), nowMs, rule, row, false);
+      const plan = this.plan(rule, nowMs);
+      if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
+      const row = this.current(plan.rule, nowMs);
+      return this.verdict(evaluate(row.state, nowMs, plan.rule), nowMs, plan, row, false);
     });
-    return { nowMs, allowed: verdicts.every((v, i) => !rules[i]!.enforce || v.ruleAllows), verdicts };
+    const allowed = verdicts.every((v, i) => v.ruleAllows || (!rules[i]!.enforce && v.override !== "deny"));
+    return { nowMs, allowed, verdicts };
   }
 
   /**
@@ -196,10 +299,13 @@ export class RateLimiter extends DurableObject<unknown> {
       this.refundsDue.delete(key);
       this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
     }
-    if (this.rows.size === 0) await this.clear();
+    if (this.rows.size === 0 && this.overrides.size === 0) await this.clear();
   }
 
-  /** Deletes the counters whose windows have all expired; once none are left, deletes everything. Safe to run again. */
+  /**
+   * Deletes the counters whose windows have all expired, and the overrides
+   * past their expiry; once nothing is left, deletes everything. Safe to run again.
+   */
   override async alarm(): Promise<void> {
     const nowMs = Date.now();
     for (const [key, row] of this.rows) {
@@ -208,9 +314,25 @@ export class RateLimiter extends DurableObject<unknown> {
       this.refundsDue.delete(key);
       this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
     }
-    if (this.rows.size === 0) return this.clear();
-    this.alarmAtMs = Math.max(...[...this.rows.values()].map(expiresAtMs));
-    await this.ctx.storage.setAlarm(this.alarmAtMs);
+    for (const [rule, override] of this.overrides) {
+      if (override.expiresAtMs === null || nowMs < override.expiresAtMs) continue;
+      this.overrides.delete(rule);
+      this.sql.exec("UPDATE overrides SET value = NULL WHERE rule = ?", rule);
+    }
+    if (this.rows.size === 0 && this.overrides.size === 0) return this.clear();
+    this.alarmAtMs = this.lastExpiry();
+    if (this.alarmAtMs === null) await this.ctx.storage.deleteAlarm();
+    else await this.ctx.storage.setAlarm(this.alarmAtMs);
+  }
+
+  /** When the last counter or expiring override expires, or null when nothing will (no counters, only lasting overrides). */
+  private lastExpiry(): number | null {
+    let latest: number | null = null;
+    for (const row of this.rows.values()) latest = Math.max(latest ?? 0, expiresAtMs(row));
+    for (const override of this.overrides.values()) {
+      if (override.expiresAtMs !== null) latest = Math.max(latest ?? 0, override.expiresAtMs);
+    }
+    return latest;
   }
 
   /**
@@ -239,14 +361,26 @@ export class RateLimiter extends DurableObject<unknown> {
     return fresh;
   }
 
-  private verdict(ev: Evaluation, nowMs: number, rule: RuleCheck, row: Row, counted: boolean): RuleVerdict {
+  private verdict(
+    ev: Evaluation,
+    nowMs: number,
+    plan: Plan & { kind: "count" },
+    row: Row,
+    counted: boolean,
+  ): RuleVerdict {
+    const { rule, override } = plan;
     const decision = describe(ev, nowMs, rule, counted);
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
+    // A refusal under an override holds no longer than the override.
+    const untilChange = override?.expiresAtMs != null ? override.expiresAtMs - nowMs : Number.POSITIVE_INFINITY;
     return {
       ...decision,
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
-      holdsForMs: ev.allowed || refundDue ? 0 : decision.retryAfterMs,
+      holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
+      limit: rule.limit,
+      ...(override ? { override: override.kind } : {}),
+      ...(override?.kind === "tier" && rule.tiers?.[override.tier] !== undefined ? { tier: override.tier } : {}),
     };
   }
 
@@ -267,21 +401,50 @@ export class RateLimiter extends DurableObject<unknown> {
     );
   }
 
-  /** Makes sure an alarm will clean up once every counter has expired. Sets it only when it must move later. */
+  /** Makes sure an alarm will clean up once everything that expires has. Sets it only when it must move later. */
   private scheduleCleanup(): void {
-    let latest = 0;
-    for (const row of this.rows.values()) latest = Math.max(latest, expiresAtMs(row));
-    if (this.alarmAtMs != null && this.alarmAtMs >= latest) return;
+    const latest = this.lastExpiry();
+    if (latest === null || (this.alarmAtMs != null && this.alarmAtMs >= latest)) return;
     this.alarmAtMs = latest;
     void this.ctx.storage.setAlarm(latest);
   }
 
   private async clear(): Promise<void> {
     this.rows.clear();
+    this.overrideVersions.clear();
     this.refundsDue.clear();
     this.schemaReady = false;
     this.alarmAtMs = null;
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
   }
+}
+
+/** The verdict of a rule an override lifts or denies for this client: nothing counted, nothing evaluated. */
+function fixedVerdict(plan: Plan & { kind: "unlimited" | "deny" }, nowMs: number): RuleVerdict {
+  if (plan.kind === "unlimited") {
+    return {
+      allowed: true,
+      ruleAllows: true,
+      weighted: 0,
+      remaining: 0,
+      retryAfterMs: 0,
+      resetMs: 0,
+      counted: null,
+      holdsForMs: 0,
+      override: "unlimited",
+    };
+  }
+  const waitMs = plan.expiresAtMs === null ? DENY_FOREVER_MS : plan.expiresAtMs - nowMs;
+  return {
+    allowed: false,
+    ruleAllows: false,
+    weighted: 0,
+    remaining: 0,
+    retryAfterMs: waitMs,
+    resetMs: waitMs,
+    counted: null,
+    holdsForMs: waitMs,
+    override: "deny",
+  };
 }

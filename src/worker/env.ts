@@ -4,10 +4,15 @@
  * in config.ts).
  */
 import type { RateLimiter } from "../object/rate-limiter.ts";
+import type { OverrideRegistry } from "../object/registry.ts";
 
 export type Env = {
   /** The Durable Object namespace that holds one counter object per client key. */
   RATE_LIMITER: DurableObjectNamespace<RateLimiter>;
+  /** The index of per-client overrides (one object), which the admin API writes through. Unset: no overrides API. */
+  OVERRIDES?: DurableObjectNamespace<OverrideRegistry>;
+  /** Named sets of per-rule limits an override can put a client in: `[vars.TIERS.pro]`, or the same as JSON. */
+  TIERS?: unknown;
   /** The rules: `[[vars.RULES]]` in wrangler.toml, or the same list as a JSON string. */
   RULES?: unknown;
   /** Where allowed requests go: scheme, host and port. Unset: forward to the request's own URL (the zone's origin). */

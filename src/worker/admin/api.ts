@@ -8,6 +8,7 @@
  * - `GET    {prefix}/rules`
  * - `GET    {prefix}/status?rule=<id>&key=<client>`
  * - `DELETE {prefix}/status?rule=<id>&key=<client>`
+ * - `{prefix}/overrides`: per-client limits (see overrides.ts)
  */
 import type { MiddlewareHandler } from "hono";
 import { parseAdminPrefix } from "../../config/admin-prefix.ts";
@@ -18,7 +19,8 @@ import { INVALID_CONFIG, invalidConfigResponse, problemResponse } from "../../ht
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import { logEvent } from "../../observe/log.ts";
 import type { Env } from "../env.ts";
-import { bearerMatches, unauthorized } from "./auth.ts";
+import { bearerMatches, tokenName, unauthorized } from "./auth.ts";
+import { overrides } from "./overrides.ts";
 import { clientStatus } from "./status.ts";
 import { json, settingsView } from "./views.ts";
 
@@ -58,6 +60,8 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
       return unauthorized(c.req.header("authorization") !== undefined);
     }
     const request: AdminRequest = {
+      raw: c.req.raw,
+      by: await tokenName(token),
       method: c.req.method,
       route: path.slice(prefix.length),
       url,
@@ -70,6 +74,9 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
 
 /** An authorised request under the prefix. */
 type AdminRequest = {
+  raw: Request;
+  /** Who sent it, for the log: a prefix of the admin token's hash. */
+  by: string;
   method: string;
   /** The path after the prefix, such as `/rules`. */
   route: string;
@@ -79,9 +86,14 @@ type AdminRequest = {
   isolate: Isolate;
 };
 
-const ROUTES: Record<string, string[]> = { "/rules": ["GET"], "/status": ["GET", "DELETE"] };
+const ROUTES: Record<string, string[]> = {
+  "/rules": ["GET"],
+  "/status": ["GET", "DELETE"],
+  "/overrides": ["GET", "PUT", "DELETE"],
+  "/overrides/import": ["POST"],
+};
 
-async function route({ method, route, url, prefix, env, isolate }: AdminRequest): Promise<Response> {
+async function route({ raw, by, method, route, url, prefix, env, isolate }: AdminRequest): Promise<Response> {
   const allowed = ROUTES[route];
   if (allowed === undefined) return notFound(prefix);
   if (!allowed.includes(method)) return methodNotAllowed(`${prefix}${route}`, allowed);
@@ -97,6 +109,9 @@ async function route({ method, route, url, prefix, env, isolate }: AdminRequest)
     });
   }
   if (route === "/rules") return json(settingsView(settings.value));
+  if (route.startsWith("/overrides")) {
+    return overrides(method, route, raw, { settings: settings.value, registry: env.OVERRIDES, isolate, by });
+  }
   return clientStatus(url, { method, settings: settings.value, ns: env.RATE_LIMITER, isolate });
 }
 
@@ -105,7 +120,10 @@ const notFound = (prefix: string): Response =>
     type: "about:blank",
     title: "Not Found",
     status: 404,
-    detail: `No admin route here. Routes: GET ${prefix}/rules, GET and DELETE ${prefix}/status?rule=<id>&key=<client>.`,
+    detail:
+      `No admin route here. Routes: GET ${prefix}/rules, GET and DELETE ${prefix}/status?rule=<id>&key=<client>, ` +
+      `GET, PUT and DELETE ${prefix}/overrides?rule=<id>&key=<client>, GET ${prefix}/overrides, ` +
+      `POST ${prefix}/overrides/import.`,
   });
 
 const methodNotAllowed = (path: string, allowed: string[]): Response =>

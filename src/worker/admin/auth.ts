@@ -20,6 +20,14 @@ export async function bearerMatches(authorization: string | undefined, token: st
   return crypto.subtle.timingSafeEqual(a, b);
 }
 
+/** How the log names who used a token: `token:` and the first 12 hex digits of its SHA-256, never the token. */
+export async function tokenName(token: string): Promise<string> {
+  const bytes = new Uint8Array(await sha256(token));
+  let hex = "";
+  for (const byte of bytes.subarray(0, 6)) hex += byte.toString(16).padStart(2, "0");
+  return `token:${hex}`;
+}
+
 /** The 401 with its challenge; `tokenSent` says whether a wrong token came, or none. */
 export function unauthorized(tokenSent: boolean): Response {
   // RFC 6750 §3: no error code when no credentials came; invalid_token when a wrong one did.

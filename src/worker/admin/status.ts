@@ -73,7 +73,10 @@ async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<R
   const verdict = peeked.value.verdicts[0]!;
   return json({
     ...about,
-    limit: rule.limit,
+    // The limit this client has: the rule's, an override's or a tier's; null when an override lifts or denies.
+    limit: verdict.limit ?? null,
+    ...(verdict.override ? { override: verdict.override } : {}),
+    ...(verdict.tier ? { tier: verdict.tier } : {}),
     periodMs: rule.periodMs,
     weighted: verdict.weighted,
     allowed: verdict.ruleAllows,

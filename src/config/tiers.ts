@@ -1,0 +1,73 @@
+/**
+ * @module
+ * `TIERS`: named sets of per-rule limits, such as a `pro` tier that gives
+ * `api-per-key` 10,000 an hour. An override puts a client in a tier; the
+ * rule's period stays its own, so a client's counts carry over when its
+ * tier changes.
+ *
+ * ```toml
+ * [vars.TIERS.pro]
+ * api-per-key = 10000
+ * login = 20
+ * ```
+ */
+import { isTierName, MAX_LIMIT } from "../core/overrides.ts";
+import { fail, mapAll, ok, type Result } from "../core/result.ts";
+import type { Rule } from "../core/rules.ts";
+import { show } from "../core/show.ts";
+
+/** Tier name → rule id → the limit the tier gives that rule. */
+export type Tiers = ReadonlyMap<string, ReadonlyMap<string, number>>;
+
+const isTable = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/** Parses `TIERS` (a table, or the same as a JSON string) against the rules it names. */
+export function parseTiers(raw: unknown, rules: Rule[]): Result<Tiers> {
+  if (raw === undefined || raw === "") return ok(new Map());
+  let value = raw;
+  if (typeof raw === "string") {
+    try {
+      value = JSON.parse(raw);
+    } catch (error) {
+      return fail(`TIERS: is a string but not valid JSON (${(error as Error).message})`);
+    }
+  }
+  if (!isTable(value)) {
+    return fail(
+      `TIERS: must be a table of tiers, such as [vars.TIERS.pro] with api-per-key = 10000; got ${show(value)}`,
+    );
+  }
+  const ruleIds = new Set(rules.map((rule) => rule.id));
+  const tiers = mapAll(Object.entries(value), ([name, limits]) => parseTier(name, limits, ruleIds));
+  return tiers.ok ? ok(new Map(tiers.value)) : tiers;
+}
+
+function parseTier(name: string, limits: unknown, ruleIds: ReadonlySet<string>): Result<[string, Map<string, number>]> {
+  if (!isTierName(name)) return fail(`TIERS: a tier's name must be 1 to 64 of [A-Za-z0-9_-]; got ${show(name)}`);
+  if (!isTable(limits)) {
+    return fail(`TIERS.${name}: must be a table of rule ids and limits, such as login = 20; got ${show(limits)}`);
+  }
+  const entries = mapAll(Object.entries(limits), ([id, limit]): Result<[string, number]> => {
+    if (!ruleIds.has(id)) {
+      return fail(`TIERS.${name}: ${show(id)} is no rule's id; rules: ${[...ruleIds].join(", ") || "none"}`);
+    }
+    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
+      return fail(`TIERS.${name}.${id}: must be an integer from 1 to ${MAX_LIMIT}; got ${show(limit)}`);
+    }
+    return ok([id, limit]);
+  });
+  return entries.ok ? ok([name, new Map(entries.value)]) : entries;
+}
+
+/** The rules, each given its limit per tier (rules no tier names are returned as they are). */
+export function withTiers(rules: Rule[], tiers: Tiers): Rule[] {
+  return rules.map((rule) => {
+    const limits: Record<string, number> = {};
+    for (const [tier, byRule] of tiers) {
+      const limit = byRule.get(rule.id);
+      if (limit !== undefined) limits[tier] = limit;
+    }
+    return Object.keys(limits).length > 0 ? { ...rule, tiers: limits } : rule;
+  });
+}

@@ -1,0 +1,158 @@
+/**
+ * @module
+ * Per-client overrides of a rule: another limit, a tier's limit, no limit
+ * at all, or a refusal of every request. What an operator sends is parsed
+ * here, and what a rule's limit becomes for one client is decided here; the
+ * client's Durable Object stores its overrides and applies them.
+ *
+ * An override never changes a rule's period or bucket layout, so the
+ * client's counts carry over when it is set, changed or removed.
+ */
+import { fail, ok, type Result } from "./result.ts";
+import { show } from "./show.ts";
+
+/** What an override does to its rule, for its client. */
+export type OverrideSetting =
+  /** Another limit, in place of the rule's. */
+  | { kind: "limit"; limit: number }
+  /** The limit a tier gives the rule (`TIERS`); the rule's own where the tier names no limit for it. */
+  | { kind: "tier"; tier: string }
+  /** The rule does not apply to this client: never refused, never counted. */
+  | { kind: "unlimited" }
+  /** Every request is refused with 403. */
+  | { kind: "deny" };
+
+export type Override = OverrideSetting & {
+  /** Unix ms after which the override no longer applies, or null for never. */
+  expiresAtMs: number | null;
+  /** Free text for operators, at most {@link MAX_NOTE_CHARS} characters. */
+  note: string;
+  /** Unix ms of the change that set it. */
+  updatedAtMs: number;
+  /** Who set it: a prefix of the admin token's hash. */
+  by: string;
+};
+
+export const MAX_NOTE_CHARS = 1_000;
+export const MAX_LIMIT = 1_000_000_000;
+const TIER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** What parsing an override needs besides the operator's input. */
+export type OverrideContext = {
+  nowMs: number;
+  /** The tiers `TIERS` defines. */
+  tiers: ReadonlySet<string>;
+  by: string;
+};
+
+/**
+ * An override from an operator's JSON: exactly one of `limit`, `tier`,
+ * `unlimited: true` or `deny: true`, and optionally `expires` (an ISO 8601
+ * time or Unix milliseconds, in the future) and `note`. Every problem is
+ * named by its field.
+ */
+export function parseOverride(input: unknown, context: OverrideContext): Result<Override> {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    return fail(`must be a JSON object such as {"limit": 500} or {"tier": "pro"}; got ${show(input)}`);
+  }
+  const fields = input as Record<string, unknown>;
+  const known = new Set(["limit", "tier", "unlimited", "deny", "expires", "note"]);
+  const errors = Object.keys(fields)
+    .filter((name) => !known.has(name))
+    .map((name) => `field ${show(name)}: unknown; fields: limit, tier, unlimited, deny, expires, note`);
+  const setting = settingOf(fields, context.tiers);
+  const expires = expiresOf(fields.expires, context.nowMs);
+  const note = noteOf(fields.note);
+  for (const result of [setting, expires, note]) if (!result.ok) errors.push(...result.errors);
+  if (errors.length > 0 || !setting.ok || !expires.ok || !note.ok) return fail(...errors);
+  return ok({
+    ...setting.value,
+    expiresAtMs: expires.value,
+    note: note.value,
+    updatedAtMs: context.nowMs,
+    by: context.by,
+  });
+}
+
+function settingOf(fields: Record<string, unknown>, tiers: ReadonlySet<string>): Result<OverrideSetting> {
+  const given = ["limit", "tier", "unlimited", "deny"].filter((name) => fields[name] !== undefined);
+  if (given.length !== 1) {
+    return fail(
+      `exactly one of "limit", "tier", "unlimited" or "deny" is required; got ${given.length === 0 ? "none" : given.join(", ")}`,
+    );
+  }
+  const { limit, tier, unlimited, deny } = fields;
+  if (limit !== undefined) {
+    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
+      return fail(`field "limit": must be an integer from 1 to ${MAX_LIMIT}; got ${show(limit)}`);
+    }
+    return ok({ kind: "limit", limit });
+  }
+  if (tier !== undefined) {
+    if (typeof tier !== "string" || !tiers.has(tier)) {
+      const names = [...tiers].map((name) => show(name)).join(", ") || "none are defined (TIERS)";
+      return fail(`field "tier": must be a tier of TIERS: ${names}; got ${show(tier)}`);
+    }
+    return ok({ kind: "tier", tier });
+  }
+  if (unlimited !== undefined) {
+    return unlimited === true
+      ? ok({ kind: "unlimited" })
+      : fail(`field "unlimited": must be true; got ${show(unlimited)}`);
+  }
+  return deny === true ? ok({ kind: "deny" }) : fail(`field "deny": must be true; got ${show(deny)}`);
+}
+
+function expiresOf(raw: unknown, nowMs: number): Result<number | null> {
+  if (raw === undefined || raw === null) return ok(null);
+  const ms = typeof raw === "number" ? raw : typeof raw === "string" ? Date.parse(raw) : Number.NaN;
+  if (!Number.isInteger(ms)) {
+    return fail(`field "expires": must be an ISO 8601 time or Unix milliseconds; got ${show(raw)}`);
+  }
+  if (ms <= nowMs) return fail(`field "expires": must be in the future; got ${show(raw)}`);
+  return ok(ms);
+}
+
+function noteOf(raw: unknown): Result<string> {
+  if (raw === undefined || raw === null) return ok("");
+  if (typeof raw !== "string") return fail(`field "note": must be a string; got ${show(raw)}`);
+  if (raw.length > MAX_NOTE_CHARS) {
+    return fail(`field "note": must be at most ${MAX_NOTE_CHARS} characters; got ${raw.length}`);
+  }
+  return ok(raw);
+}
+
+/** Whether a tier name is one `TIERS` may define. */
+export const isTierName = (name: string): boolean => TIER_NAME.test(name);
+
+/**
+ * What a rule's limit is for a client under `override` at `nowMs`: a number,
+ * or "unlimited", or "deny"; an expired override is none. `tiers` are the
+ * rule's limits per tier.
+ */
+export function limitUnder(
+  override: Override | undefined,
+  rule: { limit: number; tiers?: Readonly<Record<string, number>> | undefined },
+  nowMs: number,
+): number | "unlimited" | "deny" {
+  if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) return rule.limit;
+  switch (override.kind) {
+    case "limit":
+      return override.limit;
+    case "tier":
+      return rule.tiers?.[override.tier] ?? rule.limit;
+    case "unlimited":
+      return "unlimited";
+    case "deny":
+      return "deny";
+  }
+}
+
+/** The same override, as the admin API and the index show it. */
+export const overrideView = (o: Override) => ({
+  ...(o.kind === "limit" ? { limit: o.limit } : o.kind === "tier" ? { tier: o.tier } : { [o.kind]: true }),
+  expires: o.expiresAtMs === null ? null : new Date(o.expiresAtMs).toISOString(),
+  note: o.note,
+  updated: new Date(o.updatedAtMs).toISOString(),
+  by: o.by,
+});

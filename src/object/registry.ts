@@ -1,0 +1,247 @@
+/**
+ * @module
+ * The index of overrides: one object for the whole deployment, which the
+ * admin API writes through and lists from. The decision path never reads it.
+ *
+ * Each client's object enforces its own overrides; the registry holds what
+ * the operator asked for, and drives every client's object to it. A change
+ * is written here first, as pending, then sent to the client's object, then
+ * marked applied. A change the object did not confirm stays pending, shown
+ * as such, and is sent again by the registry's alarm until it is. Every
+ * change carries a version, and an object ignores one older than what it
+ * has, so a late or repeated send never undoes a newer change. So the index
+ * and the objects cannot disagree silently: they agree, or the entry says
+ * `pending`.
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { Override } from "../core/overrides.ts";
+import { deadline } from "./client.ts";
+import type { RateLimiter } from "./rate-limiter.ts";
+
+/** What the registry needs: the namespace of the client objects it drives. */
+export type RegistryEnv = { RATE_LIMITER: DurableObjectNamespace<RateLimiter> };
+
+/** One override as the registry holds it. */
+export type RegistryEntry = {
+  rule: string;
+  /** The client's canonical key, as the rules make it. */
+  key: string;
+  /** The client's object name (SHA-256 of the key). */
+  name: string;
+  /** The override; null while a deletion is pending. */
+  override: Override | null;
+  /** Increases with every change, across the registry. */
+  version: number;
+  /** False until the client's object confirmed this version. */
+  applied: boolean;
+};
+
+/** One change asked for: set an override, or (null) delete it. */
+export type Change = { rule: string; key: string; name: string; override: Override | null };
+
+/** What a change did: the override before and after (null for none), and whether the object has it yet. */
+export type ChangeReport = { before: Override | null; after: Override | null; applied: boolean };
+
+export type ListQuery = {
+  rule?: string | undefined;
+  tier?: string | undefined;
+  /** A case-insensitive substring of the note. */
+  note?: string | undefined;
+  /** Entries after this cursor (from an earlier page). */
+  after?: string | undefined;
+  limit: number;
+};
+
+export type ImportReport = { created: number; updated: number; unchanged: number; deleted: number };
+
+const SCHEMA = `CREATE TABLE IF NOT EXISTS entries (
+  rule TEXT NOT NULL,
+  key TEXT NOT NULL,
+  name TEXT NOT NULL,
+  value TEXT,
+  version INTEGER NOT NULL,
+  applied INTEGER NOT NULL,
+  PRIMARY KEY (rule, key)
+)`;
+
+/** How many objects the alarm drives at once, and how soon it tries again after a failure. */
+const DRIVE_BATCH = 50;
+const RETRY_MS = 5_000;
+/** How long a call to a client's object may take. */
+const CALL_TIMEOUT_MS = 5_000;
+
+type Stored = { rule: string; key: string; name: string; value: string | null; version: number; applied: number };
+
+const entryOf = (row: Stored): RegistryEntry => ({
+  rule: row.rule,
+  key: row.key,
+  name: row.name,
+  override: row.value === null ? null : (JSON.parse(row.value) as Override),
+  version: row.version,
+  applied: row.applied === 1,
+});
+
+/** Overrides are the same when everything but who set them and when is the same. */
+const sameOverride = (a: Override | null, b: Override | null): boolean => {
+  if (a === null || b === null) return a === b;
+  const { updatedAtMs: _a, by: _b, ...left } = a;
+  const { updatedAtMs: _c, by: _d, ...right } = b;
+  return JSON.stringify(left) === JSON.stringify(right);
+};
+
+export class OverrideRegistry extends DurableObject<RegistryEnv> {
+  private readonly sql: SqlStorage;
+  private version: number;
+
+  constructor(ctx: DurableObjectState, env: RegistryEnv) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(SCHEMA);
+    const top = this.sql.exec<{ v: number | null }>("SELECT max(version) AS v FROM entries").one();
+    this.version = top.v ?? 0;
+  }
+
+  /** Sets or deletes one override, and sends it to the client's object at once. */
+  async change(change: Change): Promise<ChangeReport> {
+    const before = this.get(change.rule, change.key)?.override ?? null;
+    const entry = this.record(change);
+    const applied = await this.drive(entry);
+    if (!applied) await this.retrySoon(RETRY_MS);
+    return { before, after: change.override, applied };
+  }
+
+  /**
+   * Sets many overrides at once (idempotent: an unchanged one is left alone),
+   * and deletes those given as null. The client objects are driven by the
+   * alarm, in batches; until then the entries are pending.
+   */
+  async importMany(changes: Change[]): Promise<ImportReport> {
+    const report: ImportReport = { created: 0, updated: 0, unchanged: 0, deleted: 0 };
+    this.ctx.storage.transactionSync(() => {
+      for (const change of changes) {
+        const before = this.get(change.rule, change.key);
+        const current = before?.override ?? null;
+        if (sameOverride(current, change.override)) {
+          report.unchanged++;
+          continue;
+        }
+        if (change.override === null) report.deleted++;
+        else if (current === null) report.created++;
+        else report.updated++;
+        this.record(change);
+      }
+    });
+    if (report.created + report.updated + report.deleted > 0) await this.retrySoon(0);
+    return report;
+  }
+
+  get(rule: string, key: string): RegistryEntry | undefined {
+    const rows = this.sql.exec<Stored>("SELECT * FROM entries WHERE rule = ? AND key = ?", rule, key).toArray();
+    return rows[0] ? entryOf(rows[0]) : undefined;
+  }
+
+  /** One page of overrides, ordered by rule and key; `next` is the cursor of the page after, or null. */
+  list(query: ListQuery): { entries: RegistryEntry[]; next: string | null } {
+    const where = ["value IS NOT NULL"];
+    const params: (string | number)[] = [];
+    const filter = (clause: string, ...values: string[]) => {
+      where.push(clause);
+      params.push(...values);
+    };
+    if (query.rule !== undefined) filter("rule = ?", query.rule);
+    if (query.tier !== undefined) filter("json_extract(value, '$.tier') = ?", query.tier);
+    if (query.note !== undefined) filter("instr(lower(json_extract(value, '$.note')), lower(?)) > 0", query.note);
+    if (query.after !== undefined) {
+      const [rule, key] = JSON.parse(query.after) as [string, string];
+      filter("(rule, key) > (?, ?)", rule, key);
+    }
+    const rows = this.sql
+      .exec<Stored>(
+        `SELECT * FROM entries WHERE ${where.join(" AND ")} ORDER BY rule, key LIMIT ?`,
+        ...params,
+        query.limit + 1,
+      )
+      .toArray();
+    const page = rows.slice(0, query.limit).map(entryOf);
+    const last = page[page.length - 1];
+    return { entries: page, next: rows.length > query.limit && last ? JSON.stringify([last.rule, last.key]) : null };
+  }
+
+  /** How many overrides there are, and how many changes the client objects have not confirmed yet. */
+  counts(): { overrides: number; pending: number } {
+    const row = this.sql
+      .exec<{ overrides: number; pending: number }>(
+        "SELECT count(value) AS overrides, coalesce(sum(1 - applied), 0) AS pending FROM entries",
+      )
+      .one();
+    return { overrides: row.overrides, pending: row.pending };
+  }
+
+  /** Sends every pending change to its client's object, a batch at a time, until none is left. */
+  override async alarm(): Promise<void> {
+    const pending = this.sql
+      .exec<Stored>("SELECT * FROM entries WHERE applied = 0 ORDER BY version LIMIT ?", DRIVE_BATCH)
+      .toArray()
+      .map(entryOf);
+    if (pending.length === 0) return;
+    const applied = await Promise.all(pending.map((entry) => this.drive(entry)));
+    const progress = applied.some(Boolean);
+    const left = this.counts().pending;
+    if (left > 0) await this.retrySoon(progress ? 0 : RETRY_MS);
+  }
+
+  /** Records a change as pending, with the next version. */
+  private record(change: Change): RegistryEntry {
+    const entry: RegistryEntry = { ...change, version: ++this.version, applied: false };
+    this.sql.exec(
+      `INSERT INTO entries (rule, key, name, value, version, applied) VALUES (?, ?, ?, ?, ?, 0)
+       ON CONFLICT (rule, key) DO UPDATE SET name = excluded.name, value = excluded.value,
+         version = excluded.version, applied = 0`,
+      entry.rule,
+      entry.key,
+      entry.name,
+      entry.override === null ? null : JSON.stringify(entry.override),
+      entry.version,
+    );
+    return entry;
+  }
+
+  /** Sends one change to its client's object; on confirmation marks it applied (or forgets a deletion). */
+  private async drive(entry: RegistryEntry): Promise<boolean> {
+    const stub = this.env.RATE_LIMITER.get(this.env.RATE_LIMITER.idFromName(entry.name));
+    try {
+      const call =
+        entry.override === null
+          ? stub.deleteOverride(entry.rule, entry.version)
+          : stub.setOverride(entry.rule, entry.override, entry.version);
+      const within = deadline(CALL_TIMEOUT_MS);
+      const answer = await Promise.race([call, within.expired]).finally(within.clear);
+      if (answer === "timeout") return false;
+    } catch {
+      return false;
+    }
+    // Only this version is confirmed: a newer change made meanwhile stays pending.
+    if (entry.override === null) {
+      this.sql.exec(
+        "DELETE FROM entries WHERE rule = ? AND key = ? AND version = ?",
+        entry.rule,
+        entry.key,
+        entry.version,
+      );
+    } else {
+      this.sql.exec(
+        "UPDATE entries SET applied = 1 WHERE rule = ? AND key = ? AND version = ?",
+        entry.rule,
+        entry.key,
+        entry.version,
+      );
+    }
+    return true;
+  }
+
+  private async retrySoon(inMs: number): Promise<void> {
+    const at = Date.now() + inMs;
+    const current = await this.ctx.storage.getAlarm();
+    if (current == null || current > at) await this.ctx.storage.setAlarm(at);
+  }
+}

@@ -1,0 +1,321 @@
+/**
+ * @module
+ * `{prefix}/overrides`: per-client limits without a redeploy.
+ *
+ * - `GET    {prefix}/overrides?rule=<id>&key=<client>`: one client's override
+ * - `GET    {prefix}/overrides?rule=&tier=&note=&cursor=&limit=`: a page of them
+ * - `PUT    {prefix}/overrides?rule=<id>&key=<client>` with `{"limit": 500}`,
+ *   `{"tier": "pro"}`, `{"unlimited": true}` or `{"deny": true}`, and
+ *   optionally `"expires"` and `"note"`
+ * - `DELETE {prefix}/overrides?rule=<id>&key=<client>`
+ * - `POST   {prefix}/overrides/import` with a JSON list or CSV: many at once
+ *
+ * Writes go through the registry object, which drives the client's object;
+ * the decision path reads neither.
+ */
+import type { Settings } from "../../config/settings.ts";
+import { hashKey } from "../../core/keys.ts";
+import { type Override, overrideView, parseOverride } from "../../core/overrides.ts";
+import { fail, ok, type Result } from "../../core/result.ts";
+import type { Rule } from "../../core/rules.ts";
+import { show } from "../../core/show.ts";
+import { problemResponse } from "../../http/problem.ts";
+import type { Isolate } from "../../isolate/isolate.ts";
+import type { Change, OverrideRegistry, RegistryEntry } from "../../object/registry.ts";
+import { keyHashPrefix, logEvent } from "../../observe/log.ts";
+import { adminKey } from "./key.ts";
+import { json } from "./views.ts";
+
+export const INVALID_OVERRIDE = "urn:edge-rate-limiter:invalid-override";
+export const NO_REGISTRY = "urn:edge-rate-limiter:no-override-registry";
+
+/** The largest body an override request may have: 10,000 overrides of a few hundred bytes. */
+const MAX_BODY_BYTES = 8 * 1024 * 1024;
+const DEFAULT_PAGE = 100;
+const MAX_PAGE = 1_000;
+
+/** What an overrides request needs besides itself. */
+export type OverridesContext = {
+  settings: Settings;
+  registry: DurableObjectNamespace<OverrideRegistry> | undefined;
+  isolate: Isolate;
+  /** Who is asking: a prefix of the admin token's hash. */
+  by: string;
+};
+
+/** The registry: one object for the whole deployment. */
+const registryOf = (ns: DurableObjectNamespace<OverrideRegistry>) => ns.get(ns.idFromName("registry"));
+
+/** Answers `{prefix}/overrides` and `{prefix}/overrides/import`. */
+export async function overrides(
+  method: string,
+  route: string,
+  request: Request,
+  context: OverridesContext,
+): Promise<Response> {
+  const { registry } = context;
+  if (registry === undefined) {
+    return problemResponse({
+      type: NO_REGISTRY,
+      title: "Not Implemented",
+      status: 501,
+      detail: "No OVERRIDES binding: bind the OverrideRegistry class to OVERRIDES (see wrangler.toml).",
+    });
+  }
+  const url = new URL(request.url);
+  if (route === "/overrides/import") return importOverrides(request, context, registryOf(registry));
+  const stub = registryOf(registry);
+  if (method === "GET" && !url.searchParams.has("key")) return listOverrides(url, context.settings, stub);
+  const client = await clientOf(url, context.settings);
+  if (!client.ok) return invalid(client.errors);
+  const { rule, key, name } = client.value;
+  if (method === "GET") {
+    const entry = await stub.get(rule.id, key);
+    if (!entry?.override)
+      return json({ rule: rule.id, key: JSON.parse(key), keyHash: keyHashPrefix(name), override: null });
+    return json(entryView(entry));
+  }
+  let override: Override | null = null;
+  if (method === "PUT") {
+    const body = await bodyOf(request);
+    if (!body.ok) return invalid(body.errors);
+    const parsed = parseOverride(body.value, overrideContext(context));
+    if (!parsed.ok) return invalid(parsed.errors);
+    override = parsed.value;
+  }
+  const report = await stub.change({ rule: rule.id, key, name, override });
+  forgetHere(context, rule, key);
+  logChange(context.by, { rule: rule.id, key, name, override }, report.before);
+  return json({
+    rule: rule.id,
+    key: JSON.parse(key),
+    keyHash: keyHashPrefix(name),
+    before: report.before === null ? null : overrideView(report.before),
+    after: report.after === null ? null : overrideView(report.after),
+    applied: report.applied,
+  });
+}
+
+/** A client as the query names it: its rule, canonical key and object name. */
+async function clientOf(url: URL, settings: Settings): Promise<Result<{ rule: Rule; key: string; name: string }>> {
+  const rule = ruleNamed(url.searchParams.get("rule"), settings);
+  if (!rule.ok) return rule;
+  const key = adminKey(rule.value, url.searchParams.getAll("key"), settings.ipv6PrefixBits);
+  if (!key.ok) return fail(...key.errors.map((error) => `key: ${error}`));
+  return ok({ rule: rule.value, key: key.value, name: await hashKey(key.value) });
+}
+
+function ruleNamed(id: unknown, settings: Settings): Result<Rule> {
+  const rule = settings.rules.find((r) => r.id === id);
+  if (rule !== undefined) return ok(rule);
+  const known = settings.rules.map((r) => r.id).join(", ");
+  return fail(id == null ? `rule: required; rules: ${known}` : `rule: no rule ${show(id)}; rules: ${known}`);
+}
+
+const overrideContext = (context: OverridesContext) => ({
+  nowMs: Date.now(),
+  tiers: new Set(context.settings.tiers.keys()),
+  by: context.by,
+});
+
+/**
+ * What this isolate remembers of the client under the rule goes at once, so
+ * a raised limit or a lifted rule is not met by a refusal it cached; other
+ * isolates' refusals lapse within their cap (10 s by default).
+ */
+function forgetHere({ isolate }: OverridesContext, rule: Rule, key: string): void {
+  const digest = isolate.digest(key);
+  isolate.refusals.forget(rule, digest);
+  isolate.leases.forget(digest, rule, isolate.clock());
+}
+
+function logChange(by: string, change: Change, before: Override | null): void {
+  logEvent(
+    {
+      event: change.override === null ? "override_deleted" : "override_set",
+      by,
+      rule: change.rule,
+      key: keyHashPrefix(change.name),
+      before: before === null ? null : overrideView(before),
+      after: change.override === null ? null : overrideView(change.override),
+    },
+    "warn",
+  );
+}
+
+async function listOverrides(url: URL, settings: Settings, stub: ReturnType<typeof registryOf>): Promise<Response> {
+  const params = url.searchParams;
+  const errors: string[] = [];
+  const rule = params.get("rule") ?? undefined;
+  if (rule !== undefined && !settings.rules.some((r) => r.id === rule)) errors.push(`rule: no rule ${show(rule)}`);
+  const tier = params.get("tier") ?? undefined;
+  if (tier !== undefined && !settings.tiers.has(tier)) errors.push(`tier: no tier ${show(tier)} in TIERS`);
+  const limit = params.has("limit") ? Number(params.get("limit")) : DEFAULT_PAGE;
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
+    errors.push(`limit: must be an integer from 1 to ${MAX_PAGE}; got ${show(params.get("limit"))}`);
+  }
+  const cursor = params.get("cursor") ?? undefined;
+  if (cursor !== undefined && !isCursor(cursor)) errors.push("cursor: not one this API gave out");
+  if (errors.length > 0) return invalid(errors);
+  const page = await stub.list({ rule, tier, note: params.get("note") ?? undefined, after: cursor, limit });
+  const counts = await stub.counts();
+  return json({
+    overrides: page.entries.map(entryView),
+    next: page.next,
+    total: counts.overrides,
+    pending: counts.pending,
+  });
+}
+
+const isCursor = (text: string): boolean => {
+  try {
+    const value = JSON.parse(text) as unknown;
+    return Array.isArray(value) && value.length === 2 && value.every((part) => typeof part === "string");
+  } catch {
+    return false;
+  }
+};
+
+/** An entry as the API shows it. */
+export const entryView = (entry: RegistryEntry) => ({
+  rule: entry.rule,
+  key: JSON.parse(entry.key) as unknown,
+  keyHash: keyHashPrefix(entry.name),
+  ...(entry.override === null ? {} : overrideView(entry.override)),
+  ...(entry.override?.expiresAtMs != null && entry.override.expiresAtMs <= Date.now() ? { expired: true } : {}),
+  state: entry.applied ? "applied" : "pending",
+});
+
+/**
+ * Many overrides at once, from a JSON list (`[{"rule", "key", "tier"…}]`,
+ * `"delete": true` to remove one) or CSV with a header line (`rule,key,limit,
+ * tier,unlimited,deny,expires,note,delete`). All or nothing: one bad line
+ * makes a 400 that names every bad line, and nothing changes.
+ */
+async function importOverrides(
+  request: Request,
+  context: OverridesContext,
+  stub: ReturnType<typeof registryOf>,
+): Promise<Response> {
+  if (request.method !== "POST") {
+    return problemResponse(
+      { type: "about:blank", title: "Method Not Allowed", status: 405, detail: "The import takes POST." },
+      { Allow: "POST" },
+    );
+  }
+  const text = await textOf(request);
+  if (!text.ok) return invalid(text.errors);
+  const csv = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("text/csv");
+  const items = csv ? csvItems(text.value) : jsonItems(text.value);
+  if (!items.ok) return invalid(items.errors);
+  const changes: Change[] = [];
+  const errors: string[] = [];
+  const settings = context.settings;
+  for (const [i, item] of items.value.entries()) {
+    const change = await changeOf(item, context, settings);
+    if (change.ok) changes.push(change.value);
+    else errors.push(...change.errors.map((error) => `item ${i + 1}: ${error}`));
+  }
+  if (errors.length > 0) return invalid(errors);
+  const report = await stub.importMany(changes);
+  logEvent({ event: "overrides_imported", by: context.by, ...report }, "warn");
+  return json(report);
+}
+
+async function changeOf(item: unknown, context: OverridesContext, settings: Settings): Promise<Result<Change>> {
+  if (typeof item !== "object" || item === null || Array.isArray(item))
+    return fail(`must be an object; got ${show(item)}`);
+  const { rule: ruleId, key: keyParams, delete: remove, ...fields } = item as Record<string, unknown>;
+  const rule = ruleNamed(ruleId, settings);
+  if (!rule.ok) return rule;
+  const params = typeof keyParams === "string" ? [keyParams] : keyParams;
+  if (!Array.isArray(params) || !params.every((p) => typeof p === "string")) {
+    return fail(`key: must be a string such as "ip=203.0.113.7", or a list of them; got ${show(keyParams)}`);
+  }
+  const key = adminKey(rule.value, params, settings.ipv6PrefixBits);
+  if (!key.ok) return fail(...key.errors.map((error) => `key: ${error}`));
+  const name = await hashKey(key.value);
+  if (remove === true) return ok({ rule: rule.value.id, key: key.value, name, override: null });
+  const override = parseOverride(fields, overrideContext(context));
+  return override.ok ? ok({ rule: rule.value.id, key: key.value, name, override: override.value }) : override;
+}
+
+function jsonItems(text: string): Result<unknown[]> {
+  try {
+    const value = JSON.parse(text) as unknown;
+    return Array.isArray(value) ? ok(value) : fail(`body: must be a JSON list of overrides; got ${show(value)}`);
+  } catch (error) {
+    return fail(`body: not valid JSON (${(error as Error).message})`);
+  }
+}
+
+/** CSV with a header line; quoted fields may hold commas and doubled quotes. Empty cells are absent fields. */
+function csvItems(text: string): Result<unknown[]> {
+  const lines = text.split(/\r?\n/).filter((line) => line.trim() !== "");
+  const [header, ...rows] = lines.map(csvCells);
+  if (header === undefined) return fail("body: an empty CSV; the first line names the columns");
+  const known = new Set(["rule", "key", "limit", "tier", "unlimited", "deny", "expires", "note", "delete"]);
+  const unknown = header.filter((name) => !known.has(name));
+  if (unknown.length > 0) return fail(`body: unknown CSV columns ${unknown.map((n) => show(n)).join(", ")}`);
+  return ok(
+    rows.map((cells) => {
+      const item: Record<string, unknown> = {};
+      header.forEach((name, i) => {
+        const cell = cells[i]?.trim() ?? "";
+        if (cell === "") return;
+        if (name === "limit") item[name] = Number(cell);
+        else if (name === "unlimited" || name === "deny" || name === "delete") item[name] = cell === "true";
+        else if (name === "expires" && /^\d+$/.test(cell)) item[name] = Number(cell);
+        else item[name] = cell;
+      });
+      return item;
+    }),
+  );
+}
+
+function csvCells(line: string): string[] {
+  const cells: string[] = [];
+  let cell = "";
+  let quoted = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i];
+    if (quoted && c === '"' && line[i + 1] === '"') {
+      cell += '"';
+      i++;
+    } else if (c === '"') quoted = !quoted;
+    else if (c === "," && !quoted) {
+      cells.push(cell);
+      cell = "";
+    } else cell += c;
+  }
+  cells.push(cell);
+  return cells;
+}
+
+async function bodyOf(request: Request): Promise<Result<unknown>> {
+  const text = await textOf(request);
+  if (!text.ok) return text;
+  try {
+    return ok(JSON.parse(text.value) as unknown);
+  } catch (error) {
+    return fail(`body: not valid JSON (${(error as Error).message})`);
+  }
+}
+
+/** The body as text, refused past {@link MAX_BODY_BYTES} without reading it all. */
+async function textOf(request: Request): Promise<Result<string>> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > MAX_BODY_BYTES) return fail(`body: at most ${MAX_BODY_BYTES} bytes; got ${declared}`);
+  const text = await request.text();
+  if (text.length > MAX_BODY_BYTES) return fail(`body: at most ${MAX_BODY_BYTES} bytes`);
+  return ok(text);
+}
+
+const invalid = (errors: string[]): Response =>
+  problemResponse({
+    type: INVALID_OVERRIDE,
+    title: "Bad Request",
+    status: 400,
+    detail: errors.join("; "),
+    errors,
+  });
