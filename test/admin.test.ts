@@ -114,7 +114,7 @@ describe("routes", () => {
         title: "Not Found",
         status: 404,
         detail:
-          "No admin route here. Routes: GET /__ratelimit/rules, GET and DELETE /__ratelimit/status?rule=<id>&key=<client>.",
+          "No admin route here. Routes: GET /__ratelimit/rules, GET and DELETE /__ratelimit/status?rule=<id>&key=<client>, GET, PUT and DELETE /__ratelimit/overrides?rule=<id>&key=<client>, GET /__ratelimit/overrides, POST /__ratelimit/overrides/import.",
       },
     });
     const { status, body } = await admin("POST", "/__ratelimit/rules");

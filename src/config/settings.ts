@@ -61,7 +61,7 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
   });
   if (!parsed.ok) return parsed;
   const { ipv6PrefixBits, trustedIpHeader, timeoutMs } = parsed.value;
-  const tiers = parseTiers(input.TIERS, parsed.value.rules);
+  const tiers = parseTiers(input.TIERS);
   if (!tiers.ok) return tiers;
   const rules = withTiers(parsed.value.rules, tiers.value);
   return ok({

@@ -22,8 +22,8 @@ export type Tiers = ReadonlyMap<string, ReadonlyMap<string, number>>;
 const isTable = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 
-/** Parses `TIERS` (a table, or the same as a JSON string) against the rules it names. */
-export function parseTiers(raw: unknown, rules: Rule[]): Result<Tiers> {
+/** Parses `TIERS`: a table, or the same as a JSON string. */
+export function parseTiers(raw: unknown): Result<Tiers> {
   if (raw === undefined || raw === "") return ok(new Map());
   let value = raw;
   if (typeof raw === "string") {
@@ -38,26 +38,33 @@ export function parseTiers(raw: unknown, rules: Rule[]): Result<Tiers> {
       `TIERS: must be a table of tiers, such as [vars.TIERS.pro] with api-per-key = 10000; got ${show(value)}`,
     );
   }
-  const ruleIds = new Set(rules.map((rule) => rule.id));
-  const tiers = mapAll(Object.entries(value), ([name, limits]) => parseTier(name, limits, ruleIds));
+  const tiers = mapAll(Object.entries(value), ([name, limits]) => parseTier(name, limits));
   return tiers.ok ? ok(new Map(tiers.value)) : tiers;
 }
 
-function parseTier(name: string, limits: unknown, ruleIds: ReadonlySet<string>): Result<[string, Map<string, number>]> {
+function parseTier(name: string, limits: unknown): Result<[string, Map<string, number>]> {
   if (!isTierName(name)) return fail(`TIERS: a tier's name must be 1 to 64 of [A-Za-z0-9_-]; got ${show(name)}`);
   if (!isTable(limits)) {
     return fail(`TIERS.${name}: must be a table of rule ids and limits, such as login = 20; got ${show(limits)}`);
   }
   const entries = mapAll(Object.entries(limits), ([id, limit]): Result<[string, number]> => {
-    if (!ruleIds.has(id)) {
-      return fail(`TIERS.${name}: ${show(id)} is no rule's id; rules: ${[...ruleIds].join(", ") || "none"}`);
-    }
     if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
       return fail(`TIERS.${name}.${id}: must be an integer from 1 to ${MAX_LIMIT}; got ${show(limit)}`);
     }
     return ok([id, limit]);
   });
   return entries.ok ? ok([name, new Map(entries.value)]) : entries;
+}
+
+/**
+ * The rule ids a tier names that no rule has. They are ignored, so renaming a
+ * rule never stops the Worker; `npm run check-config` warns of each.
+ */
+export function unknownRules(tiers: Tiers, rules: Rule[]): { tier: string; rule: string }[] {
+  const ids = new Set(rules.map((rule) => rule.id));
+  return [...tiers].flatMap(([tier, limits]) =>
+    [...limits.keys()].filter((id) => !ids.has(id)).map((rule) => ({ tier, rule })),
+  );
 }
 
 /** The rules, each given its limit per tier (rules no tier names are returned as they are). */

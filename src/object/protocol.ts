@@ -43,7 +43,7 @@ export type RuleVerdict = Decision & {
    * while counts that may still be refunded weigh in on the refusal.
    */
   holdsForMs: number;
-  /** The limit that applied to this client: the rule's, or an override's. Absent when none applied (unlimited, deny). */
+  /** The limit an override (or its tier) gave this client; absent when the rule's own applied, or none did (unlimited, deny). */
   limit?: number;
   /** When an override for this client applied, what kind. */
   override?: OverrideSetting["kind"];

@@ -378,8 +378,7 @@ export class RateLimiter extends DurableObject<unknown> {
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
       holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
-      limit: rule.limit,
-      ...(override ? { override: override.kind } : {}),
+      ...(override ? { limit: rule.limit, override: override.kind } : {}),
       ...(override?.kind === "tier" && rule.tiers?.[override.tier] !== undefined ? { tier: override.tier } : {}),
     };
   }

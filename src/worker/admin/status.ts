@@ -74,7 +74,7 @@ async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<R
   return json({
     ...about,
     // The limit this client has: the rule's, an override's or a tier's; null when an override lifts or denies.
-    limit: verdict.limit ?? null,
+    limit: verdict.limit ?? (verdict.override === undefined ? rule.limit : null),
     ...(verdict.override ? { override: verdict.override } : {}),
     ...(verdict.tier ? { tier: verdict.tier } : {}),
     periodMs: rule.periodMs,
