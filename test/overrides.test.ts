@@ -1,0 +1,316 @@
+/**
+ * Per-client limits without a redeploy: an override for one client under one
+ * rule, set through the admin API, enforced by that client's own object on
+ * its very next request, and listed by the registry.
+ */
+import { env as workerEnv } from "cloudflare:workers";
+import { Hono } from "hono";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { createIsolate } from "../src/isolate/isolate.ts";
+import type { OverrideRegistry } from "../src/object/registry.ts";
+import { adminApi } from "../src/worker/admin/api.ts";
+import type { Env } from "../src/worker/env.ts";
+import { rateLimit } from "../src/worker/middleware.ts";
+import { env } from "./support/env.ts";
+import { from, limiter, statuses, uniqueIp } from "./support/limiter.ts";
+
+const TOKEN = "test-admin-token-overrides-5d1e";
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+let rules = 0;
+/** A rule of its own per test (`limit` a minute per IP), and a `pro` tier that gives it `pro` a minute. */
+function setup(limit: number, pro = 3 * limit) {
+  const id = `ovr-${++rules}`;
+  const send = limiter([{ id, limit, period: "1m", path: "/api/*" }], {
+    ADMIN_TOKEN: TOKEN,
+    TIERS: { pro: { [id]: pro }, gold: { [id]: 5 * limit } },
+  });
+  const admin = async (method: string, query: string, body?: unknown, type = "application/json") => {
+    const res = await send(`/__ratelimit/overrides${query}`, {
+      method,
+      headers: { ...auth, "content-type": type },
+      ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+  const set = (ip: string, override: unknown) => admin("PUT", `?rule=${id}&key=${ip}`, override);
+  const api = (ip: string) => send("/api/x", from(ip));
+  const run = (n: number, ip: string) => statuses(n, () => api(ip));
+  return { id, send, admin, set, api, run };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("an override changes one client's limit, from its very next request", () => {
+  it("raises it: the client gets the new limit, in the headers too, and others keep the rule's", async () => {
+    const { set, api, run } = setup(2);
+    const [client, other] = [uniqueIp(), uniqueIp()];
+    expect(await run(3, client)).toEqual([200, 200, 429]);
+    expect((await set(client, { limit: 5 })).status).toBe(200);
+    const next = await api(client);
+    expect(next.status).toBe(200);
+    expect(next.headers.get("ratelimit-policy")).toMatch(/;q=5;w=60$/);
+    expect(await run(3, client)).toEqual([200, 200, 429]); // 5 in all: 2 before the change, 3 after
+    expect(await run(3, other)).toEqual([200, 200, 429]);
+  });
+
+  it("lowers it: a client already past the new limit is refused at once", async () => {
+    const { set, run } = setup(10);
+    const client = uniqueIp();
+    expect(await run(4, client)).toEqual([200, 200, 200, 200]);
+    expect((await set(client, { limit: 3 })).status).toBe(200);
+    expect(await run(2, client)).toEqual([429, 429]);
+  });
+
+  it("lifts it (unlimited): never refused, never counted, and no RateLimit headers for the rule", async () => {
+    const { set, api, run, admin, id } = setup(2);
+    const client = uniqueIp();
+    expect(await run(3, client)).toEqual([200, 200, 429]);
+    expect((await set(client, { unlimited: true })).status).toBe(200);
+    const next = await api(client);
+    expect([next.status, next.headers.get("ratelimit-policy"), next.headers.get("ratelimit")]).toEqual([
+      200,
+      null,
+      null,
+    ]);
+    expect(await run(20, client)).toEqual(Array(20).fill(200));
+    // Nothing was counted while lifted: deleting the override leaves the 2 of before.
+    expect((await admin("DELETE", `?rule=${id}&key=${client}`)).status).toBe(200);
+    expect(await run(1, client)).toEqual([429]);
+  });
+
+  it("denies it: 403 problem+json of its own type, the origin untouched, from the next request on", async () => {
+    const { set, api } = setup(100);
+    const client = uniqueIp();
+    expect((await api(client)).status).toBe(200);
+    expect((await set(client, { deny: true, note: "abuse ticket 4411" })).status).toBe(200);
+    for (let i = 0; i < 3; i++) {
+      const res = await api(client);
+      expect(res.status).toBe(403);
+      expect(res.headers.get("content-type")).toBe("application/problem+json");
+      expect(res.headers.get("x-origin")).toBeNull();
+      expect(res.headers.get("retry-after")).toBeNull();
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(body.type).toBe("urn:edge-rate-limiter:denied");
+      expect(JSON.stringify(body)).not.toContain("abuse"); // the note is for operators only
+    }
+  });
+
+  it("restores the rule's limit when deleted", async () => {
+    const { set, admin, run, id } = setup(2);
+    const client = uniqueIp();
+    expect((await set(client, { limit: 4 })).status).toBe(200);
+    expect(await run(4, client)).toEqual([200, 200, 200, 200]);
+    const deleted = await admin("DELETE", `?rule=${id}&key=${client}`);
+    expect(deleted.body).toMatchObject({ before: { limit: 4 }, after: null, applied: true });
+    expect(await run(1, client)).toEqual([429]); // 4 counted, the rule's 2 again
+    const shown = await admin("GET", `?rule=${id}&key=${client}`);
+    expect(shown.body.override).toBeNull();
+  });
+});
+
+describe("tiers", () => {
+  it("applies the tier's limit, and names the tier in the 429", async () => {
+    const { set, api, run } = setup(2, 4);
+    const client = uniqueIp();
+    expect((await set(client, { tier: "pro" })).status).toBe(200);
+    expect(await run(4, client)).toEqual([200, 200, 200, 200]);
+    const refused = await api(client);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("ratelimit-policy")).toMatch(/;q=4;w=60$/);
+    expect(((await refused.json()) as { detail: string }).detail).toMatch(/\(4 per minute, tier "pro"\)/);
+  });
+
+  it("carries the client's counts over when its tier changes", async () => {
+    const { set, run } = setup(2, 4);
+    const client = uniqueIp();
+    expect((await set(client, { tier: "pro" })).status).toBe(200);
+    expect(await run(4, client)).toEqual([200, 200, 200, 200]);
+    expect((await set(client, { tier: "gold" })).status).toBe(200); // gold: 10 a minute
+    expect(await run(7, client)).toEqual([200, 200, 200, 200, 200, 200, 429]);
+  });
+});
+
+describe("expiry", () => {
+  it("ends an override at its expiry, to the millisecond, and the rule's limit applies again", async () => {
+    const { set, api, run } = setup(1);
+    const client = uniqueIp();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
+    vi.setSystemTime(start);
+    expect((await set(client, { limit: 3, expires: start + 30_000 })).status).toBe(200);
+    expect(await run(3, client)).toEqual([200, 200, 200]);
+    vi.setSystemTime(start + 29_999);
+    expect((await api(client)).status).toBe(429); // still 3
+    vi.setSystemTime(start + 30_000);
+    const after = await api(client);
+    expect(after.status).toBe(429); // the rule's 1 again, with 3 counted
+    expect(after.headers.get("ratelimit-policy")).toMatch(/;q=1;w=60$/);
+  });
+});
+
+describe("concurrency", () => {
+  it("300 concurrent requests across a change from 50 to 100 never admit more than 100", async () => {
+    const { set, api } = setup(50);
+    const client = uniqueIp();
+    const requests = Array.from({ length: 300 }, (_, i) =>
+      i === 100 ? set(client, { limit: 100 }).then(() => 0) : api(client).then((r) => r.status),
+    );
+    const all = await Promise.all(requests);
+    const admitted = all.filter((s) => s === 200).length;
+    expect(admitted).toBeGreaterThanOrEqual(50);
+    expect(admitted).toBeLessThanOrEqual(100);
+    expect(await statuses(1, () => api(client))).toEqual([admitted === 100 ? 429 : 200]);
+  });
+});
+
+describe("the index", () => {
+  it("lists exactly what the objects enforce, filtered by rule, tier and note, a page at a time", async () => {
+    const { id, admin, send } = setup(5);
+    const clients = Array.from({ length: 7 }, () => uniqueIp());
+    const items = clients.map((ip, i) => ({
+      rule: id,
+      key: ip,
+      ...(i % 2 === 0 ? { tier: "pro" } : { limit: 10 + i }),
+      note: i < 3 ? `migration ${i}` : "",
+    }));
+    const imported = await admin("POST", "/import", items);
+    expect(imported.body).toEqual({ created: 7, updated: 0, unchanged: 0, deleted: 0 });
+    expect((await admin("POST", "/import", items)).body).toEqual({ created: 0, updated: 0, unchanged: 7, deleted: 0 });
+    await settled();
+    const listed: Record<string, unknown>[] = [];
+    let cursor: string | null = null;
+    do {
+      const page = await admin("GET", `?rule=${id}&limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      listed.push(...(page.body.overrides as Record<string, unknown>[]));
+      cursor = page.body.next as string | null;
+    } while (cursor !== null);
+    expect(listed).toHaveLength(7);
+    expect(listed.every((entry) => entry.state === "applied")).toBe(true);
+    const tiered = await admin("GET", `?rule=${id}&tier=pro`);
+    expect((tiered.body.overrides as unknown[]).length).toBe(4);
+    const noted = await admin("GET", `?rule=${id}&note=MIGRATION`);
+    expect((noted.body.overrides as unknown[]).length).toBe(3);
+    // What each client's object enforces (read from the object itself) is what the index says.
+    for (const [i, ip] of clients.entries()) {
+      const res = await send(`/__ratelimit/status?rule=${id}&key=${ip}`, { headers: auth });
+      const enforced = await res.json();
+      expect(enforced).toMatchObject(i % 2 === 0 ? { limit: 15, tier: "pro" } : { limit: 10 + i, override: "limit" });
+    }
+  });
+
+  it("imports CSV, deletes with it, and the index and the objects agree after", async () => {
+    const { id, admin, run } = setup(1);
+    const [a, b] = [uniqueIp(), uniqueIp()];
+    const csv = `rule,key,limit,tier,note\n${id},${a},3,,"a, quoted ""note"""\n${id},${b},,pro,\n`;
+    expect((await admin("POST", "/import", csv, "text/csv")).body).toMatchObject({ created: 2 });
+    await settled();
+    expect(await run(4, a)).toEqual([200, 200, 200, 429]);
+    const shown = await admin("GET", `?rule=${id}&key=${a}`);
+    expect(shown.body).toMatchObject({ limit: 3, note: 'a, quoted "note"', state: "applied" });
+    const removal = `rule,key,delete\n${id},${a},true\n`;
+    expect((await admin("POST", "/import", removal, "text/csv")).body).toMatchObject({ deleted: 1 });
+    await settled();
+    expect((await admin("GET", `?rule=${id}`)).body.overrides).toHaveLength(1);
+    expect(await run(1, a)).toEqual([429]); // the rule's 1, with 3 counted
+  });
+});
+
+describe("bad input gets a 400 that names the field, and changes nothing", () => {
+  const { id, set, admin, run } = setup(2);
+  const client = uniqueIp();
+
+  it.each([
+    ["an unknown rule", "?rule=nope&key=1.2.3.4", { limit: 5 }, /rule: no rule "nope"/],
+    ["an unknown tier", null, { tier: "platinum" }, /field "tier": must be a tier of TIERS: "pro", "gold"/],
+    ["a negative limit", null, { limit: -1 }, /field "limit": must be an integer from 1/],
+    ["a malformed key", `?rule=${id}&key=not-an-ip`, { limit: 5 }, /key: /],
+    [
+      "an expiry in the past",
+      null,
+      { limit: 5, expires: "2001-01-01T00:00:00Z" },
+      /field "expires": must be in the future/,
+    ],
+    ["a 1 MB note", null, { limit: 5, note: "x".repeat(1 << 20) }, /field "note": must be at most 1000 characters/],
+    ["two settings", null, { limit: 5, deny: true }, /exactly one of "limit", "tier", "unlimited" or "deny"/],
+    ["an unknown field", null, { limit: 5, limt: 6 }, /field "limt": unknown/],
+  ])("%s", async (_, query, body, message) => {
+    const res = await admin("PUT", query ?? `?rule=${id}&key=${client}`, body);
+    expect(res.status).toBe(400);
+    expect(res.body.type).toBe("urn:edge-rate-limiter:invalid-override");
+    expect((res.body.errors as string[]).join("\n")).toMatch(message);
+    expect((await admin("GET", `?rule=${id}&key=${client}`)).body.override).toBeNull();
+  });
+
+  it("rejects a whole import when one line is bad, naming the line", async () => {
+    const res = await admin("POST", "/import", [
+      { rule: id, key: uniqueIp(), limit: 5 },
+      { rule: id, key: uniqueIp(), limit: 0 },
+    ]);
+    expect(res.status).toBe(400);
+    expect(res.body.errors).toEqual(['item 2: field "limit": must be an integer from 1 to 1000000000; got 0']);
+    expect((await admin("GET", `?rule=${id}`)).body.overrides).toEqual([]);
+  });
+
+  it("left the client on the rule's own limit throughout", async () => {
+    expect(await run(3, client)).toEqual([200, 200, 429]);
+    expect((await set(client, { limit: 3 })).status).toBe(200);
+  });
+});
+
+/** Waits until the registry has no pending change: every object confirmed what the index says. */
+async function settled(): Promise<void> {
+  const ns = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
+  const registry = ns.get(ns.idFromName("registry"));
+  for (let i = 0; i < 200; i++) {
+    if ((await registry.counts()).pending === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error("the registry still has pending changes");
+}
+
+describe("several isolates: how long a cached refusal outlives a change", () => {
+  /** Two isolates of one Worker, on clocks the test moves; the admin API is served by the first. */
+  function twoIsolates(limit: number) {
+    const id = `ovr-${++rules}`;
+    const clock = { now: Date.now() };
+    const isolates = [createIsolate({ clock: () => clock.now }), createIsolate({ clock: () => clock.now })];
+    const testEnv = { ...env, ADMIN_TOKEN: TOKEN, RULES: [{ id, limit, period: "1h", path: "/api/*" }] };
+    const apps = isolates.map((isolate) => {
+      const app = new Hono<{ Bindings: Env }>();
+      app.use(adminApi({ isolate }));
+      app.use(rateLimit({ isolate }));
+      app.all("*", (c) => c.text("ok"));
+      return app;
+    });
+    const on =
+      (i: number) =>
+      (path: string, init: RequestInit = {}) =>
+        apps[i]!.request(path, init, testEnv);
+    return { id, clock, on };
+  }
+
+  it("the isolate that served the change forgets its refusal at once; another within its cap, 10 s", async () => {
+    const { id, clock, on } = twoIsolates(1);
+    const client = uniqueIp();
+    const a = on(0);
+    const b = on(1);
+    expect((await a("/api/x", from(client))).status).toBe(200);
+    expect((await a("/api/x", from(client))).status).toBe(429); // both isolates learn the refusal
+    expect((await b("/api/x", from(client))).status).toBe(429);
+    const raised = await a(`/__ratelimit/overrides?rule=${id}&key=${client}`, {
+      method: "PUT",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ limit: 3 }),
+    });
+    expect(raised.status).toBe(200);
+    expect((await a("/api/x", from(client))).status).toBe(200);
+    expect((await b("/api/x", from(client))).status).toBe(429); // from b's cache, without asking
+    clock.now += 9_999;
+    expect((await b("/api/x", from(client))).status).toBe(429);
+    clock.now += 1;
+    expect((await b("/api/x", from(client))).status).toBe(200); // the cap: b asks the object again
+  });
+});
