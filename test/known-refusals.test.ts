@@ -212,3 +212,40 @@ describe("logs under attack", () => {
     expect(logged[1]!.repeats).toBe(refusedInFirst10s - 1);
   });
 });
+
+describe("a refusal that answers after its key was forgotten", () => {
+  const rule = settingsFor([{ id: "forgotten", limit: 1, period: "1m" }]).rules[0]!;
+  const refused = {
+    allowed: false,
+    ruleAllows: false,
+    weighted: 1,
+    remaining: 0,
+    retryAfterMs: 50_000,
+    resetMs: 50_000,
+    counted: null,
+    holdsForMs: 50_000,
+  };
+
+  it("is not remembered when its call was sent before the forget (an admin reset or an override change)", () => {
+    const isolate = createIsolate({ clock: () => 1_000 });
+    // The call goes out at 900; the operator's change is served at 1000; the old refusal lands at 1100.
+    isolate.refusals.forget(rule, "digest", 1_000);
+    isolate.refusals.remember(rule, "digest", "name", 900, refused);
+    expect(isolate.refusals.lookup(rule, "digest", 1_100)).toBeUndefined();
+  });
+
+  it("is remembered when its call was sent after the forget", () => {
+    const isolate = createIsolate({ clock: () => 1_000 });
+    isolate.refusals.forget(rule, "digest", 1_000);
+    isolate.refusals.remember(rule, "digest", "name", 1_001, refused);
+    expect(isolate.refusals.lookup(rule, "digest", 1_100)?.retryAtMs).toBe(51_001);
+  });
+
+  it("never removes a newer refusal when an older call answers late", () => {
+    const isolate = createIsolate({ clock: () => 1_000 });
+    isolate.refusals.forget(rule, "digest", 1_000);
+    isolate.refusals.remember(rule, "digest", "name", 1_001, refused);
+    isolate.refusals.remember(rule, "digest", "name", 999, { ...refused, holdsForMs: 0 });
+    expect(isolate.refusals.lookup(rule, "digest", 1_100)?.retryAtMs).toBe(51_001);
+  });
+});

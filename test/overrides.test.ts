@@ -121,6 +121,9 @@ describe("tiers", () => {
     expect(refused.status).toBe(429);
     expect(refused.headers.get("ratelimit-policy")).toMatch(/;q=4;w=60$/);
     expect(((await refused.json()) as { detail: string }).detail).toMatch(/\(4 per minute, tier "pro"\)/);
+    const cached = await api(client); // answered from the isolate's cache: the same limit and tier
+    expect(cached.headers.get("ratelimit-policy")).toMatch(/;q=4;w=60$/);
+    expect(((await cached.json()) as { detail: string }).detail).toMatch(/tier "pro"/);
   });
 
   it("carries the client's counts over when its tier changes", async () => {
@@ -162,7 +165,6 @@ describe("concurrency", () => {
     const admitted = all.filter((s) => s === 200).length;
     expect(admitted).toBeGreaterThanOrEqual(50);
     expect(admitted).toBeLessThanOrEqual(100);
-    expect(await statuses(1, () => api(client))).toEqual([admitted === 100 ? 429 : 200]);
   });
 });
 

@@ -61,10 +61,18 @@ export type KnownRefusalsOptions = {
 
 export class KnownRefusals {
   private readonly entries: LruMap<string, KnownRefusal>;
+  /**
+   * When a key under a rule was last forgotten (an admin reset or an override
+   * change): a refusal from a call sent before then rests on what was
+   * forgotten, and is not remembered even when it answers after.
+   */
+  private readonly forgottenAt: LruMap<string, number>;
   readonly maxHoldMs: number;
 
   constructor(options: KnownRefusalsOptions) {
-    this.entries = new LruMap(options.maxHoldMs > 0 ? options.maxKeys : 0);
+    const cap = options.maxHoldMs > 0 ? options.maxKeys : 0;
+    this.entries = new LruMap(cap);
+    this.forgottenAt = new LruMap(cap);
     this.maxHoldMs = options.maxHoldMs;
   }
 
@@ -92,6 +100,8 @@ export class KnownRefusals {
   remember(rule: Rule, digest: string, name: string, sentAtMs: number, verdict: RuleVerdict): void {
     const key = `${ruleUid(rule)}:${digest}`;
     const holdMs = Math.min(verdict.holdsForMs, this.maxHoldMs);
+    const forgottenAtMs = this.forgottenAt.peek(key);
+    if (forgottenAtMs !== undefined && sentAtMs <= forgottenAtMs) return;
     if (holdMs <= 0) {
       this.entries.delete(key);
       return;
@@ -104,8 +114,10 @@ export class KnownRefusals {
     );
   }
 
-  /** Forgets a key under a rule (after an admin reset). */
-  forget(rule: Rule, digest: string): void {
-    this.entries.delete(`${ruleUid(rule)}:${digest}`);
+  /** Forgets a key under a rule (an admin reset, an override change), and any refusal from a call sent until now. */
+  forget(rule: Rule, digest: string, nowMs: number): void {
+    const key = `${ruleUid(rule)}:${digest}`;
+    this.entries.delete(key);
+    this.forgottenAt.set(key, nowMs);
   }
 }

@@ -14,7 +14,8 @@
  * `pending`.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { Override } from "../core/overrides.ts";
+import { type Override, overrideView } from "../core/overrides.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import { deadline } from "./client.ts";
 import type { RateLimiter } from "./rate-limiter.ts";
 
@@ -115,7 +116,7 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
    * and deletes those given as null. The client objects are driven by the
    * alarm, in batches; until then the entries are pending.
    */
-  async importMany(changes: Change[]): Promise<ImportReport> {
+  async importMany(changes: Change[], by: string): Promise<ImportReport> {
     const report: ImportReport = { created: 0, updated: 0, unchanged: 0, deleted: 0 };
     this.ctx.storage.transactionSync(() => {
       for (const change of changes) {
@@ -129,6 +130,7 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
         else if (current === null) report.created++;
         else report.updated++;
         this.record(change);
+        logChange(by, change, current);
       }
     });
     if (report.created + report.updated + report.deleted > 0) await this.retrySoon(0);
@@ -244,4 +246,19 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     const current = await this.ctx.storage.getAlarm();
     if (current == null || current > at) await this.ctx.storage.setAlarm(at);
   }
+}
+
+/** One JSON line per change: who, which client under which rule, before and after. */
+export function logChange(by: string, change: Change, before: Override | null): void {
+  logEvent(
+    {
+      event: change.override === null ? "override_deleted" : "override_set",
+      by,
+      rule: change.rule,
+      key: keyHashPrefix(change.name),
+      before: before === null ? null : overrideView(before),
+      after: change.override === null ? null : overrideView(change.override),
+    },
+    "warn",
+  );
 }

@@ -21,7 +21,7 @@ import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { problemResponse } from "../../http/problem.ts";
 import type { Isolate } from "../../isolate/isolate.ts";
-import type { Change, OverrideRegistry, RegistryEntry } from "../../object/registry.ts";
+import { type Change, logChange, type OverrideRegistry, type RegistryEntry } from "../../object/registry.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
 import { adminKey } from "./key.ts";
 import { json } from "./views.ts";
@@ -125,22 +125,8 @@ const overrideContext = (context: OverridesContext) => ({
  */
 function forgetHere({ isolate }: OverridesContext, rule: Rule, key: string): void {
   const digest = isolate.digest(key);
-  isolate.refusals.forget(rule, digest);
+  isolate.refusals.forget(rule, digest, isolate.clock());
   isolate.leases.forget(digest, rule, isolate.clock());
-}
-
-function logChange(by: string, change: Change, before: Override | null): void {
-  logEvent(
-    {
-      event: change.override === null ? "override_deleted" : "override_set",
-      by,
-      rule: change.rule,
-      key: keyHashPrefix(change.name),
-      before: before === null ? null : overrideView(before),
-      after: change.override === null ? null : overrideView(change.override),
-    },
-    "warn",
-  );
 }
 
 async function listOverrides(url: URL, settings: Settings, stub: ReturnType<typeof registryOf>): Promise<Response> {
@@ -217,7 +203,7 @@ async function importOverrides(
     else errors.push(...change.errors.map((error) => `item ${i + 1}: ${error}`));
   }
   if (errors.length > 0) return invalid(errors);
-  const report = await stub.importMany(changes);
+  const report = await stub.importMany(changes, context.by);
   logEvent({ event: "overrides_imported", by: context.by, ...report }, "warn");
   return json(report);
 }

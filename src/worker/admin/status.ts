@@ -61,7 +61,7 @@ async function reset({ rule, canonical, stub, about }: Client, { settings, isola
   if (!done.ok) return unavailable(about, done.message);
   // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
   const digest = isolate.digest(canonical);
-  isolate.refusals.forget(rule, digest);
+  isolate.refusals.forget(rule, digest, isolate.clock());
   isolate.leases.forget(digest, rule, isolate.clock());
   logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
   return json({ ...about, reset: true });
