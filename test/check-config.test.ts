@@ -1,3 +1,4 @@
+/// <reference types="vite/client" />
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
@@ -9,20 +10,57 @@ import {
   WORKER_METHODS,
   type WranglerConfig,
 } from "../src/config/check.ts";
+import { parseSettings } from "../src/config/settings.ts";
+import { unknownRules } from "../src/config/tiers.ts";
 import { compileGlob, normalizePath } from "../src/core/paths.ts";
 import { parseRules, ruleMatches } from "../src/core/rules.ts";
+import shipped from "../wrangler.toml?raw";
 import broken from "./fixtures/broken-wrangler.json";
+import overrides from "./fixtures/overrides-wrangler.json";
 import { env } from "./support/env.ts";
 
 const rule = (fields: Record<string, unknown>) => ({ id: "r", limit: 10, period: "1m", ...fields });
 const findings = (vars: Record<string, unknown>): Finding[] => checkConfig({ vars }).findings;
 const warning = (message: string): Finding => ({ level: "warning", message });
+const error = (message: string): Finding => ({ level: "error", message });
+
+/**
+ * The `[[name]]` tables of a TOML text, each `key = value` read as JSON: enough
+ * for wrangler.toml's Durable Object bindings and migrations (strings and
+ * lists of strings). Anything else throws, so the test never passes on a
+ * table it could not read.
+ */
+function tomlTables(text: string, name: string): Record<string, unknown>[] {
+  const tables: Record<string, unknown>[] = [];
+  let table: Record<string, unknown> | undefined;
+  for (const line of text.split("\n").map((l) => l.trim())) {
+    if (line.startsWith("[")) {
+      table = line === `[[${name}]]` ? {} : undefined;
+      if (table !== undefined) tables.push(table);
+    } else if (table !== undefined && line !== "" && !line.startsWith("#")) {
+      const [, key, value] = /^([\w-]+)\s*=\s*(.+)$/.exec(line) ?? [];
+      if (key === undefined || value === undefined) throw new Error(`wrangler.toml [[${name}]]: cannot read ${line}`);
+      table[key] = JSON.parse(value);
+    }
+  }
+  return tables;
+}
 
 describe("npm run check-config", () => {
   it("passes the shipped wrangler.toml, as the Worker reads it, with no finding at all", () => {
-    const { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL } = env;
-    const report = checkConfig({ vars: { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL } });
+    const { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL, TIERS } = env;
+    const bindings = tomlTables(shipped, "durable_objects.bindings") as { name: string; class_name: string }[];
+    // The bindings read from the file are the ones the Worker runs with.
+    expect(bindings.map((b) => b.name)).toEqual(["RATE_LIMITER", "OVERRIDES"]);
+    for (const { name } of bindings) expect(env[name as "RATE_LIMITER" | "OVERRIDES"]).toBeDefined();
+    expect(TIERS).toBeDefined();
+    const report = checkConfig({
+      vars: { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL, TIERS },
+      durable_objects: { bindings },
+      migrations: tomlTables(shipped, "migrations"),
+    });
     expect(report).toEqual({ rules: 3, findings: [] } satisfies CheckReport);
+    expect(formatReport(report, "wrangler.toml").at(-1)).toBe("wrangler.toml: 3 rules, 0 errors, 0 warnings - OK");
   });
 
   it("prints every error of the broken fixture, naming the rule and field, then every warning", () => {
@@ -40,6 +78,7 @@ describe("npm run check-config", () => {
       'error: migrations: "RateLimiter" is created with new_classes (key-value storage); it keeps its counters in SQL and needs new_sqlite_classes = ["RateLimiter"]',
       'DANGER: TRUSTED_IP_HEADER: "X-Forwarded-For" is a list that clients write themselves, and the limiter trusts its rightmost entry. That entry is the client only when a proxy of yours in front of Cloudflare appends it; otherwise a client can choose the address it is counted by, and walk around every "ip" rule. With Cloudflare as the first hop, leave TRUSTED_IP_HEADER unset: CF-Connecting-IP is already the client',
       "DANGER: ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run `wrangler secret put ADMIN_TOKEN`; and use at least 32 random characters (this one has 7)",
+      'warning: durable_objects.bindings: no binding named "OVERRIDES" (found: LIMITER), so there is no overrides API: the admin API\'s /overrides routes answer 501, and no client can be given its own limit or a tier. Add [[durable_objects.bindings]] name = "OVERRIDES", class_name = "OverrideRegistry", and [[migrations]] tag = "v2", new_sqlite_classes = ["OverrideRegistry"]',
       'warning: IPV6_PREFIX: /128 is longer than /64, but one subscriber holds at least a /64 (usually a /56 or /48), so a client can rotate addresses and walk around its "ip" limits',
       'warning: RULES[4] "health": counts only other spellings of the paths it excludes (path "/api/health" by exclude "/api/*"): exclude matches the path as written only, so "/API/HEALTH" is counted',
       'warning: RULES[5] "tunnel": never matches: Workers never receive CONNECT requests (the runtime cannot carry them)',
@@ -49,7 +88,17 @@ describe("npm run check-config", () => {
       'warning: RULES[7] "per-ip": field "period": 60000 is seconds, that is 1000 minutes; if you meant milliseconds, write "60s"',
       'warning: RULES[10] "shadow": field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request',
       'warning: RULES[8] "reports-a" and RULES[9] "reports-b": count the same requests with the same key and period, so RULES[9] "reports-b", the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit',
-      "broken-wrangler.json: 11 rules, 11 errors, 11 warnings (2 DANGER)",
+      "broken-wrangler.json: 11 rules, 11 errors, 12 warnings (2 DANGER)",
+    ]);
+  });
+
+  it("prints the overrides fixture's registry error, then its tiers' warnings", () => {
+    expect(formatReport(checkConfig(overrides as WranglerConfig), "overrides-wrangler.json")).toEqual([
+      'error: migrations: "OverrideRegistry" is created with new_classes (key-value storage); it keeps its index of overrides in SQL and needs new_sqlite_classes = ["OverrideRegistry"]',
+      'warning: TIERS.pro: names "logn" and "search", which no rule has; they are ignored (the rules are "api" and "login")',
+      'warning: TIERS.partner.login: 5 is already the limit of RULES[1] "login", so the tier changes nothing for it',
+      "warning: TIERS.free: names no rule, so a client put in this tier keeps every rule's own limit; add rule ids and limits, such as login = 20, or remove it",
+      "overrides-wrangler.json: 2 rules, 1 error, 3 warnings",
     ]);
   });
 });
@@ -278,6 +327,206 @@ describe("two rules counting the same requests", () => {
   });
 });
 
+describe("tiers", () => {
+  const tiered = (TIERS: unknown, rules = [rule({})]) => findings({ RULES: rules, TIERS });
+
+  it.each([
+    [{ pro: { r: 0 } }, "TIERS.pro.r: must be an integer from 1 to 1000000000; got 0"],
+    [{ pro: { r: "20" } }, 'TIERS.pro.r: must be an integer from 1 to 1000000000; got "20"'],
+    [{ pro: { r: 2.5 } }, "TIERS.pro.r: must be an integer from 1 to 1000000000; got 2.5"],
+    [{ "pro tier": { r: 20 } }, 'TIERS: a tier\'s name must be 1 to 64 of [A-Za-z0-9_-]; got "pro tier"'],
+    [{ pro: 20 }, "TIERS.pro: must be a table of rule ids and limits, such as login = 20; got 20"],
+    [["pro"], 'TIERS: must be a table of tiers, such as [vars.TIERS.pro] with api-per-key = 10000; got ["pro"]'],
+  ])("%j is an error: %s", (tiers, message) => {
+    expect(tiered(tiers)).toEqual([error(message)]);
+  });
+
+  it("reports a TIERS string that is not JSON as an error", () => {
+    const found = tiered("{pro");
+    expect(found.map((f) => f.level)).toEqual(["error"]);
+    expect(found[0]!.message).toMatch(/^TIERS: is a string but not valid JSON \(/);
+  });
+
+  it("reports TIERS' errors beside another variable's, which the Worker reports first", () => {
+    expect(tiered({ pro: { r: 0 } }, [rule({ limit: 0 })])).toEqual([
+      error('RULES[0] "r": field "limit": must be an integer from 1 to 1000000000; got 0'),
+      error("TIERS.pro.r: must be an integer from 1 to 1000000000; got 0"),
+    ]);
+  });
+
+  it.each([
+    [
+      "a rule id no rule has",
+      { pro: { r: 20, logn: 20 } },
+      'TIERS.pro: names "logn", which no rule has; it is ignored (the rules are "r")',
+    ],
+    [
+      "rule ids no rule has",
+      { pro: { logn: 20, "api-per-kye": 20 } },
+      'TIERS.pro: names "logn" and "api-per-kye", which no rule has; they are ignored (the rules are "r")',
+    ],
+    [
+      "no rule",
+      { free: {} },
+      "TIERS.free: names no rule, so a client put in this tier keeps every rule's own limit; add rule ids and limits, such as login = 20, or remove it",
+    ],
+    [
+      "a rule's own limit",
+      { pro: { r: 10 } },
+      'TIERS.pro.r: 10 is already the limit of RULES[0] "r", so the tier changes nothing for it',
+    ],
+    [
+      "a rule's own limit, in JSON",
+      JSON.stringify({ pro: { r: 10 } }),
+      'TIERS.pro.r: 10 is already the limit of RULES[0] "r", so the tier changes nothing for it',
+    ],
+  ])("warns of a tier that names %s", (_, tiers, message) => {
+    expect(tiered(tiers)).toEqual([warning(message)]);
+  });
+
+  it("warns of unknown ids with no rules at all", () => {
+    expect(tiered({ pro: { r: 20 } }, [])).toContainEqual(
+      warning('TIERS.pro: names "r", which no rule has; it is ignored (there are no rules)'),
+    );
+  });
+
+  it("lists ten of the rules' ids at most", () => {
+    const rules = Array.from({ length: 12 }, (_, i) => rule({ id: `r${i}`, path: `/${i}` }));
+    expect(tiered({ pro: { x: 20 } }, rules)).toEqual([
+      warning(
+        'TIERS.pro: names "x", which no rule has; it is ignored (the rules are "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9" and 2 more)',
+      ),
+    ]);
+  });
+
+  it("warns of the ids the Worker ignores, and of no other", () => {
+    const rules = [rule({ id: "a" }), rule({ id: "b", path: "/b" })];
+    const tiers = { pro: { a: 20, c: 20 }, team: { b: 30, d: 30, e: 30 } };
+    const parsed = parseSettings({ RULES: rules, TIERS: tiers });
+    if (!parsed.ok) throw new Error(parsed.errors.join("; "));
+    expect(unknownRules(parsed.value.tiers, parsed.value.rules)).toEqual([
+      { tier: "pro", rule: "c" },
+      { tier: "team", rule: "d" },
+      { tier: "team", rule: "e" },
+    ]);
+    expect(tiered(tiers, rules).map((f) => f.message)).toEqual([
+      'TIERS.pro: names "c", which no rule has; it is ignored (the rules are "a" and "b")',
+      'TIERS.team: names "d" and "e", which no rule has; they are ignored (the rules are "a" and "b")',
+    ]);
+  });
+
+  it("leaves a tier naming an invalid rule to that rule's errors", () => {
+    expect(tiered({ pro: { r: 20 } }, [rule({ limit: 0 })]).map((f) => f.level)).toEqual(["error"]);
+  });
+
+  it.each([
+    ["a higher limit", { pro: { r: 20 } }],
+    ["a lower limit", { pro: { r: 5 } }],
+    ["several tiers", { pro: { r: 20 }, trial: { r: 2 } }],
+    ["JSON", JSON.stringify({ pro: { r: 20 } })],
+    ["no TIERS", undefined],
+    ["an empty TIERS", ""],
+  ])("%s is fine", (_, tiers) => {
+    expect(tiered(tiers)).toEqual([]);
+  });
+});
+
+describe("the Durable Object bindings", () => {
+  type Binding = { name: string; class_name: string; script_name?: string };
+  const LIMITER: Binding = { name: "RATE_LIMITER", class_name: "RateLimiter" };
+  const REGISTRY: Binding = { name: "OVERRIDES", class_name: "OverrideRegistry" };
+  const BOTH_SQLITE = [
+    { tag: "v1", new_sqlite_classes: ["RateLimiter"] },
+    { tag: "v2", new_sqlite_classes: ["OverrideRegistry"] },
+  ];
+  const objects = (bindings: Binding[], migrations: NonNullable<WranglerConfig["migrations"]>) =>
+    checkConfig({ vars: { RULES: [rule({})] }, durable_objects: { bindings }, migrations }).findings;
+  const NO_OVERRIDES =
+    'durable_objects.bindings: no binding named "OVERRIDES" (found: RATE_LIMITER), so there is no overrides API: the admin API\'s /overrides routes answer 501, and no client can be given its own limit or a tier. Add [[durable_objects.bindings]] name = "OVERRIDES", class_name = "OverrideRegistry"';
+
+  it("finds nothing with both bound and created with SQLite storage", () => {
+    expect(objects([LIMITER, REGISTRY], BOTH_SQLITE)).toEqual([]);
+  });
+
+  it.each([
+    ["whose class a migration creates", BOTH_SQLITE, NO_OVERRIDES],
+    [
+      "whose class no migration creates",
+      [{ tag: "v1", new_sqlite_classes: ["RateLimiter"] }],
+      `${NO_OVERRIDES}, and [[migrations]] tag = "v2", new_sqlite_classes = ["OverrideRegistry"]`,
+    ],
+  ])("warns that there is no overrides API without an OVERRIDES binding, %s", (_, migrations, message) => {
+    expect(objects([LIMITER], migrations)).toEqual([warning(message)]);
+  });
+
+  it.each([
+    [
+      "binds another class",
+      [LIMITER, { name: "OVERRIDES", class_name: "Registry" }],
+      BOTH_SQLITE,
+      ['durable_objects.bindings: "OVERRIDES" binds class "Registry"; the Worker exports "OverrideRegistry"'],
+    ],
+    [
+      "is created with key-value storage",
+      [LIMITER, REGISTRY],
+      [
+        { tag: "v1", new_sqlite_classes: ["RateLimiter"] },
+        { tag: "v2", new_classes: ["OverrideRegistry"] },
+      ],
+      [
+        'migrations: "OverrideRegistry" is created with new_classes (key-value storage); it keeps its index of overrides in SQL and needs new_sqlite_classes = ["OverrideRegistry"]',
+      ],
+    ],
+    [
+      "is created by no migration",
+      [LIMITER, REGISTRY],
+      [{ tag: "v1", new_sqlite_classes: ["RateLimiter"] }],
+      [
+        'migrations: no migration creates "OverrideRegistry"; add [[migrations]] tag = "v2", new_sqlite_classes = ["OverrideRegistry"]',
+      ],
+    ],
+    [
+      "is created by no migration, and v2 is taken",
+      [LIMITER, REGISTRY],
+      [
+        { tag: "v1", new_sqlite_classes: ["RateLimiter"] },
+        { tag: "v3", new_sqlite_classes: ["Other"] },
+        { tag: "v4", deleted_classes: ["Other"] },
+      ],
+      [
+        'migrations: no migration creates "OverrideRegistry"; add [[migrations]] tag = "v5", new_sqlite_classes = ["OverrideRegistry"]',
+      ],
+    ],
+    [
+      "is created by no migration, nor is RateLimiter",
+      [LIMITER, REGISTRY],
+      [],
+      [
+        'migrations: no migration creates "RateLimiter"; add [[migrations]] tag = "v1", new_sqlite_classes = ["RateLimiter"]',
+        'migrations: no migration creates "OverrideRegistry"; add [[migrations]] tag = "v2", new_sqlite_classes = ["OverrideRegistry"]',
+      ],
+    ],
+    [
+      "is created by no migration, RateLimiter living in another Worker",
+      [{ ...LIMITER, script_name: "limiter" }, REGISTRY],
+      [],
+      [
+        'migrations: no migration creates "OverrideRegistry"; add [[migrations]] tag = "v1", new_sqlite_classes = ["OverrideRegistry"]',
+      ],
+    ],
+    [
+      "lives in another Worker, with its own migrations",
+      [LIMITER, { ...REGISTRY, script_name: "registry" }],
+      BOTH_SQLITE.slice(0, 1),
+      [],
+    ],
+  ])("is an error when the OVERRIDES binding's class %s", (_, bindings, migrations, errors) => {
+    const found = objects(bindings, migrations);
+    expect(found.map((f) => f.message)).toEqual(errors);
+    expect(found.every((f) => f.level === "error")).toBe(true);
+  });
+});
+
 describe("other settings", () => {
   it.each([
     [{ IPV6_PREFIX: 64 }, []],
@@ -299,10 +548,16 @@ describe("other settings", () => {
     expect(findings({ RULES: [rule({})], ...vars }).map((f) => f.level)).toEqual(levels);
   });
 
-  const sqlite = (migrations: WranglerConfig["migrations"]): WranglerConfig => ({
+  // The overrides registry bound and created as it should be, so that only the counters' class is in question.
+  const sqlite = (migrations: NonNullable<WranglerConfig["migrations"]>): WranglerConfig => ({
     vars: { RULES: [rule({})] },
-    durable_objects: { bindings: [{ name: "RATE_LIMITER", class_name: "RateLimiter" }] },
-    migrations,
+    durable_objects: {
+      bindings: [
+        { name: "RATE_LIMITER", class_name: "RateLimiter" },
+        { name: "OVERRIDES", class_name: "OverrideRegistry" },
+      ],
+    },
+    migrations: [{ new_sqlite_classes: ["OverrideRegistry"] }, ...migrations],
   });
 
   it.each([

@@ -14,17 +14,20 @@
 import { describePeriod } from "../core/duration.ts";
 import { sourceLabel } from "../core/keys.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
+import type { Result } from "../core/result.ts";
 import { parseRule, type Rule, ruleMatches } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 import { parseAdminPrefix } from "./admin-prefix.ts";
 import { parseOrigin } from "./origin.ts";
 import { parseSettings, type SettingsInput } from "./settings.ts";
+import { parseTiers, type Tiers, unknownRules } from "./tiers.ts";
 
 /** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
 export type WranglerConfig = {
   vars?: Record<string, unknown>;
   durable_objects?: { bindings?: { name: string; class_name: string; script_name?: string }[] };
   migrations?: {
+    tag?: string;
     new_classes?: string[];
     new_sqlite_classes?: string[];
     renamed_classes?: { from: string; to: string }[];
@@ -59,37 +62,57 @@ export const WORKER_METHODS: ReadonlySet<string> = new Set(
 /** Checks a configuration; the findings are in the order of the file, errors first. */
 export function checkConfig(config: WranglerConfig): CheckReport {
   const vars = config.vars ?? {};
-  const findings: Finding[] = [];
-  const error = (message: string) => findings.push({ level: "error", message });
-
-  for (const parsed of [
-    parseSettings(vars as SettingsInput),
-    parseOrigin(vars.ORIGIN_URL as string | undefined),
-    parseAdminPrefix(vars.ADMIN_PREFIX),
-  ]) {
-    if (!parsed.ok) for (const message of parsed.errors) error(message);
-  }
-  findings.push(...durableObjectFindings(config));
-
-  findings.push(...varWarnings(vars));
-  // Each valid rule is checked for warnings, even beside invalid ones.
   const raw = rawRules(vars.RULES);
-  const valid: { rule: Rule; index: number }[] = [];
-  if (Array.isArray(raw)) {
-    raw.forEach((input: unknown, index) => {
-      const parsed = parseRule(input, `RULES[${index}]`);
-      if (!parsed.ok) return;
-      const rule = parsed.value;
-      valid.push({ rule, index });
-      findings.push(...ruleWarnings(rule, `RULES[${index}] "${rule.id}"`, input as Record<string, unknown>));
-    });
-  }
-  findings.push(...sameRequestsWarnings(valid));
-
+  const valid = validRules(raw);
+  const tiers = parseTiers(vars.TIERS);
+  const findings: Finding[] = [
+    ...variableErrors(vars, tiers),
+    ...durableObjectFindings(config),
+    ...varWarnings(vars),
+    ...valid.flatMap(({ rule, index, input }) => ruleWarnings(rule, `RULES[${index}] "${rule.id}"`, input)),
+    ...sameRequestsWarnings(valid),
+    ...(tiers.ok ? tierWarnings(tiers.value, valid, writtenIds(raw)) : []),
+  ];
   const order = { error: 0, danger: 1, warning: 2 };
   findings.sort((a, b) => order[a.level] - order[b.level]);
   return { rules: Array.isArray(raw) ? raw.length : 0, findings };
 }
+
+/**
+ * Every variable's errors: the ones the Worker answers 500 for. parseSettings
+ * stops before `TIERS` when another of its variables is invalid; `TIERS`'
+ * own errors are reported anyway, so the file is fixed in one pass.
+ */
+function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>): Finding[] {
+  const settings = errorsOf(parseSettings(vars as SettingsInput));
+  const unreported = errorsOf(tiers).filter((message) => !settings.includes(message));
+  const others = [parseOrigin(vars.ORIGIN_URL as string | undefined), parseAdminPrefix(vars.ADMIN_PREFIX)];
+  return [...settings, ...unreported, ...others.flatMap(errorsOf)].map((message) => ({ level: "error", message }));
+}
+
+const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
+
+/** A rule of `RULES` that parses, with its place in the list and its fields as written. */
+type ValidRule = { rule: Rule; index: number; input: Record<string, unknown> };
+
+/** The rules that parse: each is checked for warnings, even beside invalid ones. */
+function validRules(raw: unknown): ValidRule[] {
+  if (!Array.isArray(raw)) return [];
+  return raw.flatMap((input: unknown, index) => {
+    const parsed = parseRule(input, `RULES[${index}]`);
+    return parsed.ok ? [{ rule: parsed.value, index, input: input as Record<string, unknown> }] : [];
+  });
+}
+
+/** The ids written in `RULES`, valid or not, each once. */
+function writtenIds(raw: unknown): string[] {
+  if (!Array.isArray(raw)) return [];
+  const ids = raw.map((input: unknown) => (isTable(input) ? input.id : undefined));
+  return [...new Set(ids.filter((id): id is string => typeof id === "string"))];
+}
+
+const isTable = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
 
 /** `RULES` as the Worker reads it: a list, or the same list as a JSON string. */
 function rawRules(value: unknown): unknown {
@@ -101,40 +124,95 @@ function rawRules(value: unknown): unknown {
   }
 }
 
+/** A Durable Object class the Worker exports: the binding it is reached by, what it keeps in SQL, the migration tag to suggest. */
+type ObjectClass = { binding: string; className: string; keeps: string; tag: string };
+
+type Migrations = NonNullable<WranglerConfig["migrations"]>;
+type Binding = NonNullable<NonNullable<WranglerConfig["durable_objects"]>["bindings"]>[number];
+
+const REGISTRY_BINDING = "OVERRIDES";
+const REGISTRY_CLASS = "OverrideRegistry";
+
+/** The counters' binding, which the Worker cannot run without, then the overrides registry's, which it can. */
 function durableObjectFindings(config: WranglerConfig): Finding[] {
   if (config.durable_objects === undefined && config.migrations === undefined) return [];
+  const bindings = config.durable_objects?.bindings ?? [];
+  const migrations = config.migrations ?? [];
+  const found = bindings.map((b) => b.name).join(", ") || "none";
+  const limiterBinding = bindings.find((b) => b.name === BINDING);
+  const registryBinding = bindings.find((b) => b.name === REGISTRY_BINDING);
+  const limiter: ObjectClass = { binding: BINDING, className: CLASS, keeps: "its counters", tag: "v1" };
+  const limiterUncreated = limiterBinding?.script_name === undefined && storageOf(CLASS, migrations) === undefined;
+  const registry: ObjectClass = {
+    binding: REGISTRY_BINDING,
+    className: REGISTRY_CLASS,
+    keeps: "its index of overrides",
+    tag: nextTag(migrations, limiterUncreated),
+  };
+  return [
+    ...(limiterBinding === undefined ? [noLimiterBinding(found)] : []),
+    ...classFindings(limiter, limiterBinding, migrations),
+    ...(registryBinding === undefined
+      ? [noRegistryBinding(found, registry, migrations)]
+      : classFindings(registry, registryBinding, migrations)),
+  ];
+}
+
+function noLimiterBinding(found: string): Finding {
+  return {
+    level: "error",
+    message: `durable_objects.bindings: no binding named "${BINDING}" (found: ${found}); the Worker cannot reach its counters. Add [[durable_objects.bindings]] name = "${BINDING}", class_name = "${CLASS}"`,
+  };
+}
+
+/** The Worker runs without the registry; only the admin API's overrides routes do not. */
+function noRegistryBinding(found: string, registry: ObjectClass, migrations: Migrations): Finding {
+  const migration =
+    storageOf(REGISTRY_CLASS, migrations) === undefined
+      ? `, and [[migrations]] tag = "${registry.tag}", new_sqlite_classes = ["${REGISTRY_CLASS}"]`
+      : "";
+  return warning(
+    `durable_objects.bindings: no binding named "${REGISTRY_BINDING}" (found: ${found}), so there is no overrides API: the admin API's /overrides routes answer 501, and no client can be given its own limit or a tier. Add [[durable_objects.bindings]] name = "${REGISTRY_BINDING}", class_name = "${REGISTRY_CLASS}"${migration}`,
+  );
+}
+
+/** The class a binding names, and the migration that creates it (checked even with no binding, whose absence is reported apart). */
+function classFindings(spec: ObjectClass, binding: Binding | undefined, migrations: Migrations): Finding[] {
+  if (binding?.script_name !== undefined) return []; // the class lives in another Worker, with its own migrations
   const out: Finding[] = [];
   const error = (message: string) => out.push({ level: "error", message });
-  const bindings = config.durable_objects?.bindings ?? [];
-  const binding = bindings.find((b) => b.name === BINDING);
-  if (binding === undefined) {
-    const names = bindings.map((b) => b.name).join(", ") || "none";
-    error(
-      `durable_objects.bindings: no binding named "${BINDING}" (found: ${names}); the Worker cannot reach its counters. Add [[durable_objects.bindings]] name = "${BINDING}", class_name = "${CLASS}"`,
-    );
-  } else if (binding.script_name !== undefined) {
-    return out; // the class lives in another Worker, with its own migrations
-  } else if (binding.class_name !== CLASS) {
-    error(`durable_objects.bindings: "${BINDING}" binds class "${binding.class_name}"; the Worker exports "${CLASS}"`);
+  const { binding: name, className } = spec;
+  if (binding !== undefined && binding.class_name !== className) {
+    error(`durable_objects.bindings: "${name}" binds class "${binding.class_name}"; the Worker exports "${className}"`);
   }
-  const kind = storageOf(CLASS, config.migrations ?? []);
+  const kind = storageOf(className, migrations);
   if (kind === "kv") {
     error(
-      `migrations: "${CLASS}" is created with new_classes (key-value storage); it keeps its counters in SQL and needs new_sqlite_classes = ["${CLASS}"]`,
+      `migrations: "${className}" is created with new_classes (key-value storage); it keeps ${spec.keeps} in SQL and needs new_sqlite_classes = ["${className}"]`,
     );
   } else if (kind === undefined) {
     error(
-      `migrations: no migration creates "${CLASS}"; add [[migrations]] tag = "v1", new_sqlite_classes = ["${CLASS}"]`,
+      `migrations: no migration creates "${className}"; add [[migrations]] tag = "${spec.tag}", new_sqlite_classes = ["${className}"]`,
     );
   }
   return out;
 }
 
+/**
+ * A tag for a migration added after the others: "v<n>", n past their count,
+ * that no migration has, nor the "v1" suggested for the counters' class when
+ * no migration creates it.
+ */
+function nextTag(migrations: Migrations, limiterUncreated: boolean): string {
+  const taken = new Set(migrations.map((m) => m.tag));
+  if (limiterUncreated) taken.add("v1");
+  let n = migrations.length + 1;
+  while (taken.has(`v${n}`)) n++;
+  return `v${n}`;
+}
+
 /** The storage a class ends up with once the migrations are replayed; undefined when none creates it or one deletes it. */
-function storageOf(
-  className: string,
-  migrations: NonNullable<WranglerConfig["migrations"]>,
-): "sqlite" | "kv" | undefined {
+function storageOf(className: string, migrations: Migrations): "sqlite" | "kv" | undefined {
   const classes = new Map<string, "sqlite" | "kv">();
   for (const m of migrations) {
     for (const name of m.new_sqlite_classes ?? []) classes.set(name, "sqlite");
@@ -460,6 +538,56 @@ function sameRequestsWarnings(rules: { rule: Rule; index: number }[]): Finding[]
     });
   }
   return out;
+}
+
+/**
+ * Warnings about `TIERS`, valid as it is: a tier that names no rule, or rule
+ * ids no rule has (the Worker ignores them, so renaming a rule never stops
+ * it), and a limit that is the rule's own. `written` are the ids in `RULES`,
+ * valid or not: a tier naming an invalid rule is left to that rule's errors.
+ */
+function tierWarnings(tiers: Tiers, valid: ValidRule[], written: string[]): Finding[] {
+  const rules = valid.map(({ rule }) => rule);
+  const unknown = unknownRules(tiers, rules).filter(({ rule }) => !written.includes(rule));
+  const unknownIn = (tier: string) => unknown.filter((u) => u.tier === tier).map((u) => u.rule);
+  return [...tiers].flatMap(([tier, limits]) => [
+    ...(limits.size === 0 ? [emptyTier(tier)] : []),
+    ...unknownIdsWarnings(tier, unknownIn(tier), written),
+    ...sameLimitWarnings(tier, limits, valid),
+  ]);
+}
+
+/** A tier with no limits: putting a client in it is the same as no override. */
+function emptyTier(tier: string): Finding {
+  return warning(
+    `TIERS.${tier}: names no rule, so a client put in this tier keeps every rule's own limit; add rule ids and limits, such as login = 20, or remove it`,
+  );
+}
+
+/** At most this many of the rules' ids are listed beside a tier's unknown ones. */
+const LISTED_IDS = 10;
+
+/** The ids a tier names that no rule has, listed beside the rules' own, where a typo or a renamed rule shows. */
+function unknownIdsWarnings(tier: string, ids: string[], written: string[]): Finding[] {
+  if (ids.length === 0) return [];
+  const shown = written.slice(0, LISTED_IDS).map((id) => show(id));
+  if (written.length > LISTED_IDS) shown.push(`${written.length - LISTED_IDS} more`);
+  const rules = written.length === 0 ? "there are no rules" : `the rules are ${listed(shown)}`;
+  const ignored = ids.length === 1 ? "which no rule has; it is ignored" : "which no rule has; they are ignored";
+  return [warning(`TIERS.${tier}: names ${listed(ids.map((id) => show(id)))}, ${ignored} (${rules})`)];
+}
+
+/** A tier's limit that is the rule's own: a client in the tier is counted the same as without it. */
+function sameLimitWarnings(tier: string, limits: ReadonlyMap<string, number>, valid: ValidRule[]): Finding[] {
+  return valid.flatMap(({ rule, index }) =>
+    limits.get(rule.id) === rule.limit
+      ? [
+          warning(
+            `TIERS.${tier}.${rule.id}: ${rule.limit} is already the limit of RULES[${index}] "${rule.id}", so the tier changes nothing for it`,
+          ),
+        ]
+      : [],
+  );
 }
 
 /** The report as lines of text, errors first, and a summary. */

@@ -58,19 +58,18 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
       max: 60_000,
     }),
     trustedIpHeader: headerNameVar(input.TRUSTED_IP_HEADER),
+    tiers: parseTiers(input.TIERS),
   });
   if (!parsed.ok) return parsed;
-  const { ipv6PrefixBits, trustedIpHeader, timeoutMs } = parsed.value;
-  const tiers = parseTiers(input.TIERS);
-  if (!tiers.ok) return tiers;
-  const rules = withTiers(parsed.value.rules, tiers.value);
+  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers } = parsed.value;
+  const rules = withTiers(parsed.value.rules, tiers);
   return ok({
     rules,
     ipv6PrefixBits,
     trustedIpHeader,
     timeoutMs,
     keyHeaders: keyHeaders(rules, trustedIpHeader),
-    tiers: tiers.value,
+    tiers,
   });
 }
 
