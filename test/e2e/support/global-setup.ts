@@ -3,6 +3,7 @@
  * Starts what a user runs: the Node origin, then `wrangler dev` in front of
  * it with the e2e config and fresh storage. Stops both afterwards.
  */
+import { randomBytes } from "node:crypto";
 import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,11 +23,13 @@ export default async function setup(project: TestProject) {
   const configPath = join(dir, "wrangler.toml");
   copyFileSync(CONFIG, configPath);
   const origin = await startOrigin();
+  // A fresh admin token per run: it turns the admin API on, for overrides.e2e.ts.
+  const adminToken = randomBytes(16).toString("hex");
   const started = Date.now();
   const worker = await startWrangler({
     configPath,
     entryPath: ENTRY,
-    vars: { ORIGIN_URL: origin.url },
+    vars: { ORIGIN_URL: origin.url, ADMIN_TOKEN: adminToken },
     persistTo: join(dir, "state"),
     logFile,
   }).catch(async (error: unknown) => {
@@ -41,6 +44,7 @@ export default async function setup(project: TestProject) {
   project.provide("e2eOriginUrl", origin.url);
   project.provide("wranglerPid", worker.pid);
   project.provide("wranglerLogFile", logFile);
+  project.provide("adminToken", adminToken);
 
   return async () => {
     await worker.stop();

@@ -11,5 +11,7 @@ declare module "vitest" {
     wranglerPid: number;
     /** The file that receives everything `wrangler dev` prints. */
     wranglerLogFile: string;
+    /** The Worker's ADMIN_TOKEN, which turns its admin API on. */
+    adminToken: string;
   }
 }
