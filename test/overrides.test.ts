@@ -3,6 +3,7 @@
  * rule, set through the admin API, enforced by that client's own object on
  * its very next request, and listed by the registry.
  */
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env as workerEnv } from "cloudflare:workers";
 import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -314,5 +315,52 @@ describe("several isolates: how long a cached refusal outlives a change", () => 
     expect((await b("/api/x", from(client))).status).toBe(429);
     clock.now += 1;
     expect((await b("/api/x", from(client))).status).toBe(200); // the cap: b asks the object again
+  });
+});
+
+describe("the client's object keeps its overrides", () => {
+  const object = () => env.RATE_LIMITER.get(env.RATE_LIMITER.newUniqueId());
+  const override = (expiresAtMs: number | null) =>
+    ({ kind: "limit", limit: 7, expiresAtMs, note: "", updatedAtMs: 0, by: "test" }) as const;
+  const check = { id: "kept", limit: 2, periodMs: 60_000, precision: 1, strict: false, enforce: true };
+
+  it("across its counters' cleanup: an override outlives the counters its alarm deletes", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2031, 5, 1, 0, 0, 0);
+    vi.setSystemTime(start);
+    const stub = object();
+    await stub.setOverride("kept", override(null), 1);
+    expect((await stub.check([check])).verdicts[0]).toMatchObject({ limit: 7, override: "limit" });
+    vi.setSystemTime(start + 3_600_000); // the counters have expired
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(Object.keys(await stub.listOverrides())).toEqual(["kept"]);
+    expect((await stub.peek([check])).verdicts[0]).toMatchObject({ limit: 7, weighted: 0 });
+  });
+
+  it("deletes an expired override with its alarm, and then everything once nothing is left", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2031, 6, 1, 0, 0, 0);
+    vi.setSystemTime(start);
+    const stub = object();
+    await stub.setOverride("kept", override(start + 10 * 3_600_000), 1);
+    await stub.check([check]);
+    vi.setSystemTime(start + 10 * 3_600_000);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.listOverrides()).toEqual({});
+    const tables = await runInDurableObject(stub, (_, state) =>
+      state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table'").toArray(),
+    );
+    expect(tables).toEqual([]);
+  });
+
+  it("ignores a change older than the one it has: a late or repeated send never undoes a newer one", async () => {
+    const stub = object();
+    await stub.setOverride("kept", override(null), 5);
+    await stub.deleteOverride("kept", 4);
+    await stub.setOverride("kept", { ...override(null), limit: 3 }, 5);
+    expect((await stub.listOverrides()).kept).toMatchObject({ limit: 7 });
+    await stub.deleteOverride("kept", 6);
+    await stub.setOverride("kept", override(null), 5);
+    expect(await stub.listOverrides()).toEqual({});
   });
 });
