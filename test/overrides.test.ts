@@ -353,6 +353,14 @@ describe("the client's object keeps its overrides", () => {
     expect(tables).toEqual([]);
   });
 
+  it("leases a client every rule is lifted for units that count nowhere, so it need not be asked per request", async () => {
+    const stub = object();
+    await stub.setOverride("kept", { ...override(null), kind: "unlimited" }, 1);
+    const { allowed, lease } = await stub.check([check], { lease: { units: 64, seen: 50, seenInMs: 1_000 } });
+    expect([allowed, lease?.units, lease?.receipts]).toEqual([true, 64, [{ row: "", epoch: 0, bucket: 0 }]]);
+    expect((await stub.peek([check])).verdicts[0]).toMatchObject({ override: "unlimited", weighted: 0 });
+  });
+
   it("ignores a change older than the one it has: a late or repeated send never undoes a newer one", async () => {
     const stub = object();
     await stub.setOverride("kept", override(null), 5);

@@ -62,7 +62,7 @@ const OVERRIDES_SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMAR
 /** A rule as it applies to this client now: its check with the limit that applies, or lifted, or denied. */
 type Plan =
   | { kind: "count"; rule: RuleCheck; override?: Override }
-  | { kind: "unlimited" }
+  | { kind: "unlimited"; expiresAtMs: number | null }
   | { kind: "deny"; expiresAtMs: number | null };
 
 /** A deny without an expiry is reported as lasting a year; callers hold it at most their own cap. */
@@ -177,7 +177,7 @@ export class RateLimiter extends DurableObject<unknown> {
       return { kind: "count", rule };
     }
     const limit = limitUnder(override, rule, nowMs);
-    if (limit === "unlimited") return { kind: "unlimited" };
+    if (limit === "unlimited") return { kind: "unlimited", expiresAtMs: override.expiresAtMs };
     if (limit === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
     return { kind: "count", rule: limit === rule.limit ? rule : { ...rule, limit }, override };
   }
@@ -238,8 +238,14 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!verdicts.every((v) => v.ruleAllows)) return undefined;
     const rules = plans.flatMap((plan) => (plan.kind === "count" ? [plan.rule] : []));
     const counted = verdicts.filter((_, i) => plans[i]!.kind === "count");
-    // Every rule lifted for this client: nothing to count, so nothing to lease.
-    if (rules.length === 0) return undefined;
+    // Every rule lifted for this client: units cost nothing and are counted nowhere, until the soonest override ends.
+    if (rules.length === 0) {
+      const ends = plans.map((plan) =>
+        plan.kind === "unlimited" && plan.expiresAtMs !== null ? plan.expiresAtMs : Infinity,
+      );
+      const expiresInMs = Math.min(LEASE_MAX_MS, ...ends.map((at) => at - nowMs));
+      return { units: wanted.units, receipts: plans.map(() => NOWHERE), expiresInMs } satisfies Lease;
+    }
     const expiresInMs = Math.min(LEASE_MAX_MS, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
