@@ -30,7 +30,7 @@ const threads = Number(process.env.BENCH_THREADS ?? 2);
 type Variant = {
   id: string;
   label: string;
-  worker: "proxy" | "limiter" | "constant" | "peer";
+  worker: "proxy" | "limiter" | "overridden" | "constant" | "peer";
   path: string;
   /** Distinct client IPs; 0 for one fixed IP. */
   keys: number;
@@ -92,6 +92,24 @@ const allVariants: Variant[] = [
     path: "/allowed/x",
     keys: 10_000,
     baseline: "a",
+    countsCalls: true,
+  },
+  {
+    id: "h",
+    label: "limiter, allowed, 10,000 keys, each with its own override",
+    worker: "overridden",
+    path: "/allowed/x",
+    keys: 10_000,
+    baseline: "a",
+    countsCalls: true,
+  },
+  {
+    id: "i",
+    label: "limiter, blocked, one key over its override, 10,000 overrides stored",
+    worker: "overridden",
+    path: "/blocked/x",
+    keys: 0,
+    baseline: "e",
     countsCalls: true,
   },
   {
@@ -188,6 +206,17 @@ const config :Workerd.Config = (
       durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "bench-limiter", enableSql = true) ],
       durableObjectStorage = (localDisk = "disk"),`,
     )}),
+    (name = "overridden", worker = ${worker(
+      "overridden",
+      `bindings = [ ${origin}, (name = "RULES", json = ${capnpString(JSON.stringify(rules))}),
+        (name = "ADMIN_TOKEN", text = ${capnpString(ADMIN_TOKEN)}),
+        (name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter"),
+        (name = "OVERRIDES", durableObjectNamespace = "OverrideRegistry") ],
+      durableObjectNamespaces = [
+        (className = "RateLimiter", uniqueKey = "bench-overridden", enableSql = true),
+        (className = "OverrideRegistry", uniqueKey = "bench-registry", enableSql = true) ],
+      durableObjectStorage = (localDisk = "disk"),`,
+    )}),
     (name = "constant", worker = ${worker("constant", "")}),
     (name = "peer", worker = ${worker(
       "peer",
@@ -232,6 +261,37 @@ async function touchEveryKey(url: string, keys: number): Promise<void> {
     }
   };
   await Promise.all(Array.from({ length: connections }, worker));
+}
+
+const ADMIN_TOKEN = "bench-admin-token";
+/** The one client of the single-key variants, as random-ip.lua spells it. */
+const FIXED_IP = "10.255.0.1";
+
+/**
+ * (h), (i): 10,000 overrides, one per key of (h) (a limit far above its
+ * traffic), and one for the single client of (i) (a limit of 2, which it is
+ * then put over); returns once every client's object has its override.
+ */
+async function storeOverrides(port: number): Promise<void> {
+  const started = Date.now();
+  const admin = (path: string, init: RequestInit = {}) =>
+    fetch(`http://127.0.0.1:${port}/__ratelimit/overrides${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
+    });
+  const items = Array.from({ length: 10_000 }, (_, i) => ({ rule: "allowed", key: keyIp(i), limit: 999_999_999 }));
+  items.push({ rule: "blocked", key: FIXED_IP, limit: 2 });
+  const imported = await admin("/import", { method: "POST", body: JSON.stringify(items) });
+  if (!imported.ok) throw new Error(`importing overrides: ${imported.status} ${await imported.text()}`);
+  for (;;) {
+    const { pending, total } = (await (await admin("?limit=1")).json()) as { pending: number; total: number };
+    if (pending === 0 && total === items.length) break;
+    await sleep(200);
+  }
+  for (let i = 0; i < 3; i++) {
+    await fetch(`http://127.0.0.1:${port}/blocked/x`, { headers: { "cf-connecting-ip": FIXED_IP } });
+  }
+  console.log(`stored ${items.length} overrides for (h) and (i) in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 
 async function calls(port: number): Promise<number> {
@@ -300,6 +360,8 @@ async function main(): Promise<void> {
   for (const worker of ["proxy", "limiter", "constant", "peer"] as const) {
     bundles[worker] = build(worker, work);
   }
+  // (h), (i): the same Worker as (b)–(d), in its own namespace, with overrides stored.
+  bundles.overridden = bundles.limiter!;
 
   const origin = await startOrigin();
   const ports: Record<string, number> = {};
@@ -318,7 +380,9 @@ async function main(): Promise<void> {
       await sleep(Number(process.env.BENCH_PAUSE) * 1000);
     }
     // (d): put the one blocked client over its limit before measuring.
-    await fetch(`http://127.0.0.1:${ports.limiter}/blocked/x`, { headers: { "cf-connecting-ip": "10.255.0.1" } });
+    await fetch(`http://127.0.0.1:${ports.limiter}/blocked/x`, { headers: { "cf-connecting-ip": FIXED_IP } });
+
+    if (variants.some((v) => v.worker === "overridden")) await storeOverrides(ports.overridden!);
 
     // Every one of the 10,000 keys' objects exists before measuring, for the limiter and the peer alike:
     // the table is about steady state, not about creating objects.
@@ -386,7 +450,6 @@ async function main(): Promise<void> {
     settings: { rounds, seconds, connections, threads, cpus: (await import("node:os")).cpus().length },
     rows,
   };
-  mkdirSync(join(ROOT, "bench"), { recursive: true });
   writeFileSync(join(ROOT, "tools/bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(join(ROOT, "tools/bench/results.md"), `${table}\n`);
   console.log("wrote tools/bench/results.json and tools/bench/results.md");
