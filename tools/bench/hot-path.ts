@@ -70,6 +70,18 @@ isolate.leases.keep(digest, {
   asked: true,
 });
 
+// The same client with an override (a limit of 5000 under every matched rule), from the object's verdicts.
+const overridden = createIsolate();
+const withOverride: RuleVerdict = { ...verdict, limit: 5_000, override: "limit" };
+overridden.leases.keep(overridden.digest(canonical), {
+  name: "0".repeat(64),
+  rules: matched,
+  verdicts: matched.map(() => withOverride),
+  lease: { units: 1e9, receipts: matched.map(() => verdict.counted!), expiresInMs: 3_600_000 },
+  sentAtMs: Date.now(),
+  asked: true,
+});
+
 // Whole decisions the isolate makes alone: no object is ever called, and background work is dropped.
 const request = new Request(url, { headers });
 const noObjects = {} as LimiterNamespace;
@@ -80,6 +92,16 @@ const refusing = createIsolate({ maxRefusalMs: 3_600_000 });
 for (const rule of matched) {
   const held = { ...verdict, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
   refusing.refusals.remember(rule, refusing.digest(canonical), "0".repeat(64), Date.now(), {
+    ...held,
+    counted: null,
+    holdsForMs: 3_000_000,
+  });
+}
+// The same, refused under an override of 5000.
+const refusingOverridden = createIsolate({ maxRefusalMs: 3_600_000 });
+for (const rule of matched) {
+  const held = { ...withOverride, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
+  refusingOverridden.refusals.remember(rule, refusingOverridden.digest(canonical), "0".repeat(64), Date.now(), {
     ...held,
     counted: null,
     holdsForMs: 3_000_000,
@@ -106,6 +128,8 @@ const steps: Step[] = [
   { name: "copy the RPC payload (structuredClone)", run: () => structuredClone(matched.map(ruleCheckOf)) },
   { name: "decide a request from leases (all of the above that applies)", run: decideIn(isolate) },
   { name: "decide a request from a known refusal, 429 and all", run: decideIn(refusing) },
+  { name: "… from leases, the client with an override", run: decideIn(overridden) },
+  { name: "… from a known refusal, the client with an override", run: decideIn(refusingOverridden) },
 ];
 
 function time(run: () => unknown): number {
