@@ -204,6 +204,8 @@ describe("routes", () => {
         ipv6Prefix: 48,
         trustedIpHeader: null,
         timeoutMs: 250,
+        // As wrangler.toml ships them: a tier naming rules this config lacks is shown, and ignored.
+        tiers: { pro: { "api-per-key": 10000, login: 20 } },
       },
     });
   });

@@ -49,6 +49,7 @@ export const settingsView = (settings: Settings) => ({
   ipv6Prefix: settings.ipv6PrefixBits,
   trustedIpHeader: settings.trustedIpHeader,
   timeoutMs: settings.timeoutMs,
+  tiers: Object.fromEntries([...settings.tiers].map(([tier, limits]) => [tier, Object.fromEntries(limits)])),
 });
 
 /** A JSON answer no cache keeps. */
