@@ -58,55 +58,45 @@ const refused: Reported[] = reports.map((r) => ({
   ...r,
   verdict: { ...r.verdict, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 16_001 },
 }));
-const isolate = createIsolate();
+/** An isolate holding a lease for the client that never runs out, so every spend in the loop finds a unit. */
+function leasing(granted: RuleVerdict) {
+  const iso = createIsolate();
+  iso.leases.keep(iso.digest(canonical), {
+    name: "0".repeat(64),
+    rules: matched,
+    verdicts: matched.map(() => granted),
+    lease: { units: 1e9, receipts: matched.map(() => verdict.counted!), expiresInMs: 3_600_000 },
+    sentAtMs: Date.now(),
+    asked: true,
+  });
+  return iso;
+}
+const isolate = leasing(verdict);
 const digest = isolate.digest(canonical);
-// A lease that never runs out, so every spend in the loop finds a unit.
-isolate.leases.keep(digest, {
-  name: "0".repeat(64),
-  rules: matched,
-  verdicts: matched.map(() => verdict),
-  lease: { units: 1e9, receipts: matched.map(() => verdict.counted!), expiresInMs: 3_600_000 },
-  sentAtMs: Date.now(),
-  asked: true,
-});
-
 // The same client with an override (a limit of 5000 under every matched rule), from the object's verdicts.
-const overridden = createIsolate();
 const withOverride: RuleVerdict = { ...verdict, limit: 5_000, override: "limit" };
-overridden.leases.keep(overridden.digest(canonical), {
-  name: "0".repeat(64),
-  rules: matched,
-  verdicts: matched.map(() => withOverride),
-  lease: { units: 1e9, receipts: matched.map(() => verdict.counted!), expiresInMs: 3_600_000 },
-  sentAtMs: Date.now(),
-  asked: true,
-});
+const overridden = leasing(withOverride);
 
 // Whole decisions the isolate makes alone: no object is ever called, and background work is dropped.
 const request = new Request(url, { headers });
 const noObjects = {} as LimiterNamespace;
 const decideIn = (iso: typeof isolate) => () =>
   decide(request, { settings, ns: noObjects, isolate: iso, background: () => {} });
-// A refusal known for the client, held for the whole run (the shipped cap is 10 s).
-const refusing = createIsolate({ maxRefusalMs: 3_600_000 });
-for (const rule of matched) {
-  const held = { ...verdict, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
-  refusing.refusals.remember(rule, refusing.digest(canonical), "0".repeat(64), Date.now(), {
-    ...held,
-    counted: null,
-    holdsForMs: 3_000_000,
-  });
+/** An isolate that knows of a refusal for the client, held for the whole run (the shipped cap is 10 s). */
+function refusingWith(base: RuleVerdict) {
+  const iso = createIsolate({ maxRefusalMs: 3_600_000 });
+  const held = { ...base, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
+  for (const rule of matched) {
+    iso.refusals.remember(rule, iso.digest(canonical), "0".repeat(64), Date.now(), {
+      ...held,
+      counted: null,
+      holdsForMs: 3_000_000,
+    });
+  }
+  return iso;
 }
-// The same, refused under an override of 5000.
-const refusingOverridden = createIsolate({ maxRefusalMs: 3_600_000 });
-for (const rule of matched) {
-  const held = { ...withOverride, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
-  refusingOverridden.refusals.remember(rule, refusingOverridden.digest(canonical), "0".repeat(64), Date.now(), {
-    ...held,
-    counted: null,
-    holdsForMs: 3_000_000,
-  });
-}
+const refusing = refusingWith(verdict);
+const refusingOverridden = refusingWith(withOverride);
 // The refusal's first log line would land in the table.
 const print = console.log.bind(console);
 console.log = () => {};
