@@ -34,11 +34,31 @@ async function importItems(items: unknown[]): Promise<Record<string, number>> {
   return res.json();
 }
 
+/** Closes an object if it is open (the runtime may have closed it already). */
+const close = (stub: DurableObjectStub) =>
+  evictDurableObject(stub).catch((error: Error) => {
+    if (!/not currently running/.test(error.message)) throw error;
+  });
+
+/**
+ * Waits until the registry has no pending change. Meanwhile it closes the
+ * objects of the entries already applied: each open object holds SQLite
+ * files, and 10,000 open at once would pass the 20,000-descriptor limit.
+ */
 async function settled(): Promise<void> {
   const deadline = Date.now() + 240_000;
+  const closed = new Set<string>();
   while ((await registry().counts()).pending > 0) {
     if (Date.now() > deadline) throw new Error("the registry still has pending changes");
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    let after: string | undefined;
+    do {
+      const page = await registry().list({ rule: RULE, limit: 1_000, after });
+      const done = page.entries.filter((entry) => entry.applied && !closed.has(entry.name));
+      for (const entry of done) closed.add(entry.name);
+      await Promise.all(done.map((entry) => close(env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(entry.name)))));
+      after = page.next ?? undefined;
+    } while (after !== undefined);
+    await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 
@@ -68,7 +88,7 @@ async function enforced(i: number): Promise<number | null> {
   const stub = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(await hashKey(canonical)));
   const override = (await stub.listOverrides())[RULE];
   // Closed after reading: each open object holds SQLite files, and 10,000 would pass the 20,000-descriptor limit.
-  await evictDurableObject(stub);
+  await close(stub);
   return override?.kind === "limit" ? override.limit : null;
 }
 
