@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, statfsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -28,7 +29,9 @@ function isolatedWranglerConfig(): string {
   const main = /^main = "([^"]+)"$/m;
   const entry = main.exec(shipped)?.[1];
   if (entry === undefined) throw new Error('wrangler.toml: no `main = "…"` line to point the tests at');
-  const dir = join(root, "node_modules/.cache/edge-rate-limiter/vitest");
+  // One directory per checkout: two worktrees sharing node_modules must not point each other's tests at their code.
+  const checkout = createHash("sha256").update(root).digest("hex").slice(0, 12);
+  const dir = join(root, `node_modules/.cache/edge-rate-limiter/vitest-${checkout}`);
   mkdirSync(dir, { recursive: true });
   const copy = join(dir, "wrangler.toml");
   writeFileSync(copy, shipped.replace(main, `main = ${JSON.stringify(join(root, entry))}`));
