@@ -184,6 +184,7 @@ describe("routes", () => {
             on_error: "open",
             precision: 1,
             strict: false,
+            count: "all",
           },
           {
             id: "login",
@@ -199,6 +200,7 @@ describe("routes", () => {
             on_error: "closed",
             precision: 6,
             strict: true,
+            count: "all",
           },
         ],
         ipv6Prefix: 48,

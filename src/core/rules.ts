@@ -3,6 +3,7 @@
  * Rate-limit rules: the `[[vars.RULES]]` schema, and its validation into
  * compiled rules. Every problem is reported, each naming the rule and field.
  */
+import { COUNT_ALL, type CountWhen, parseCount } from "./count.ts";
 import { type Duration, parseDurationMs } from "./duration.ts";
 import {
   compileGlob,
@@ -47,6 +48,8 @@ export type RuleInput = {
   precision?: number;
   /** Never admit more than `limit` in any window of length `period`. Default false. */
   strict?: boolean;
+  /** Which responses count: `"all"` (default), `"failed"`, `"successful"`, or statuses and classes (`[401, "5xx"]`). */
+  count?: "all" | "failed" | "successful" | (number | `${1 | 2 | 3 | 4 | 5}xx`)[];
 };
 
 /** Where one part of a client key comes from. */
@@ -70,6 +73,8 @@ export type Rule = WindowLimit & {
   key: Characteristic[];
   action: "block" | "log";
   onError: "open" | "closed";
+  /** Which responses count (the `count` field); the rest are given back once the origin answers. */
+  count: CountWhen;
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
 };
@@ -87,6 +92,7 @@ export const RULE_FIELDS = [
   "on_error",
   "precision",
   "strict",
+  "count",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
@@ -170,7 +176,22 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const onError = take("on_error", parseChoice(fields.on_error ?? "open", ["open", "closed"]), "open");
   const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
   const strict = take("strict", parseFlag(fields.strict ?? false), false);
-  return { id, paths, exclude, methods, caseSensitive, limit, periodMs, precision, strict, key, action, onError };
+  const count = take("count", parseCount(fields.count), COUNT_ALL);
+  return {
+    id,
+    paths,
+    exclude,
+    methods,
+    caseSensitive,
+    limit,
+    periodMs,
+    precision,
+    strict,
+    key,
+    action,
+    onError,
+    count,
+  };
 }
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);

@@ -15,6 +15,7 @@ import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit
 import { denied, deniedBy, limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
 import { requestFacts } from "../http/request-facts.ts";
 import type { LimiterNamespace } from "../object/client.ts";
+import { type AfterResponse, afterResponse, countsSome } from "./after-response.ts";
 import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
 import type { Isolate } from "./isolate.ts";
 import type { SpentUnits } from "./leases.ts";
@@ -23,8 +24,13 @@ import { ruleUid } from "./rule-ids.ts";
 import { type KeyGroup, knownRefusals, type RuleRefusal, type Settlement, settle } from "./settle.ts";
 
 export type Outcome =
-  /** Go on to the origin, then add these headers to its response. */
-  | { kind: "allow"; headers: Record<string, string> }
+  /**
+   * Go on to the origin, then add these headers to its response; when a rule
+   * counts only some responses, call `afterResponse` with the response's
+   * status instead: it gives back what that status does not count, and
+   * returns the headers.
+   */
+  | { kind: "allow"; headers: Record<string, string>; afterResponse?: AfterResponse }
   /** Answer this instead (429, or 503 from a rule that fails closed); the origin is not contacted. */
   | { kind: "refuse"; response: Response };
 
@@ -72,10 +78,12 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
   sendOutbox(options);
   if (spent.every((s) => s !== undefined)) {
     const settlements = spent.map((s): Settlement => ({ via: "lease", spent: s! }));
-    return {
-      kind: "allow",
-      headers: rateLimitHeaders(policies, readSettlements(groups, settlements, isolate, nowMs).reports),
-    };
+    return allowed(
+      groups,
+      settlements,
+      { policies, reports: readSettlements(groups, settlements, isolate, nowMs).reports },
+      options,
+    );
   }
   return settleRest({ groups, spent, policies, startedAtMs: nowMs }, options);
 }
@@ -111,7 +119,19 @@ async function settleRest({ groups, spent, policies, startedAtMs }: Pending, opt
   sendOutbox(options);
   if (refused) return { kind: "refuse", response: refusal(policies, reports) };
   if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
-  return { kind: "allow", headers: rateLimitHeaders(policies, reports) };
+  return allowed(groups, settlements, { policies, reports }, options);
+}
+
+/** The answer for an admitted request: its headers, and what to do once the response is known, if anything. */
+function allowed(
+  groups: KeyGroup[],
+  settlements: Settlement[],
+  headers: { policies: Policy[]; reports: Reported[] },
+  options: DecideOptions,
+): Outcome {
+  const now = rateLimitHeaders(headers.policies, headers.reports);
+  if (!countsSome(groups)) return { kind: "allow", headers: now };
+  return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, options) };
 }
 
 /** 403 when an override denies the client, else 429. */

@@ -26,7 +26,7 @@ function refundCounted(name: string, result: CheckResult, options: DecideOptions
 }
 
 /** Hands counts back to an object in the background; what fails to arrive is written off, and counted. */
-function refundInBackground(name: string, refunds: Refund[], options: DecideOptions): void {
+export function refundInBackground(name: string, refunds: Refund[], options: DecideOptions): void {
   const units = unitsOf(refunds);
   options.background(
     refundKey(options.ns, name, refunds, options.settings.timeoutMs).then((taken) => {

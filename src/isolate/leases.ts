@@ -244,9 +244,14 @@ export class LeaseBook {
     return { verdicts, leases };
   }
 
-  /** Gives spent units back (their request was turned away) to the leases they came from. */
-  giveBack(spent: SpentUnits): void {
-    for (const lease of spent.leases) {
+  /**
+   * Gives spent units back to the leases they came from: every rule's (the
+   * request was turned away), or only the rules at `indexes` (their `count`
+   * did not match the response).
+   */
+  giveBack(spent: SpentUnits, indexes?: number[]): void {
+    const leases = indexes === undefined ? spent.leases : indexes.map((i) => spent.leases[i]!);
+    for (const lease of leases) {
       if (lease.spentSinceGrant > 0) lease.spentSinceGrant--;
       if (!lease.retired) lease.unitsLeft++;
       else this.owe(lease.record, [{ receipt: lease.receipt, count: 1 }]);

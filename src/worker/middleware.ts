@@ -129,7 +129,7 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
     await next();
-    addHeaders(c, outcome.headers);
+    addHeaders(c, outcome.afterResponse ? outcome.afterResponse(c.res.status) : outcome.headers);
   };
 };
 

@@ -4,6 +4,7 @@
  * wrangler.toml spells them, and the settings beside them.
  */
 import type { Settings } from "../../config/settings.ts";
+import { countAsWritten } from "../../core/count.ts";
 import { formatDuration } from "../../core/duration.ts";
 import type { Rule } from "../../core/rules.ts";
 import { keyAsWritten } from "./key.ts";
@@ -25,6 +26,8 @@ export type RuleView = {
   on_error: "open" | "closed";
   precision: number;
   strict: boolean;
+  /** Which responses count, as wrangler.toml spells it. */
+  count: unknown;
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -41,6 +44,7 @@ export const ruleView = (rule: Rule): RuleView => ({
   on_error: rule.onError,
   precision: rule.precision,
   strict: rule.strict,
+  count: countAsWritten(rule.count),
 });
 
 /** The body of `GET {prefix}/rules`. */
