@@ -185,6 +185,7 @@ describe("routes", () => {
             precision: 1,
             strict: false,
             count: "all",
+            cost: 1,
           },
           {
             id: "login",
@@ -201,6 +202,7 @@ describe("routes", () => {
             precision: 6,
             strict: true,
             count: "all",
+            cost: 1,
           },
         ],
         ipv6Prefix: 48,

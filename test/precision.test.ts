@@ -20,12 +20,16 @@ const periodMs = fc.oneof(
   fc.integer({ min: 1, max: 10_000_000 }),
 );
 
-const mode = fc.record({
-  limit: fc.oneof(fc.integer({ min: 1, max: 200 }), fc.constantFrom(1, 2, 1_000_000_000)),
-  periodMs,
-  precision: fc.integer({ min: 1, max: 60 }),
-  strict: fc.boolean(),
-});
+/** A rule's mode, with a cost per request from 1 to its limit: mostly 1, often a few, sometimes the whole limit. */
+const mode = fc
+  .record({
+    limit: fc.oneof(fc.integer({ min: 1, max: 200 }), fc.constantFrom(1, 2, 1_000_000_000)),
+    periodMs,
+    precision: fc.integer({ min: 1, max: 60 }),
+    strict: fc.boolean(),
+    cost: fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 10 }), fc.constant(Number.POSITIVE_INFINITY)),
+  })
+  .map((l): WindowLimit => ({ ...l, cost: Math.min(l.cost, l.limit) }));
 
 /**
  * A mode, an instant, and a state of k + 1 counts near that instant: up to
@@ -49,7 +53,7 @@ const scenario = mode.chain((l: WindowLimit) =>
     })),
 );
 
-/** The decision from first principles, in BigInt: oldest × (P − (t·k mod P)) + newer × P < limit × P. */
+/** The decision from first principles, in BigInt: oldest × (P − (t·k mod P)) + (newer + cost − 1) × P < limit × P. */
 function exactOracle(state: WindowState, nowMs: number, l: WindowLimit) {
   const k = l.precision;
   const target = Math.max(state.bucket, bucketIndex(nowMs, l));
@@ -61,9 +65,11 @@ function exactOracle(state: WindowState, nowMs: number, l: WindowLimit) {
   const behind = bucketIndex(nowMs, l) < state.bucket;
   const kept = l.strict || behind ? P : P - ((BigInt(nowMs) * BigInt(k)) % P);
   const scaled = oldest * kept + newer * P;
-  const allowed = scaled < BigInt(l.limit) * P;
-  // floor(limit − weighted − 1) after an admission.
-  const left = BigInt(l.limit) * P - scaled - P;
+  const cost = BigInt(l.cost ?? 1);
+  // weighted + cost − 1 < limit: for whole counts, weighted + cost ≤ limit.
+  const allowed = scaled + (cost - 1n) * P < BigInt(l.limit) * P;
+  // floor(limit − weighted − cost) after an admission.
+  const left = BigInt(l.limit) * P - scaled - cost * P;
   const remaining = left < 0n ? 0 : Number(left / P);
   return { allowed, remaining };
 }
@@ -280,7 +286,7 @@ describe("strict mode never admits more than the limit in any window", () => {
     },
   );
 
-  it("holds over random traces in every precision and period, and default mode stays under 2 × limit", () => {
+  it("holds over random traces in every precision, period and cost, and default mode stays under 2 × limit", () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 20 }),
@@ -290,9 +296,11 @@ describe("strict mode never admits more than the limit in any window", () => {
           minLength: 1,
           maxLength: 300,
         }),
-        (limit, precision, periodMs, gaps) => {
+        fc.integer({ min: 1, max: 20 }),
+        (limit, precision, periodMs, gaps, someCost) => {
+          const cost = Math.min(someCost, limit);
           for (const strict of [true, false]) {
-            const l: WindowLimit = { limit, periodMs, precision, strict };
+            const l: WindowLimit = { limit, periodMs, precision, strict, cost };
             let nowMs = EPOCH_MS;
             let state = emptyState(nowMs, l);
             const admitted: number[] = [];
@@ -302,7 +310,8 @@ describe("strict mode never admits more than the limit in any window", () => {
               state = r.state;
               if (r.decision.allowed) admitted.push(nowMs);
             }
-            const max = maxInAnyWindow(admitted, periodMs);
+            // Each admission counts `cost`: what any window admitted, in units, stays within the limit.
+            const max = maxInAnyWindow(admitted, periodMs) * cost;
             expect(max).toBeLessThanOrEqual(strict ? limit : 2 * limit);
           }
         },

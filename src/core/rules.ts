@@ -48,6 +48,8 @@ export type RuleInput = {
   precision?: number;
   /** Never admit more than `limit` in any window of length `period`. Default false. */
   strict?: boolean;
+  /** What one request counts, from 1 to `limit`. Default 1. */
+  cost?: number;
   /** Which responses count: `"all"` (default), `"failed"`, `"successful"`, or statuses and classes (`[401, "5xx"]`). */
   count?: "all" | "failed" | "successful" | (number | `${1 | 2 | 3 | 4 | 5}xx`)[];
 };
@@ -93,6 +95,7 @@ export const RULE_FIELDS = [
   "precision",
   "strict",
   "count",
+  "cost",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
@@ -177,21 +180,9 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
   const strict = take("strict", parseFlag(fields.strict ?? false), false);
   const count = take("count", parseCount(fields.count), COUNT_ALL);
-  return {
-    id,
-    paths,
-    exclude,
-    methods,
-    caseSensitive,
-    limit,
-    periodMs,
-    precision,
-    strict,
-    key,
-    action,
-    onError,
-    count,
-  };
+  const cost = take("cost", parseCost(fields.cost, limit), 1);
+  const window = { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
+  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, count };
 }
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
@@ -215,6 +206,14 @@ function parseChoice<const C extends string>(value: unknown, choices: readonly C
   if ((choices as readonly unknown[]).includes(value)) return ok(value as C);
   return fail(`must be ${choices.map((choice) => `"${choice}"`).join(" or ")}; got ${show(value)}`);
 }
+
+/** What one request counts: an integer from 1 to the rule's limit (1 when absent). */
+const parseCost = (value: unknown, limit: number): Result<number> =>
+  value === undefined
+    ? ok(1)
+    : parseIntegerFrom1(value, Math.max(1, limit)).ok
+      ? ok(value as number)
+      : fail(`must be an integer from 1 to the rule's limit (${limit}); got ${show(value)}`);
 
 const parsePeriod = (value: unknown): Result<number> =>
   value === undefined ? fail('is required: seconds, or a string like "10s", "1m", "1h", "1d"') : parseDurationMs(value);

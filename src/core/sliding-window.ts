@@ -30,6 +30,12 @@ export type WindowLimit = {
   precision: number;
   /** Count the oldest, partly expired bucket whole, so no window of length `periodMs` ever admits more than `limit`. */
   strict: boolean;
+  /**
+   * What one request counts, from 1 to `limit`: it is admitted when
+   * `weighted + cost - 1 < limit` (for whole counts, `weighted + cost ≤ limit`).
+   * @default 1
+   */
+  cost?: number;
 };
 
 /** The counters of one (key, rule). */
@@ -54,7 +60,7 @@ export type Decision = {
   allowed: boolean;
   /** The weighted count the request saw, before it was counted. */
   weighted: number;
-  /** Requests still admissible now: `max(0, floor(limit − weighted − 1))` after an admission, 0 when rejected. */
+  /** Units still admissible now: `max(0, floor(limit − weighted − cost))` after an admission, 0 when rejected. */
   remaining: number;
   /** Smallest wait in milliseconds after which a request would be admitted if nothing else is admitted meanwhile; 0 when admitted. */
   retryAfterMs: number;
@@ -115,9 +121,12 @@ export function weightedCount(rotated: WindowState, nowMs: number, window: Windo
   return (oldest * kept) / window.periodMs + newer;
 }
 
-/** Whether `oldest × kept / periodMs + newer < limit`, in exact integer arithmetic. */
+/** The limit a request's weighted count must stay under: `limit − (cost − 1)`, the whole limit for a cost of 1. */
+const limitFor = (window: WindowLimit): number => window.limit - ((window.cost ?? 1) - 1);
+
+/** Whether `oldest × kept / periodMs + newer + cost − 1 < limit`, in exact integer arithmetic. */
 function admits({ oldest, kept, newer }: Parts, window: WindowLimit): boolean {
-  const headroom = window.limit - newer;
+  const headroom = limitFor(window) - newer;
   if (headroom <= 0) return false;
   return productLess(oldest, kept, headroom, window.periodMs);
 }
@@ -133,10 +142,10 @@ export function evaluate(state: WindowState, nowMs: number, window: WindowLimit)
   };
 }
 
-/** Counts one request in the current bucket of a rotated state. */
-export function admit(rotated: WindowState): WindowState {
+/** Counts one request, of `cost`, in the current bucket of a rotated state. */
+export function admit(rotated: WindowState, cost = 1): WindowState {
   const counts = rotated.counts.slice();
-  counts[counts.length - 1] = (counts[counts.length - 1] ?? 0) + 1;
+  counts[counts.length - 1] = (counts[counts.length - 1] ?? 0) + cost;
   return { bucket: rotated.bucket, counts };
 }
 
@@ -159,7 +168,7 @@ export function retryAfterMs(state: WindowState, nowMs: number, window: WindowLi
   let newer = 0;
   for (let i = 1; i < counts.length; i++) newer += counts[i] ?? 0;
   for (let j = 0; j < counts.length; j++) {
-    const headroom = window.limit - newer;
+    const headroom = limitFor(window) - newer;
     if (headroom > 0) {
       const atMs = earliestInBucket({ bucket: bucket + j, oldest: counts[j] ?? 0, headroom, nowMs }, window);
       if (atMs !== null) return atMs - nowMs;
@@ -216,7 +225,8 @@ export function describe(ev: Evaluation, nowMs: number, window: WindowLimit, cou
   }
   // floor(limit − weighted − c) = headroom − c − ceil(oldest × kept / periodMs), with headroom = limit − newer.
   const { oldest, kept, newer } = parts(ev.state, nowMs, window);
-  const left = window.limit - newer - (counted ? 1 : 0) - ceilProductQuotient(oldest, kept, window.periodMs);
+  const cost = counted ? (window.cost ?? 1) : 0;
+  const left = window.limit - newer - cost - ceilProductQuotient(oldest, kept, window.periodMs);
   return {
     allowed: counted,
     weighted: ev.weighted,
@@ -233,7 +243,7 @@ export function check(
   window: WindowLimit,
 ): { state: WindowState; decision: Decision } {
   const ev = evaluate(state, nowMs, window);
-  const next = ev.allowed ? admit(ev.state) : ev.state;
+  const next = ev.allowed ? admit(ev.state, window.cost) : ev.state;
   return { state: next, decision: describe(ev, nowMs, window, ev.allowed) };
 }
 

@@ -112,7 +112,7 @@ async function settleRest({ groups, spent, policies, startedAtMs }: Pending, opt
   const nowMs = isolate.clock();
   const { reports, refused, closedBy } = readSettlements(groups, settlements, isolate, nowMs);
   const turnedAway = refused || closedBy.length > 0;
-  if (turnedAway) giveBackAll(settlements, options);
+  if (turnedAway) giveBackAll(groups, settlements, options);
   settlements.forEach((s, i) => {
     if (s.via === "call") watchLate(s.call, groups[i]!, turnedAway, options);
   });

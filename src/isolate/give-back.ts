@@ -5,24 +5,35 @@
  * their objects, in the background. So do the units of keys the isolate
  * forgot, and what a call that answered too late counted.
  */
+
+import type { Rule } from "../core/rules.ts";
 import { refundKey } from "../object/client.ts";
-import { type CheckResult, type Refund, unitsOf } from "../object/protocol.ts";
+import { type CheckResult, costOf, type Refund, unitsOf } from "../object/protocol.ts";
 import type { DecideOptions } from "./decide.ts";
 import type { KeyCall, KeyGroup, Settlement } from "./settle.ts";
 
 /** A refused request counts nowhere: lease units go back to their leases, and counts to their objects. */
-export function giveBackAll(settlements: Settlement[], options: DecideOptions): void {
-  for (const s of settlements) {
+export function giveBackAll(groups: KeyGroup[], settlements: Settlement[], options: DecideOptions): void {
+  settlements.forEach((s, i) => {
     if (s.via === "lease") options.isolate.leases.giveBack(s.spent);
-    else if (s.via === "call" && s.call.outcome.ok) refundCounted(s.call.name, s.call.outcome.result, options);
-  }
+    else if (s.via === "call" && s.call.outcome.ok) {
+      refundCounted({ name: s.call.name, outcome: s.call.outcome }, groups[i]!.rules, options);
+    }
+  });
 }
 
 /** Takes back, in the background, what an answer counted for a request that was then turned away. */
-function refundCounted(name: string, result: CheckResult, options: DecideOptions): void {
+function refundCounted(
+  call: { name: string; outcome: { result: CheckResult } },
+  rules: Rule[],
+  options: DecideOptions,
+) {
+  const { result } = call.outcome;
   if (!result.allowed) return;
-  const refunds = result.verdicts.flatMap((v): Refund[] => (v.counted ? [{ receipt: v.counted, count: 1 }] : []));
-  if (refunds.length > 0) refundInBackground(name, refunds, options);
+  const refunds = result.verdicts.flatMap((v, j): Refund[] =>
+    v.counted ? [{ receipt: v.counted, count: costOf(rules[j]!) }] : [],
+  );
+  if (refunds.length > 0) refundInBackground(call.name, refunds, options);
 }
 
 /** Hands counts back to an object in the background; what fails to arrive is written off, and counted. */
@@ -60,7 +71,7 @@ export function watchLate(call: KeyCall, group: KeyGroup, turnedAway: boolean, o
         sentAtMs: call.sentAtMs,
         asked: false,
       });
-      if (turnedAway) refundCounted(call.name, result, options);
+      if (turnedAway) refundCounted({ name: call.name, outcome: { result } }, group.rules, options);
       sendOutbox(options);
     }),
   );

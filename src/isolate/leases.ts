@@ -21,6 +21,7 @@
  */
 import type { Rule } from "../core/rules.ts";
 import {
+  costOf,
   type Lease,
   type LeaseRequest,
   type Receipt,
@@ -104,8 +105,8 @@ type KeyRecord = {
 /** Units handed back with a call: they leave the book once the call has answered. */
 export type InTransit = { refunds: Refund[]; units: number; sentAtMs: number; record: KeyRecord };
 
-/** One unit spent per rule of a key group: the verdicts to report, and where to give the units back. */
-export type SpentUnits = { verdicts: RuleVerdict[]; leases: HeldLease[] };
+/** One request's units spent per rule of a key group (its cost): the verdicts to report, and where to give them back. */
+export type SpentUnits = { verdicts: RuleVerdict[]; leases: HeldLease[]; costs: number[] };
 
 /** What a call for a key group brought back. */
 export type Grant = {
@@ -227,12 +228,13 @@ export class LeaseBook {
         record.leases.delete(rule);
         return undefined;
       }
-      if (lease.unitsLeft <= 0) return undefined;
+      if (lease.unitsLeft < costOf(rule)) return undefined;
       leases.push(lease);
     }
-    const verdicts = leases.map((lease) => {
-      lease.unitsLeft--;
-      lease.spentSinceGrant++;
+    const costs = rules.map(costOf);
+    const verdicts = leases.map((lease, i) => {
+      lease.unitsLeft -= costs[i]!;
+      lease.spentSinceGrant += costs[i]!;
       const { verdict } = lease;
       return {
         ...verdict,
@@ -241,7 +243,7 @@ export class LeaseBook {
         counted: null,
       };
     });
-    return { verdicts, leases };
+    return { verdicts, leases, costs };
   }
 
   /**
@@ -250,11 +252,12 @@ export class LeaseBook {
    * did not match the response).
    */
   giveBack(spent: SpentUnits, indexes?: number[]): void {
-    const leases = indexes === undefined ? spent.leases : indexes.map((i) => spent.leases[i]!);
-    for (const lease of leases) {
-      if (lease.spentSinceGrant > 0) lease.spentSinceGrant--;
-      if (!lease.retired) lease.unitsLeft++;
-      else this.owe(lease.record, [{ receipt: lease.receipt, count: 1 }]);
+    for (const i of indexes ?? spent.leases.keys()) {
+      const lease = spent.leases[i]!;
+      const cost = spent.costs[i]!;
+      lease.spentSinceGrant = Math.max(0, lease.spentSinceGrant - cost);
+      if (!lease.retired) lease.unitsLeft += cost;
+      else this.owe(lease.record, [{ receipt: lease.receipt, count: cost }]);
     }
   }
 

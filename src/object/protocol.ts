@@ -119,6 +119,9 @@ export const LEASE_MIN_UNITS = 2;
  */
 export const LEASE_HARMLESS_SHARE = 1 / 16_384;
 
+/** What one request under a rule counts: its cost, 1 by default. */
+export const costOf = (rule: { cost?: number | undefined }): number => rule.cost ?? 1;
+
 /** Counts counted here and to be taken back: a request another object refused, or a lease's unspent units. */
 export type Refund = { receipt: Receipt; count: number };
 
@@ -155,6 +158,7 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
   periodMs: rule.periodMs,
   precision: rule.precision,
   strict: rule.strict,
+  ...(rule.cost !== undefined && rule.cost !== 1 ? { cost: rule.cost } : {}),
   enforce: rule.action === "block",
   ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
 });

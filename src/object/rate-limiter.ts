@@ -28,6 +28,7 @@ import {
 import {
   type CheckOptions,
   type CheckResult,
+  costOf,
   LEASE_HARMLESS_SHARE,
   LEASE_MAX_MS,
   LEASE_MIN_UNITS,
@@ -156,7 +157,7 @@ export class RateLimiter extends DurableObject<unknown> {
       const ev = evaluations[i]!;
       const row = rows[i]!;
       const counted = allowed && ev.allowed;
-      row.state = counted ? admit(ev.state) : ev.state;
+      row.state = counted ? admit(ev.state, costOf(plan.rule)) : ev.state;
       return this.verdict(ev, nowMs, plan, row, counted);
     });
     if (!allowed) return { nowMs, allowed, verdicts };

@@ -28,6 +28,8 @@ export type RuleView = {
   strict: boolean;
   /** Which responses count, as wrangler.toml spells it. */
   count: unknown;
+  /** What one request counts. */
+  cost: number;
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -45,6 +47,7 @@ export const ruleView = (rule: Rule): RuleView => ({
   precision: rule.precision,
   strict: rule.strict,
   count: countAsWritten(rule.count),
+  cost: rule.cost ?? 1,
 });
 
 /** The body of `GET {prefix}/rules`. */
