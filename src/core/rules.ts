@@ -50,6 +50,10 @@ export type RuleInput = {
   strict?: boolean;
   /** What one request counts, from 1 to `limit`. Default 1. */
   cost?: number;
+  /** A response header that says what the request really cost, such as `"x-tokens-used"`. */
+  cost_header?: string;
+  /** Let the client see `cost_header`. Default false: it is stripped. */
+  keep_cost_header?: boolean;
   /** Which responses count: `"all"` (default), `"failed"`, `"successful"`, or statuses and classes (`[401, "5xx"]`). */
   count?: "all" | "failed" | "successful" | (number | `${1 | 2 | 3 | 4 | 5}xx`)[];
 };
@@ -77,6 +81,10 @@ export type Rule = WindowLimit & {
   onError: "open" | "closed";
   /** Which responses count (the `count` field); the rest are given back once the origin answers. */
   count: CountWhen;
+  /** The response header that says what the request really cost (lower-case); the difference is charged after. */
+  costHeader?: string;
+  /** Whether the client sees that header; by default it is stripped. */
+  keepCostHeader?: boolean;
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
 };
@@ -96,6 +104,8 @@ export const RULE_FIELDS = [
   "strict",
   "count",
   "cost",
+  "cost_header",
+  "keep_cost_header",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
@@ -181,8 +191,11 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const strict = take("strict", parseFlag(fields.strict ?? false), false);
   const count = take("count", parseCount(fields.count), COUNT_ALL);
   const cost = take("cost", parseCost(fields.cost, limit), 1);
+  const costHeader = take("cost_header", parseHeaderName(fields.cost_header), null);
+  const keepCostHeader = take("keep_cost_header", parseFlag(fields.keep_cost_header ?? false), false);
   const window = { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
-  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, count };
+  const charged = costHeader === null ? {} : { costHeader, keepCostHeader };
+  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, count, ...charged };
 }
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
@@ -206,6 +219,14 @@ function parseChoice<const C extends string>(value: unknown, choices: readonly C
   if ((choices as readonly unknown[]).includes(value)) return ok(value as C);
   return fail(`must be ${choices.map((choice) => `"${choice}"`).join(" or ")}; got ${show(value)}`);
 }
+
+/** A response header's name, lower-cased; null when absent. */
+const parseHeaderName = (value: unknown): Result<string | null> =>
+  value === undefined
+    ? ok(null)
+    : typeof value === "string" && TOKEN.test(value)
+      ? ok(value.toLowerCase())
+      : fail(`must be a header name such as "x-tokens-used"; got ${show(value)}`);
 
 /** What one request counts: an integer from 1 to the rule's limit (1 when absent). */
 const parseCost = (value: unknown, limit: number): Result<number> =>

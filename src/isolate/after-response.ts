@@ -1,24 +1,37 @@
 /**
  * @module
- * Once the origin answered: a rule whose `count` does not match the
- * response's status gives its count back (a lease unit to its lease, a count
- * taken by a call to its object, in the background), and the rate-limit
- * headers say what is left after the give-back.
+ * Once the origin answered, what a request counts is settled:
+ * - a rule whose `count` does not match the response's status gives its
+ *   count back (a lease unit to its lease, a call's count to its object);
+ * - a rule with a `cost_header` is charged the difference between what the
+ *   response says the request cost and what it was admitted at (or given the
+ *   difference back), in the background, at the bucket it was counted in;
+ *   the header is stripped unless the rule keeps it.
+ * The rate-limit headers then say what is left after both.
  */
 import { countsResponse } from "../core/count.ts";
 import type { Rule } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { rateLimitHeaders } from "../http/rate-limit-headers.ts";
-import { costOf, type Refund } from "../object/protocol.ts";
+import { chargeKey } from "../object/client.ts";
+import { costOf, type Receipt, type Refund } from "../object/protocol.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { DecideOptions } from "./decide.ts";
 import { refundInBackground } from "./give-back.ts";
 import type { KeyGroup, Settlement } from "./settle.ts";
 
-/** Takes the response's status; gives back what it does not count, and returns the headers to add. */
-export type AfterResponse = (status: number) => Record<string, string>;
+/** What the limiter does to a response: headers to set, and headers to remove. */
+export type ResponseChanges = { headers: Record<string, string>; strip: string[] };
 
-/** Whether any of these groups' rules counts only some responses. */
-export const countsSome = (groups: KeyGroup[]): boolean => groups.some((g) => g.rules.some((rule) => !rule.count.all));
+/** Takes the origin's response; settles what the request counts, and says how to change the response. */
+export type AfterResponse = (response: { status: number; headers: Headers }) => ResponseChanges;
+
+/** The most a `cost_header` may report; more is not trusted. */
+export const MAX_REPORTED_COST = 1_000_000_000;
+
+/** Whether any of these groups' rules settles its count once the response is known. */
+export const settlesAfter = (groups: KeyGroup[]): boolean =>
+  groups.some((g) => g.rules.some((rule) => !rule.count.all || rule.costHeader !== undefined));
 
 /** What an admitted request does once its response is known. */
 export function afterResponse(
@@ -27,36 +40,86 @@ export function afterResponse(
   headers: { policies: Policy[]; reports: Reported[] },
   options: DecideOptions,
 ): AfterResponse {
-  return (status) => {
-    const givenBack = new Set<string>();
-    const costs = new Map(groups.flatMap((g) => g.rules.map((rule) => [rule.id, costOf(rule)] as const)));
+  return ({ status, headers: answer }) => {
+    const moved = new Map<string, number>(); // rule id → units taken off (+) or added (−) to what the headers said
+    const strip: string[] = [];
     settlements.forEach((settlement, i) => {
-      const rules = groups[i]!.rules;
-      const uncounted = rules.flatMap((rule, j) => (countsResponse(rule.count, status) ? [] : [j]));
-      if (uncounted.length === 0) return;
-      if (giveBack(settlement, uncounted, rules, options)) for (const j of uncounted) givenBack.add(rules[j]!.id);
+      const group = groups[i]!;
+      group.rules.forEach((rule, j) => {
+        if (rule.costHeader !== undefined && !rule.keepCostHeader) strip.push(rule.costHeader);
+        const receipt = receiptOf(settlement, j);
+        if (receipt === null) return;
+        const delta = countsResponse(rule.count, status)
+          ? reportedExtra(rule, answer, { group, name: nameOf(settlement, options), options })
+          : -costOf(rule);
+        if (delta === 0) return;
+        settle(settlement, { group, index: j, receipt, delta }, options);
+        moved.set(rule.id, (moved.get(rule.id) ?? 0) - delta);
+      });
     });
-    const reports = headers.reports.map((r) =>
-      givenBack.has(r.id)
-        ? { ...r, verdict: { ...r.verdict, remaining: r.verdict.remaining + (costs.get(r.id) ?? 1) } }
-        : r,
-    );
-    return rateLimitHeaders(headers.policies, reports);
+    const reports = headers.reports.map((r) => {
+      const by = moved.get(r.id);
+      return by === undefined
+        ? r
+        : { ...r, verdict: { ...r.verdict, remaining: Math.max(0, r.verdict.remaining + by) } };
+    });
+    return { headers: rateLimitHeaders(headers.policies, reports), strip };
   };
 }
 
-/** Gives back the counts of the rules at `indexes`; true when there was one to give back. */
-function giveBack(settlement: Settlement, indexes: number[], rules: Rule[], options: DecideOptions): boolean {
-  if (settlement.via === "lease") {
-    options.isolate.leases.giveBack(settlement.spent, indexes);
-    return true;
+/** Where rule `j`'s count for this request was taken, or null when it was not counted. */
+function receiptOf(settlement: Settlement, j: number): Receipt | null {
+  if (settlement.via === "lease") return settlement.spent.leases[j]!.receipt;
+  if (settlement.via === "call" && settlement.call.outcome.ok)
+    return settlement.call.outcome.result.verdicts[j]?.counted ?? null;
+  return null;
+}
+
+/** The key's object name, for the background call and the log. */
+function nameOf(settlement: Settlement, options: DecideOptions): string | null {
+  if (settlement.via === "call") return settlement.call.name;
+  return settlement.via === "lease" ? options.isolate.leases.nameOf(settlement.spent) : null;
+}
+
+/**
+ * What the response says the request cost beyond what it was admitted at: 0
+ * without a `cost_header`, and for a value that is missing, not a whole
+ * number, or past {@link MAX_REPORTED_COST} (logged, never trusted).
+ */
+function reportedExtra(
+  rule: Rule,
+  answer: Headers,
+  context: { group: KeyGroup; name: string | null; options: DecideOptions },
+): number {
+  if (rule.costHeader === undefined) return 0;
+  const raw = answer.get(rule.costHeader);
+  const units = raw !== null && /^\d{1,10}$/.test(raw.trim()) ? Number(raw.trim()) : Number.NaN;
+  if (Number.isInteger(units) && units <= MAX_REPORTED_COST) return units - costOf(rule);
+  const { isolate } = context.options;
+  if (isolate.costHeaderLog.note(rule, context.group.digest, isolate.clock()) !== null) {
+    const key = context.name === null ? null : keyHashPrefix(context.name);
+    logEvent({ event: "cost_header_ignored", rule: rule.id, key, header: rule.costHeader, value: raw }, "warn");
   }
-  if (settlement.via !== "call" || !settlement.call.outcome.ok) return false;
-  const { verdicts } = settlement.call.outcome.result;
-  const refunds = indexes.flatMap((j): Refund[] => {
-    const receipt = verdicts[j]?.counted;
-    return receipt ? [{ receipt, count: costOf(rules[j]!) }] : [];
-  });
-  if (refunds.length > 0) refundInBackground(settlement.call.name, refunds, options);
-  return refunds.length > 0;
+  return 0;
+}
+
+/** One rule's count for this request, moved by `delta` units: charged when positive, given back when negative. */
+type Move = { group: KeyGroup; index: number; receipt: Receipt; delta: number };
+
+function settle(settlement: Settlement, { group, index, receipt, delta }: Move, options: DecideOptions): void {
+  const rule = group.rules[index]!;
+  if (settlement.via === "lease" && delta === -costOf(rule)) {
+    options.isolate.leases.giveBack(settlement.spent, [index]);
+    return;
+  }
+  const name = nameOf(settlement, options);
+  if (name === null) return;
+  const moves: Refund[] = [{ receipt, count: Math.abs(delta) }];
+  if (delta < 0) {
+    refundInBackground(name, moves, options);
+    return;
+  }
+  options.background(chargeKey(options.ns, name, moves, options.settings.timeoutMs));
+  // This isolate's lease was granted before the charge: the next request asks the object, which now knows.
+  if (settlement.via === "lease") options.isolate.leases.forget(group.digest, rule, options.isolate.clock());
 }

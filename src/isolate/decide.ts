@@ -15,7 +15,7 @@ import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit
 import { denied, deniedBy, limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
 import { requestFacts } from "../http/request-facts.ts";
 import type { LimiterNamespace } from "../object/client.ts";
-import { type AfterResponse, afterResponse, countsSome } from "./after-response.ts";
+import { type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
 import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
 import type { Isolate } from "./isolate.ts";
 import type { SpentUnits } from "./leases.ts";
@@ -130,7 +130,7 @@ function allowed(
   options: DecideOptions,
 ): Outcome {
   const now = rateLimitHeaders(headers.policies, headers.reports);
-  if (!countsSome(groups)) return { kind: "allow", headers: now };
+  if (!settlesAfter(groups)) return { kind: "allow", headers: now };
   return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, options) };
 }
 

@@ -55,6 +55,8 @@ export type Isolate = {
   refusals: KnownRefusals;
   flights: CallsInFlight;
   refusalLog: RefusalLog;
+  /** How often an ignored `cost_header` value was logged, per key and rule. */
+  costHeaderLog: RefusalLog;
   counters: IsolateCounters;
 };
 
@@ -72,6 +74,7 @@ export function createIsolate(options: IsolateOptions = {}): Isolate {
     refusals: new KnownRefusals({ maxKeys, maxHoldMs: options.maxRefusalMs ?? DEFAULT_MAX_REFUSAL_MS }),
     flights: new CallsInFlight(maxKeys),
     refusalLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
+    costHeaderLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
     counters,
   };
 }

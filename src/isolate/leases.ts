@@ -246,6 +246,11 @@ export class LeaseBook {
     return { verdicts, leases, costs };
   }
 
+  /** The object name of the key a spent lease unit came from (known: a lease is granted by a call). */
+  nameOf(spent: SpentUnits): string | null {
+    return spent.leases[0]?.record.name ?? null;
+  }
+
   /**
    * Gives spent units back to the leases they came from: every rule's (the
    * request was turned away), or only the rules at `indexes` (their `count`

@@ -127,8 +127,22 @@ export async function refundKey(
   refunds: Refund[],
   timeoutMs: number,
 ): Promise<boolean> {
+  return sendToKey(ns, name, (stub) => stub.refund(refunds), timeoutMs);
+}
+
+/** Charges counts to a key's object (see `RateLimiter.charge`); resolves to whether they arrived. */
+export function chargeKey(ns: LimiterNamespace, name: string, charges: Refund[], timeoutMs: number): Promise<boolean> {
+  return sendToKey(ns, name, (stub) => stub.charge(charges), timeoutMs);
+}
+
+async function sendToKey(
+  ns: LimiterNamespace,
+  name: string,
+  send: (stub: ReturnType<LimiterNamespace["get"]>) => Promise<unknown>,
+  timeoutMs: number,
+): Promise<boolean> {
   try {
-    return (await withDeadline(stubFor(ns, name).refund(refunds), timeoutMs)).ok;
+    return (await withDeadline(send(stubFor(ns, name)), timeoutMs)).ok;
   } catch {
     return false; // the stub itself could not be made
   }

@@ -298,6 +298,27 @@ export class RateLimiter extends DurableObject<unknown> {
     }
   }
 
+  /**
+   * Adds counts where receipts say requests were counted: what a request
+   * cost beyond what it was admitted at, as its response reported (a rule's
+   * `cost_header`). The count may pass the limit; the client is then refused
+   * until the window has room again. Counts for a row reset since (another
+   * epoch) or a bucket rotated out are dropped: that window is gone.
+   */
+  charge(charges: Refund[]): void {
+    for (const { receipt, count } of charges) {
+      const row = this.rows.get(receipt.row);
+      if (!row || row.epoch !== receipt.epoch || count <= 0) continue;
+      const index = receipt.bucket - (row.state.bucket - row.shape.precision);
+      if (index < 0 || index >= row.state.counts.length) continue;
+      const counts = row.state.counts.slice();
+      counts[index] = counts[index]! + count;
+      row.state = { bucket: row.state.bucket, counts };
+      this.save(row);
+    }
+    this.scheduleCleanup();
+  }
+
   /** Forgets the given rules' counters for this key (every layout of each id), or all of them. */
   async reset(ruleIds?: string[]): Promise<void> {
     for (const [key, row] of this.rows) {

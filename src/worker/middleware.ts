@@ -129,7 +129,10 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
     await next();
-    addHeaders(c, outcome.afterResponse ? outcome.afterResponse(c.res.status) : outcome.headers);
+    if (outcome.afterResponse === undefined) return addHeaders(c, outcome.headers);
+    const changes = outcome.afterResponse({ status: c.res.status, headers: c.res.headers });
+    if (changes.strip.some((name) => c.res.headers.has(name))) stripHeaders(c, changes.strip);
+    addHeaders(c, changes.headers);
   };
 };
 
@@ -182,6 +185,22 @@ const background =
 
 function addHeaders(c: Context, headers: Record<string, string>): void {
   if (Object.keys(headers).length > 0) c.res = withHeaders(c.res, headers);
+}
+
+/**
+ * Removes headers from the response. A response straight from fetch() has
+ * immutable headers, so it is copied; and Hono copies the old response's
+ * headers onto a new one, so the old one is let go first.
+ */
+function stripHeaders(c: Context, names: string[]): void {
+  try {
+    for (const name of names) c.res.headers.delete(name);
+  } catch {
+    const copy = new Response(c.res.body, c.res);
+    for (const name of names) copy.headers.delete(name);
+    c.res = undefined;
+    c.res = copy;
+  }
 }
 
 /** `response` with `headers` set on it; a response straight from fetch() has immutable headers, so it is copied once. */

@@ -42,6 +42,12 @@ export function startOrigin(port = 0): Promise<{ server: Server; port: number }>
       res.end();
       return;
     }
+    const tokens = /^\/tokens\/([^/]*)$/.exec(url.pathname);
+    if (tokens) {
+      // An AI-style API: the answer says what it cost, in a header the limiter reads and strips.
+      json(res, 200, { from: "origin" }, { "x-tokens-used": decodeURIComponent(tokens[1]!) });
+      return;
+    }
     const status = /^\/status\/(\d{3})$/.exec(url.pathname);
     if (status) {
       json(res, Number(status[1]), { from: "origin", status: Number(status[1]) }, { "retry-after": "7" });

@@ -30,6 +30,9 @@ export type RuleView = {
   count: unknown;
   /** What one request counts. */
   cost: number;
+  /** The response header that reports what a request cost, when the rule names one. */
+  cost_header?: string;
+  keep_cost_header?: boolean;
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -48,6 +51,9 @@ export const ruleView = (rule: Rule): RuleView => ({
   strict: rule.strict,
   count: countAsWritten(rule.count),
   cost: rule.cost ?? 1,
+  ...(rule.costHeader === undefined
+    ? {}
+    : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
 });
 
 /** The body of `GET {prefix}/rules`. */
