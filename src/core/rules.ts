@@ -47,6 +47,12 @@ export type RuleInput = {
   precision?: number;
   /** Never admit more than `limit` in any window of length `period`. Default false. */
   strict?: boolean;
+  /**
+   * A penalty: once the rule refuses a client, refuse every request of it
+   * under the rule until this long after that refusal. Written like `period`,
+   * from 1 s to 365 d; absent or 0 for none (the default).
+   */
+  block_for?: Duration;
 };
 
 /** Where one part of a client key comes from. */
@@ -70,6 +76,8 @@ export type Rule = WindowLimit & {
   key: Characteristic[];
   action: "block" | "log";
   onError: "open" | "closed";
+  /** How long a refusal under this rule blocks the client, in milliseconds; 0 for no penalty. */
+  blockForMs: number;
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
 };
@@ -87,12 +95,15 @@ export const RULE_FIELDS = [
   "on_error",
   "precision",
   "strict",
+  "block_for",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const MAX_LIMIT = 1_000_000_000;
 const MAX_PRECISION = 60;
+/** The shortest penalty: anything shorter is over before a client could notice. */
+const MIN_BLOCK_FOR_MS = 1_000;
 
 /**
  * Validates rules. Returns the compiled rules, or every problem found.
@@ -170,7 +181,9 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const onError = take("on_error", parseChoice(fields.on_error ?? "open", ["open", "closed"]), "open");
   const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
   const strict = take("strict", parseFlag(fields.strict ?? false), false);
-  return { id, paths, exclude, methods, caseSensitive, limit, periodMs, precision, strict, key, action, onError };
+  const blockForMs = take("block_for", parseBlockFor(fields.block_for), 0);
+  const window = { limit, periodMs, precision, strict };
+  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, blockForMs };
 }
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
@@ -197,6 +210,19 @@ function parseChoice<const C extends string>(value: unknown, choices: readonly C
 
 const parsePeriod = (value: unknown): Result<number> =>
   value === undefined ? fail('is required: seconds, or a string like "10s", "1m", "1h", "1d"') : parseDurationMs(value);
+
+/** A penalty's length: absent or zero is none (0); otherwise a duration of at least 1 s. */
+function parseBlockFor(value: unknown): Result<number> {
+  if (value === undefined || isZero(value)) return ok(0);
+  const tooShort = fail(`must be at least 1s, or 0 for no penalty; got ${show(value)}`);
+  if (typeof value === "number" && value < 0) return tooShort;
+  const parsed = parseDurationMs(value);
+  return parsed.ok && parsed.value < MIN_BLOCK_FOR_MS ? tooShort : parsed;
+}
+
+/** `0`, or a zero written with a unit, such as `"0s"`. */
+const isZero = (value: unknown): boolean =>
+  value === 0 || (typeof value === "string" && /^0+(?:\.0+)?\s*(?:ms|s|m|h|d)$/.test(value.trim()));
 
 /** A glob or a list of globs, each compiled. */
 function parseGlobs<G extends PathGlob>(value: unknown, compile: (glob: string) => G): Result<G[]> {

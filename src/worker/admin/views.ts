@@ -25,6 +25,9 @@ export type RuleView = {
   on_error: "open" | "closed";
   precision: number;
   strict: boolean;
+  /** The penalty as wrangler.toml spells it, such as "15m"; null when the rule has none. */
+  block_for: string | null;
+  blockForMs: number;
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -41,6 +44,8 @@ export const ruleView = (rule: Rule): RuleView => ({
   on_error: rule.onError,
   precision: rule.precision,
   strict: rule.strict,
+  block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
+  blockForMs: rule.blockForMs,
 });
 
 /** The body of `GET {prefix}/rules`. */
