@@ -70,7 +70,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
@@ -133,6 +133,37 @@ describe("suspicious periods", () => {
     ["60000s", 0],
   ])("period %j gets %i warning(s)", (period, count) => {
     expect(findings({ RULES: [rule({ period })] })).toHaveLength(count);
+  });
+});
+
+describe("a penalty (block_for)", () => {
+  it("is an error out of range, naming the rule and the field", () => {
+    expect(findings({ RULES: [rule({ block_for: "500ms" }), rule({ id: "s", block_for: "2y" })] })).toEqual([
+      error('RULES[0] "r": field "block_for": must be at least 1s, or 0 for no penalty; got "500ms"'),
+      error(
+        'RULES[1] "s": field "block_for": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "2y"',
+      ),
+    ]);
+  });
+
+  it("longer than the period, on an enforcing rule, gets nothing; nor does 0", () => {
+    expect(findings({ RULES: [rule({ block_for: "15m" }), rule({ id: "s", path: "/s", block_for: 0 })] })).toEqual([]);
+  });
+
+  it("shorter than the period gets a warning: the window alone refuses about as long", () => {
+    expect(findings({ RULES: [rule({ period: "1h", block_for: "10m" })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "block_for": "10m" is shorter than the period (1h), and the window alone refuses a client at its limit for up to a period, so the penalty changes little; make it longer than the period',
+      ),
+    ]);
+  });
+
+  it("on a shadow rule gets a warning: it never refuses, so never starts a penalty", () => {
+    expect(findings({ RULES: [rule({ action: "log", block_for: 900 })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "block_for": 900 has no effect on a shadow rule (action = "log"), which never refuses a request and so never starts a penalty',
+      ),
+    ]);
   });
 });
 

@@ -235,3 +235,107 @@ describe("an object stored before rows had epochs", () => {
     expect((await stub.peek([rule("legacy", 10, 3_600_000)])).verdicts[0]!.weighted).toBe(4);
   });
 });
+
+describe("a rule's penalty (block_for)", () => {
+  const START = Date.UTC(2031, 0, 1, 0, 0, 0);
+  const login = (over: Partial<RuleCheck> = {}) => rule("login", 2, 60_000, { blockForMs: 900_000, ...over });
+  afterEach(() => vi.useRealTimers());
+
+  it("is started only by the rule's own refusal: a request another rule refuses starts none", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(START);
+    const stub = freshObject();
+    const rules = [login(), rule("tight", 1)];
+    await stub.check(rules);
+    const refused = await stub.check(rules); // tight refuses; login would admit
+    expect(refused.verdicts.map((v) => [v.ruleAllows, v.penaltyMs])).toEqual([
+      [true, undefined],
+      [false, undefined],
+    ]);
+    expect((await stub.check([login()])).verdicts[0]).toMatchObject({ ruleAllows: true });
+  });
+
+  it("is never started by a shadow rule, which never refuses", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(START);
+    const stub = freshObject();
+    const shadow = login({ enforce: false });
+    for (let i = 0; i < 3; i++) await stub.check([shadow]);
+    const peeked = (await stub.peek([shadow])).verdicts[0]!;
+    expect(peeked.penaltyMs).toBeUndefined();
+    expect(peeked.retryAfterMs).toBe(60_001); // the window's own wait: in the next window, the 2 weigh under 2 at once
+  });
+
+  it("grants no lease under a rule with a penalty: units leased before it starts would be spent during it", async () => {
+    const stub = freshObject();
+    const lease = { units: 64, seen: 64, seenInMs: 60_000 };
+    const plain = await stub.check([rule("roomy", 100_000)], { lease });
+    expect(plain.lease?.units).toBeGreaterThan(0);
+    const penalized = await stub.check([rule("roomy-penalized", 100_000, 60_000, { blockForMs: 60_000 })], { lease });
+    expect(penalized.lease).toBeUndefined();
+  });
+
+  it("is lifted by a refund, in time, of a count the refusal that started it rested on", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(START);
+    const stub = freshObject();
+    await stub.check([login()]);
+    const second = await stub.check([login()], { refundableForMs: 2_000 }); // the caller checks another key too
+    const refused = (await stub.check([login()])).verdicts[0]!;
+    // Refused, and penalized, but not to be remembered: the count it rests on may come back.
+    expect(refused).toMatchObject({ ruleAllows: false, penaltyMs: 900_000, holdsForMs: 0 });
+    await stub.refund([{ receipt: second.verdicts[0]!.counted!, count: 1 }]); // the other key refused that request
+    expect((await stub.check([login()])).verdicts[0]!.ruleAllows).toBe(true);
+  });
+
+  it("stands when the refund comes after its time", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(START);
+    const stub = freshObject();
+    await stub.check([login()]);
+    const second = await stub.check([login()], { refundableForMs: 2_000 });
+    await stub.check([login()]);
+    vi.setSystemTime(START + 2_000);
+    await stub.refund([{ receipt: second.verdicts[0]!.counted!, count: 1 }]);
+    expect((await stub.check([login()])).verdicts[0]).toMatchObject({ ruleAllows: false, penaltyMs: 898_000 });
+  });
+
+  it("carries over to the new row when the rule's period changes", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(START);
+    const stub = freshObject();
+    for (let i = 0; i < 3; i++) await stub.check([login()]);
+    vi.setSystemTime(START + 5 * 60_000);
+    const changed = (await stub.check([login({ periodMs: 3_600_000 })])).verdicts[0]!;
+    expect(changed).toMatchObject({ ruleAllows: false, penaltyMs: 600_000, retryAfterMs: 600_000 });
+  });
+
+  it("is not honoured once the rule no longer has block_for", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(START);
+    const stub = freshObject();
+    for (let i = 0; i < 3; i++) await stub.check([login()]);
+    vi.setSystemTime(START + 2 * 60_000);
+    expect((await stub.check([login({ blockForMs: undefined })])).verdicts[0]!.ruleAllows).toBe(true);
+  });
+});
+
+describe("an object stored before rows had penalties", () => {
+  it("reads its counts after an upgrade, with no penalty running, and starts one when refused", async () => {
+    const stub = freshObject();
+    await runInDurableObject(stub, (_instance, state) => {
+      state.storage.sql.exec(
+        "CREATE TABLE counters (rule TEXT PRIMARY KEY, period_ms INTEGER NOT NULL, precision INTEGER NOT NULL, bucket INTEGER NOT NULL, counts TEXT NOT NULL, epoch INTEGER NOT NULL DEFAULT 0)",
+      );
+      const bucket = Math.floor(Date.now() / 3_600_000);
+      state.storage.sql.exec("INSERT INTO counters VALUES ('old|3600000|1', 3600000, 1, ?, '[0,2]', 7)", bucket);
+    });
+    await evictDurableObject(stub);
+    const old = rule("old", 3, 3_600_000, { blockForMs: 60_000 });
+    expect((await stub.peek([old])).verdicts[0]).toMatchObject({ weighted: 2, ruleAllows: true });
+    await stub.check([old]);
+    expect((await stub.check([old])).verdicts[0]).toMatchObject({ ruleAllows: false });
+    await evictDurableObject(stub);
+    expect((await stub.peek([old])).verdicts[0]!.penaltyMs).toBeGreaterThan(0);
+  });
+});

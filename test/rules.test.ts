@@ -24,6 +24,7 @@ describe("a valid rule", () => {
       onError: "open",
       caseSensitive: false,
       key: [[{ kind: "ip" }]],
+      blockForMs: 0,
     });
     expect(rule!.paths.map((g) => g.source)).toEqual(["/*"]);
   });
@@ -43,10 +44,12 @@ describe("a valid rule", () => {
         precision: 6,
         strict: true,
         case_sensitive: true,
+        block_for: "15m",
       },
     ]);
     expect(parsed.ok && parsed.value[0]).toMatchObject({
       periodMs: 90_000,
+      blockForMs: 900_000,
       methods: new Set(["POST"]),
       action: "log",
       onError: "closed",
@@ -58,6 +61,19 @@ describe("a valid rule", () => {
         [{ kind: "method" }],
       ],
     });
+  });
+
+  it.each([
+    [undefined, 0],
+    [0, 0],
+    ["0s", 0],
+    [1, 1_000],
+    [900, 900_000],
+    ["15m", 900_000],
+    ["365d", 365 * 86_400_000],
+  ])("reads block_for %o as a penalty of %i ms (0: none)", (blockFor, ms) => {
+    const parsed = parseRules([{ ...base, ...(blockFor === undefined ? {} : { block_for: blockFor }) }]);
+    expect(parsed.ok && parsed.value[0]!.blockForMs).toBe(ms);
   });
 
   it("can come as a JSON string (a secret or .dev.vars)", () => {
@@ -178,7 +194,27 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "a misspelt field",
       { ...base, limt: 5 },
-      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header',
+      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for',
+    ],
+    [
+      "a block_for under a second",
+      { ...base, block_for: "500ms" },
+      'RULES[0] "api": field "block_for": must be at least 1s, or 0 for no penalty; got "500ms"',
+    ],
+    [
+      "a block_for over a year",
+      { ...base, block_for: "366d" },
+      'RULES[0] "api": field "block_for": must be at most 365d; got "366d"',
+    ],
+    [
+      "a block_for with an unknown unit",
+      { ...base, block_for: "1w" },
+      'RULES[0] "api": field "block_for": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1w"',
+    ],
+    [
+      "a negative block_for",
+      { ...base, block_for: -60 },
+      'RULES[0] "api": field "block_for": must be at least 1s, or 0 for no penalty; got -60',
     ],
     ["a rule that is not a table", "api", 'RULES[0]: must be a table of fields; got "api"'],
   ];

@@ -11,7 +11,7 @@
  * would answer 500 for.
  */
 
-import { describePeriod } from "../core/duration.ts";
+import { describePeriod, formatDuration } from "../core/duration.ts";
 import { sourceLabel } from "../core/keys.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
 import type { Result } from "../core/result.ts";
@@ -368,6 +368,7 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
     ...excludedPathWarnings(rule),
     ...methodWarnings(rule),
     ...shadowWarnings(rule),
+    ...blockForWarnings(rule, raw.block_for),
   ];
   return messages.map((message) => warning(`${label}: ${message}`));
 }
@@ -494,6 +495,22 @@ function methodWarnings(rule: Rule): string[] {
 function shadowWarnings(rule: Rule): string[] {
   if (rule.action !== "log" || rule.onError !== "closed") return [];
   return ['field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request'];
+}
+
+/** A penalty on a shadow rule, which never starts one; or one shorter than the period, which adds little. */
+function blockForWarnings(rule: Rule, blockFor: unknown): string[] {
+  if (rule.blockForMs === 0) return [];
+  if (rule.action === "log") {
+    return [
+      `field "block_for": ${show(blockFor)} has no effect on a shadow rule (action = "log"), which never refuses a request and so never starts a penalty`,
+    ];
+  }
+  if (rule.blockForMs < rule.periodMs) {
+    return [
+      `field "block_for": ${show(blockFor)} is shorter than the period (${formatDuration(rule.periodMs)}), and the window alone refuses a client at its limit for up to a period, so the penalty changes little; make it longer than the period`,
+    ];
+  }
+  return [];
 }
 
 /** What decides which requests a rule counts, and how: equal signatures count the same requests the same way. */

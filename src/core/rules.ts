@@ -56,6 +56,12 @@ export type RuleInput = {
   keep_cost_header?: boolean;
   /** Which responses count: `"all"` (default), `"failed"`, `"successful"`, or statuses and classes (`[401, "5xx"]`). */
   count?: "all" | "failed" | "successful" | (number | `${1 | 2 | 3 | 4 | 5}xx`)[];
+  /**
+   * A penalty: once the rule refuses a client, refuse every request of it
+   * under the rule until this long after that refusal. Written like `period`,
+   * from 1 s to 365 d; absent or 0 for none (the default).
+   */
+  block_for?: Duration;
 };
 
 /** Where one part of a client key comes from. */
@@ -85,6 +91,8 @@ export type Rule = WindowLimit & {
   costHeader?: string;
   /** Whether the client sees that header; by default it is stripped. */
   keepCostHeader?: boolean;
+  /** How long a refusal under this rule blocks the client, in milliseconds; 0 for no penalty. */
+  blockForMs: number;
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
 };
@@ -106,12 +114,15 @@ export const RULE_FIELDS = [
   "cost",
   "cost_header",
   "keep_cost_header",
+  "block_for",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const MAX_LIMIT = 1_000_000_000;
 const MAX_PRECISION = 60;
+/** The shortest penalty: anything shorter is over before a client could notice. */
+const MIN_BLOCK_FOR_MS = 1_000;
 
 /**
  * Validates rules. Returns the compiled rules, or every problem found.
@@ -193,9 +204,10 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const cost = take("cost", parseCost(fields.cost, limit), 1);
   const costHeader = take("cost_header", parseHeaderName(fields.cost_header), null);
   const keepCostHeader = take("keep_cost_header", parseFlag(fields.keep_cost_header ?? false), false);
+  const blockForMs = take("block_for", parseBlockFor(fields.block_for), 0);
   const window = { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
   const charged = costHeader === null ? {} : { costHeader, keepCostHeader };
-  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, count, ...charged };
+  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, count, ...charged, blockForMs };
 }
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
@@ -238,6 +250,19 @@ const parseCost = (value: unknown, limit: number): Result<number> =>
 
 const parsePeriod = (value: unknown): Result<number> =>
   value === undefined ? fail('is required: seconds, or a string like "10s", "1m", "1h", "1d"') : parseDurationMs(value);
+
+/** A penalty's length: absent or zero is none (0); otherwise a duration of at least 1 s. */
+function parseBlockFor(value: unknown): Result<number> {
+  if (value === undefined || isZero(value)) return ok(0);
+  const tooShort = fail(`must be at least 1s, or 0 for no penalty; got ${show(value)}`);
+  if (typeof value === "number" && value < 0) return tooShort;
+  const parsed = parseDurationMs(value);
+  return parsed.ok && parsed.value < MIN_BLOCK_FOR_MS ? tooShort : parsed;
+}
+
+/** `0`, or a zero written with a unit, such as `"0s"`. */
+const isZero = (value: unknown): boolean =>
+  value === 0 || (typeof value === "string" && /^0+(?:\.0+)?\s*(?:ms|s|m|h|d)$/.test(value.trim()));
 
 /** A glob or a list of globs, each compiled. */
 function parseGlobs<G extends PathGlob>(value: unknown, compile: (glob: string) => G): Result<G[]> {

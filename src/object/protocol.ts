@@ -15,7 +15,12 @@ export type RuleCheck = WindowLimit & {
   enforce: boolean;
   /** The rule's limit in each tier of `TIERS` that gives it one, for a client an override puts in a tier. */
   tiers?: Readonly<Record<string, number>>;
+  /** The rule's penalty (`block_for`) in milliseconds; absent when it has none. */
+  blockForMs?: number;
 };
+
+/** Whether a rule's refusals start a penalty, and a running one is honoured: an enforcing rule with `block_for`. */
+export const penalizes = (rule: RuleCheck): boolean => rule.enforce && (rule.blockForMs ?? 0) > 0;
 
 /**
  * Where counts were taken: a rule's row in the object, the row's epoch, and
@@ -49,6 +54,12 @@ export type RuleVerdict = Decision & {
   override?: OverrideSetting["kind"];
   /** When a tier's limit applied, the tier. */
   tier?: string;
+  /**
+   * While a penalty (`block_for`) of this rule lasts for this client, what is
+   * left of it in milliseconds; absent otherwise. The verdict is then a
+   * refusal, and `retryAfterMs` is at least this.
+   */
+  penaltyMs?: number;
 };
 
 export type CheckResult = {
@@ -161,6 +172,7 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
   ...(rule.cost !== undefined && rule.cost !== 1 ? { cost: rule.cost } : {}),
   enforce: rule.action === "block",
   ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
+  ...(rule.blockForMs > 0 ? { blockForMs: rule.blockForMs } : {}),
 });
 
 const checks = new WeakMap<Rule, RuleCheck>();

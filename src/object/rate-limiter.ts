@@ -10,10 +10,13 @@
  * A row is named by the rule's id and its bucket layout (period and
  * precision), so two rules that share an id but not a period count apart.
  * Each row has an epoch, chosen when it is created: counts handed back with
- * a receipt from an earlier epoch (before an admin reset) are ignored.
+ * a receipt from an earlier epoch (before an admin reset) are ignored. A row
+ * also keeps when its rule's penalty (`block_for`) ends, if one was started:
+ * stored with the counts, so a restart and every caller honour it.
  */
 import { DurableObject } from "cloudflare:workers";
 import { limitUnder, type Override } from "../core/overrides.ts";
+import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import {
   admit,
   bucketStartMs,
@@ -36,6 +39,7 @@ import {
   type Lease,
   type LeaseRequest,
   NOWHERE,
+  penalizes,
   type Receipt,
   type Refund,
   type RuleCheck,
@@ -45,8 +49,11 @@ import {
 
 /** What the layout of a rule's buckets depends on. */
 type Shape = Pick<WindowLimit, "periodMs" | "precision">;
-/** A rule's counters for this key. `key` is its name in storage and in receipts (see rowOf). */
-type Row = { key: string; id: string; shape: Shape; epoch: number; state: WindowState };
+/**
+ * A rule's counters for this key. `key` is its name in storage and in receipts (see rowOf).
+ * `penaltyUntilMs` is when the rule's penalty ends (0: none was started).
+ */
+type Row = { key: string; id: string; shape: Shape; epoch: number; state: WindowState; penaltyUntilMs: number };
 
 const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   rule TEXT PRIMARY KEY,
@@ -54,7 +61,8 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   precision INTEGER NOT NULL,
   bucket INTEGER NOT NULL,
   counts TEXT NOT NULL,
-  epoch INTEGER NOT NULL DEFAULT 0
+  epoch INTEGER NOT NULL DEFAULT 0,
+  penalty_until INTEGER NOT NULL DEFAULT 0
 )`;
 
 /** A rule's override for this client (null once deleted), and the registry's version of that change. */
@@ -69,9 +77,12 @@ type Plan =
 /** A deny without an expiry is reported as lasting a year; callers hold it at most their own cap. */
 const DENY_FOREVER_MS = 365 * 86_400_000;
 
-/** The instant after which a state is all zeros: its newest bucket and the `precision` before it have rotated out. */
-const expiresAtMs = ({ shape, state }: Row): number =>
-  bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false });
+/**
+ * The instant after which a row holds nothing: its state is all zeros (its newest bucket and the `precision`
+ * before it have rotated out) and its penalty, if any, has ended.
+ */
+const expiresAtMs = ({ shape, state, penaltyUntilMs }: Row): number =>
+  Math.max(bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false }), penaltyUntilMs);
 
 /** A fresh row's epoch: never 0, which rows stored before epochs existed have. */
 const newEpoch = (): number => (crypto.getRandomValues(new Uint32Array(1))[0]! % 0x7fffffff) + 1;
@@ -84,6 +95,11 @@ export class RateLimiter extends DurableObject<unknown> {
   private alarmAtMs: number | null;
   /** Per row, until when a caller may still refund counts it took; refusals then are not to be remembered. */
   private readonly refundsDue = new Map<string, number>();
+  /**
+   * Per row, a penalty started by a refusal that rested on counts a caller may still refund, and until when:
+   * a refund in that time lifts it, as the refusal may not have happened without the counts refunded.
+   */
+  private readonly tentativePenalties = new Map<string, number>();
 
   /** This client's overrides, by rule id: stored, and read here on every check. */
   private readonly overrides = new Map<string, Override>();
@@ -121,6 +137,7 @@ export class RateLimiter extends DurableObject<unknown> {
         shape: { periodMs: Number(row.period_ms), precision: Number(row.precision) },
         epoch: Number(row.epoch),
         state: { bucket: Number(row.bucket), counts: JSON.parse(String(row.counts)) as number[] },
+        penaltyUntilMs: Number(row.penalty_until),
       });
     }
     // Every write that moved a row's expiry later also moved the alarm there (scheduleCleanup, alarm),
@@ -128,12 +145,21 @@ export class RateLimiter extends DurableObject<unknown> {
     this.alarmAtMs = this.lastExpiry();
   }
 
-  /** Rows stored before epochs were named by the rule id alone: give them their layout and epoch 0. */
+  /**
+   * Rows stored before epochs were named by the rule id alone: give them their layout and epoch 0.
+   * Rows stored before penalties have none running.
+   */
   private upgradeSchema(): void {
     const columns = this.sql.exec("SELECT * FROM counters LIMIT 0").columnNames;
-    if (columns.includes("epoch")) return;
-    this.sql.exec("ALTER TABLE counters ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0");
-    this.sql.exec("UPDATE counters SET rule = rule || '|' || period_ms || '|' || precision WHERE instr(rule, '|') = 0");
+    if (!columns.includes("epoch")) {
+      this.sql.exec("ALTER TABLE counters ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0");
+      this.sql.exec(
+        "UPDATE counters SET rule = rule || '|' || period_ms || '|' || precision WHERE instr(rule, '|') = 0",
+      );
+    }
+    if (!columns.includes("penalty_until")) {
+      this.sql.exec("ALTER TABLE counters ADD COLUMN penalty_until INTEGER NOT NULL DEFAULT 0");
+    }
   }
 
   /**
@@ -146,7 +172,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const plans = rules.map((rule) => this.plan(rule, nowMs));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
     const evaluations = plans.map((plan, i) =>
-      plan.kind === "count" ? evaluate(rows[i]!.state, nowMs, plan.rule) : undefined,
+      plan.kind === "count" ? evaluateRow(rows[i]!, nowMs, plan.rule) : undefined,
     );
     const allowed = plans.every(
       (plan, i) =>
@@ -158,9 +184,13 @@ export class RateLimiter extends DurableObject<unknown> {
       const row = rows[i]!;
       const counted = allowed && ev.allowed;
       row.state = counted ? admit(ev.state, costOf(plan.rule)) : ev.state;
+      if (!ev.allowed) this.penalize(plan.rule, row, nowMs);
       return this.verdict(ev, nowMs, plan, row, counted);
     });
-    if (!allowed) return { nowMs, allowed, verdicts };
+    if (!allowed) {
+      this.scheduleCleanup(); // a penalty started may keep a row past its counts
+      return { nowMs, allowed, verdicts };
+    }
     const lease = options.lease ? this.grant(plans, rows, verdicts, nowMs, options.lease) : undefined;
     rows.forEach((row, i) => {
       if (!row || !verdicts[i]!.ruleAllows) return;
@@ -169,6 +199,20 @@ export class RateLimiter extends DurableObject<unknown> {
     });
     this.scheduleCleanup();
     return lease ? { nowMs, allowed, verdicts, lease } : { nowMs, allowed, verdicts };
+  }
+
+  /**
+   * Starts the rule's penalty for this client, if it has one and none is
+   * running: the rule has just refused. A refusal during a penalty does not
+   * extend it. Stored at once, as the refusal stores nothing else.
+   */
+  private penalize(rule: RuleCheck, row: Row, nowMs: number): void {
+    if (!penalizes(rule) || penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0) return;
+    row.penaltyUntilMs = nowMs + rule.blockForMs!;
+    const refundsDueMs = this.refundsDue.get(row.key) ?? 0;
+    if (refundsDueMs > nowMs) this.tentativePenalties.set(row.key, refundsDueMs);
+    else this.tentativePenalties.delete(row.key);
+    this.save(row);
   }
 
   /** How a rule applies to this client now, under its override if it has a live one. */
@@ -238,6 +282,8 @@ export class RateLimiter extends DurableObject<unknown> {
   ) {
     if (!verdicts.every((v) => v.ruleAllows)) return undefined;
     const rules = plans.flatMap((plan) => (plan.kind === "count" ? [plan.rule] : []));
+    // Units leased before a penalty starts would be spent during it: a rule with one decides every request here.
+    if (rules.some(penalizes)) return undefined;
     const counted = verdicts.filter((_, i) => plans[i]!.kind === "count");
     // Every rule lifted for this client: units cost nothing and are counted nowhere, until the soonest override ends.
     if (rules.length === 0) {
@@ -273,7 +319,7 @@ export class RateLimiter extends DurableObject<unknown> {
       const plan = this.plan(rule, nowMs);
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = this.current(plan.rule, nowMs);
-      return this.verdict(evaluate(row.state, nowMs, plan.rule), nowMs, plan, row, false);
+      return this.verdict(evaluateRow(row, nowMs, plan.rule), nowMs, plan, row, false);
     });
     const allowed = verdicts.every((v, i) => v.ruleAllows || (!rules[i]!.enforce && v.override !== "deny"));
     return { nowMs, allowed, verdicts };
@@ -294,6 +340,7 @@ export class RateLimiter extends DurableObject<unknown> {
       const counts = row.state.counts.slice();
       counts[index] = count - Math.min(count, taken);
       row.state = { bucket: row.state.bucket, counts };
+      this.liftTentativePenalty(row);
       this.save(row);
     }
   }
@@ -319,28 +366,39 @@ export class RateLimiter extends DurableObject<unknown> {
     this.scheduleCleanup();
   }
 
-  /** Forgets the given rules' counters for this key (every layout of each id), or all of them. */
+  /** A refund in time lifts a penalty started by a refusal that rested on the counts refunded. */
+  private liftTentativePenalty(row: Row): void {
+    const dueMs = this.tentativePenalties.get(row.key);
+    if (dueMs === undefined) return;
+    this.tentativePenalties.delete(row.key);
+    if (Date.now() < dueMs) row.penaltyUntilMs = 0;
+  }
+
+  /** Forgets the given rules' counters (and penalties) for this key (every layout of each id), or all of them. */
   async reset(ruleIds?: string[]): Promise<void> {
     for (const [key, row] of this.rows) {
       if (ruleIds && !ruleIds.includes(row.id)) continue;
-      this.rows.delete(key);
-      this.refundsDue.delete(key);
-      this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
+      this.forgetRow(key);
     }
     if (this.rows.size === 0 && this.overrides.size === 0) await this.clear();
   }
 
+  private forgetRow(key: string): void {
+    this.rows.delete(key);
+    this.refundsDue.delete(key);
+    this.tentativePenalties.delete(key);
+    this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
+  }
+
   /**
-   * Deletes the counters whose windows have all expired, and the overrides
+   * Deletes the counters whose windows have all expired (and whose penalty has ended), and the overrides
    * past their expiry; once nothing is left, deletes everything. Safe to run again.
    */
   override async alarm(): Promise<void> {
     const nowMs = Date.now();
     for (const [key, row] of this.rows) {
       if (nowMs < expiresAtMs(row)) continue;
-      this.rows.delete(key);
-      this.refundsDue.delete(key);
-      this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
+      this.forgetRow(key);
     }
     for (const [rule, override] of this.overrides) {
       if (override.expiresAtMs === null || nowMs < override.expiresAtMs) continue;
@@ -365,8 +423,8 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /**
    * The rule's row, made if missing. A new row carries over the weighted
-   * count of a row of the same id with another layout: a rule whose period
-   * or precision changed keeps its clients' counts. (Two live rules that
+   * count of a row of the same id with another layout, and its penalty: a rule
+   * whose period or precision changed keeps its clients' counts. (Two live rules that
    * share an id only meet here once, when the second row is made.)
    */
   private current(rule: RuleCheck, nowMs: number): Row {
@@ -379,9 +437,11 @@ export class RateLimiter extends DurableObject<unknown> {
       shape: { periodMs: rule.periodMs, precision: rule.precision },
       epoch: newEpoch(),
       state: emptyState(nowMs, rule),
+      penaltyUntilMs: 0,
     };
     const previous = [...this.rows.values()].find((r) => r.id === rule.id);
     if (previous) {
+      fresh.penaltyUntilMs = previous.penaltyUntilMs;
       const carried = evaluate(previous.state, nowMs, { ...previous.shape, limit: rule.limit, strict: rule.strict });
       fresh.state.counts[rule.precision] = Math.ceil(carried.weighted);
     }
@@ -397,12 +457,14 @@ export class RateLimiter extends DurableObject<unknown> {
     counted: boolean,
   ): RuleVerdict {
     const { rule, override } = plan;
-    const decision = describe(ev, nowMs, rule, counted);
+    const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
+    const decision = underPenalty(describe(ev, nowMs, rule, counted), penaltyMs);
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
     // A refusal under an override holds no longer than the override.
     const untilChange = override?.expiresAtMs != null ? override.expiresAtMs - nowMs : Number.POSITIVE_INFINITY;
     return {
       ...decision,
+      ...(penaltyMs > 0 ? { penaltyMs } : {}),
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
       holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
@@ -417,14 +479,16 @@ export class RateLimiter extends DurableObject<unknown> {
       this.schemaReady = true;
     }
     this.sql.exec(
-      `INSERT INTO counters (rule, period_ms, precision, bucket, counts, epoch) VALUES (?, ?, ?, ?, ?, ?)
-       ON CONFLICT (rule) DO UPDATE SET bucket = excluded.bucket, counts = excluded.counts, epoch = excluded.epoch`,
+      `INSERT INTO counters (rule, period_ms, precision, bucket, counts, epoch, penalty_until) VALUES (?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (rule) DO UPDATE SET bucket = excluded.bucket, counts = excluded.counts, epoch = excluded.epoch,
+         penalty_until = excluded.penalty_until`,
       row.key,
       row.shape.periodMs,
       row.shape.precision,
       row.state.bucket,
       JSON.stringify(row.state.counts),
       row.epoch,
+      row.penaltyUntilMs,
     );
   }
 
@@ -440,11 +504,18 @@ export class RateLimiter extends DurableObject<unknown> {
     this.rows.clear();
     this.overrideVersions.clear();
     this.refundsDue.clear();
+    this.tentativePenalties.clear();
     this.schemaReady = false;
     this.alarmAtMs = null;
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
   }
+}
+
+/** What a request now would see of a row: the window's evaluation, refused while the rule's penalty lasts. */
+function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Evaluation {
+  const ev = evaluate(row.state, nowMs, rule);
+  return ev.allowed && penalizes(rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0 ? { ...ev, allowed: false } : ev;
 }
 
 /** The verdict of a rule an override lifts or denies for this client: nothing counted, nothing evaluated. */

@@ -1,7 +1,8 @@
 /**
  * @module
  * `GET` and `DELETE {prefix}/status?rule=<id>&key=<client>`: one client's
- * count under one rule, read without counting, or reset to unblock it.
+ * count under one rule (and its penalty, while one lasts), read without
+ * counting, or reset to unblock it (a reset lifts the penalty too).
  */
 import type { Settings } from "../../config/settings.ts";
 import { hashKey } from "../../core/keys.ts";
@@ -80,6 +81,8 @@ async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<R
     periodMs: rule.periodMs,
     weighted: verdict.weighted,
     allowed: verdict.ruleAllows,
+    // While the rule's penalty (block_for) lasts: when it ends, by the object's clock.
+    ...(verdict.penaltyMs ? { blockedUntil: new Date(peeked.value.nowMs + verdict.penaltyMs).toISOString() } : {}),
     remaining: verdict.remaining,
     retryAfterSeconds: Math.ceil(verdict.retryAfterMs / 1000),
     retryAfterMs: verdict.retryAfterMs,

@@ -33,6 +33,9 @@ export type RuleView = {
   /** The response header that reports what a request cost, when the rule names one. */
   cost_header?: string;
   keep_cost_header?: boolean;
+  /** The penalty as wrangler.toml spells it, such as "15m"; null when the rule has none. */
+  block_for: string | null;
+  blockForMs: number;
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -54,6 +57,8 @@ export const ruleView = (rule: Rule): RuleView => ({
   ...(rule.costHeader === undefined
     ? {}
     : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
+  block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
+  blockForMs: rule.blockForMs,
 });
 
 /** The body of `GET {prefix}/rules`. */
