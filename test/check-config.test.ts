@@ -167,6 +167,34 @@ describe("a penalty (block_for)", () => {
   });
 });
 
+describe("what counts: count, cost and cost_header", () => {
+  it("a cost above the limit is an error, naming the rule and the field", () => {
+    expect(findings({ RULES: [rule({ limit: 5, cost: 6 })] })).toEqual([
+      error('RULES[0] "r": field "cost": must be an integer from 1 to the rule\'s limit (5); got 6'),
+    ]);
+  });
+
+  it('a penalty that falls on successes gets a warning: count = "successful" with block_for', () => {
+    expect(findings({ RULES: [rule({ count: "successful", block_for: "15m" })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "block_for": with count = "successful", the penalty falls on clients whose requests succeed: a login rule wants count = "failed" (or [401, 403])',
+      ),
+    ]);
+  });
+
+  it('a penalty on failures gets nothing: count = "failed" with block_for is the login rule', () => {
+    expect(findings({ RULES: [rule({ count: "failed", block_for: "15m" })] })).toEqual([]);
+  });
+
+  it("a cost_header on a shadow rule gets a warning: its charges never refuse anything", () => {
+    expect(findings({ RULES: [rule({ action: "log", cost_header: "x-tokens-used" })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "cost_header": "x-tokens-used" on a shadow rule (action = "log") charges counts that never refuse anything; drop it, or enforce the rule',
+      ),
+    ]);
+  });
+});
+
 describe("rules that can never match", () => {
   it.each([
     [{ path: "/api/*", exclude: "/*" }, 'never matches: every path is excluded (path "/api/*" by exclude "/*")'],

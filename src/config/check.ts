@@ -11,6 +11,7 @@
  * would answer 500 for.
  */
 
+import { countAsWritten, countsResponse } from "../core/count.ts";
 import { describePeriod, formatDuration } from "../core/duration.ts";
 import { sourceLabel } from "../core/keys.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
@@ -369,6 +370,7 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
     ...methodWarnings(rule),
     ...shadowWarnings(rule),
     ...blockForWarnings(rule, raw.block_for),
+    ...countingWarnings(rule),
   ];
   return messages.map((message) => warning(`${label}: ${message}`));
 }
@@ -511,6 +513,22 @@ function blockForWarnings(rule: Rule, blockFor: unknown): string[] {
     ];
   }
   return [];
+}
+
+/** Combinations of `count`, `cost_header` and `block_for` that cannot work as written. */
+function countingWarnings(rule: Rule): string[] {
+  const warnings: string[] = [];
+  if (rule.blockForMs > 0 && !rule.count.all && [200, 204, 302].every((status) => countsResponse(rule.count, status))) {
+    warnings.push(
+      `field "block_for": with count = ${show(countAsWritten(rule.count))}, the penalty falls on clients whose requests succeed: a login rule wants count = "failed" (or [401, 403])`,
+    );
+  }
+  if (rule.costHeader !== undefined && rule.action === "log") {
+    warnings.push(
+      `field "cost_header": ${show(rule.costHeader)} on a shadow rule (action = "log") charges counts that never refuse anything; drop it, or enforce the rule`,
+    );
+  }
+  return warnings;
 }
 
 /** What decides which requests a rule counts, and how: equal signatures count the same requests the same way. */
