@@ -98,3 +98,29 @@ describe("the origin reports what a request cost", () => {
     expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429, 429, 429, 429, 429, 429]);
   });
 });
+
+describe("a token budget under random answers", () => {
+  it("admits while the budget has room, charges every answer, and ends within one answer of the budget", async () => {
+    const call = budget(5_000);
+    const ip = uniqueIp();
+    let seed = 7;
+    const random = () => {
+      seed = (seed * 48_271) % 2_147_483_647;
+      return 1 + (seed % 500); // 1–500 tokens an answer
+    };
+    let used = 0;
+    let admitted = 0;
+    for (let i = 0; i < 60; i++) {
+      const tokens = random();
+      const res = await call(ip, tokens);
+      if (res.status === 429) break;
+      admitted++;
+      used += tokens;
+      expect(used - tokens).toBeLessThan(5_000); // admitted only while what was used left room for 1 more
+    }
+    expect(used).toBeGreaterThanOrEqual(5_000); // the budget was spent, and the client then refused
+    expect(used).toBeLessThan(5_000 + 500); // over by less than one answer
+    expect((await call(ip, 1)).status).toBe(429);
+    expect(admitted).toBeGreaterThan(5);
+  });
+});

@@ -116,3 +116,15 @@ describe("the field", () => {
     expect(parsed.errors[0]).toContain(message);
   });
 });
+
+describe('a login rule: count = "failed" with block_for = "15m"', () => {
+  it("5 bad passwords, then 429 with Retry-After 900, a good password too; a user whose passwords succeed is never limited", async () => {
+    const { call } = setup({ limit: 5, period: "1m", count: "failed", block_for: "15m" });
+    const [attacker, user] = [uniqueIp(), uniqueIp()];
+    expect(await sequence((s) => call(attacker, s), [401, 401, 401, 401, 401])).toEqual([401, 401, 401, 401, 401]);
+    const refused = await call(attacker, 401);
+    expect([refused.status, refused.headers.get("retry-after")]).toEqual([429, "900"]);
+    expect((await call(attacker, 200)).status).toBe(429);
+    expect(await sequence((s) => call(user, s), Array(20).fill(200))).toEqual(Array(20).fill(200));
+  });
+});

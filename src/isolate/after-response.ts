@@ -121,5 +121,5 @@ function settle(settlement: Settlement, { group, index, receipt, delta }: Move, 
   }
   options.background(chargeKey(options.ns, name, moves, options.settings.timeoutMs));
   // This isolate's lease was granted before the charge: the next request asks the object, which now knows.
-  if (settlement.via === "lease") options.isolate.leases.forget(group.digest, rule, options.isolate.clock());
+  if (settlement.via === "lease") options.isolate.leases.retireLease(group.digest, rule);
 }

@@ -381,6 +381,19 @@ export class LeaseBook {
     }
   }
 
+  /**
+   * Stops spending a rule's lease for this key, because the object's count
+   * changed under it (a `cost_header` charge): its unspent units are handed
+   * back with the key's next call, which the object then decides on.
+   */
+  retireLease(digest: string, rule: Rule): void {
+    const record = this.records.peek(digest);
+    const lease = record?.leases.get(rule);
+    if (!record || !lease) return;
+    this.retire(lease);
+    record.leases.delete(rule);
+  }
+
   private retire(lease: HeldLease): void {
     lease.retired = true;
     if (lease.unitsLeft > 0) this.owe(lease.record, [{ receipt: lease.receipt, count: lease.unitsLeft }]);
