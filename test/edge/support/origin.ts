@@ -1,7 +1,7 @@
 /**
  * @module
  * The origin behind every edge isolate: a Node HTTP server, in the test's
- * own process, that answers 200 and counts what reaches it by the
+ * own process, that answers 200 (after a while on `/slow/<ms>`) and counts what reaches it by the
  * `x-edge-tag` header, so a test can set what the origin saw against what the
  * clients saw.
  */
@@ -37,9 +37,14 @@ export async function startOrigin(): Promise<CountingOrigin> {
       headersByTag.set(tag, req.headers);
     }
     req.resume();
+    // `/slow/<ms>…` answers after that long: time for a client to hang up first.
+    const delayMs = Number(/^\/slow\/(\d+)/.exec(req.url ?? "")?.[1] ?? 0);
     req.on("end", () => {
-      res.writeHead(200, { "content-type": "text/plain" });
-      res.end("origin\n");
+      setTimeout(() => {
+        if (res.destroyed) return;
+        res.writeHead(200, { "content-type": "text/plain" });
+        res.end("origin\n");
+      }, delayMs);
     });
   });
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
