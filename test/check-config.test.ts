@@ -70,7 +70,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
@@ -190,6 +190,27 @@ describe("what counts: count, cost and cost_header", () => {
     expect(findings({ RULES: [rule({ action: "log", cost_header: "x-tokens-used" })] })).toEqual([
       warning(
         'RULES[0] "r": field "cost_header": "x-tokens-used" on a shadow rule (action = "log") charges counts that never refuse anything; drop it, or enforce the rule',
+      ),
+    ]);
+  });
+});
+
+describe("IP ranges", () => {
+  it("overlapping or malformed ranges are errors, naming the rule and the field", () => {
+    expect(findings({ RULES: [rule({ ips: ["10.0.0.0/8", "10.2.0.0/16"], exclude_ips: ["10.0.0.1/8"] })] })).toEqual([
+      error('RULES[0] "r": field "ips": "10.0.0.0/8" and "10.2.0.0/16" overlap; list each address once'),
+      error('RULES[0] "r": field "exclude_ips": "10.0.0.1/8" has bits set past its /8; the range starts at 10.0.0.0/8'),
+    ]);
+  });
+
+  it("a range wider than /8 (IPv4) or /32 (IPv6) gets a warning; /8 and /32 do not", () => {
+    expect(findings({ RULES: [rule({ ips: ["10.0.0.0/8", "2001:db8::/32"] })] })).toEqual([]);
+    expect(findings({ RULES: [rule({ ips: ["64.0.0.0/2"], exclude_ips: ["2000::/3"] })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "ips": "64.0.0.0/2" is wider than /8: more than 1/256 of every IPv4 address; is that meant?',
+      ),
+      warning(
+        'RULES[0] "r": field "exclude_ips": "2000::/3" is wider than /32: more than the /32 a regional registry allocates to one network; is that meant?',
       ),
     ]);
   });

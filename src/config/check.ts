@@ -13,6 +13,7 @@
 
 import { countAsWritten, countsResponse } from "../core/count.ts";
 import { describePeriod, formatDuration } from "../core/duration.ts";
+import type { IpRange } from "../core/ip-ranges.ts";
 import { sourceLabel } from "../core/keys.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
 import type { Result } from "../core/result.ts";
@@ -371,6 +372,7 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
     ...shadowWarnings(rule),
     ...blockForWarnings(rule, raw.block_for),
     ...countingWarnings(rule),
+    ...rangeWarnings(rule),
   ];
   return messages.map((message) => warning(`${label}: ${message}`));
 }
@@ -513,6 +515,22 @@ function blockForWarnings(rule: Rule, blockFor: unknown): string[] {
     ];
   }
   return [];
+}
+
+/** IP ranges wider than /8 (IPv4) or /32 (IPv6): one rule over a whole carrier or region is rarely what was meant. */
+function rangeWarnings(rule: Rule): string[] {
+  const fields: [string, IpRange[] | undefined][] = [
+    ["ips", rule.ips],
+    ["exclude_ips", rule.excludeIps],
+  ];
+  return fields.flatMap(([field, ranges]) =>
+    (ranges ?? [])
+      .filter((range) => range.prefix < (range.v4 ? 8 : 32))
+      .map(
+        (range) =>
+          `field "${field}": ${show(range.source)} is wider than /${range.v4 ? 8 : 32}: ${range.v4 ? "more than 1/256 of every IPv4 address" : "more than the /32 a regional registry allocates to one network"}; is that meant?`,
+      ),
+  );
 }
 
 /** Combinations of `count`, `cost_header` and `block_for` that cannot work as written. */

@@ -28,6 +28,21 @@ export function ipKey(raw: string | null | undefined, ipv6PrefixBits = DEFAULT_I
   return `${formatIPv6(maskIPv6(v6, ipv6PrefixBits))}/${ipv6PrefixBits}`;
 }
 
+/** An address as 16-bit groups: 2 for IPv4 (an IPv4-mapped IPv6 address is IPv4), 8 for IPv6. */
+export type Address = { v4: boolean; groups: number[] };
+
+/** A raw IP header value as an {@link Address}, or null when it is missing or malformed. */
+export function parseAddress(raw: string | null | undefined): Address | null {
+  const value = raw?.trim();
+  if (!value) return null;
+  const host = stripPort(value);
+  const v4 = parseIPv4(host);
+  if (v4 !== null) return { v4: true, groups: [(v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!] };
+  const v6 = parseIPv6(host);
+  if (v6 === null) return null;
+  return isIPv4Mapped(v6) ? { v4: true, groups: [v6[6]!, v6[7]!] } : { v4: false, groups: v6 };
+}
+
 function stripPort(value: string): string {
   if (value.startsWith("[")) {
     const end = value.indexOf("]");

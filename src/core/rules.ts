@@ -5,6 +5,8 @@
  */
 import { COUNT_ALL, type CountWhen, parseCount } from "./count.ts";
 import { type Duration, parseDurationMs } from "./duration.ts";
+import type { Address } from "./ip.ts";
+import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
 import {
   compileGlob,
   compileRuleGlob,
@@ -62,6 +64,10 @@ export type RuleInput = {
    * from 1 s to 365 d; absent or 0 for none (the default).
    */
   block_for?: Duration;
+  /** CIDRs: the rule applies only to clients in them. IPv4 and IPv6; `::ffff:a.b.c.d` is matched as IPv4. */
+  ips?: string[];
+  /** CIDRs: the rule skips clients in them, such as your own monitoring. */
+  exclude_ips?: string[];
 };
 
 /** Where one part of a client key comes from. */
@@ -93,6 +99,10 @@ export type Rule = WindowLimit & {
   keepCostHeader?: boolean;
   /** How long a refusal under this rule blocks the client, in milliseconds; 0 for no penalty. */
   blockForMs: number;
+  /** The only clients the rule applies to (`ips`); every client when absent. */
+  ips?: IpRange[];
+  /** Clients the rule skips (`exclude_ips`). */
+  excludeIps?: IpRange[];
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
 };
@@ -115,6 +125,8 @@ export const RULE_FIELDS = [
   "cost_header",
   "keep_cost_header",
   "block_for",
+  "ips",
+  "exclude_ips",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
@@ -205,9 +217,30 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const costHeader = take("cost_header", parseHeaderName(fields.cost_header), null);
   const keepCostHeader = take("keep_cost_header", parseFlag(fields.keep_cost_header ?? false), false);
   const blockForMs = take("block_for", parseBlockFor(fields.block_for), 0);
+  const ips = take("ips", parseIps(fields.ips), null);
+  const excludeIps = take(
+    "exclude_ips",
+    fields.exclude_ips === undefined ? ok([]) : parseRanges(fields.exclude_ips),
+    [],
+  );
   const window = { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
   const charged = costHeader === null ? {} : { costHeader, keepCostHeader };
-  return { id, paths, exclude, methods, caseSensitive, ...window, key, action, onError, count, ...charged, blockForMs };
+  const ranges = { ...(ips === null ? {} : { ips }), ...(excludeIps.length === 0 ? {} : { excludeIps }) };
+  return {
+    id,
+    paths,
+    exclude,
+    methods,
+    caseSensitive,
+    ...window,
+    key,
+    action,
+    onError,
+    count,
+    ...charged,
+    blockForMs,
+    ...ranges,
+  };
 }
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
@@ -239,6 +272,14 @@ const parseHeaderName = (value: unknown): Result<string | null> =>
     : typeof value === "string" && TOKEN.test(value)
       ? ok(value.toLowerCase())
       : fail(`must be a header name such as "x-tokens-used"; got ${show(value)}`);
+
+/** `ips`: the only clients the rule applies to; null (every client) when absent. */
+function parseIps(value: unknown): Result<IpRange[] | null> {
+  if (value === undefined) return ok(null);
+  if (Array.isArray(value) && value.length === 0)
+    return fail("must name at least one range; leave it out for every client");
+  return parseRanges(value);
+}
 
 /** What one request counts: an integer from 1 to the rule's limit (1 when absent). */
 const parseCost = (value: unknown, limit: number): Result<number> =>
@@ -322,6 +363,18 @@ function parseSource(text: string, caseSensitive: boolean): Result<Source> {
   if (kind === "query" ? name === "" : !TOKEN.test(name))
     return fail(`${kind}: needs a name, as in "${kind}:x-api-key"`);
   return ok({ kind: kind as "header" | "cookie" | "query", name: kind === "header" ? name.toLowerCase() : name });
+}
+
+/**
+ * Whether the rule applies to this client by its IP ranges: in `ips`, when
+ * the rule has them (a client without an IP is in none), and in no
+ * `exclude_ips`. The address is read only when a rule has ranges.
+ */
+export function ruleCoversClient(rule: Rule, address: () => Address | null): boolean {
+  if (rule.ips === undefined && rule.excludeIps === undefined) return true;
+  const client = address();
+  if (rule.ips !== undefined && (client === null || !inAnyRange(client, rule.ips))) return false;
+  return !(rule.excludeIps !== undefined && client !== null && inAnyRange(client, rule.excludeIps));
 }
 
 /**

@@ -7,13 +7,14 @@
  * and lease units are given back.
  */
 import type { Settings } from "../config/settings.ts";
+import { type Address, parseAddress } from "../core/ip.ts";
 import { canonicalKey, customCanonicalKey, type RequestFacts } from "../core/keys.ts";
 import { pathnameOf, requestPath } from "../core/paths.ts";
-import { type Rule, ruleMatches } from "../core/rules.ts";
+import { type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
 import { send } from "../http/problem.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
 import { denied, deniedBy, limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
-import { requestFacts } from "../http/request-facts.ts";
+import { clientAddress, requestFacts } from "../http/request-facts.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
 import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
@@ -59,7 +60,10 @@ const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
 export function decide(request: Request, options: DecideOptions): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
   const path = requestPath(pathnameOf(request.url));
-  const matched = settings.rules.filter((rule) => ruleMatches(rule, request.method, path));
+  const address = clientAddressOf(request, settings);
+  const matched = settings.rules.filter(
+    (rule) => ruleMatches(rule, request.method, path) && ruleCoversClient(rule, address),
+  );
   if (matched.length === 0) return NO_HEADERS;
 
   const groups =
@@ -138,6 +142,15 @@ function allowed(
 function refusal(policies: Policy[], reports: Reported[]): Response {
   const denying = deniedBy(reports);
   return denying.length > 0 ? denied(denying) : tooManyRequests(policies, reports);
+}
+
+/** The client's address, parsed on first use (only rules with IP ranges need it). */
+function clientAddressOf(request: Request, settings: Settings): () => Address | null {
+  let address: Address | null | undefined;
+  return () => {
+    if (address === undefined) address = parseAddress(clientAddress(request.headers, settings.trustedIpHeader));
+    return address;
+  };
 }
 
 /** Rules grouped by their canonical client key, in the order they first appear. */

@@ -36,6 +36,9 @@ export type RuleView = {
   /** The penalty as wrangler.toml spells it, such as "15m"; null when the rule has none. */
   block_for: string | null;
   blockForMs: number;
+  /** The rule's IP ranges as written, when it has them. */
+  ips?: string[];
+  exclude_ips?: string[];
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -59,6 +62,8 @@ export const ruleView = (rule: Rule): RuleView => ({
     : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
   block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
   blockForMs: rule.blockForMs,
+  ...(rule.ips === undefined ? {} : { ips: rule.ips.map((range) => range.source) }),
+  ...(rule.excludeIps === undefined ? {} : { exclude_ips: rule.excludeIps.map((range) => range.source) }),
 });
 
 /** The body of `GET {prefix}/rules`. */
