@@ -57,6 +57,21 @@ describe('count = "failed": only failed responses count', () => {
   });
 });
 
+describe("a refusal that rests on a count still in flight", () => {
+  it("is not remembered: once the count is given back, the client is admitted at once", async () => {
+    const send = limiter([{ id: id(), limit: 1, period: "1h", count: "failed" }]);
+    const ip = uniqueIp();
+    // The first request is counted (1 of 1) and takes 300 ms at the origin.
+    const slow = send("/slow/300", from(ip));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Meanwhile a second is refused: the count is at the limit, though it will be given back.
+    expect((await send("/fast", from(ip))).status).toBe(429);
+    expect((await slow).status).toBe(200); // a success: its count is given back
+    // The refusal rested on that count: it must not outlive it.
+    expect((await send("/fast", from(ip))).status).toBe(200);
+  });
+});
+
 describe("with leases", () => {
   it("gives a lease unit back to its lease: 120 successes, then exactly the limit of failures", async () => {
     const { call } = setup({ limit: 50, count: "failed" });

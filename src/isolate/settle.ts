@@ -60,12 +60,27 @@ export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number):
 }
 
 /**
- * Whether what this call counts may be refunded: when another key refuses the
- * request, or when the call times out under a rule that fails closed (the 503
- * means the request was not served, so a late count is taken back).
+ * How long what this call counts may still be taken back, in milliseconds,
+ * or 0 when it will not be. Until then the object's refusals of the key rest
+ * on a count that may go, so no isolate remembers them:
+ * - when another key may refuse the request, or the call times out under a
+ *   rule that fails closed (the 503 means the request was not served): one
+ *   more timeout after the answer;
+ * - when a rule settles its count by the origin's answer (`count`,
+ *   `cost_header`): as long as an origin may take to answer, at least
+ *   {@link ANSWER_WINDOW_MS}.
  */
-const refundable = (group: KeyGroup, ctx: SettleContext): boolean =>
-  ctx.otherKeys || group.rules.some((rule) => rule.action === "block" && rule.onError === "closed");
+function refundableForMs(group: KeyGroup, ctx: SettleContext): number {
+  const twoTimeouts = 2 * ctx.settings.timeoutMs;
+  if (group.rules.some((rule) => !rule.count.all || rule.costHeader !== undefined)) {
+    return Math.max(twoTimeouts, ANSWER_WINDOW_MS);
+  }
+  const refunds = ctx.otherKeys || group.rules.some((rule) => rule.action === "block" && rule.onError === "closed");
+  return refunds ? twoTimeouts : 0;
+}
+
+/** How long an origin may take to answer, for counts settled by its answer. */
+export const ANSWER_WINDOW_MS = 100_000;
 
 /** The key the calls in flight for a group are filed under: its key and its exact set of rules. */
 export const flightKey = (group: Pick<KeyGroup, "digest" | "rules">): string =>
@@ -123,6 +138,7 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
     lease && leases.leasable(group.digest) ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
+  const refundable = refundableForMs(group, ctx);
   const check = {
     name,
     rules: group.rules.map(ruleCheckOf),
@@ -133,7 +149,7 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
     ...(lease ? { lease } : {}),
     ...(returns ? { returns: returns.refunds } : {}),
     // A refund comes after the answer and takes at most one more timeout.
-    ...(refundable(group, ctx) ? { refundableForMs: 2 * settings.timeoutMs } : {}),
+    ...(refundable > 0 ? { refundableForMs: refundable } : {}),
   });
   if (returns) leases.landed(returns, outcome.ok && outcome.attempts === 1);
   if (outcome.ok) {

@@ -42,6 +42,13 @@ export function startOrigin(port = 0): Promise<{ server: Server; port: number }>
       res.end();
       return;
     }
+    const slow = /^\/slow\/(\d+)$/.exec(url.pathname);
+    if (slow) {
+      // An answer that takes a while: a request still in flight when others are decided.
+      await new Promise((resolve) => setTimeout(resolve, Number(slow[1])));
+      json(res, 200, { from: "origin", slow: true });
+      return;
+    }
     const tokens = /^\/tokens\/([^/]*)$/.exec(url.pathname);
     if (tokens) {
       // An AI-style API: the answer says what it cost, in a header the limiter reads and strips.
