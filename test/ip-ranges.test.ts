@@ -52,6 +52,10 @@ describe("a range as written", () => {
     ["example.com", "is not an IP address or a CIDR"],
     ["203.0.113.0/24/8", "is not an IP address or a CIDR"],
     ["203.0.113.0/x", "the prefix must be from 0 to 32"],
+    ["10.0.0.0:8080/8", "is not an IP address or a CIDR"],
+    ["fe80::%eth0/64", "is not an IP address or a CIDR"],
+    ["[2001:db8::]/32", "is not an IP address or a CIDR"],
+    ["2001:db8::1/32", "has bits set past its /32; the range starts at 2001:db8::/32"],
   ])("rejects %s: %s", (text, message) => {
     const parsed = parseRange(text);
     expect(parsed.ok).toBe(false);

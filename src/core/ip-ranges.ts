@@ -5,7 +5,7 @@
  * (`::ffff:203.0.113.7`) are matched as IPv4. Matching is linear in the
  * number of ranges, a few integer operations each.
  */
-import { type Address, parseAddress } from "./ip.ts";
+import { type Address, formatIPv6, maskIPv6, parseIp } from "./ip.ts";
 import { fail, mapAll, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
 
@@ -16,7 +16,7 @@ export type IpRange = { v4: boolean; groups: number[]; prefix: number; source: s
 export function parseRange(text: unknown): Result<IpRange> {
   if (typeof text !== "string") return fail(`must be a CIDR such as "203.0.113.0/24"; got ${show(text)}`);
   const [address = "", bits, ...extra] = text.trim().split("/");
-  const parsed = address.includes("[") ? null : parseAddress(address);
+  const parsed = parseIp(address);
   if (parsed === null || extra.length > 0) {
     return fail(`${show(text)} is not an IP address or a CIDR such as "203.0.113.0/24" or "2001:db8::/32"`);
   }
@@ -61,14 +61,9 @@ export function overlaps(a: IpRange, b: IpRange): boolean {
   return inRange({ v4: narrow.v4, groups: narrow.groups }, wide);
 }
 
-function mask(address: Address, prefix: number): number[] {
-  return address.groups.map((group, i) => {
-    const keep = Math.min(16, Math.max(0, prefix - i * 16));
-    return keep === 0 ? 0 : group & ((0xffff << (16 - keep)) & 0xffff);
-  });
-}
+const mask = (address: Address, prefix: number): number[] => maskIPv6(address.groups, prefix);
 
 function format({ v4, groups }: Address): string {
   if (v4) return [groups[0]! >> 8, groups[0]! & 0xff, groups[1]! >> 8, groups[1]! & 0xff].join(".");
-  return groups.map((g) => g.toString(16)).join(":");
+  return formatIPv6(groups);
 }

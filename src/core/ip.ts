@@ -31,11 +31,16 @@ export function ipKey(raw: string | null | undefined, ipv6PrefixBits = DEFAULT_I
 /** An address as 16-bit groups: 2 for IPv4 (an IPv4-mapped IPv6 address is IPv4), 8 for IPv6. */
 export type Address = { v4: boolean; groups: number[] };
 
-/** A raw IP header value as an {@link Address}, or null when it is missing or malformed. */
+/** A raw IP header value as an {@link Address} (a port or zone ignored), or null when it is missing or malformed. */
 export function parseAddress(raw: string | null | undefined): Address | null {
   const value = raw?.trim();
-  if (!value) return null;
-  const host = stripPort(value);
+  return value ? addressOf(stripPort(value)) : null;
+}
+
+/** An address as a config writes it: no port, no brackets, no zone; or null. */
+export const parseIp = (text: string): Address | null => (/[[\]%]/.test(text) ? null : addressOf(text));
+
+function addressOf(host: string): Address | null {
   const v4 = parseIPv4(host);
   if (v4 !== null) return { v4: true, groups: [(v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!] };
   const v6 = parseIPv6(host);
@@ -98,7 +103,8 @@ function parseIPv6(text: string): number[] | null {
 
 const isIPv4Mapped = (g: number[]): boolean => g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff;
 
-function maskIPv6(groups: number[], bits: number): number[] {
+/** The groups with every bit past the first `bits` cleared. */
+export function maskIPv6(groups: number[], bits: number): number[] {
   return groups.map((group, i) => {
     const keep = Math.min(16, Math.max(0, bits - i * 16));
     return keep === 0 ? 0 : group & ((0xffff << (16 - keep)) & 0xffff);
@@ -106,7 +112,7 @@ function maskIPv6(groups: number[], bits: number): number[] {
 }
 
 /** Lower-case hex with the longest run of zero groups compressed (RFC 5952). */
-function formatIPv6(groups: number[]): string {
+export function formatIPv6(groups: number[]): string {
   let bestStart = -1;
   let bestLength = 1;
   for (let i = 0; i < 8; ) {
