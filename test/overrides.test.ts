@@ -3,7 +3,7 @@
  * rule, set through the admin API, enforced by that client's own object on
  * its very next request, and listed by the registry.
  */
-import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env as workerEnv } from "cloudflare:workers";
 import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -218,6 +218,20 @@ describe("the index", () => {
     await settled();
     expect((await admin("GET", `?rule=${id}`)).body.overrides).toHaveLength(1);
     expect(await run(1, a)).toEqual([429]); // the rule's 1, with 3 counted
+  });
+});
+
+describe("the registry across a restart", () => {
+  it("never numbers a change below one an object already has, so a set after a delete and a restart applies", async () => {
+    const { id, set, admin, send } = setup(2);
+    const client = uniqueIp();
+    expect((await set(client, { limit: 7 })).body.applied).toBe(true);
+    expect((await admin("DELETE", `?rule=${id}&key=${client}`)).body.applied).toBe(true);
+    const ns = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
+    await evictDurableObject(ns.get(ns.idFromName("registry")));
+    expect((await set(client, { limit: 9 })).body.applied).toBe(true);
+    const enforced = await (await send(`/__ratelimit/status?rule=${id}&key=${client}`, { headers: auth })).json();
+    expect(enforced).toMatchObject({ limit: 9, override: "limit" });
   });
 });
 

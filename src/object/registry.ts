@@ -16,7 +16,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { type Override, overrideView } from "../core/overrides.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
-import { deadline } from "./client.ts";
+import { withDeadline } from "./client.ts";
 import type { RateLimiter } from "./rate-limiter.ts";
 
 /** What the registry needs: the namespace of the client objects it drives. */
@@ -208,36 +208,22 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     return entry;
   }
 
-  /** Sends one change to its client's object; on confirmation marks it applied (or forgets a deletion). */
+  /** Sends one change to its client's object; on confirmation marks it applied. */
   private async drive(entry: RegistryEntry): Promise<boolean> {
     const stub = this.env.RATE_LIMITER.get(this.env.RATE_LIMITER.idFromName(entry.name));
-    try {
-      const call =
-        entry.override === null
-          ? stub.deleteOverride(entry.rule, entry.version)
-          : stub.setOverride(entry.rule, entry.override, entry.version);
-      const within = deadline(CALL_TIMEOUT_MS);
-      const answer = await Promise.race([call, within.expired]).finally(within.clear);
-      if (answer === "timeout") return false;
-    } catch {
-      return false;
-    }
-    // Only this version is confirmed: a newer change made meanwhile stays pending.
-    if (entry.override === null) {
-      this.sql.exec(
-        "DELETE FROM entries WHERE rule = ? AND key = ? AND version = ?",
-        entry.rule,
-        entry.key,
-        entry.version,
-      );
-    } else {
-      this.sql.exec(
-        "UPDATE entries SET applied = 1 WHERE rule = ? AND key = ? AND version = ?",
-        entry.rule,
-        entry.key,
-        entry.version,
-      );
-    }
+    const call =
+      entry.override === null
+        ? stub.deleteOverride(entry.rule, entry.version)
+        : stub.setOverride(entry.rule, entry.override, entry.version);
+    if (!(await withDeadline(Promise.resolve(call), CALL_TIMEOUT_MS)).ok) return false;
+    // Only this version is confirmed: a newer change made meanwhile stays pending. A confirmed deletion
+    // stays as a row with no override, so the highest version ever sent survives a restart (see constructor).
+    this.sql.exec(
+      "UPDATE entries SET applied = 1 WHERE rule = ? AND key = ? AND version = ?",
+      entry.rule,
+      entry.key,
+      entry.version,
+    );
     return true;
   }
 
