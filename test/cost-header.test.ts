@@ -99,6 +99,16 @@ describe("the origin reports what a request cost", () => {
   });
 });
 
+describe("a charge and the lease its own call brought", () => {
+  it("retires that lease: the next request asks the object, which refuses a client over its budget", async () => {
+    const call = budget(2_000);
+    const ip = uniqueIp();
+    expect((await call(ip, 1)).status).toBe(200); // a key seen once: no lease
+    expect((await call(ip, 5_000)).status).toBe(200); // its call brings a lease; then 5 000 tokens are charged
+    expect((await call(ip, 1)).status).toBe(429); // not admitted from the lease granted before the charge
+  });
+});
+
 describe("a token budget under random answers", () => {
   it("admits while the budget has room, charges every answer, and ends within one answer of the budget", async () => {
     const call = budget(5_000);

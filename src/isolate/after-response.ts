@@ -120,6 +120,7 @@ function settle(settlement: Settlement, { group, index, receipt, delta }: Move, 
     return;
   }
   options.background(chargeKey(options.ns, name, moves, options.settings.timeoutMs));
-  // This isolate's lease was granted before the charge: the next request asks the object, which now knows.
-  if (settlement.via === "lease") options.isolate.leases.retireLease(group.digest, rule);
+  // Any lease this isolate holds for the rule was granted before the charge (by this request's call, or an
+  // earlier one): the next request asks the object, which now knows.
+  options.isolate.leases.retireLease(group.digest, rule);
 }
