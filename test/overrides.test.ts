@@ -204,6 +204,18 @@ describe("the index", () => {
     }
   });
 
+  it("reads a spreadsheet's CSV, where every column is filled and false means no", async () => {
+    const { id, admin } = setup(1);
+    const ip = uniqueIp();
+    const csv = `rule,key,limit,tier,unlimited,deny,expires,note,delete\n${id},${ip},3,,FALSE,false,,,false\n`;
+    expect((await admin("POST", "/import", csv, "text/csv")).body).toEqual({
+      created: 1,
+      updated: 0,
+      unchanged: 0,
+      deleted: 0,
+    });
+  });
+
   it("imports CSV, deletes with it, and the index and the objects agree after", async () => {
     const { id, admin, run } = setup(1);
     const [a, b] = [uniqueIp(), uniqueIp()];

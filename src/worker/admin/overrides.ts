@@ -183,12 +183,6 @@ async function importOverrides(
   context: OverridesContext,
   stub: ReturnType<typeof registryOf>,
 ): Promise<Response> {
-  if (request.method !== "POST") {
-    return problemResponse(
-      { type: "about:blank", title: "Method Not Allowed", status: 405, detail: "The import takes POST." },
-      { Allow: "POST" },
-    );
-  }
   const text = await textOf(request);
   if (!text.ok) return invalid(text.errors);
   const csv = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("text/csv");
@@ -250,8 +244,10 @@ function csvItems(text: string): Result<unknown[]> {
         const cell = cells[i]?.trim() ?? "";
         if (cell === "") return;
         if (name === "limit") item[name] = Number(cell);
-        else if (name === "unlimited" || name === "deny" || name === "delete") item[name] = cell === "true";
-        else if (name === "expires" && /^\d+$/.test(cell)) item[name] = Number(cell);
+        else if (name === "unlimited" || name === "deny" || name === "delete") {
+          // A flag: true when it says so; false, no or 0 (as spreadsheets fill every column) is no flag at all.
+          if (cell.toLowerCase() === "true") item[name] = true;
+        } else if (name === "expires" && /^\d+$/.test(cell)) item[name] = Number(cell);
         else item[name] = cell;
       });
       return item;
