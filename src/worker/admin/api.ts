@@ -14,7 +14,7 @@ import type { MiddlewareHandler } from "hono";
 import { parseAdminPrefix } from "../../config/admin-prefix.ts";
 import { settingsFromEnv } from "../../config/memo.ts";
 import { getOrCreate } from "../../core/maps.ts";
-import { normalizePath } from "../../core/paths.ts";
+import { normalizePath, pathnameOf } from "../../core/paths.ts";
 import { INVALID_CONFIG, invalidConfigResponse, problemResponse } from "../../http/problem.ts";
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import { logEvent } from "../../observe/log.ts";
@@ -50,9 +50,9 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
       logEvent({ event: "invalid_config", errors: parsed.errors }, "error");
       return invalidConfigResponse();
     }
-    const url = new URL(c.req.url);
-    // Matched like the rules match paths, so `//__ratelimit` or `/%5F_ratelimit` cannot slip past to the origin.
-    const path = normalizePath(url.pathname);
+    // Matched like the rules match paths, so `//__ratelimit` or `/%5F_ratelimit` cannot slip past to the origin;
+    // and, like them, without parsing the URL of every request that is not the API's.
+    const path = normalizePath(pathnameOf(c.req.url));
     const { value: prefix } = parsed;
     if (path !== prefix && !path.startsWith(`${prefix}/`)) return next();
 
@@ -64,7 +64,7 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
       by: await tokenName(token),
       method: c.req.method,
       route: path.slice(prefix.length),
-      url,
+      url: new URL(c.req.url),
       prefix,
       env: c.env,
       isolate: options.isolate ?? defaultIsolate(),

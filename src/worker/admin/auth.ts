@@ -3,7 +3,9 @@
  * Who may use the admin API: the bearer token, compared in constant time,
  * and the 401 for everyone else.
  */
+import { hashKey } from "../../core/keys.ts";
 import { problemResponse } from "../../http/problem.ts";
+import { keyHashPrefix } from "../../observe/log.ts";
 
 const encoder = new TextEncoder();
 const sha256 = (text: string) => crypto.subtle.digest("SHA-256", encoder.encode(text));
@@ -21,12 +23,7 @@ export async function bearerMatches(authorization: string | undefined, token: st
 }
 
 /** How the log names who used a token: `token:` and the first 12 hex digits of its SHA-256, never the token. */
-export async function tokenName(token: string): Promise<string> {
-  const bytes = new Uint8Array(await sha256(token));
-  let hex = "";
-  for (const byte of bytes.subarray(0, 6)) hex += byte.toString(16).padStart(2, "0");
-  return `token:${hex}`;
-}
+export const tokenName = async (token: string): Promise<string> => `token:${keyHashPrefix(await hashKey(token))}`;
 
 /** The 401 with its challenge; `tokenSent` says whether a wrong token came, or none. */
 export function unauthorized(tokenSent: boolean): Response {
