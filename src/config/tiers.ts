@@ -11,9 +11,9 @@
  * login = 20
  * ```
  */
-import { isTierName, MAX_LIMIT } from "../core/overrides.ts";
+import { isTierName } from "../core/overrides.ts";
 import { fail, mapAll, ok, type Result } from "../core/result.ts";
-import type { Rule } from "../core/rules.ts";
+import { MAX_LIMIT, parseIntegerFrom1, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 
 /** Tier name → rule id → the limit the tier gives that rule. */
@@ -48,10 +48,8 @@ function parseTier(name: string, limits: unknown): Result<[string, Map<string, n
     return fail(`TIERS.${name}: must be a table of rule ids and limits, such as login = 20; got ${show(limits)}`);
   }
   const entries = mapAll(Object.entries(limits), ([id, limit]): Result<[string, number]> => {
-    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
-      return fail(`TIERS.${name}.${id}: must be an integer from 1 to ${MAX_LIMIT}; got ${show(limit)}`);
-    }
-    return ok([id, limit]);
+    const parsed = parseIntegerFrom1(limit, MAX_LIMIT);
+    return parsed.ok ? ok([id, parsed.value]) : fail(`TIERS.${name}.${id}: ${parsed.errors[0]}`);
   });
   return entries.ok ? ok([name, new Map(entries.value)]) : entries;
 }

@@ -9,6 +9,7 @@
  * client's counts carry over when it is set, changed or removed.
  */
 import { fail, ok, type Result } from "./result.ts";
+import { MAX_LIMIT, parseIntegerFrom1 } from "./rules.ts";
 import { show } from "./show.ts";
 
 /** What an override does to its rule, for its client. */
@@ -34,7 +35,6 @@ export type Override = OverrideSetting & {
 };
 
 export const MAX_NOTE_CHARS = 1_000;
-export const MAX_LIMIT = 1_000_000_000;
 const TIER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
 /** What parsing an override needs besides the operator's input. */
@@ -83,10 +83,8 @@ function settingOf(fields: Record<string, unknown>, tiers: ReadonlySet<string>):
   }
   const { limit, tier, unlimited, deny } = fields;
   if (limit !== undefined) {
-    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
-      return fail(`field "limit": must be an integer from 1 to ${MAX_LIMIT}; got ${show(limit)}`);
-    }
-    return ok({ kind: "limit", limit });
+    const parsed = parseIntegerFrom1(limit, MAX_LIMIT);
+    return parsed.ok ? ok({ kind: "limit", limit: parsed.value }) : fail(`field "limit": ${parsed.errors[0]}`);
   }
   if (tier !== undefined) {
     if (typeof tier !== "string" || !tiers.has(tier)) {

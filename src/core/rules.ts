@@ -131,7 +131,8 @@ export const RULE_FIELDS = [
 
 const ID = /^[a-z0-9_-]{1,64}$/;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-const MAX_LIMIT = 1_000_000_000;
+/** The largest limit a rule, a tier or an override may give. */
+export const MAX_LIMIT = 1_000_000_000;
 const MAX_PRECISION = 60;
 /** The shortest penalty: anything shorter is over before a client could notice. */
 const MIN_BLOCK_FOR_MS = 1_000;
@@ -254,7 +255,7 @@ const parseFlag = (value: unknown): Result<boolean> =>
   typeof value === "boolean" ? ok(value) : fail(`must be true or false; got ${show(value)}`);
 
 /** An integer from 1 to `max`: a rule's `limit` or `precision`. */
-const parseIntegerFrom1 = (value: unknown, max: number): Result<number> =>
+export const parseIntegerFrom1 = (value: unknown, max: number): Result<number> =>
   typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= max
     ? ok(value)
     : fail(`must be an integer from 1 to ${max}; got ${show(value)}`);
