@@ -68,7 +68,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "id": must be 1–64 characters of [a-z0-9_-]; got "API"',
       'error: RULES[0] "API": field "limit": must be an integer from 1 to 1000000000; got 0',
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
-      'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
+      'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
       'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",

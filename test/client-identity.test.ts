@@ -73,6 +73,8 @@ describe("client keys", () => {
     header: () => null,
     cookie: () => null,
     query: () => null,
+    network: () => null,
+    claim: () => null,
     ...over,
   });
   const keyOf = (key: string[]) => {

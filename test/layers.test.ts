@@ -8,10 +8,10 @@
 import { describe, expect, it } from "vitest";
 
 /** Lowest first. The README's "Layout" section shows the same list. */
-const LAYERS = ["core", "observe", "object", "config", "http", "isolate", "worker", "entry"] as const;
+const LAYERS = ["core", "observe", "object", "config", "http", "identity", "isolate", "worker", "entry"] as const;
 type Layer = (typeof LAYERS)[number];
 
-const PACKAGES: Record<string, Layer> = { "cloudflare:workers": "object", hono: "worker" };
+const PACKAGES: Record<string, Layer> = { "cloudflare:workers": "object", jose: "identity", hono: "worker" };
 
 const sources = import.meta.glob<string>("../src/**/*.ts", { query: "?raw", import: "default", eager: true });
 

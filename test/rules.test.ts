@@ -149,7 +149,7 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "an unknown key characteristic",
       { ...base, key: ["user"] },
-      'RULES[0] "api": field "key": "user": unknown characteristic "user"; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
+      'RULES[0] "api": field "key": "user": unknown characteristic "user"; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
     ],
     [
       "a header without a name",
@@ -159,7 +159,7 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "a bad fallback",
       { ...base, key: ["header:x-api-key|"] },
-      'RULES[0] "api": field "key": "header:x-api-key|": unknown characteristic ""; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>',
+      'RULES[0] "api": field "key": "header:x-api-key|": unknown characteristic ""; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
     ],
     [
       "an empty key",

@@ -14,11 +14,18 @@ import { parseSettings, type SettingsInput } from "./settings.ts";
  * object) or its text, so a request costs a map lookup, not a parse.
  */
 export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: SettingsInput) => T {
-  const cache: Slots<Slots<Map<string, T>>> = slots();
+  const cache: Slots<Slots<Slots<Map<string, T>>>> = slots();
   return (input) => {
-    const byTiers = slotOf(cache, input.RULES, () => slots<Map<string, T>>());
-    const byRest = slotOf(byTiers, input.TIERS, () => new Map<string, T>());
-    const rest = `${input.IPV6_PREFIX}\u0000${input.TRUSTED_IP_HEADER}\u0000${input.LIMITER_TIMEOUT_MS}`;
+    const byTiers = slotOf(cache, input.RULES, () => slots<Slots<Map<string, T>>>());
+    const byJwt = slotOf(byTiers, input.TIERS, () => slots<Map<string, T>>());
+    const byRest = slotOf(byJwt, input.JWT, () => new Map<string, T>());
+    const rest = [
+      input.IPV6_PREFIX,
+      input.TRUSTED_IP_HEADER,
+      input.LIMITER_TIMEOUT_MS,
+      input.JWT_JWKS_URL,
+      input.JWT_JWKS,
+    ].join("\u0000");
     return getOrCreate(byRest, rest, () => parse(input));
   };
 }

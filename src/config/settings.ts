@@ -8,8 +8,9 @@
  */
 import { DEFAULT_IPV6_PREFIX } from "../core/ip.ts";
 import { all, fail, ok, type Result } from "../core/result.ts";
-import { parseRules, type Rule } from "../core/rules.ts";
+import { isClaim, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
+import { type JwtInput, type JwtSettings, parseJwt } from "./jwt.ts";
 import { parseTiers, type Tiers, withTiers } from "./tiers.ts";
 
 export type Settings = {
@@ -28,6 +29,13 @@ export type Settings = {
   keyHeaders: ReadonlySet<string>;
   /** `TIERS`: tier name → rule id → limit. Each rule also carries its own limits per tier. */
   tiers: Tiers;
+  /** Verified bearer tokens (`JWT`, `JWT_JWKS`, `JWT_JWKS_URL`); null when none are set. */
+  jwt: JwtSettings | null;
+  /**
+   * The rules that read the request's token: those keyed on a claim, and,
+   * with a `tier_claim`, those a tier gives a limit.
+   */
+  tokenRules: ReadonlySet<Rule>;
 };
 
 export const DEFAULT_TIMEOUT_MS = 1000;
@@ -39,7 +47,7 @@ export type SettingsInput = {
   TRUSTED_IP_HEADER?: string;
   LIMITER_TIMEOUT_MS?: string | number;
   TIERS?: unknown;
-};
+} & JwtInput;
 
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
 export function parseSettings(input: SettingsInput): Result<Settings> {
@@ -60,16 +68,21 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     trustedIpHeader: headerNameVar(input.TRUSTED_IP_HEADER),
     tiers: parseTiers(input.TIERS),
   });
-  if (!parsed.ok) return parsed;
+  const jwt = parseJwt(input, parsed.ok ? parsed.value.rules : []);
+  if (!parsed.ok || !jwt.ok) return fail(...(parsed.ok ? [] : parsed.errors), ...(jwt.ok ? [] : jwt.errors));
   const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers } = parsed.value;
   const rules = withTiers(parsed.value.rules, tiers);
+  const headers = keyHeaders(rules, trustedIpHeader);
+  if (jwt.value !== null) headers.add(jwt.value.header);
   return ok({
     rules,
     ipv6PrefixBits,
     trustedIpHeader,
     timeoutMs,
-    keyHeaders: keyHeaders(rules, trustedIpHeader),
+    keyHeaders: headers,
     tiers,
+    jwt: jwt.value,
+    tokenRules: new Set(rules.filter((rule) => readsToken(rule, jwt.value))),
   });
 }
 
@@ -105,6 +118,10 @@ function headerNameVar(raw: unknown): Result<string | null> {
   }
   return ok(raw.toLowerCase());
 }
+
+/** See {@link Settings.tokenRules}. */
+const readsToken = (rule: Rule, jwt: JwtSettings | null): boolean =>
+  jwt !== null && (rule.key.flat().some(isClaim) || (jwt.tierClaim !== null && rule.tiers !== undefined));
 
 /** See {@link Settings.keyHeaders}. */
 function keyHeaders(rules: Rule[], trustedIpHeader: string | null): Set<string> {

@@ -5,7 +5,7 @@
  * appears as an object name and a huge header value costs one digest.
  */
 import { matchingPath } from "./paths.ts";
-import type { Characteristic, Source } from "./rules.ts";
+import type { Characteristic, NetworkFact, Source } from "./rules.ts";
 
 /** What a key can be made of, read from one request. Lazy where reading costs. */
 export type RequestFacts = {
@@ -24,6 +24,10 @@ export type RequestFacts = {
   header: (name: string) => string | null;
   cookie: (name: string) => string | null;
   query: (name: string) => string | null;
+  /** A fact of `request.cf`, as a string; null where the runtime gives none. */
+  network: (fact: NetworkFact) => string | null;
+  /** A claim of the request's verified bearer token (see `claimAt`); null without one. */
+  claim: (path: string) => string | null;
 };
 
 export const sourceLabel = (s: Source): string => ("name" in s ? `${s.kind}:${s.name}` : s.kind);
@@ -45,6 +49,10 @@ function sourceValue(s: Source, facts: RequestFacts): string | null {
       return facts.cookie(s.name);
     case "query":
       return facts.query(s.name);
+    case "jwt":
+      return facts.claim(s.name);
+    default:
+      return facts.network(s.kind);
   }
 }
 

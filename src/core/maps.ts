@@ -4,7 +4,11 @@
  */
 
 /** The value stored under `key`, made and stored first if missing. */
-export function getOrCreate<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+export function getOrCreate<K, V>(
+  map: { get(key: K): V | undefined; set(key: K, value: V): unknown },
+  key: K,
+  make: () => V,
+): V {
   let value = map.get(key);
   if (value === undefined) {
     value = make();

@@ -73,9 +73,16 @@ export type RuleInput = {
 /** Where one part of a client key comes from. */
 export type Source =
   | { kind: "ip" | "method" | "host" }
+  /** A network fact from `request.cf`: the client's AS number, country, continent, or JA4 TLS fingerprint. */
+  | { kind: NetworkFact }
+  /** A claim of the verified bearer token, by its dot path (`org.id`). */
+  | { kind: "jwt"; name: string }
   /** The matching path (see `matchingPath`), with the case sensitivity of the rule the key belongs to. */
   | { kind: "path"; caseSensitive: boolean }
   | { kind: "header" | "cookie" | "query"; name: string };
+
+/** The facts of `request.cf` a key can be made of. */
+export type NetworkFact = "asn" | "country" | "continent" | "ja4";
 
 /** One part of a client key: its sources in order of preference; the first present one is used. */
 export type Characteristic = Source[];
@@ -105,6 +112,8 @@ export type Rule = WindowLimit & {
   excludeIps?: IpRange[];
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
+  /** The tier a verified token's `tier_claim` put this request in; `limit` is then that tier's. */
+  tier?: string;
 };
 
 export const RULE_FIELDS = [
@@ -331,8 +340,16 @@ function parseMethods(value: unknown): Result<ReadonlySet<string> | null> {
   return names.ok ? ok(new Set(names.value)) : names;
 }
 
-const SIMPLE_SOURCES = new Set(["ip", "method", "host"]);
-const NAMED_SOURCES = new Set(["header", "cookie", "query"]);
+const SIMPLE_SOURCES = new Set(["ip", "method", "host", "asn", "country", "continent", "ja4"]);
+const NAMED_SOURCES = new Set(["header", "cookie", "query", "jwt"]);
+/**
+ * A claim's dot path: names of up to 128 characters, none empty, with no
+ * space, `|`, `,` or `=` (which separate sources and admin key parameters).
+ */
+export const CLAIM_PATH = /^[^.\s|,=]{1,128}(\.[^.\s|,=]{1,128}){0,7}$/;
+
+/** Whether a source is a verified token's claim. */
+export const isClaim = (source: Source): source is { kind: "jwt"; name: string } => source.kind === "jwt";
 
 /** A characteristic or a list of them, such as `["header:x-api-key|ip", "method"]`. */
 function parseKey(value: unknown, caseSensitive: boolean): Result<Characteristic[]> {
@@ -351,16 +368,21 @@ function parseCharacteristic(item: unknown, caseSensitive: boolean): Result<Char
 }
 
 function parseSource(text: string, caseSensitive: boolean): Result<Source> {
-  if (SIMPLE_SOURCES.has(text)) return ok({ kind: text as "ip" | "method" | "host" });
+  if (SIMPLE_SOURCES.has(text)) return ok({ kind: text as "ip" | "method" | "host" | NetworkFact });
   if (text === "path") return ok({ kind: "path", caseSensitive });
   const colon = text.indexOf(":");
   const kind = colon < 0 ? text : text.slice(0, colon);
   if (!NAMED_SOURCES.has(kind)) {
     return fail(
-      `unknown characteristic ${show(text)}; use ip, path, method, host, header:<name>, cookie:<name> or query:<name>`,
+      `unknown characteristic ${show(text)}; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>`,
     );
   }
   const name = colon < 0 ? "" : text.slice(colon + 1);
+  if (kind === "jwt") {
+    return CLAIM_PATH.test(name)
+      ? ok({ kind: "jwt", name })
+      : fail('jwt: needs a claim, or a dot path to one, as in "jwt:sub" or "jwt:org.id"');
+  }
   if (kind === "query" ? name === "" : !TOKEN.test(name))
     return fail(`${kind}: needs a name, as in "${kind}:x-api-key"`);
   return ok({ kind: kind as "header" | "cookie" | "query", name: kind === "header" ? name.toLowerCase() : name });

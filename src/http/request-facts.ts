@@ -3,12 +3,19 @@
  * Who is calling: the facts a client key is made of, read from a request.
  */
 import type { Settings } from "../config/settings.ts";
+import { type Claims, claimAt } from "../core/claims.ts";
 import { ipKey } from "../core/ip.ts";
 import { type RequestFacts, readCookie } from "../core/keys.ts";
 import type { RequestPath } from "../core/paths.ts";
+import type { NetworkFact } from "../core/rules.ts";
 
 /** What client keys are made of, read lazily from the request: most keys need neither a URL parse nor an IP parse. */
-export function requestFacts(request: Request, path: RequestPath, settings: Settings): RequestFacts {
+export function requestFacts(
+  request: Request,
+  path: RequestPath,
+  settings: Settings,
+  claims: Claims | null = null,
+): RequestFacts {
   const headers = request.headers;
   let ip: string | undefined;
   let url: URL | undefined;
@@ -28,7 +35,18 @@ export function requestFacts(request: Request, path: RequestPath, settings: Sett
     header: (name) => headers.get(name),
     cookie: (name) => readCookie(headers.get("cookie"), name),
     query: (name) => parsed().searchParams.get(name),
+    network: (fact) => networkFact(request, fact),
+    claim: (path) => (claims === null ? null : claimAt(claims, path)),
   };
+}
+
+/** What `request.cf` says of the client's network; null where the runtime says nothing. */
+function networkFact(request: Request, fact: NetworkFact): string | null {
+  const cf = (request as { cf?: Record<string, unknown> }).cf;
+  if (cf === undefined) return null;
+  const value = fact === "ja4" ? (cf.botManagement as { ja4?: unknown } | undefined)?.ja4 : cf[fact];
+  if (typeof value === "number") return Number.isSafeInteger(value) ? String(value) : null;
+  return typeof value === "string" && value.length <= 256 ? value : null;
 }
 
 /**

@@ -7,9 +7,10 @@
  * and lease units are given back.
  */
 import type { Settings } from "../config/settings.ts";
+import { type Claims, claimAt } from "../core/claims.ts";
 import { type Address, parseAddress } from "../core/ip.ts";
 import { canonicalKey, customCanonicalKey, type RequestFacts } from "../core/keys.ts";
-import { pathnameOf, requestPath } from "../core/paths.ts";
+import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import { type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
 import { send } from "../http/problem.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
@@ -21,7 +22,7 @@ import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
 import type { Isolate } from "./isolate.ts";
 import type { SpentUnits } from "./leases.ts";
 import { knownReport, logKnown, readSettlements } from "./reports.ts";
-import { ruleUid } from "./rule-ids.ts";
+import { ruleUid, tierVariant } from "./rule-ids.ts";
 import { type KeyGroup, knownRefusals, type RuleRefusal, type Settlement, settle } from "./settle.ts";
 
 export type Outcome =
@@ -65,10 +66,47 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
     (rule) => ruleMatches(rule, request.method, path) && ruleCoversClient(rule, address),
   );
   if (matched.length === 0) return NO_HEADERS;
+  const claims = claimsFor(request, matched, options);
+  if (claims instanceof Promise) {
+    const startedAtMs = isolate.clock();
+    return claims.then((verified) => decideMatched({ request, path, matched, claims: verified, startedAtMs }, options));
+  }
+  return decideMatched({ request, path, matched, claims }, options);
+}
 
+/** A request whose matching rules are known, and its token's claims. */
+type Matched = {
+  request: Request;
+  path: RequestPath;
+  matched: Rule[];
+  claims: Claims | null;
+  /** When the decision started, if it waited for the token's keys: its deadline counts from here. */
+  startedAtMs?: number;
+};
+
+/** The request's verified claims, when a matched rule reads them; null at once when none does. */
+function claimsFor(request: Request, matched: Rule[], options: DecideOptions): Claims | null | Promise<Claims | null> {
+  const { settings, isolate, background } = options;
+  const jwt = settings.jwt;
+  if (jwt === null || !matched.some((rule) => settings.tokenRules.has(rule))) return null;
+  // Half the decision's time at most goes to fetching keys; the counting call keeps the rest.
+  return isolate.tokens.claimsOf(request.headers, jwt, { waitMs: settings.timeoutMs / 2, background });
+}
+
+/** The rules with the limits of the tier the token's `tier_claim` names, if it names one of `TIERS`. */
+function inClaimedTier(rules: Rule[], claims: Claims | null, settings: Settings): Rule[] {
+  const claim = settings.jwt?.tierClaim;
+  if (claims === null || claim == null) return rules;
+  const tier = claimAt(claims, claim);
+  return tier !== null && settings.tiers.has(tier) ? rules.map((rule) => tierVariant(rule, tier)) : rules;
+}
+
+function decideMatched(request: Matched, options: DecideOptions): Outcome | Promise<Outcome> {
+  const { settings, isolate } = options;
+  const matched = inClaimedTier(request.matched, request.claims, settings);
   const groups =
     options.clientKey === undefined
-      ? groupByKey(matched, requestFacts(request, path, settings), isolate)
+      ? groupByKey(matched, requestFacts(request.request, request.path, settings, request.claims), isolate)
       : [oneGroup(matched, customCanonicalKey(options.clientKey), isolate)];
   const policies = matched.filter((rule) => rule.action === "block");
   const nowMs = isolate.clock();
@@ -89,7 +127,7 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
       options,
     );
   }
-  return settleRest({ groups, spent, policies, startedAtMs: nowMs }, options);
+  return settleRest({ groups, spent, policies, startedAtMs: request.startedAtMs ?? nowMs }, options);
 }
 
 /** A request's key groups, the lease units already spent for some, and when its decision started. */

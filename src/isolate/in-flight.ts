@@ -11,8 +11,9 @@
  * state on its own timers, gives up at a deadline counted from its own
  * start, and then decides on its own.
  */
+
+import { LruMap } from "../core/lru.ts";
 import type { FailureReason } from "../object/protocol.ts";
-import { LruMap } from "./lru.ts";
 
 /** How a call ended, as waiters read it. */
 export type Landing =

@@ -2,17 +2,21 @@
  * @module
  * What one isolate remembers between requests, as one value: its clock, the
  * secret its key digests are made with, leases, known refusals, calls in
- * flight, how often refusals were logged, and what it counted about itself.
+ * flight, how often refusals were logged, what it counted about itself,
+ * and the bearer tokens it verified.
  * The Worker makes one per isolate; a library user may make their own to
  * size it or share it between middlewares, and tests make several, as
  * several isolates would be.
  */
 import { randomDigestKey, sipHash24 } from "../core/digest.ts";
+import type { Rule } from "../core/rules.ts";
+import { Tokens } from "../identity/tokens.ts";
 import { IsolateCounters } from "./counters.ts";
 import { CallsInFlight } from "./in-flight.ts";
 import { DEFAULT_MAX_REFUSAL_MS, KnownRefusals } from "./known-refusals.ts";
 import { DEFAULT_MAX_LEASE_UNITS, LeaseBook } from "./leases.ts";
 import { DEFAULT_LOG_EVERY_MS, RefusalLog } from "./refusal-log.ts";
+import { variantsOf } from "./rule-ids.ts";
 
 export type IsolateOptions = {
   /**
@@ -58,6 +62,8 @@ export type Isolate = {
   /** How often an ignored `cost_header` value was logged, per key and rule. */
   costHeaderLog: RefusalLog;
   counters: IsolateCounters;
+  /** Bearer tokens verified here, and the keys they were verified with. */
+  tokens: Tokens;
 };
 
 export const DEFAULT_MAX_KEYS = 10_000;
@@ -66,16 +72,19 @@ export function createIsolate(options: IsolateOptions = {}): Isolate {
   const maxKeys = options.maxKeys ?? DEFAULT_MAX_KEYS;
   const counters = new IsolateCounters();
   const key = randomDigestKey();
+  // Read at each call, not captured: a test may swap the global clock.
+  const clock = options.clock ?? (() => Date.now());
+  const digest = (text: string) => sipHash24(key, text);
   return {
-    // Read at each call, not captured: a test may swap the global clock.
-    clock: options.clock ?? (() => Date.now()),
-    digest: (canonical) => sipHash24(key, canonical),
+    clock,
+    digest,
     leases: new LeaseBook({ maxKeys, maxUnits: options.maxLeaseUnits ?? DEFAULT_MAX_LEASE_UNITS, counters }),
     refusals: new KnownRefusals({ maxKeys, maxHoldMs: options.maxRefusalMs ?? DEFAULT_MAX_REFUSAL_MS }),
     flights: new CallsInFlight(maxKeys),
     refusalLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
     costHeaderLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
     counters,
+    tokens: new Tokens({ clock, digest, maxTokens: maxKeys }),
   };
 }
 
@@ -85,4 +94,17 @@ let shared: Isolate | undefined;
 export function defaultIsolate(): Isolate {
   shared ??= createIsolate();
   return shared;
+}
+
+/**
+ * Forgets, at once, what this isolate remembers of a client under a rule
+ * (in every tier a token put it in): its known refusal and its lease. Other
+ * isolates' refusals lapse within their cap.
+ */
+export function forgetClient(isolate: Isolate, rule: Rule, canonical: string): void {
+  const digest = isolate.digest(canonical);
+  for (const variant of variantsOf(rule)) {
+    isolate.refusals.forget(variant, digest, isolate.clock());
+    isolate.leases.forget(digest, variant, isolate.clock());
+  }
 }

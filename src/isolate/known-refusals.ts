@@ -12,9 +12,10 @@
  * ends early rather than late, and a cap on its life bounds how long an
  * admin reset takes to reach every isolate.
  */
+
+import { LruMap } from "../core/lru.ts";
 import type { Rule } from "../core/rules.ts";
 import type { RuleVerdict } from "../object/protocol.ts";
-import { LruMap } from "./lru.ts";
 import { ruleUid } from "./rule-ids.ts";
 
 /** Entries live at most this long, however far off `retryAfter` is. */

@@ -19,6 +19,8 @@
  * to matter. A key this isolate sees rarely gets few units or none, so few
  * sit counted and unspent here.
  */
+
+import { LruMap } from "../core/lru.ts";
 import type { Rule } from "../core/rules.ts";
 import {
   costOf,
@@ -30,7 +32,6 @@ import {
   unitsOf,
 } from "../object/protocol.ts";
 import type { IsolateCounters } from "./counters.ts";
-import { LruMap } from "./lru.ts";
 
 /** The demand window: a lease is no larger than the requests this isolate saw for the key in the last this many milliseconds. */
 export const DEMAND_WINDOW_MS = 60_000;

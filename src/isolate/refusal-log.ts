@@ -4,8 +4,9 @@
  * over, by the object and by this isolate alike. One line per key and rule
  * per interval says so, with `repeats`, the refusals since the previous line.
  */
+
+import { LruMap } from "../core/lru.ts";
 import type { Rule } from "../core/rules.ts";
-import { LruMap } from "./lru.ts";
 import { ruleUid } from "./rule-ids.ts";
 
 export const DEFAULT_LOG_EVERY_MS = 10_000;

@@ -17,6 +17,8 @@ export type RuleCheck = WindowLimit & {
   tiers?: Readonly<Record<string, number>>;
   /** The rule's penalty (`block_for`) in milliseconds; absent when it has none. */
   blockForMs?: number;
+  /** The tier whose limit `limit` is, when a verified token's claim chose it; an override still comes first. */
+  tier?: string;
 };
 
 /** Whether a rule's refusals start a penalty, and a running one is honoured: an enforcing rule with `block_for`. */
@@ -173,6 +175,7 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
   enforce: rule.action === "block",
   ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
   ...(rule.blockForMs > 0 ? { blockForMs: rule.blockForMs } : {}),
+  ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
 });
 
 const checks = new WeakMap<Rule, RuleCheck>();

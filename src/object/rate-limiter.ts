@@ -469,7 +469,7 @@ export class RateLimiter extends DurableObject<unknown> {
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
       holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
       ...(override ? { limit: rule.limit, override: override.kind } : {}),
-      ...(override?.kind === "tier" && rule.tiers?.[override.tier] !== undefined ? { tier: override.tier } : {}),
+      ...tierOf(rule, override),
     };
   }
 
@@ -545,4 +545,10 @@ function fixedVerdict(plan: Plan & { kind: "unlimited" | "deny" }, nowMs: number
     holdsForMs: waitMs,
     override: "deny",
   };
+}
+
+/** The tier whose limit a verdict applied: an override's, or else the one the request's token claimed. */
+function tierOf(rule: RuleCheck, override: Override | undefined): { tier?: string } {
+  if (override === undefined) return rule.tier !== undefined ? { tier: rule.tier } : {};
+  return override.kind === "tier" && rule.tiers?.[override.tier] !== undefined ? { tier: override.tier } : {};
 }

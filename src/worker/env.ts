@@ -13,6 +13,12 @@ export type Env = {
   OVERRIDES?: DurableObjectNamespace<OverrideRegistry>;
   /** Named sets of per-rule limits an override can put a client in: `[vars.TIERS.pro]`, or the same as JSON. */
   TIERS?: unknown;
+  /** Verified bearer tokens for `jwt:<claim>` keys and `tier_claim`: `[vars.JWT]`, or the same as JSON. */
+  JWT?: unknown;
+  /** Secret: the JSON Web Key Set tokens are verified with. Or set `JWT_JWKS_URL`. */
+  JWT_JWKS?: string;
+  /** Where the JSON Web Key Set is fetched from, once per isolate, then refreshed. */
+  JWT_JWKS_URL?: string;
   /** The rules: `[[vars.RULES]]` in wrangler.toml, or the same list as a JSON string. */
   RULES?: unknown;
   /** Where allowed requests go: scheme, host and port. Unset: forward to the request's own URL (the zone's origin). */

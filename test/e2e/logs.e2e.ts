@@ -32,6 +32,8 @@ async function ipKeyPrefix(ip: string): Promise<string> {
     header: () => null,
     cookie: () => null,
     query: () => null,
+    network: () => null,
+    claim: () => null,
   };
   return (await hashKey(canonicalKey([[{ kind: "ip" }]], facts))).slice(0, 12);
 }

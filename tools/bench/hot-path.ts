@@ -39,6 +39,8 @@ const facts: RequestFacts = {
   header: (name) => headers.get(name),
   cookie: () => null,
   query: () => null,
+  network: () => null,
+  claim: () => null,
 };
 const path = requestPath("/api/users/42");
 const matched = settings.rules.filter((rule) => ruleMatches(rule, "GET", path));

@@ -86,6 +86,8 @@ function factsOf(values: Map<string, string>): RequestFacts {
     header: (name) => read(`header:${name}`),
     cookie: (name) => read(`cookie:${name}`),
     query: (name) => read(`query:${name}`),
+    network: (fact) => read(fact),
+    claim: (path) => read(`jwt:${path}`),
   };
 }
 

@@ -20,7 +20,7 @@ import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { problemResponse } from "../../http/problem.ts";
-import type { Isolate } from "../../isolate/isolate.ts";
+import { forgetClient, type Isolate } from "../../isolate/isolate.ts";
 import { type Change, logChange, type OverrideRegistry, type RegistryEntry } from "../../object/registry.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
 import { adminKey } from "./key.ts";
@@ -124,9 +124,7 @@ const overrideContext = (context: OverridesContext) => ({
  * isolates' refusals lapse within their cap (10 s by default).
  */
 function forgetHere({ isolate }: OverridesContext, rule: Rule, key: string): void {
-  const digest = isolate.digest(key);
-  isolate.refusals.forget(rule, digest, isolate.clock());
-  isolate.leases.forget(digest, rule, isolate.clock());
+  forgetClient(isolate, rule, key);
 }
 
 async function listOverrides(url: URL, settings: Settings, stub: ReturnType<typeof registryOf>): Promise<Response> {

@@ -9,7 +9,7 @@ import { hashKey } from "../../core/keys.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
-import type { Isolate } from "../../isolate/isolate.ts";
+import { forgetClient, type Isolate } from "../../isolate/isolate.ts";
 import { type LimiterNamespace, withDeadline } from "../../object/client.ts";
 import { toRuleCheck } from "../../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
@@ -61,9 +61,7 @@ async function reset({ rule, canonical, stub, about }: Client, { settings, isola
   const done = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
   if (!done.ok) return unavailable(about, done.message);
   // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
-  const digest = isolate.digest(canonical);
-  isolate.refusals.forget(rule, digest, isolate.clock());
-  isolate.leases.forget(digest, rule, isolate.clock());
+  forgetClient(isolate, rule, canonical);
   logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
   return json({ ...about, reset: true });
 }
