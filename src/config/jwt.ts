@@ -138,6 +138,7 @@ function strings(raw: unknown, field: string): Result<string[] | undefined> {
 
 function duration(raw: unknown, field: string, unset: number, maxMs: number): Result<number> {
   if (raw === undefined) return ok(unset);
+  if (raw === 0 || (typeof raw === "string" && /^0(ms|s|m|h|d)?$/.test(raw))) return ok(0);
   const ms = parseDurationMs(raw);
   if (!ms.ok) return fail(`JWT.${field}: ${ms.errors[0]}`);
   return ms.value <= maxMs ? ms : fail(`JWT.${field}: must be at most ${maxMs / 1000} s; got ${show(raw)}`);

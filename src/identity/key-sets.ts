@@ -22,9 +22,12 @@ const KEY_SHAPES: Record<string, { kty: string; crv?: string }> = {
 /** Keys tried at most for one token that names no `kid`: a token cannot make the isolate try a whole set. */
 const MAX_CANDIDATES = 4;
 
+/** A key as jose verifies with it: a public key, or an HS256 secret's bytes. */
+export type VerifyingKey = CryptoKey | Uint8Array;
+
 /** A set of keys, ready to pick from, with each key imported once per algorithm. */
 export class KeyRing {
-  private readonly imported = new WeakMap<JsonWebKey, Promise<CryptoKey | null>>();
+  private readonly imported = new WeakMap<JsonWebKey, Promise<VerifyingKey | null>>();
 
   /**
    * @param keys the set's keys
@@ -53,17 +56,14 @@ export class KeyRing {
   }
 
   /** The key, imported for `alg`; null when its material is unusable (which is logged once). */
-  cryptoKey(jwk: JsonWebKey, alg: string): Promise<CryptoKey | null> {
+  cryptoKey(jwk: JsonWebKey, alg: string): Promise<VerifyingKey | null> {
     let key = this.imported.get(jwk);
     if (key === undefined) {
-      key = importJWK(jwk as Parameters<typeof importJWK>[0], alg).then(
-        (imported) => (imported instanceof Uint8Array ? null : imported),
-        (error: Error) => {
-          const kid = (jwk as { kid?: string }).kid;
-          logEvent({ event: "jwks_key_unusable", kid: kid ?? null, alg, error: error.message }, "warn");
-          return null;
-        },
-      );
+      key = importJWK(jwk as Parameters<typeof importJWK>[0], alg).catch((error: Error) => {
+        const kid = (jwk as { kid?: string }).kid;
+        logEvent({ event: "jwks_key_unusable", kid: kid ?? null, alg, error: error.message }, "warn");
+        return null;
+      });
       this.imported.set(jwk, key);
     }
     return key;

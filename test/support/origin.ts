@@ -30,6 +30,7 @@ export function startOrigin(port = 0): Promise<{ server: Server; port: number }>
       json(res, 200, { hits: hits.get(url.searchParams.get("tag") ?? "") ?? 0 });
       return;
     }
+    if (await servedKeySet(url, req, res)) return;
     const tag = req.headers["x-test-tag"];
     if (typeof tag === "string") hits.set(tag, (hits.get(tag) ?? 0) + 1);
     const body = await readBody(req);
@@ -83,6 +84,42 @@ export function startOrigin(port = 0): Promise<{ server: Server; port: number }>
   return new Promise((resolve) => {
     server.listen(port, "127.0.0.1", () => resolve({ server, port: (server.address() as AddressInfo).port }));
   });
+}
+
+/** How a test's key set endpoint answers: what it serves, with what status, how late, and how often it was asked. */
+type KeySetEndpoint = { body: unknown; status: number; delayMs: number; fetches: number };
+const keySets = new Map<string, KeySetEndpoint>();
+
+/**
+ * Key sets for the token tests, each under a name the test picks:
+ * `PUT /__jwks/<name>` with `{"body": <key set>, "status"?, "delayMs"?}` sets
+ * what `GET /jwks/<name>` answers; `GET /__jwks/<name>` says how many times
+ * it was fetched. The keys are the test's own, made when it runs.
+ */
+async function servedKeySet(url: URL, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+  const control = /^\/__jwks\/([\w-]+)$/.exec(url.pathname);
+  if (control && req.method === "PUT") {
+    const set = JSON.parse((await readBody(req)).toString()) as Partial<KeySetEndpoint>;
+    const fetches = keySets.get(control[1]!)?.fetches ?? 0;
+    keySets.set(control[1]!, { body: set.body, status: set.status ?? 200, delayMs: set.delayMs ?? 0, fetches });
+    json(res, 200, { ok: true });
+    return true;
+  }
+  if (control) {
+    json(res, 200, { fetches: keySets.get(control[1]!)?.fetches ?? 0 });
+    return true;
+  }
+  const served = /^\/jwks\/([\w-]+)$/.exec(url.pathname);
+  if (!served) return false;
+  const endpoint = keySets.get(served[1]!);
+  if (endpoint === undefined) {
+    json(res, 404, { error: "no such key set" });
+    return true;
+  }
+  endpoint.fetches++;
+  if (endpoint.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, endpoint.delayMs));
+  json(res, endpoint.status, endpoint.body);
+  return true;
 }
 
 /** A port with nothing listening on it: an origin that is down. */
