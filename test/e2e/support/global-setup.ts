@@ -8,6 +8,7 @@ import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { exportJWK, generateKeyPair } from "jose";
 import type { TestProject } from "vitest/node";
 import { startOrigin } from "./origin.ts";
 import { startWrangler } from "./wrangler.ts";
@@ -25,11 +26,18 @@ export default async function setup(project: TestProject) {
   const origin = await startOrigin();
   // A fresh admin token per run: it turns the admin API on, for overrides.e2e.ts.
   const adminToken = randomBytes(16).toString("hex");
+  // A fresh ES256 key pair per run, for jwt.e2e.ts: the Worker gets the public half as
+  // JWT_JWKS, the tests the private half to sign tokens with. No key is ever checked in.
+  const signing = await signingKey();
   const started = Date.now();
   const worker = await startWrangler({
     configPath,
     entryPath: ENTRY,
-    vars: { ORIGIN_URL: origin.url, ADMIN_TOKEN: adminToken },
+    vars: {
+      ORIGIN_URL: origin.url,
+      ADMIN_TOKEN: adminToken,
+      JWT_JWKS: JSON.stringify({ keys: [signing.publicJwk] }),
+    },
     persistTo: join(dir, "state"),
     logFile,
   }).catch(async (error: unknown) => {
@@ -45,6 +53,7 @@ export default async function setup(project: TestProject) {
   project.provide("wranglerPid", worker.pid);
   project.provide("wranglerLogFile", logFile);
   project.provide("adminToken", adminToken);
+  project.provide("jwtPrivateJwk", signing.privateJwk);
 
   return async () => {
     await worker.stop();
@@ -52,5 +61,15 @@ export default async function setup(project: TestProject) {
     // E2E_KEEP_LOGS=1 keeps wrangler's output and storage for a look after a failure.
     if (process.env.E2E_KEEP_LOGS) console.log(`e2e: kept ${dir}`);
     else rmSync(dir, { recursive: true, force: true });
+  };
+}
+
+/** An ES256 key pair as JSON Web Keys, both naming the same fresh `kid` and the algorithm. */
+async function signingKey() {
+  const { publicKey, privateKey } = await generateKeyPair("ES256", { extractable: true });
+  const named = { kid: `e2e-${randomBytes(4).toString("hex")}`, alg: "ES256", use: "sig" };
+  return {
+    publicJwk: { ...(await exportJWK(publicKey)), ...named },
+    privateJwk: { ...(await exportJWK(privateKey)), ...named },
   };
 }

@@ -1,3 +1,4 @@
+import type { JWK } from "jose";
 import "vitest";
 
 /** Values the end-to-end global setup provides to the tests. */
@@ -13,5 +14,10 @@ declare module "vitest" {
     wranglerLogFile: string;
     /** The Worker's ADMIN_TOKEN, which turns its admin API on. */
     adminToken: string;
+    /**
+     * The private half (ES256, with its `kid` and `alg`) of the key pair whose
+     * public half the Worker has in JWT_JWKS: tokens signed with it verify.
+     */
+    jwtPrivateJwk: JWK;
   }
 }
