@@ -2,7 +2,8 @@
  * The dependency rule of src/: each folder is one layer, and a file imports
  * only from its own layer and the layers below it, never from one above.
  * Packages are confined the same way: only the Durable Object layer touches
- * `cloudflare:workers`, only the Worker shell touches Hono.
+ * `cloudflare:workers`, only the identity layer touches jose, only the
+ * Worker shell touches Hono.
  */
 /// <reference types="vite/client" />
 import { describe, expect, it } from "vitest";
