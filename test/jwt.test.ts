@@ -434,6 +434,17 @@ describe("the admin API names a client by its claim", () => {
     expect([status.remaining, status.allowed]).toEqual([0, false]);
     expect((await admin("DELETE")).status).toBe(200);
     expect((await call(bearer(token))).status).toBe(200);
+    const rules = (await (await send("/__ratelimit/rules", { headers: bearer(ADMIN) })).json()) as { jwt: unknown };
+    expect(rules.jwt).toEqual({
+      header: "authorization",
+      cookie: null,
+      issuer: [ISSUER],
+      audience: [AUDIENCE],
+      clockSkewMs: 30_000,
+      algorithms: ["RS256", "ES256", "EdDSA", "HS256"],
+      tierClaim: null,
+      keys: { inline: ALGORITHMS.map((alg) => keys[alg].kid) },
+    });
     // The IP was never the key: it still has its own 2.
     expect([(await call({})).status, (await call({})).status, (await call({})).status]).toEqual([200, 200, 429]);
   });

@@ -3,6 +3,7 @@
  * How the admin API shows the configuration: each rule with its fields as
  * wrangler.toml spells them, and the settings beside them.
  */
+import type { JwtSettings } from "../../config/jwt.ts";
 import type { Settings } from "../../config/settings.ts";
 import { countAsWritten } from "../../core/count.ts";
 import { formatDuration } from "../../core/duration.ts";
@@ -73,6 +74,16 @@ export const settingsView = (settings: Settings) => ({
   trustedIpHeader: settings.trustedIpHeader,
   timeoutMs: settings.timeoutMs,
   tiers: Object.fromEntries([...settings.tiers].map(([tier, limits]) => [tier, Object.fromEntries(limits)])),
+  ...(settings.jwt === null ? {} : { jwt: jwtView(settings.jwt) }),
+});
+
+/** How tokens are verified; an inline key set by its key ids only, never its material. */
+const jwtView = ({ keys, ...jwt }: JwtSettings) => ({
+  ...jwt,
+  keys:
+    keys.kind === "url"
+      ? { url: keys.url, ttlMs: keys.ttlMs }
+      : { inline: keys.jwks.keys.map((key) => (key as { kid?: string }).kid ?? null) },
 });
 
 /** A JSON answer no cache keeps. */
