@@ -16,6 +16,8 @@ import { compileGlob, normalizePath } from "../src/core/paths.ts";
 import { parseRules, ruleMatches } from "../src/core/rules.ts";
 import shipped from "../wrangler.toml?raw";
 import broken from "./fixtures/broken-wrangler.json";
+import jwtSecretFixture from "./fixtures/jwt-secret-wrangler.json";
+import jwtFixture from "./fixtures/jwt-wrangler.json";
 import overrides from "./fixtures/overrides-wrangler.json";
 import { env } from "./support/env.ts";
 
@@ -23,6 +25,7 @@ const rule = (fields: Record<string, unknown>) => ({ id: "r", limit: 10, period:
 const findings = (vars: Record<string, unknown>): Finding[] => checkConfig({ vars }).findings;
 const warning = (message: string): Finding => ({ level: "warning", message });
 const error = (message: string): Finding => ({ level: "error", message });
+const danger = (message: string): Finding => ({ level: "danger", message });
 
 /**
  * The `[[name]]` tables of a TOML text, each `key = value` read as JSON: enough
@@ -101,7 +104,39 @@ describe("npm run check-config", () => {
       "overrides-wrangler.json: 2 rules, 1 error, 3 warnings",
     ]);
   });
+  it("prints the token fixture's dangers and warnings, naming each key by index and kid, never its material", () => {
+    const lines = formatReport(checkConfig(jwtFixture as WranglerConfig), "jwt-wrangler.json");
+    expect(lines).toEqual([
+      `DANGER: JWT_JWKS.keys[0] (kid "signing-2026"): holds private key material ("d"), in plain text in wrangler.toml and in your repository: verifying tokens needs only the public key, and whoever has this one can sign tokens with any claims. Keep only the public members, and replace the key pair: this one is in your repository's history`,
+      'DANGER: JWT_JWKS.keys[1] (kid "legacy"): is an "oct" (HS256) key, a shared secret, and JWT_JWKS is in [vars], so it is in plain text in wrangler.toml and in your repository: whoever reads it can sign tokens with any claims. Remove JWT_JWKS from [vars], run `wrangler secret put JWT_JWKS` with a new key, and declare it with [secrets] required = ["JWT_JWKS"]',
+      `warning: ${CLAIM_ONLY('RULES[0] "per-user"', "jwt:sub")}`,
+      'warning: RULES[1] "per-fingerprint": field "key": "ja4" is present only with Cloudflare Bot Management (Enterprise); without it, every request shares one key; add a fallback, such as "ja4|ip"',
+      `warning: ${UNKEYED_TIERS('RULES[2] "per-ip"', '["ip"]')}`,
+      "jwt-wrangler.json: 3 rules, 0 errors, 5 warnings (2 DANGER) - OK",
+    ]);
+    expect(lines.join("\n")).not.toMatch(/NOT-A-REAL-KEY/);
+  });
+
+  it("passes the fixture whose key set is a secret declared in [secrets], and warns of it undeclared", () => {
+    const declared = jwtSecretFixture as WranglerConfig;
+    expect(checkConfig(declared).findings).toEqual([]);
+    expect(checkConfig({ ...declared, secrets: undefined }).findings).toEqual([
+      warning(unseenKeys('rules "per-user" and "per-org" key on a token\'s claims')),
+    ]);
+  });
 });
+
+/** The warning for a characteristic made only of claims. */
+const CLAIM_ONLY = (label: string, key: string, per = "") =>
+  `${label}: field "key": "${key}" is only a token's claim, with no fallback, so every request without a valid token (none, expired, or signed with a key the limiter lacks) shares one key${per}, and one client can use up its limit for all of them; add a fallback, such as "${key}|ip"`;
+
+/** The warning for a tiered rule, with tier_claim "plan", keyed on no claim. */
+const UNKEYED_TIERS = (label: string, key: string) =>
+  `${label}: field "key": ${key} has no "jwt:" source, but TIERS gives the rule a limit per tier and JWT.tier_claim "plan" picks each request's tier from its token, so clients with different plans behind one key share one count, checked against a limit that changes with each request's token; key it on the token, such as "jwt:sub|ip"`;
+
+/** The warning for token keys neither in [vars] nor declared in [secrets]. */
+const unseenKeys = (reason: string) =>
+  `JWT_JWKS: ${reason}, and neither JWT_JWKS nor JWT_JWKS_URL is in [vars], so the Worker answers 500 to every request unless JWT_JWKS is set as a secret (\`wrangler secret put JWT_JWKS\`). Declare it with [secrets] required = ["JWT_JWKS"], so that wrangler deploy refuses to deploy without it (wrangler dev then reads only the secrets listed there from .dev.vars: list your others, such as ADMIN_TOKEN, too)`;
 
 describe("a trusted forwarding header, on a Worker behind Cloudflare", () => {
   it.each([
@@ -661,5 +696,267 @@ describe("other settings", () => {
   it("says OK when there are warnings and no errors (the command then exits 0)", () => {
     const lines = formatReport(checkConfig({ vars: { RULES: [rule({ period: "100ms" })] } }), "w.toml");
     expect(lines.at(-1)).toBe("w.toml: 1 rule, 0 errors, 1 warning - OK");
+  });
+});
+
+describe("verified tokens: JWT, JWT_JWKS and JWT_JWKS_URL", () => {
+  // Made-up key material: no message may ever show it.
+  const MATERIAL = /MATERIAL/;
+  const EC = { kty: "EC", crv: "P-256", kid: "ec1", x: "X-MATERIAL", y: "Y-MATERIAL" };
+  const OKP = { kty: "OKP", crv: "Ed25519", x: "X-MATERIAL" };
+  const RSA = { kty: "RSA", kid: "rsa1", n: "N-MATERIAL", e: "AQAB" };
+  const OCT = { kty: "oct", kid: "hs1", k: "K-MATERIAL" };
+  const JWKS = JSON.stringify({ keys: [EC] });
+  const JWKS_URL = "https://auth.example.com/.well-known/jwks.json";
+  const byToken = (fields: Record<string, unknown> = {}) => rule({ key: "jwt:sub|ip", ...fields });
+  const messages = (found: Finding[]) => found.map((f) => f.message).join("\n");
+
+  describe("errors, from the settings the Worker reads, each naming the variable", () => {
+    it.each([
+      [
+        "an unknown JWT field",
+        { JWT_JWKS: JWKS, JWT: { aud: "api" } },
+        'JWT: unknown field "aud"; the fields are header, cookie, issuer, audience, clock_skew, algorithms, tier_claim, jwks_ttl',
+      ],
+      [
+        "a JWT_JWKS that is not JSON",
+        { JWT_JWKS: '{"keys": [{"kty": "oct", "k": "K-MATERIAL"}' },
+        'JWT_JWKS: is not valid JSON; it must be a key set, {"keys": [...]}',
+      ],
+      [
+        "a JWT_JWKS that is not a key set",
+        { JWT_JWKS: JSON.stringify([OCT]) },
+        'JWT_JWKS: must be a key set, {"keys": [...]}, with 1 to 100 keys',
+      ],
+      [
+        "a key of an unknown type in JWT_JWKS",
+        { JWT_JWKS: JSON.stringify({ keys: [EC, { ...OCT, kty: "OCT" }] }) },
+        'JWT_JWKS.keys[1] (kid "hs1"): kty must be one of RSA, EC, OKP, oct; got "OCT"',
+      ],
+      [
+        "both JWT_JWKS and JWT_JWKS_URL",
+        { JWT_JWKS: JWKS, JWT_JWKS_URL: JWKS_URL },
+        "JWT_JWKS and JWT_JWKS_URL: set one, not both",
+      ],
+      [
+        "a JWT_JWKS_URL that is not http",
+        { JWT_JWKS_URL: "ftp://auth.example.com/jwks" },
+        'JWT_JWKS_URL: must be an http or https URL; got "ftp://auth.example.com/jwks"',
+      ],
+    ])("%s", (_, vars, message) => {
+      const found = findings({ RULES: [byToken()], ...vars });
+      expect(found).toEqual([error(message)]);
+      expect(messages(found)).not.toMatch(MATERIAL);
+    });
+
+    it("a JWT field's error, with the key set in a secret declared in [secrets]", () => {
+      const found = checkConfig({
+        vars: { RULES: [byToken()], JWT: { algorithms: ["none"] } },
+        secrets: { required: ["JWT_JWKS"] },
+      }).findings;
+      expect(found).toEqual([
+        error('JWT.algorithms: must be a non-empty list of RS256, ES256, EdDSA, HS256; got ["none"]'),
+      ]);
+    });
+
+    it("JWT_JWKS_URL beside a JWT_JWKS declared in [secrets] is both", () => {
+      const found = checkConfig({
+        vars: { RULES: [byToken()], JWT_JWKS_URL: JWKS_URL },
+        secrets: { required: ["JWT_JWKS"] },
+      }).findings;
+      expect(found).toEqual([error("JWT_JWKS and JWT_JWKS_URL: set one, not both")]);
+    });
+  });
+
+  describe("a key set in a secret, which the file never holds", () => {
+    it("rules keyed on a claim with no key set in [vars] get a warning, not an error: JWT_JWKS is a secret", () => {
+      const found = findings({ RULES: [byToken()] });
+      expect(found).toEqual([warning(unseenKeys('rule "r" keys on a token\'s claims'))]);
+      expect(formatReport({ rules: 1, findings: found }, "w.toml").at(-1)).toBe(
+        "w.toml: 1 rule, 0 errors, 1 warning - OK",
+      );
+    });
+
+    it("names every rule keyed on a claim", () => {
+      const rules = [byToken({ id: "a" }), rule({ id: "b", path: "/b" }), byToken({ id: "c", key: "jwt:org.id|ip" })];
+      expect(findings({ RULES: rules })).toEqual([warning(unseenKeys('rules "a" and "c" key on a token\'s claims'))]);
+    });
+
+    it("a JWT table with no key set in [vars] gets the same warning", () => {
+      expect(findings({ RULES: [rule({})], JWT: { audience: "api" } })).toEqual([warning(unseenKeys("JWT is set"))]);
+    });
+
+    it("a JWT_JWKS declared in [secrets] is taken as set: wrangler deploy refuses to deploy without it", () => {
+      const config = { vars: { RULES: [byToken()], JWT: { audience: "api" } }, secrets: { required: ["JWT_JWKS"] } };
+      expect(checkConfig(config).findings).toEqual([]);
+    });
+
+    it("a key set in [vars] needs no declaration", () => {
+      expect(findings({ RULES: [byToken()], JWT_JWKS: JWKS })).toEqual([]);
+      expect(findings({ RULES: [byToken()], JWT_JWKS_URL: JWKS_URL })).toEqual([]);
+    });
+
+    it("nothing reading tokens needs no key set", () => {
+      expect(findings({ RULES: [rule({ key: ["ip", "country"] })] })).toEqual([]);
+    });
+  });
+
+  describe("a key with no fallback", () => {
+    it.each([
+      [["jwt:sub"], "jwt:sub", ""],
+      ["jwt:org.id", "jwt:org.id", ""],
+      [["jwt:sub", "path"], "jwt:sub", ' (one for each value of "path")'],
+    ])("%j: only a claim, so requests without a valid token share one key", (key, label, per) => {
+      expect(findings({ RULES: [rule({ key })], JWT_JWKS: JWKS })).toEqual([
+        warning(CLAIM_ONLY('RULES[0] "r"', label, per)),
+      ]);
+    });
+
+    it("several claims, none a fallback, are still only claims", () => {
+      expect(findings({ RULES: [rule({ key: "jwt:sub|jwt:client_id" })], JWT_JWKS: JWKS })).toEqual([
+        warning(CLAIM_ONLY('RULES[0] "r"', "jwt:sub|jwt:client_id").replace("a token's claim", "a token's claims")),
+      ]);
+    });
+
+    it.each([
+      ["ja4", '"ja4" is', "every request", "", "ja4|ip"],
+      [
+        "jwt:sub|ja4",
+        '"jwt:sub|ja4" falls back to "ja4", which is',
+        'every request that lacks "jwt:sub"',
+        "",
+        "jwt:sub|ja4|ip",
+      ],
+      [["ja4", "method"], '"ja4" is', "every request", ' (one for each value of "method")', "ja4|ip"],
+    ])("%j: ja4 is present only with Bot Management", (key, which, lacking, per, fallback) => {
+      expect(findings({ RULES: [rule({ key })], JWT_JWKS: JWKS })).toEqual([
+        warning(
+          `RULES[0] "r": field "key": ${which} present only with Cloudflare Bot Management (Enterprise); without it, ${lacking} shares one key${per}; add a fallback, such as "${fallback}"`,
+        ),
+      ]);
+    });
+
+    it.each([
+      ["jwt:sub|ip"],
+      [["jwt:sub", "ip"]],
+      ["jwt:sub|header:x-api-key"],
+      ["ja4|ip"],
+      [["ja4", "ip"]],
+      [["asn", "country", "continent"]],
+    ])("%j is fine", (key) => {
+      expect(findings({ RULES: [rule({ key })], JWT_JWKS: JWKS })).toEqual([]);
+    });
+  });
+
+  describe("tier_claim", () => {
+    const claimed = (TIERS: unknown, rules = [byToken()]) =>
+      findings({ RULES: rules, TIERS, JWT_JWKS: JWKS, JWT: { tier_claim: "plan" } });
+
+    it.each([undefined, "", {}])("with TIERS %j, which defines no tier, changes no limit", (tiers) => {
+      expect(claimed(tiers)).toEqual([
+        warning(
+          'JWT.tier_claim: "plan" names each request\'s tier, but TIERS defines no tier, so the claim changes no limit; add tiers, such as [vars.TIERS.pro] with api-per-key = 10000, or remove tier_claim',
+        ),
+      ]);
+    });
+
+    it("with tiers that give no rule a limit changes no limit", () => {
+      expect(claimed({ pro: { other: 20 } })).toContainEqual(
+        warning(
+          'JWT.tier_claim: "plan" names each request\'s tier, but no tier of TIERS gives a rule a limit, so the claim changes no limit; give rules limits in the tiers, such as api-per-key = 10000, or remove tier_claim',
+        ),
+      );
+    });
+
+    it("on a tiered rule keyed on no claim: clients with different plans behind one key share one count", () => {
+      const rules = [rule({ key: ["ip", "path"] }), byToken({ id: "t", path: "/t" })];
+      expect(claimed({ pro: { r: 20, t: 20 } }, rules)).toEqual([
+        warning(UNKEYED_TIERS('RULES[0] "r"', '["ip","path"]')),
+      ]);
+    });
+
+    it.each([
+      ["a tiered rule keyed on a claim", { pro: { r: 20 } }, [byToken()]],
+      ["a rule keyed on no claim that no tier names", { pro: { t: 20 } }, [rule({}), byToken({ id: "t", path: "/t" })]],
+    ])("%s is fine", (_, tiers, rules) => {
+      expect(claimed(tiers, rules)).toEqual([]);
+    });
+
+    it("without tier_claim, tiers come from overrides by key, and any key is fine", () => {
+      expect(findings({ RULES: [rule({})], TIERS: { pro: { r: 20 } }, JWT_JWKS: JWKS })).toEqual([]);
+    });
+  });
+
+  describe("JWT_JWKS_URL", () => {
+    it("over plain http to another host: whoever is on the way can swap the keys; only the origin is shown", () => {
+      const found = findings({ RULES: [byToken()], JWT_JWKS_URL: "http://user:pw@auth.example.com/jwks?t=MATERIAL" });
+      expect(found).toEqual([
+        warning(
+          'JWT_JWKS_URL: "http://auth.example.com" is plain http, so whoever is on the network between Cloudflare and that host can replace the keys and sign tokens with any claims; use https (plain http is for an issuer on localhost, 127.0.0.1 or ::1)',
+        ),
+      ]);
+    });
+
+    it.each(["http://localhost:8788/jwks", "http://127.0.0.1/jwks", "http://[::1]:9000/jwks", JWKS_URL])(
+      "%s is fine",
+      (url) => {
+        expect(findings({ RULES: [byToken()], JWT_JWKS_URL: url })).toEqual([]);
+      },
+    );
+
+    it("with only HS256 allowed verifies no token: the limiter never uses an oct key from a URL", () => {
+      expect(findings({ RULES: [byToken()], JWT_JWKS_URL: JWKS_URL, JWT: { algorithms: ["HS256"] } })).toEqual([
+        warning(
+          'JWT.algorithms: allows only HS256, but the keys come from JWT_JWKS_URL, and the limiter never uses an "oct" (HS256) key from a URL (a shared secret is never published), so no token is ever verified and every "jwt:" source is missing; put the HS256 key in the secret JWT_JWKS instead, or allow RS256, ES256 or EdDSA',
+        ),
+      ]);
+    });
+
+    it("HS256 beside another algorithm, from a URL, is fine", () => {
+      const vars = { RULES: [byToken()], JWT_JWKS_URL: JWKS_URL, JWT: { algorithms: ["HS256", "RS256"] } };
+      expect(findings(vars)).toEqual([]);
+    });
+
+    it("HS256 only, with the keys in a secret, is fine", () => {
+      const vars = { RULES: [byToken()], JWT: { algorithms: ["HS256"] } };
+      expect(checkConfig({ vars, secrets: { required: ["JWT_JWKS"] } }).findings).toEqual([]);
+    });
+  });
+
+  describe("what the keys in JWT_JWKS hold, in [vars] and so in plain text", () => {
+    const keyed = (...keys: unknown[]) => findings({ RULES: [byToken()], JWT_JWKS: { keys } });
+
+    it.each([
+      [
+        "an RSA key",
+        { ...RSA, d: "MATERIAL", p: "MATERIAL", q: "MATERIAL", dp: "MATERIAL", dq: "MATERIAL", qi: "MATERIAL" },
+        ' (kid "rsa1")',
+        '"d", "p", "q", "dp", "dq" and "qi"',
+      ],
+      ["an EC key", { ...EC, d: "D-MATERIAL" }, ' (kid "ec1")', '"d"'],
+      ["an OKP key with no kid", { ...OKP, d: "D-MATERIAL" }, "", '"d"'],
+    ])("a private key, %s, is a DANGER: only the public key is needed", (_, key, kid, members) => {
+      const found = keyed(EC, key);
+      expect(found).toEqual([
+        danger(
+          `JWT_JWKS.keys[1]${kid}: holds private key material (${members}), in plain text in wrangler.toml and in your repository: verifying tokens needs only the public key, and whoever has this one can sign tokens with any claims. Keep only the public members, and replace the key pair: this one is in your repository's history`,
+        ),
+      ]);
+      expect(messages(found)).not.toMatch(MATERIAL);
+    });
+
+    it("an oct (HS256) key is a DANGER: a shared secret in plain text", () => {
+      const found = findings({ RULES: [byToken()], JWT_JWKS: JSON.stringify({ keys: [OCT] }) });
+      expect(found).toEqual([
+        danger(
+          'JWT_JWKS.keys[0] (kid "hs1"): is an "oct" (HS256) key, a shared secret, and JWT_JWKS is in [vars], so it is in plain text in wrangler.toml and in your repository: whoever reads it can sign tokens with any claims. Remove JWT_JWKS from [vars], run `wrangler secret put JWT_JWKS` with a new key, and declare it with [secrets] required = ["JWT_JWKS"]',
+        ),
+      ]);
+      expect(messages(found)).not.toMatch(MATERIAL);
+    });
+
+    it("public keys are fine", () => {
+      expect(keyed(EC, OKP, RSA)).toEqual([]);
+    });
   });
 });

@@ -4,6 +4,12 @@
  * limiter's configuration offline, reading the file exactly as wrangler
  * does. Prints every error (naming the rule and field) and every warning.
  * Exit status: 0 with warnings only, 1 with errors, 2 when the file cannot be read.
+ *
+ * Secrets are never in the file. A `JWT_JWKS` listed in `[secrets] required`
+ * is taken as set, since `wrangler deploy` refuses to deploy without it; one
+ * that is neither there nor in [vars] is a warning, not an error, as it may
+ * have been set with `wrangler secret put`. `.dev.vars` is not read: it is
+ * what `wrangler dev` runs with, not what is deployed, and CI has none.
  */
 import { unstable_readConfig } from "wrangler";
 import { checkConfig, formatReport, type WranglerConfig } from "../src/config/check.ts";
