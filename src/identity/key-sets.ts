@@ -59,11 +59,18 @@ export class KeyRing {
   cryptoKey(jwk: JsonWebKey, alg: string): Promise<VerifyingKey | null> {
     let key = this.imported.get(jwk);
     if (key === undefined) {
-      key = importJWK(jwk as Parameters<typeof importJWK>[0], alg).catch((error: Error) => {
-        const kid = (jwk as { kid?: string }).kid;
-        logEvent({ event: "jwks_key_unusable", kid: kid ?? null, alg, error: error.message }, "warn");
-        return null;
-      });
+      key = importJWK(jwk as Parameters<typeof importJWK>[0], alg)
+        // jose gives an HS256 secret as bytes, and would import them again on every verification.
+        .then((imported) =>
+          imported instanceof Uint8Array
+            ? crypto.subtle.importKey("raw", imported, { name: "HMAC", hash: "SHA-256" }, false, ["verify"])
+            : imported,
+        )
+        .catch((error: Error) => {
+          const kid = (jwk as { kid?: string }).kid;
+          logEvent({ event: "jwks_key_unusable", kid: kid ?? null, alg, error: error.message }, "warn");
+          return null;
+        });
       this.imported.set(jwk, key);
     }
     return key;

@@ -5,17 +5,23 @@
  *
  * Each step runs in a loop for about half a second; the figure is the mean
  * time per call. Compare them with the Durable Object figures in the README.
+ * Verifying a bearer token that is not in the isolate's cache is timed over
+ * a pool of distinct tokens signed beforehand, one verification per token,
+ * so every one misses. The signing keys are made at each run, never kept.
  *
  * It runs in Node but is typechecked as Worker code (tsconfig.json): it runs
  * the Worker's own decision, and uses nothing Node lacks.
  */
+import { exportJWK, generateKeyPair, generateSecret, type JWK, SignJWT } from "jose";
+import { JWT_ALGORITHMS, type JwtAlgorithm } from "../../src/config/jwt.ts";
 import { parseSettings } from "../../src/config/settings.ts";
 import { ipKey } from "../../src/core/ip.ts";
 import { canonicalKey, hashKey, type RequestFacts } from "../../src/core/keys.ts";
 import { normalizePath, requestPath } from "../../src/core/paths.ts";
-import { ruleMatches } from "../../src/core/rules.ts";
+import { type Rule, ruleMatches } from "../../src/core/rules.ts";
 import { type Reported, rateLimitHeaders } from "../../src/http/rate-limit-headers.ts";
 import { tooManyRequests } from "../../src/http/refusals.ts";
+import { requestFacts } from "../../src/http/request-facts.ts";
 import { decide } from "../../src/isolate/decide.ts";
 import { createIsolate } from "../../src/isolate/isolate.ts";
 import type { LimiterNamespace } from "../../src/object/client.ts";
@@ -60,17 +66,23 @@ const refused: Reported[] = reports.map((r) => ({
   ...r,
   verdict: { ...r.verdict, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 16_001 },
 }));
-/** An isolate holding a lease for the client that never runs out, so every spend in the loop finds a unit. */
-function leasing(granted: RuleVerdict) {
+/**
+ * An isolate holding, for each of the client's keys (its canonical key and
+ * the matched rules that make it), a lease that never runs out, so every
+ * spend in the loop finds a unit.
+ */
+function leasing(granted: RuleVerdict, groups: [string, Rule[]][] = [[canonical, matched]]) {
   const iso = createIsolate();
-  iso.leases.keep(iso.digest(canonical), {
-    name: "0".repeat(64),
-    rules: matched,
-    verdicts: matched.map(() => granted),
-    lease: { units: 1e9, receipts: matched.map(() => verdict.counted!), expiresInMs: 3_600_000 },
-    sentAtMs: Date.now(),
-    asked: true,
-  });
+  for (const [key, rules] of groups) {
+    iso.leases.keep(iso.digest(key), {
+      name: "0".repeat(64),
+      rules,
+      verdicts: rules.map(() => granted),
+      lease: { units: 1e9, receipts: rules.map(() => verdict.counted!), expiresInMs: 3_600_000 },
+      sentAtMs: Date.now(),
+      asked: true,
+    });
+  }
   return iso;
 }
 const isolate = leasing(verdict);
@@ -99,6 +111,82 @@ function refusingWith(base: RuleVerdict) {
 }
 const refusing = refusingWith(verdict);
 const refusingOverridden = refusingWith(withOverride);
+
+// Bearer tokens: one signing key per algorithm the limiter verifies, made now (none is checked in), all in one
+// key set, as `JWT_JWKS` holds it, and the shipped rules plus one keyed on the token's subject.
+type Signer = { alg: JwtAlgorithm; kid: string; key: CryptoKey; jwk: JWK };
+async function signer(alg: JwtAlgorithm): Promise<Signer> {
+  const kid = `bench-${alg.toLowerCase()}`;
+  if (alg === "HS256") {
+    const secret = await generateSecret(alg, { extractable: true });
+    const { k } = await exportJWK(secret);
+    return { alg, kid, key: secret, jwk: { kty: "oct", k, kid } };
+  }
+  const pair = await generateKeyPair(
+    alg,
+    alg === "RS256" ? { modulusLength: 2048 } : alg === "EdDSA" ? { crv: "Ed25519" } : {},
+  );
+  return { alg, kid, key: pair.privateKey, jwk: { ...(await exportJWK(pair.publicKey)), kid, alg, use: "sig" } };
+}
+const signers = await Promise.all(JWT_ALGORITHMS.map(signer));
+const signerOf = (alg: JwtAlgorithm) => signers.find((s) => s.alg === alg)!;
+const ISSUER = "https://auth.example.com/";
+const AUDIENCE = "api";
+const issuedAt = Math.floor(Date.now() / 1000);
+/** A token such as an identity provider issues, told apart from the others by its `jti`. */
+const tokenBy = (s: Signer, jti: string) =>
+  new SignJWT({ sub: "user-42", scope: "read write" })
+    .setProtectedHeader({ alg: s.alg, kid: s.kid, typ: "JWT" })
+    .setIssuer(ISSUER)
+    .setAudience(AUDIENCE)
+    .setIssuedAt(issuedAt)
+    .setExpirationTime(issuedAt + 3600)
+    .setJti(jti)
+    .sign(s.key);
+const bearer = (token: string) => new Headers({ ...Object.fromEntries(headers), authorization: `Bearer ${token}` });
+const jwtParsed = parseSettings({
+  RULES: [...shippedRules, { id: "api-per-user", path: "/api/*", limit: 1000, period: "1h", key: ["jwt:sub|ip"] }],
+  JWT_JWKS: JSON.stringify({ keys: signers.map((s) => s.jwk) }),
+  JWT: { issuer: ISSUER, audience: AUDIENCE },
+});
+if (!jwtParsed.ok) throw new Error(jwtParsed.errors.join("\n"));
+const jwtSettings = jwtParsed.value;
+const jwt = jwtSettings.jwt!;
+const wait = { waitMs: jwtSettings.timeoutMs / 2, background: () => {} };
+
+/** `claimsOf` for a token the isolate verified before: the header read, its SipHash digest and an LRU lookup. */
+async function cachedClaims(alg: JwtAlgorithm): Promise<Step> {
+  const iso = createIsolate();
+  const withToken = bearer(await tokenBy(signerOf(alg), "cached"));
+  const claims = await iso.tokens.claimsOf(withToken, jwt, wait);
+  if (claims === null || iso.tokens.claimsOf(withToken, jwt, wait) instanceof Promise) {
+    throw new Error(`an ${alg} token, verified once, is not answered from the cache`);
+  }
+  const length = withToken.get("authorization")!.length - "Bearer ".length;
+  return {
+    name: `read a verified ${alg} token's claims from the cache (${length} chars; header, SipHash, LRU)`,
+    run: () => iso.tokens.claimsOf(withToken, jwt, wait),
+  };
+}
+const cachedClaimSteps = await Promise.all(JWT_ALGORITHMS.map(cachedClaims));
+
+// A whole decision with the token rule: the client's RS256 token verified before, a lease for each of its two keys
+// (its IP, for the shipped rules; its subject, for the token rule).
+const jwtRequest = new Request(url, { headers: bearer(await tokenBy(signerOf("RS256"), "decide")) });
+const jwtMatched = jwtSettings.rules.filter((rule) => ruleMatches(rule, "GET", path));
+const jwtFacts = requestFacts(jwtRequest, path, jwtSettings, { sub: "user-42" });
+const jwtGroups = new Map<string, Rule[]>();
+for (const rule of jwtMatched) {
+  const key = canonicalKey(rule.key, jwtFacts);
+  jwtGroups.set(key, [...(jwtGroups.get(key) ?? []), rule]);
+}
+const jwtIsolate = leasing(verdict, [...jwtGroups]);
+const decideWithToken = () =>
+  decide(jwtRequest, { settings: jwtSettings, ns: noObjects, isolate: jwtIsolate, background: () => {} });
+const first = await decideWithToken();
+if (jwtGroups.size !== 2 || first.kind !== "allow" || decideWithToken() instanceof Promise) {
+  throw new Error("the decision with a token rule is not made from leases and the token cache alone");
+}
 // The refusal's first log line would land in the table.
 const print = console.log.bind(console);
 console.log = () => {};
@@ -115,6 +203,7 @@ const steps: Step[] = [
   { name: "make the canonical key", run: () => canonicalKey(matched[0]!.key, facts) },
   { name: "digest the key (SipHash-2-4, for the isolate's caches)", run: () => isolate.digest(canonical) },
   { name: "spend a lease unit", run: () => isolate.leases.spend(digest, matched, Date.now()) },
+  ...cachedClaimSteps,
   { name: "build the RateLimit headers", run: () => rateLimitHeaders(matched, reports) },
   { name: "build a 429 problem response", run: () => tooManyRequests(matched, refused) },
   { name: "copy the RPC payload (structuredClone)", run: () => structuredClone(matched.map(ruleCheckOf)) },
@@ -122,6 +211,7 @@ const steps: Step[] = [
   { name: "decide a request from a known refusal, 429 and all", run: decideIn(refusing) },
   { name: "… from leases, the client with an override", run: decideIn(overridden) },
   { name: "… from a known refusal, the client with an override", run: decideIn(refusingOverridden) },
+  { name: "… from leases, the shipped rules + one keyed on jwt:sub\\|ip, token cached", run: decideWithToken },
 ];
 
 function time(run: () => unknown): number {
@@ -146,8 +236,52 @@ async function timeAsync(run: () => Promise<unknown>): Promise<number> {
   return ((performance.now() - started) * 1_000) / calls;
 }
 
+/**
+ * The mean time of an async call that needs a new input each time: `run` is
+ * awaited on each input in turn, the first `warmUp` of them untimed.
+ */
+async function timeEachAsync<T>(inputs: readonly T[], warmUp: number, run: (input: T) => Promise<unknown>) {
+  for (let i = 0; i < warmUp; i++) await run(inputs[i]!);
+  const started = performance.now();
+  for (let i = warmUp; i < inputs.length; i++) await run(inputs[i]!);
+  return ((performance.now() - started) * 1_000) / (inputs.length - warmUp);
+}
+
+const COLD_WARM_UP = 1_000;
+const COLD_TIMED = 3_000;
+/**
+ * Verifying a token the isolate has not seen (its key imported already, as the key set's first token leaves it):
+ * `claimsOf` awaited once for each of a pool of distinct tokens, signed before the clock starts.
+ */
+async function verifyCold(alg: JwtAlgorithm): Promise<number> {
+  const pool: Headers[] = [];
+  while (pool.length < COLD_WARM_UP + COLD_TIMED) {
+    const batch = Array.from({ length: 500 }, (_, i) => tokenBy(signerOf(alg), `cold-${pool.length + i}`));
+    pool.push(...(await Promise.all(batch)).map(bearer));
+  }
+  const iso = createIsolate();
+  await iso.tokens.claimsOf(bearer(await tokenBy(signerOf(alg), "import")), jwt, wait);
+  const us = await timeEachAsync(pool, COLD_WARM_UP, async (h) => iso.tokens.claimsOf(h, jwt, wait));
+  const failed = Object.values(iso.tokens.failures).reduce((a, b) => a + b, 0);
+  if (iso.tokens.verifications !== pool.length + 1 || failed > 0) {
+    throw new Error(
+      `${alg}: ${iso.tokens.verifications} verifications for ${pool.length + 1} tokens, ${failed} failed`,
+    );
+  }
+  return us;
+}
+const keySizes: Record<JwtAlgorithm, string> = {
+  RS256: "RS256, 2048-bit",
+  ES256: "ES256, P-256",
+  EdDSA: "EdDSA, Ed25519",
+  HS256: "HS256",
+};
+
 const rows = steps.map((step) => [step.name, time(step.run)] as const);
 rows.push(["hash the key (SHA-256, crypto.subtle)", await timeAsync(() => hashKey(canonical))]);
+for (const alg of JWT_ALGORITHMS) {
+  rows.push([`verify a token not in the cache (${keySizes[alg]}), per verification`, await verifyCold(alg)]);
+}
 print("| step | µs per call |\n| --- | ---: |");
 for (const [name, us] of rows) print(`| ${name} | ${us.toFixed(2)} |`);
 
