@@ -54,7 +54,7 @@ describe("npm run check-config", () => {
     const { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL, TIERS } = env;
     const bindings = tomlTables(shipped, "durable_objects.bindings") as { name: string; class_name: string }[];
     // The bindings read from the file are the ones the Worker runs with.
-    expect(bindings.map((b) => b.name)).toEqual(["RATE_LIMITER", "OVERRIDES"]);
+    expect(bindings.map((b) => b.name)).toEqual(["RATE_LIMITER", "OVERRIDES", "STATS"]);
     for (const { name } of bindings) expect(env[name as "RATE_LIMITER" | "OVERRIDES"]).toBeDefined();
     expect(TIERS).toBeDefined();
     const report = checkConfig({

@@ -143,6 +143,8 @@ type Binding = NonNullable<NonNullable<WranglerConfig["durable_objects"]>["bindi
 
 const REGISTRY_BINDING = "OVERRIDES";
 const REGISTRY_CLASS = "OverrideRegistry";
+const STATS_BINDING = "STATS";
+const STATS_CLASS = "StatsObject";
 
 /** The counters' binding, which the Worker cannot run without, then the overrides registry's, which it can. */
 function durableObjectFindings(config: WranglerConfig): Finding[] {
@@ -160,12 +162,16 @@ function durableObjectFindings(config: WranglerConfig): Finding[] {
     keeps: "its index of overrides",
     tag: nextTag(migrations, limiterUncreated),
   };
+  // Statistics are optional: without the binding there are none, and nothing else changes.
+  const statsBinding = bindings.find((b) => b.name === STATS_BINDING);
+  const stats: ObjectClass = { binding: STATS_BINDING, className: STATS_CLASS, keeps: "its statistics", tag: "v3" };
   return [
     ...(limiterBinding === undefined ? [noLimiterBinding(found)] : []),
     ...classFindings(limiter, limiterBinding, migrations),
     ...(registryBinding === undefined
       ? [noRegistryBinding(found, registry, migrations)]
       : classFindings(registry, registryBinding, migrations)),
+    ...(statsBinding === undefined ? [] : classFindings(stats, statsBinding, migrations)),
   ];
 }
 

@@ -25,6 +25,7 @@ export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: Sett
       input.LIMITER_TIMEOUT_MS,
       input.JWT_JWKS_URL,
       input.JWT_JWKS,
+      input.STATS_RAW_KEYS,
     ].join("\u0000");
     return getOrCreate(byRest, rest, () => parse(input));
   };

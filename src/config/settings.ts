@@ -36,6 +36,8 @@ export type Settings = {
    * with a `tier_claim`, those a tier gives a limit.
    */
   tokenRules: ReadonlySet<Rule>;
+  /** `STATS_RAW_KEYS`: the statistics keep refused clients' keys as written (an IP, an API key), not only hashes. */
+  statsRawKeys: boolean;
 };
 
 export const DEFAULT_TIMEOUT_MS = 1000;
@@ -47,6 +49,7 @@ export type SettingsInput = {
   TRUSTED_IP_HEADER?: string;
   LIMITER_TIMEOUT_MS?: string | number;
   TIERS?: unknown;
+  STATS_RAW_KEYS?: string | boolean;
 } & JwtInput;
 
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
@@ -67,10 +70,11 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     }),
     trustedIpHeader: headerNameVar(input.TRUSTED_IP_HEADER),
     tiers: parseTiers(input.TIERS),
+    statsRawKeys: booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS"),
   });
   const jwt = parseJwt(input, parsed.ok ? parsed.value.rules : []);
   if (!parsed.ok || !jwt.ok) return fail(...(parsed.ok ? [] : parsed.errors), ...(jwt.ok ? [] : jwt.errors));
-  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers } = parsed.value;
+  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys } = parsed.value;
   const rules = withTiers(parsed.value.rules, tiers);
   const headers = keyHeaders(rules, trustedIpHeader);
   if (jwt.value !== null) headers.add(jwt.value.header);
@@ -83,6 +87,7 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     tiers,
     jwt: jwt.value,
     tokenRules: new Set(rules.filter((rule) => readsToken(rule, jwt.value))),
+    statsRawKeys,
   });
 }
 
@@ -96,6 +101,13 @@ function rulesVar(raw: unknown): Result<Rule[]> {
     return fail(`RULES: is a string but not valid JSON (${(error as Error).message})`);
   }
   return parseRules(list);
+}
+
+/** A variable that is `true` or `false` (unset or empty: false). */
+function booleanVar(raw: unknown, name: string): Result<boolean> {
+  if (raw === undefined || raw === "" || raw === false || raw === "false") return ok(false);
+  if (raw === true || raw === "true") return ok(true);
+  return fail(`${name}: must be true or false; got ${show(raw)}`);
 }
 
 /** An integer variable: its name, its value when unset or empty, and its bounds. */

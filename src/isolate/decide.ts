@@ -24,6 +24,8 @@ import type { SpentUnits } from "./leases.ts";
 import { knownReport, logKnown, readSettlements } from "./reports.ts";
 import { ruleUid, tierVariant } from "./rule-ids.ts";
 import { type KeyGroup, knownRefusals, type RuleRefusal, type Settlement, settle } from "./settle.ts";
+import { flushStats, type StatsNamespace } from "./stats.ts";
+import { type AnalyticsSink, type TallyContext, tallyKnown, tallySettled } from "./tally.ts";
 
 export type Outcome =
   /**
@@ -49,6 +51,17 @@ export type DecideOptions = {
    * @default undefined: each rule's own `key`
    */
   clientKey?: string | undefined;
+  /**
+   * The statistics object's binding: the isolate counts its decisions and
+   * sends them there, at most every 10 s, in the background.
+   * @default undefined: no statistics
+   */
+  stats?: StatsNamespace | undefined;
+  /**
+   * A Workers Analytics Engine dataset: one data point per rule and decision.
+   * @default undefined: none
+   */
+  analytics?: AnalyticsSink | undefined;
 };
 
 const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
@@ -114,12 +127,16 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
   const known = groups.flatMap((group, i) => (spent[i] ? [] : knownRefusals(group, isolate, nowMs)));
   if (known.length > 0) {
     for (const s of spent) if (s) isolate.leases.giveBack(s);
+    const tally = tallyContext(request.request, options, nowMs);
+    if (tally) tallyKnown(groups, known, tally);
     return { kind: "refuse", response: knownRefusal(policies, known, isolate, nowMs) };
   }
   for (const group of groups) isolate.leases.noteRequest(group.digest, nowMs);
   sendOutbox(options);
   if (spent.every((s) => s !== undefined)) {
     const settlements = spent.map((s): Settlement => ({ via: "lease", spent: s! }));
+    const tally = tallyContext(request.request, options, nowMs);
+    if (tally) tallySettled(groups, settlements, true, tally);
     return allowed(
       groups,
       settlements,
@@ -127,11 +144,35 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
       options,
     );
   }
-  return settleRest({ groups, spent, policies, startedAtMs: request.startedAtMs ?? nowMs }, options);
+  return settleRest(
+    { request: request.request, groups, spent, policies, startedAtMs: request.startedAtMs ?? nowMs },
+    options,
+  );
+}
+
+/**
+ * Where this decision is counted, or null when neither the statistics
+ * object nor Analytics Engine is bound. Sends the isolate's statistics
+ * first when a flush is due: in the background, one call.
+ */
+function tallyContext(request: Request, options: DecideOptions, nowMs: number): TallyContext | null {
+  const { stats, analytics, isolate, settings } = options;
+  if (stats === undefined && analytics === undefined) return null;
+  if (stats !== undefined && isolate.stats.due(nowMs)) options.background(flushStats(isolate.stats, stats, { nowMs }));
+  const colo = (request as { cf?: { colo?: unknown } }).cf?.colo;
+  return {
+    isolate,
+    stats: stats !== undefined,
+    analytics,
+    colo: typeof colo === "string" ? colo : "",
+    rawKeys: settings.statsRawKeys,
+    nowMs,
+  };
 }
 
 /** A request's key groups, the lease units already spent for some, and when its decision started. */
 type Pending = {
+  request: Request;
   groups: KeyGroup[];
   /** Per group: the lease units spent for it, or undefined when it still needs settling. */
   spent: (SpentUnits | undefined)[];
@@ -141,7 +182,10 @@ type Pending = {
 };
 
 /** Settles the key groups no lease covered, and reads what came back. */
-async function settleRest({ groups, spent, policies, startedAtMs }: Pending, options: DecideOptions): Promise<Outcome> {
+async function settleRest(
+  { request, groups, spent, policies, startedAtMs }: Pending,
+  options: DecideOptions,
+): Promise<Outcome> {
   const { settings, isolate } = options;
   const deadlineMs = startedAtMs + settings.timeoutMs;
   const context = { ...options, otherKeys: groups.length > 1 };
@@ -154,6 +198,11 @@ async function settleRest({ groups, spent, policies, startedAtMs }: Pending, opt
   const nowMs = isolate.clock();
   const { reports, refused, closedBy } = readSettlements(groups, settlements, isolate, nowMs);
   const turnedAway = refused || closedBy.length > 0;
+  const tally = tallyContext(request, options, nowMs);
+  if (tally) {
+    tallySettled(groups, settlements, !turnedAway, tally);
+    if (tally.stats && settlements.some((s) => s.via === "call")) isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
+  }
   if (turnedAway) giveBackAll(groups, settlements, options);
   settlements.forEach((s, i) => {
     if (s.via === "call") watchLate(s.call, groups[i]!, turnedAway, options);

@@ -17,6 +17,7 @@ import { DEFAULT_MAX_REFUSAL_MS, KnownRefusals } from "./known-refusals.ts";
 import { DEFAULT_MAX_LEASE_UNITS, LeaseBook } from "./leases.ts";
 import { DEFAULT_LOG_EVERY_MS, RefusalLog } from "./refusal-log.ts";
 import { variantsOf } from "./rule-ids.ts";
+import { DEFAULT_FLUSH_EVERY_MS, StatsRecorder } from "./stats.ts";
 
 export type IsolateOptions = {
   /**
@@ -49,6 +50,11 @@ export type IsolateOptions = {
    * @default 10_000
    */
   logEveryMs?: number;
+  /**
+   * How often the isolate sends its statistics to the statistics object, at most, in milliseconds.
+   * @default 10_000
+   */
+  flushEveryMs?: number;
 };
 
 export type Isolate = {
@@ -64,6 +70,8 @@ export type Isolate = {
   counters: IsolateCounters;
   /** Bearer tokens verified here, and the keys they were verified with. */
   tokens: Tokens;
+  /** What this isolate decided since its last flush to the statistics object. */
+  stats: StatsRecorder;
 };
 
 export const DEFAULT_MAX_KEYS = 10_000;
@@ -85,6 +93,7 @@ export function createIsolate(options: IsolateOptions = {}): Isolate {
     costHeaderLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
     counters,
     tokens: new Tokens({ clock, digest, maxTokens: maxKeys }),
+    stats: new StatsRecorder(options.flushEveryMs ?? DEFAULT_FLUSH_EVERY_MS),
   };
 }
 

@@ -5,12 +5,19 @@
  */
 import type { RateLimiter } from "../object/rate-limiter.ts";
 import type { OverrideRegistry } from "../object/registry.ts";
+import type { StatsObject } from "../object/stats.ts";
 
 export type Env = {
   /** The Durable Object namespace that holds one counter object per client key. */
   RATE_LIMITER: DurableObjectNamespace<RateLimiter>;
   /** The index of per-client overrides (one object), which the admin API writes through. Unset: no overrides API. */
   OVERRIDES?: DurableObjectNamespace<OverrideRegistry>;
+  /** The statistics object (one for the deployment), which isolates send their counts to. Unset: no statistics. */
+  STATS?: DurableObjectNamespace<StatsObject>;
+  /** A Workers Analytics Engine dataset: one data point per rule and decision. Unset: none. */
+  ANALYTICS?: AnalyticsEngineDataset;
+  /** `true`: the statistics keep refused clients' keys as written (an IP, an API key) for admin readers. Default: hashes only. */
+  STATS_RAW_KEYS?: string;
   /** Named sets of per-rule limits an override can put a client in: `[vars.TIERS.pro]`, or the same as JSON. */
   TIERS?: unknown;
   /** Verified bearer tokens for `jwt:<claim>` keys and `tier_claim`: `[vars.JWT]`, or the same as JSON. */

@@ -11,6 +11,8 @@ import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
+import type { StatsNamespace } from "../isolate/stats.ts";
+import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { logEvent } from "../observe/log.ts";
 
@@ -122,6 +124,8 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       isolate: options.isolate ?? defaultIsolate(),
       background: background(c),
       clientKey: key === undefined ? undefined : await key(c),
+      stats: env.STATS as StatsNamespace | undefined,
+      analytics: env.ANALYTICS as AnalyticsSink | undefined,
     });
     const outcome = decided instanceof Promise ? await decided : decided;
     if (outcome.kind === "refuse") {

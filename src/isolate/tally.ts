@@ -1,0 +1,111 @@
+/**
+ * @module
+ * Counting what was decided: each matched rule's outcome for the request,
+ * into the isolate's statistics and, when bound, Workers Analytics Engine
+ * (one data point per rule and request). Nothing here can delay or change
+ * a decision.
+ */
+import type { Rule } from "../core/rules.ts";
+import type { StatsOutcome } from "../object/stats-protocol.ts";
+import { keyHashPrefix } from "../observe/log.ts";
+import type { Isolate } from "./isolate.ts";
+import type { KeyGroup, RuleRefusal, Settlement } from "./settle.ts";
+
+/** A Workers Analytics Engine dataset, as far as the limiter writes to it. */
+export type AnalyticsSink = {
+  writeDataPoint(point: { blobs?: string[]; doubles?: number[]; indexes?: string[] }): void;
+};
+
+/** Where a decision is counted, and what it needs to say about the request. */
+export type TallyContext = {
+  isolate: Isolate;
+  /** Whether the isolate counts for the statistics object (it is bound). */
+  stats: boolean;
+  analytics?: AnalyticsSink | undefined;
+  /** The data centre that decided (`request.cf.colo`); empty when unknown. */
+  colo: string;
+  /** Whether refused clients are kept as written (`STATS_RAW_KEYS`), not only as hashes. */
+  rawKeys: boolean;
+  nowMs: number;
+};
+
+/** One rule's outcome for a client: its key group, and its object's name when known. */
+type Counted = { rule: Rule; outcome: StatsOutcome; group: KeyGroup; name: string | null };
+
+const REFUSALS: ReadonlySet<StatsOutcome> = new Set(["refused", "refused_cached", "shadow_refused"]);
+
+/** Counts a request answered from refusals the isolate knows of: each rule that refused it. */
+export function tallyKnown(groups: KeyGroup[], known: RuleRefusal[], context: TallyContext): void {
+  for (const k of known) {
+    const group = groups.find((g) => g.digest === k.digest) ?? groups[0]!;
+    count({ rule: k.rule, outcome: "refused_cached", group, name: k.refusal.name }, context);
+  }
+}
+
+/**
+ * Counts a settled request: per rule, admitted (when the request went on),
+ * refused by its object or from what the isolate knew, a shadow rule's
+ * would-be refusal, or a failure, open or closed. A rule that admitted a
+ * request another rule refused counts nothing.
+ */
+export function tallySettled(
+  groups: KeyGroup[],
+  settlements: Settlement[],
+  admitted: boolean,
+  context: TallyContext,
+): void {
+  settlements.forEach((s, i) => {
+    const group = groups[i]!;
+    if (s.via === "known") {
+      tallyKnown(groups, s.known, context);
+      return;
+    }
+    const failed = s.via === "shared" ? s.failure : s.via === "call" && !s.call.outcome.ok ? s.call.outcome : null;
+    const name = s.via === "call" ? s.call.name : s.via === "lease" ? context.isolate.leases.nameOf(s.spent) : null;
+    group.rules.forEach((rule, j) => {
+      const outcome = failed ? failure(rule, failed.reason, context) : settledOutcome(rule, s, j, admitted);
+      if (outcome !== null) count({ rule, outcome, group, name }, context);
+    });
+  });
+}
+
+function settledOutcome(rule: Rule, s: Settlement, j: number, admitted: boolean): StatsOutcome | null {
+  const verdict =
+    s.via === "lease"
+      ? s.spent.verdicts[j]
+      : s.via === "call" && s.call.outcome.ok
+        ? s.call.outcome.result.verdicts[j]
+        : undefined;
+  // A shadow rule's would-be refusal is counted when the request went on: had another rule refused it, it counts nothing.
+  if (verdict !== undefined && !verdict.ruleAllows)
+    return rule.action === "block" ? "refused" : admitted ? "shadow_refused" : null;
+  return admitted ? "admitted" : null;
+}
+
+function failure(rule: Rule, reason: string, context: TallyContext): StatsOutcome {
+  if (context.stats) context.isolate.stats.failure(reason);
+  return rule.action === "block" && rule.onError === "closed" ? "failed_closed" : "failed_open";
+}
+
+function count({ rule, outcome, group, name }: Counted, context: TallyContext): void {
+  const { isolate, nowMs } = context;
+  if (context.stats) isolate.stats.count(rule, outcome, nowMs);
+  if (context.stats && name !== null && REFUSALS.has(outcome)) {
+    isolate.stats.refusedClient(rule, name, context.rawKeys ? () => asWritten(group.canonical) : null);
+  }
+  context.analytics?.writeDataPoint({
+    blobs: [rule.id, outcome, name === null ? "" : keyHashPrefix(name), context.colo],
+    doubles: [rule.cost ?? 1],
+    indexes: [rule.id],
+  });
+}
+
+/** A canonical key as the admin API names it: `ip=203.0.113.7`, parts joined by `&`. */
+export function asWritten(canonical: string): string {
+  try {
+    const parts = JSON.parse(canonical) as [string, string | null][];
+    return parts.map(([label, value]) => `${label}=${value ?? ""}`).join("&");
+  } catch {
+    return canonical;
+  }
+}
