@@ -5,6 +5,7 @@
  * request's answer and delays none.
  */
 import { describe, expect, it } from "vitest";
+import { hashKey } from "../src/core/keys.ts";
 import { decide, type Outcome } from "../src/isolate/decide.ts";
 import { createIsolate, type Isolate } from "../src/isolate/isolate.ts";
 import { flushStats, STATS_OBJECT, type StatsNamespace } from "../src/isolate/stats.ts";
@@ -13,7 +14,7 @@ import type { StatsView } from "../src/object/stats-protocol.ts";
 import { flakyNamespace } from "./support/chaos.ts";
 import { env } from "./support/env.ts";
 import { requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
-import { uniqueIp } from "./support/limiter.ts";
+import { from, limiter, uniqueIp } from "./support/limiter.ts";
 
 /** A statistics object of the test's own: the real class, under a name no other test uses. */
 function ownStats(): StatsNamespace & { view: (minutes?: number) => Promise<StatsView> } {
@@ -200,5 +201,28 @@ describe("a statistics object that fails changes no answer and delays none", () 
     const view = await stats.view();
     expect(view.health).toMatchObject({ lostFlushes: 2, lostDecisions: 2 });
     expect(isolate.stats.unreported).toEqual({ flushes: 0, decisions: 0 });
+  });
+});
+
+describe("Workers Analytics Engine, when bound", () => {
+  it("gets one data point per rule and decision: rule, outcome, key hash, colo, cost", async () => {
+    const points: { blobs?: string[]; doubles?: number[]; indexes?: string[] }[] = [];
+    const analytics = { writeDataPoint: (point: (typeof points)[number]) => points.push(point) };
+    const rule = { id: `ae-${crypto.randomUUID().slice(0, 8)}`, limit: 1, period: "1h", key: ["ip"], cost: 1 };
+    const send = limiter([rule], { ANALYTICS: analytics as unknown as AnalyticsEngineDataset, STATS: undefined });
+    const ip = uniqueIp();
+    expect([(await send("/a", from(ip))).status, (await send("/a", from(ip))).status]).toEqual([200, 429]);
+    const hash = (await hashKey(JSON.stringify([["ip", ip]]))).slice(0, 12);
+    expect(points).toEqual([
+      { blobs: [rule.id, "admitted", hash, ""], doubles: [1], indexes: [rule.id] },
+      { blobs: [rule.id, "refused", hash, ""], doubles: [1], indexes: [rule.id] },
+    ]);
+  });
+
+  it("is not needed: without it, or without STATS, nothing is written and nothing changes", async () => {
+    const rule = { id: `plain-${crypto.randomUUID().slice(0, 8)}`, limit: 1, period: "1h", key: ["ip"] };
+    const send = limiter([rule], { STATS: undefined });
+    const ip = uniqueIp();
+    expect([(await send("/a", from(ip))).status, (await send("/a", from(ip))).status]).toEqual([200, 429]);
   });
 });
