@@ -85,7 +85,8 @@ describe("authentication", () => {
     expect(res.status).toBe(200);
   });
 
-  it.each(["/__ratelimit/nope", "/__ratelimit", "/__ratelimit/", "//__ratelimit//rules", "/%5F%5Fratelimit/rules"])(
+  // `/__ratelimit` and `/__ratelimit/` are the dashboard's page, public (test/dashboard.test.ts).
+  it.each(["/__ratelimit/nope", "/__ratelimit/index.html", "//__ratelimit//rules", "/%5F%5Fratelimit/rules"])(
     "answers %s itself, never proxying it: 401 without the token",
     async (path) => {
       const tag = uniqueTag("admin-prefix");

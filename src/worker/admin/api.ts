@@ -9,6 +9,9 @@
  * - `GET    {prefix}/status?rule=<id>&key=<client>`
  * - `DELETE {prefix}/status?rule=<id>&key=<client>`
  * - `{prefix}/overrides`: per-client limits (see overrides.ts)
+ * - `GET    {prefix}/`: the dashboard, whose page and files alone need no token (see dashboard.ts)
+ * - `GET    {prefix}/stats?minutes=<1..1440>`, `GET {prefix}/metrics`: statistics (see stats.ts)
+ * - `GET` and `DELETE {prefix}/status?rule=<id>&hash=<hash>`: a client known by its hash (see status.ts)
  */
 import type { MiddlewareHandler } from "hono";
 import { parseAdminPrefix } from "../../config/admin-prefix.ts";
@@ -20,7 +23,9 @@ import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import { logEvent } from "../../observe/log.ts";
 import type { Env } from "../env.ts";
 import { bearerMatches, tokenName, unauthorized } from "./auth.ts";
+import { dashboard, isDashboardPath } from "./dashboard.ts";
 import { overrides } from "./overrides.ts";
+import { statistics } from "./stats.ts";
 import { clientStatus } from "./status.ts";
 import { json, settingsView } from "./views.ts";
 
@@ -56,6 +61,9 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
     const { value: prefix } = parsed;
     if (path !== prefix && !path.startsWith(`${prefix}/`)) return next();
 
+    // The dashboard's page, script and styles hold no data: the only paths answered without the token.
+    const sub = path.slice(prefix.length);
+    if (isDashboardPath(sub)) return dashboard(c.req.method, sub, prefix);
     if (!(await bearerMatches(c.req.header("authorization"), token))) {
       return unauthorized(c.req.header("authorization") !== undefined);
     }
@@ -68,6 +76,13 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
       prefix,
       env: c.env,
       isolate: options.isolate ?? defaultIsolate(),
+      background: (task) => {
+        try {
+          c.executionCtx.waitUntil(task);
+        } catch {
+          void task; // no execution context (a test calling the app directly): the task runs loose
+        }
+      },
     };
     return route(request);
   };
@@ -84,6 +99,8 @@ type AdminRequest = {
   prefix: string;
   env: Env;
   isolate: Isolate;
+  /** Keeps a task running after the response (`waitUntil`). */
+  background: (task: Promise<unknown>) => void;
 };
 
 const ROUTES: Record<string, string[]> = {
@@ -91,9 +108,21 @@ const ROUTES: Record<string, string[]> = {
   "/status": ["GET", "DELETE"],
   "/overrides": ["GET", "PUT", "DELETE"],
   "/overrides/import": ["POST"],
+  "/stats": ["GET"],
+  "/metrics": ["GET"],
 };
 
-async function route({ raw, by, method, route, url, prefix, env, isolate }: AdminRequest): Promise<Response> {
+async function route({
+  raw,
+  by,
+  method,
+  route,
+  url,
+  prefix,
+  env,
+  isolate,
+  background,
+}: AdminRequest): Promise<Response> {
   const allowed = ROUTES[route];
   if (allowed === undefined) return notFound(prefix);
   if (!allowed.includes(method)) return methodNotAllowed(`${prefix}${route}`, allowed);
@@ -109,6 +138,9 @@ async function route({ raw, by, method, route, url, prefix, env, isolate }: Admi
     });
   }
   if (route === "/rules") return json(settingsView(settings.value));
+  if (route === "/stats" || route === "/metrics") {
+    return statistics(route, url, { ns: env.STATS, settings: settings.value, isolate, background });
+  }
   if (route.startsWith("/overrides")) {
     return overrides(method, route, raw, { settings: settings.value, registry: env.OVERRIDES, isolate, by });
   }

@@ -3,13 +3,30 @@
  * `GET` and `DELETE {prefix}/status?rule=<id>&key=<client>`: one client's
  * count under one rule (and its penalty, while one lasts), read without
  * counting, or reset to unblock it (a reset lifts the penalty too).
+ *
+ * `hash=<64 lowercase hex digits>` names the client in place of `key=`: its
+ * object's name, the SHA-256 of its canonical key, as the statistics show a
+ * top offender (`topRefused[].hash`). So a client known only by its hash can
+ * be read and reset. A reset by hash reaches the object as one by key does;
+ * this isolate, which knows its clients by a keyed digest of the canonical
+ * key, not by the hash, forgets the client's cached refusal and lease at
+ * once only when it holds a live refusal of it (a refusal records the
+ * object's name, so the digest is found through it): the answer's
+ * `forgotten` says whether it did. When it did not, this isolate held no
+ * refusal of the client (or it had lapsed), so none can answer for it;
+ * a refusal of a call sent before the reset that answers after it is then
+ * remembered, as every other isolate's is, for at most `maxRefusalMs`
+ * (10 s by default), and a lease it holds for the client is spent until
+ * it ends rather than written off.
  */
 import type { Settings } from "../../config/settings.ts";
 import { hashKey } from "../../core/keys.ts";
+import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
 import { forgetClient, type Isolate } from "../../isolate/isolate.ts";
+import { ruleUid, variantsOf } from "../../isolate/rule-ids.ts";
 import { type LimiterNamespace, withDeadline } from "../../object/client.ts";
 import { toRuleCheck } from "../../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
@@ -29,41 +46,106 @@ export type StatusContext = {
   isolate: Isolate;
 };
 
+/** An object's name: the SHA-256 of a canonical key, in lowercase hex. */
+const OBJECT_NAME = /^[0-9a-f]{64}$/;
+
 /** Answers a status request: the client's count, or its reset. */
 export async function clientStatus(url: URL, context: StatusContext): Promise<Response> {
   const { settings } = context;
   const ruleId = url.searchParams.get("rule");
   const rule = settings.rules.find((r) => r.id === ruleId);
   if (rule === undefined) return unknownRule(ruleId, settings.rules);
-  const key = adminKey(rule, url.searchParams.getAll("key"), settings.ipv6PrefixBits);
-  if (!key.ok) return badRequest(MALFORMED_KEY, "Malformed key", { detail: key.errors.join(" ") });
-
-  const name = await hashKey(key.value);
+  const named = await clientNamed(url, rule, settings);
+  if (!named.ok) return badRequest(MALFORMED_KEY, "Malformed key", { detail: named.errors.join(" ") });
+  const { name, canonical } = named.value;
   const client: Client = {
     rule,
-    canonical: key.value,
+    name,
+    canonical,
     stub: context.ns.get(context.ns.idFromName(name)),
-    about: { rule: rule.id, key: JSON.parse(key.value) as unknown, keyHash: keyHashPrefix(name) },
+    about:
+      canonical === null
+        ? { rule: rule.id, hash: name, keyHash: keyHashPrefix(name) }
+        : { rule: rule.id, key: JSON.parse(canonical) as unknown, keyHash: keyHashPrefix(name) },
   };
   return context.method === "DELETE" ? reset(client, context) : peek(client, settings.timeoutMs);
+}
+
+/** The client's object name, from `key=` (with its canonical key) or `hash=` (the name itself). */
+async function clientNamed(
+  url: URL,
+  rule: Rule,
+  settings: Settings,
+): Promise<Result<{ name: string; canonical: string | null }>> {
+  const hashes = url.searchParams.getAll("hash");
+  if (hashes.length === 0) {
+    const key = adminKey(rule, url.searchParams.getAll("key"), settings.ipv6PrefixBits);
+    return key.ok ? ok({ name: await hashKey(key.value), canonical: key.value }) : key;
+  }
+  if (url.searchParams.has("key")) return fail('Give the "key" or the "hash" query parameter, not both.');
+  if (hashes.length > 1) return fail(`The "hash" query parameter is given ${hashes.length} times; give it once.`);
+  const hash = hashes[0]!;
+  if (!OBJECT_NAME.test(hash)) {
+    return fail(
+      `The "hash" query parameter must be 64 lowercase hexadecimal digits (a client's hash, as the statistics show it); got ${show(hash)}.`,
+    );
+  }
+  return ok({ name: hash, canonical: null });
 }
 
 /** One client under one rule, as a status request names it. */
 type Client = {
   rule: Rule;
-  canonical: string;
+  /** Its object's name. */
+  name: string;
+  /** Its canonical key; null when named by `hash=`. */
+  canonical: string | null;
   stub: ReturnType<LimiterNamespace["get"]>;
-  /** What every answer about the client starts with. */
-  about: { rule: string; key: unknown; keyHash: string };
+  /** What every answer about the client starts with: the key as named, or the hash. */
+  about: { rule: string; key: unknown; keyHash: string } | { rule: string; hash: string; keyHash: string };
 };
 
-async function reset({ rule, canonical, stub, about }: Client, { settings, isolate }: StatusContext) {
+async function reset({ rule, name, canonical, stub, about }: Client, { settings, isolate }: StatusContext) {
   const done = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
   if (!done.ok) return unavailable(about, done.message);
-  // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
-  forgetClient(isolate, rule, canonical);
   logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
-  return json({ ...about, reset: true });
+  if (canonical !== null) {
+    // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
+    forgetClient(isolate, rule, canonical);
+    return json({ ...about, reset: true });
+  }
+  return json({ ...about, reset: true, forgotten: forgetByName(isolate, rule, name) });
+}
+
+/**
+ * What {@link forgetClient} does, for a client known by its object's name:
+ * the isolate's digest of it is found through a live refusal it remembers
+ * under the rule (or a tier of it), which records the name. Whether it was
+ * found, and so forgotten.
+ */
+function forgetByName(isolate: Isolate, rule: Rule, name: string): boolean {
+  const nowMs = isolate.clock();
+  const digest = digestByName(isolate, rule, name, nowMs);
+  if (digest === null) return false;
+  for (const variant of variantsOf(rule)) {
+    isolate.refusals.forget(variant, digest, nowMs);
+    isolate.leases.forget(digest, variant, nowMs);
+  }
+  return true;
+}
+
+/** The digest under which this isolate remembers a live refusal of the client whose object is `name`, if any. */
+function digestByName(isolate: Isolate, rule: Rule, name: string, nowMs: number): string | null {
+  for (const variant of variantsOf(rule)) {
+    // The refusals' keys are `${ruleUid}:${digest}` (see KnownRefusals).
+    const prefix = `${ruleUid(variant)}:`;
+    for (const key of [...isolate.refusals.keys()]) {
+      if (!key.startsWith(prefix)) continue;
+      const digest = key.slice(prefix.length);
+      if (isolate.refusals.lookup(variant, digest, nowMs)?.name === name) return digest;
+    }
+  }
+  return null;
 }
 
 async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<Response> {

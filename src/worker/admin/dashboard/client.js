@@ -1,0 +1,981 @@
+/**
+ * The dashboard in the browser: plain JavaScript, served by the Worker as
+ * `{prefix}/dashboard.js` after uPlot (`{prefix}/uplot.js`, the global
+ * `uPlot`). bundle.mjs embeds it in assets.ts as it is; run that after an edit.
+ *
+ * It holds no data of its own: every number comes from the admin API, with
+ * the token the operator enters once. The token stays in sessionStorage, so
+ * it lasts for this tab's session and no longer. Without one, the page shows
+ * the token form and nothing else.
+ */
+
+(() => {
+  const PREFIX = document.documentElement.dataset.prefix || "/__ratelimit";
+  const TOKEN_KEY = "edge-rate-limiter:admin-token";
+  /** How often the statistics are read. */
+  const REFRESH_MS = 5000;
+  /** The top clients' status is read every this many refreshes (and at once after a reset). */
+  const STATUS_EVERY = 3;
+  /** The overrides are read every this many refreshes (and at once after a change). */
+  const OVERRIDES_EVERY = 6;
+  const COLORS = {
+    admitted: "#2f9e6e",
+    refused: "#d94848",
+    shadow: "#e39a14",
+    latency: "#4b6bdc",
+    grid: "#edf0f4",
+    axis: "#7b8496",
+  };
+
+  /** Everything the page knows; reset on sign-out. */
+  let state = freshState();
+
+  function freshState() {
+    return {
+      token: null,
+      minutes: 60,
+      rules: [],
+      tiers: {},
+      /** Per rule id: its card's parts and its chart. */
+      cards: new Map(),
+      latencyChart: null,
+      /** `${rule} ${hash}` -> the status answer, or { error }. */
+      statuses: new Map(),
+      cycle: 0,
+      timer: null,
+      overrides: { entries: [], next: null, total: 0, pending: 0, error: null },
+      observer: null,
+    };
+  }
+
+  // ---- DOM helpers ----
+
+  const byId = (id) => document.getElementById(id);
+
+  /** An element: `el("td", { class: "num", text: "5" }, child…)`; `on…` attributes become listeners. */
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name === "text") node.textContent = String(value);
+      else if (name === "class") node.className = value;
+      else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else if (name === "dataset") Object.assign(node.dataset, value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child !== null && child !== undefined && child !== false) {
+        node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+      }
+    }
+    return node;
+  }
+
+  const number = new Intl.NumberFormat("en-US");
+  const fmt = (n) => number.format(n);
+  const time = (date) => date.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  const ms = (value) => (value === null || value === undefined ? "–" : value < 10 ? `${value} ms` : `${fmt(value)} ms`);
+
+  /** "3 s", "4 min 10 s", "2 h 5 min", "1 d 3 h". */
+  function duration(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ""}`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h${s % 3600 >= 60 ? ` ${Math.floor((s % 3600) / 60)} min` : ""}`;
+    return `${Math.floor(s / 86400)} d${s % 86400 >= 3600 ? ` ${Math.floor((s % 86400) / 3600)} h` : ""}`;
+  }
+
+  // ---- the admin API ----
+
+  class ApiError extends Error {
+    constructor(status, body) {
+      super(body?.detail ?? body?.title ?? `HTTP ${status}`);
+      this.status = status;
+      this.errors = Array.isArray(body?.errors) ? body.errors.map(String) : [];
+    }
+  }
+  class SignedOut extends Error {}
+
+  /** Calls `{prefix}{path}` with the token; `params` is a list of [name, value] (a name may repeat). */
+  async function api(method, path, params = [], body = undefined) {
+    // The session that asks: an answer that arrives after a sign-out is dropped, never drawn.
+    const session = state;
+    const token = state.token;
+    if (token === null) throw new SignedOut("signed out");
+    const url = new URL(PREFIX + path, location.origin);
+    for (const [name, value] of params) url.searchParams.append(name, String(value));
+    const headers = { Authorization: `Bearer ${token}` };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let res;
+    try {
+      res = await fetch(url, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: "no-store",
+        credentials: "omit",
+      });
+    } catch (error) {
+      if (state !== session) throw new SignedOut("signed out meanwhile");
+      throw error;
+    }
+    if (state !== session) throw new SignedOut("signed out meanwhile");
+    // The token changed (or was never right): forget it, whoever asked.
+    if (res.status === 401) {
+      signOut("The admin token was refused. Enter the current one.");
+      throw new SignedOut("unauthorized");
+    }
+    const text = await res.text();
+    if (state !== session) throw new SignedOut("signed out meanwhile");
+    let data = null;
+    try {
+      data = text === "" ? null : JSON.parse(text);
+    } catch {
+      data = { detail: `HTTP ${res.status}: not JSON` };
+    }
+    if (!res.ok) throw new ApiError(res.status, data);
+    return data;
+  }
+
+  // ---- signing in and out ----
+
+  function showLogin(message) {
+    byId("login").hidden = false;
+    byId("controls").hidden = true;
+    const error = byId("token-error");
+    error.textContent = message ?? "";
+    error.hidden = !message;
+    byId("token").focus();
+  }
+
+  async function signIn(token, fromForm) {
+    state.token = token;
+    const button = byId("token-submit");
+    button.disabled = true;
+    let view;
+    try {
+      view = await api("GET", "/rules");
+    } catch (error) {
+      button.disabled = false;
+      if (error instanceof SignedOut) return; // signOut showed why
+      state.token = null;
+      showLogin(`Could not read the rules: ${error.message}`);
+      return;
+    }
+    button.disabled = false;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    if (fromForm) byId("token").value = "";
+    byId("login").hidden = true;
+    byId("controls").hidden = false;
+    buildDashboard(view);
+    refresh();
+    loadOverrides();
+  }
+
+  function signOut(message) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    clearTimeout(state.timer);
+    for (const card of state.cards.values()) card.chart?.destroy();
+    state.latencyChart?.destroy();
+    state.observer?.disconnect();
+    state = freshState();
+    byId("dashboard").replaceChildren();
+    byId("dashboard").hidden = true;
+    showLogin(message);
+  }
+
+  // ---- the page ----
+
+  function buildDashboard(view) {
+    state.rules = view.rules;
+    state.tiers = view.tiers ?? {};
+    const root = byId("dashboard");
+    root.replaceChildren(
+      el("section", { class: "tiles", id: "tiles", "aria-label": "Summary" }),
+      el("p", { class: "notice", id: "stats-error", role: "status", hidden: true }),
+      el(
+        "section",
+        { class: "section", "aria-labelledby": "rules-title" },
+        el(
+          "div",
+          { class: "section-head" },
+          el("h2", { id: "rules-title", text: "Rules" }),
+          el("p", {
+            class: "hint",
+            text: "Requests per minute under each rule. Shadow rules (action = log) refuse nothing: they show what they would refuse.",
+          }),
+        ),
+        el("div", { class: "rule-grid", id: "rules" }, view.rules.map(ruleCard)),
+      ),
+      el(
+        "section",
+        { class: "section", "aria-labelledby": "health-title" },
+        el("div", { class: "section-head" }, el("h2", { id: "health-title", text: "Health" })),
+        el(
+          "div",
+          { class: "health-grid" },
+          el(
+            "article",
+            { class: "card" },
+            el("h3", { text: "Decision latency" }),
+            el("p", { class: "hint", id: "latency-hint", text: "Decisions that called a Durable Object." }),
+            el("div", { class: "chart", id: "latency-chart" }),
+          ),
+          el(
+            "article",
+            { class: "card" },
+            el("h3", { text: "Failures and lost statistics" }),
+            el("div", { id: "failures" }),
+          ),
+        ),
+      ),
+      el(
+        "section",
+        { class: "section", "aria-labelledby": "overrides-title" },
+        el(
+          "div",
+          { class: "section-head" },
+          el("h2", { id: "overrides-title", text: "Per-client overrides" }),
+          el("p", {
+            class: "hint",
+            text: "A client's own limit under one rule, a tier, unlimited or deny; applied at once, no deploy.",
+          }),
+        ),
+        el("article", { class: "card" }, el("div", { id: "overrides" }), overrideForm()),
+      ),
+    );
+    root.hidden = false;
+    renderTiles(null);
+    state.latencyChart = latencyChart(byId("latency-chart"));
+    state.observer = new ResizeObserver(() => resizeCharts());
+    state.observer.observe(root);
+  }
+
+  /** "50 per 1d · per ip · /* · every method". */
+  function ruleSummary(rule) {
+    const parts = [`${fmt(rule.limit)} per ${rule.period}`, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
+    parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
+    if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
+    if (rule.count !== "all") parts.push(`counts ${JSON.stringify(rule.count)}`);
+    if (rule.cost !== 1) parts.push(`cost ${rule.cost}`);
+    return parts.join(" · ");
+  }
+
+  function ruleCard(rule) {
+    const shadow = rule.action === "log";
+    const badges = el(
+      "span",
+      { class: "badges" },
+      shadow ? el("span", { class: "badge shadow", text: "shadow · logs only" }) : null,
+      rule.on_error === "closed" ? el("span", { class: "badge", text: "fails closed" }) : null,
+      rule.block_for ? el("span", { class: "badge", text: `penalty ${rule.block_for}` }) : null,
+      rule.strict ? el("span", { class: "badge", text: "strict" }) : null,
+    );
+    const totals = el("div", { class: "totals" });
+    const chartBox = el("div", { class: "chart" });
+    const topBody = el("tbody");
+    const topEmpty = el("p", { class: "empty", text: "No client refused yet." });
+    const card = el(
+      "article",
+      { class: `card rule${shadow ? " is-shadow" : ""}`, dataset: { rule: rule.id } },
+      el("header", { class: "rule-head" }, el("h3", { text: rule.id }), badges),
+      el("p", { class: "rule-def", text: ruleSummary(rule) }),
+      totals,
+      chartBox,
+      el(
+        "div",
+        { class: "top" },
+        el("h4", { text: shadow ? "Clients it would refuse most" : "Most refused clients" }),
+        el(
+          "table",
+          { class: "top-refused" },
+          el(
+            "thead",
+            {},
+            el(
+              "tr",
+              {},
+              el("th", { text: "Client" }),
+              el("th", { class: "num", text: shadow ? "Would refuse" : "Refused" }),
+              el("th", { text: "Status" }),
+              el("th", { class: "actions", "aria-label": "Actions" }),
+            ),
+          ),
+          topBody,
+        ),
+        topEmpty,
+      ),
+    );
+    state.cards.set(rule.id, { rule, card, totals, chartBox, topBody, topEmpty, chart: null, shadow });
+    return card;
+  }
+
+  /** Like `replaceChildren`, leaving out null and false (which it would write as text). */
+  const fill = (node, ...children) => node.replaceChildren(...children.flat().filter((c) => c !== null && c !== false));
+
+  // ---- charts (uPlot) ----
+
+  const axis = (extra = {}) => ({
+    stroke: COLORS.axis,
+    grid: { stroke: COLORS.grid, width: 1 },
+    ticks: { show: false },
+    font: "11px system-ui, sans-serif",
+    ...extra,
+  });
+
+  /** Tick steps for counts: 1, 2, 5, 10, 20, 50… */
+  const WHOLE_STEPS = Array.from({ length: 30 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
+
+  const chartWidth = (box) => Math.max(240, Math.floor(box.clientWidth));
+
+  function ruleChart(entry) {
+    const { shadow, chartBox } = entry;
+    const bars = (align) => uPlot.paths.bars({ size: [0.42, 14], align, gap: 1 });
+    const second = shadow
+      ? { label: "would refuse (shadow)", stroke: COLORS.shadow, fill: `${COLORS.shadow}b3` }
+      : { label: "refused", stroke: COLORS.refused, fill: `${COLORS.refused}cc` };
+    return new uPlot(
+      {
+        width: chartWidth(chartBox),
+        height: 150,
+        padding: [10, 18, 0, 0],
+        cursor: { drag: { x: false, y: false }, points: { show: false } },
+        legend: { show: true, live: true },
+        // At rest the legend shows the latest minute; under the cursor, the minute it points at.
+        hooks: { setLegend: [restingLegend] },
+        scales: {
+          // Half a minute either side, so the first and last minutes' bars are drawn whole.
+          x: { time: true, range: (_u, min, max) => [min - 30, max + 30] },
+          y: { range: (_u, _min, max) => [0, Math.max(4, Math.ceil(max * 1.15))] },
+        },
+        axes: [
+          axis({ space: 60, size: 28, values: (_u, splits) => splits.map((v) => hhmm(v)) }),
+          // Counts are whole: ticks at whole numbers only.
+          axis({ size: 44, incrs: WHOLE_STEPS, values: (_u, splits) => splits.map((v) => compact(v)) }),
+        ],
+        series: [
+          { label: "minute", value: (_u, v) => (v === null ? "–" : hhmm(v)) },
+          {
+            label: "admitted",
+            stroke: COLORS.admitted,
+            fill: `${COLORS.admitted}cc`,
+            width: 1,
+            paths: bars(-1),
+            points: { show: false },
+            value: (_u, v) => fmt(v ?? 0),
+          },
+          { ...second, width: 1, paths: bars(1), points: { show: false }, value: (_u, v) => fmt(v ?? 0) },
+        ],
+      },
+      [[], [], []],
+      chartBox,
+    );
+  }
+
+  /** While the cursor is off the chart, the legend shows the last minute (uPlot would show none). */
+  function restingLegend(u) {
+    const last = (u.data[0]?.length ?? 0) - 1;
+    const resting = !(u.cursor.left >= 0);
+    if (resting && last >= 0 && u.legend.idx !== last) queueMicrotask(() => u.setLegend({ idx: last }, false));
+  }
+
+  /** Unix seconds as the local "14:05". */
+  const hhmm = (seconds) => time(new Date(seconds * 1000)).slice(0, 5);
+
+  const compact = (v) => (v >= 1e6 ? `${v / 1e6}M` : v >= 1e3 ? `${v / 1e3}k` : String(v));
+
+  function latencyChart(box) {
+    return new uPlot(
+      {
+        width: chartWidth(box),
+        height: 170,
+        padding: [10, 6, 0, 0],
+        cursor: { drag: { x: false, y: false }, points: { show: false } },
+        legend: { show: false },
+        scales: {
+          x: { time: false, range: (u) => [-0.5, Math.max(0, (u.data[0]?.length ?? 1) - 1) + 0.5] },
+          y: { range: (_u, _min, max) => [0, Math.max(4, Math.ceil(max * 1.15))] },
+        },
+        axes: [
+          axis({
+            splits: (u) => u.data[0].map((_, i) => i),
+            values: (_u, splits) => splits.map((i) => state.latencyLabels?.[i] ?? ""),
+            grid: { show: false },
+          }),
+          axis({ size: 44, incrs: WHOLE_STEPS, values: (_u, splits) => splits.map((v) => compact(v)) }),
+        ],
+        series: [
+          {},
+          {
+            label: "decisions",
+            stroke: COLORS.latency,
+            fill: `${COLORS.latency}cc`,
+            width: 1,
+            paths: uPlot.paths.bars({ size: [0.7, 48], gap: 2 }),
+            points: { show: false },
+          },
+        ],
+      },
+      [[], []],
+      box,
+    );
+  }
+
+  function resizeCharts() {
+    for (const entry of state.cards.values()) {
+      if (entry.chart) entry.chart.setSize({ width: chartWidth(entry.chartBox), height: 150 });
+    }
+    const box = byId("latency-chart");
+    if (state.latencyChart && box) state.latencyChart.setSize({ width: chartWidth(box), height: 170 });
+  }
+
+  // ---- statistics ----
+
+  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0);
+  const failedOf = (c) => (c.failed_open ?? 0) + (c.failed_closed ?? 0);
+
+  function schedule() {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  async function refresh() {
+    if (state.token === null) return;
+    if (document.hidden) return schedule();
+    const cycle = state.cycle++;
+    try {
+      const stats = await api("GET", "/stats", [["minutes", state.minutes]]);
+      renderStats(stats, cycle);
+      setLive(true, `Live · ${time(new Date())}`);
+      byId("stats-error").hidden = true;
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      setLive(false, `Stale · ${time(new Date())}`);
+      const notice = byId("stats-error");
+      if (notice === null) return;
+      notice.textContent =
+        error.status === 404 || error.status === 501
+          ? `No statistics here (${error.message})`
+          : `Could not read the statistics: ${error.message}`;
+      notice.hidden = false;
+    }
+    if (cycle > 0 && cycle % OVERRIDES_EVERY === 0) loadOverrides();
+    if (state.token !== null) schedule();
+  }
+
+  function setLive(ok, text) {
+    const live = byId("live");
+    live.textContent = text;
+    live.classList.toggle("is-stale", !ok);
+  }
+
+  function renderStats(stats, cycle) {
+    renderTiles(stats);
+    const rows = new Map(stats.rules.map((r) => [r.id, r]));
+    const minutes = [];
+    for (let m = stats.fromMinute; m <= stats.toMinute; m++) minutes.push(m);
+    for (const entry of state.cards.values()) {
+      const view = rows.get(entry.rule.id);
+      renderRule(entry, view, minutes, cycle);
+    }
+    renderLatency(stats.latency);
+    renderFailures(stats.health);
+  }
+
+  function renderTiles(stats) {
+    const tiles = byId("tiles");
+    if (!tiles) return;
+    const sum = (pick) => (stats ? stats.rules.reduce((n, r) => n + pick(r.totals), 0) : null);
+    const failures = stats ? Object.values(stats.health.failures).reduce((n, v) => n + v, 0) : null;
+    const period = `last ${state.minutes >= 60 ? `${state.minutes / 60} h` : `${state.minutes} min`}`;
+    const tile = (label, value, sub, tone) =>
+      el(
+        "div",
+        { class: `tile${tone ? ` ${tone}` : ""}` },
+        el("span", { class: "tile-label", text: label }),
+        el("span", { class: "tile-value", text: value ?? "–" }),
+        el("span", { class: "tile-sub", text: sub }),
+      );
+    const lost = stats ? stats.health.lostFlushes : null;
+    tiles.replaceChildren(
+      tile("Admitted", stats ? fmt(sum((t) => t.admitted)) : null, `${period}, all rules`, "good"),
+      tile("Refused", stats ? fmt(sum(refusedOf)) : null, `${period}, all rules`, "bad"),
+      tile("Would refuse", stats ? fmt(sum((t) => t.shadow_refused)) : null, "shadow rules", "warn"),
+      tile("Latency p50", stats ? ms(stats.latency.p50Ms) : null, "object calls"),
+      tile("Latency p99", stats ? ms(stats.latency.p99Ms) : null, "object calls"),
+      tile("Failures", stats ? fmt(failures) : null, period, failures ? "bad" : ""),
+      tile(
+        "Lost flushes",
+        stats ? fmt(lost) : null,
+        stats ? `${fmt(stats.health.lostDecisions)} decisions lost` : "",
+        lost ? "warn" : "",
+      ),
+    );
+  }
+
+  function renderRule(entry, view, minutes, cycle) {
+    const byMinute = new Map((view?.series ?? []).map((p) => [p.minute, p.counts]));
+    const xs = minutes.map((m) => m * 60);
+    // A minute with none is null rather than 0: no bar at all, rather than a sliver on the axis.
+    const orNull = (n) => (n > 0 ? n : null);
+    const admitted = minutes.map((m) => orNull(byMinute.get(m)?.admitted ?? 0));
+    const second = minutes.map((m) => {
+      const c = byMinute.get(m);
+      return orNull(c ? (entry.shadow ? c.shadow_refused : refusedOf(c)) : 0);
+    });
+    if (entry.chart === null) entry.chart = ruleChart(entry);
+    entry.chart.setData([xs, admitted, second]);
+
+    const totals = view?.totals ?? {};
+    const pill = (label, value, tone) =>
+      el("span", { class: `total ${tone}` }, el("b", { text: fmt(value ?? 0) }), ` ${label}`);
+    fill(
+      entry.totals,
+      pill("admitted", totals.admitted, "good"),
+      entry.shadow ? pill("would refuse", totals.shadow_refused, "warn") : pill("refused", refusedOf(totals), "bad"),
+      failedOf(totals) > 0 ? pill("failed", failedOf(totals), "bad") : null,
+      el("span", { class: "total muted", text: `in the last ${duration(state.minutes * 60)}` }),
+    );
+    renderTop(entry, view?.topRefused ?? [], cycle);
+  }
+
+  function renderTop(entry, top, cycle) {
+    const { rule, topBody, topEmpty } = entry;
+    topEmpty.hidden = top.length > 0;
+    const stale = [];
+    const rows = top.map((client) => {
+      const id = `${rule.id} ${client.hash}`;
+      if (!state.statuses.has(id) || cycle % STATUS_EVERY === 0) stale.push(client);
+      return topRow(rule, client);
+    });
+    topBody.replaceChildren(...rows);
+    for (const client of stale) loadStatus(rule, client);
+  }
+
+  function topRow(rule, client) {
+    const id = `${rule.id} ${client.hash}`;
+    const count = client.error > 0 ? `≤ ${fmt(client.count)}` : fmt(client.count);
+    const status = el("span", { class: "status", dataset: { shadow: rule.action === "log" ? "yes" : "" } });
+    paintStatus(status, state.statuses.get(id));
+    return el(
+      "tr",
+      { dataset: { hash: client.hash, key: client.key } },
+      el("td", { class: "client", title: `key hash ${client.hash}` }, el("code", { text: client.key })),
+      el("td", {
+        class: "num",
+        text: count,
+        title: client.error > 0 ? `between ${fmt(client.count - client.error)} and ${fmt(client.count)}` : undefined,
+      }),
+      el("td", {}, status),
+      el(
+        "td",
+        { class: "actions" },
+        el("button", {
+          type: "button",
+          class: "reset",
+          text: "Reset",
+          "aria-label": `Reset ${client.key} under ${rule.id}`,
+          title: "Reset this client's count (and penalty) under this rule",
+          onclick: (event) => resetClient(rule, client, event.currentTarget),
+        }),
+      ),
+    );
+  }
+
+  function paintStatus(node, status) {
+    node.classList.remove("admitted", "refused", "shadow", "unknown");
+    if (status === undefined) {
+      node.textContent = "…";
+      return;
+    }
+    if (status.error) {
+      node.classList.add("unknown");
+      node.textContent = "unknown";
+      node.title = status.error;
+      return;
+    }
+    const extra = status.override ? " · override" : status.tier ? ` · tier ${status.tier}` : "";
+    if (status.blockedUntil) {
+      node.classList.add("refused");
+      node.textContent = `blocked until ${time(new Date(status.blockedUntil))}${extra}`;
+    } else if (!status.allowed && node.dataset.shadow) {
+      // A shadow rule refuses nothing: this is what it would do, were it enforced.
+      node.classList.add("shadow");
+      node.textContent = `would refuse for ${duration(status.retryAfterSeconds)}${extra}`;
+    } else if (!status.allowed) {
+      node.classList.add("refused");
+      node.textContent = `refused · retry in ${duration(status.retryAfterSeconds)}${extra}`;
+    } else {
+      node.classList.add("admitted");
+      node.textContent =
+        status.remaining === null || status.remaining === undefined
+          ? `admitted${extra}`
+          : `admitted · ${fmt(status.remaining)} left${extra}`;
+    }
+    node.title = `count ${status.weighted ?? "?"} of ${status.limit ?? "no limit"}`;
+  }
+
+  async function loadStatus(rule, client) {
+    const id = `${rule.id} ${client.hash}`;
+    let status;
+    try {
+      status = await api("GET", "/status", [
+        ["rule", rule.id],
+        ["hash", client.hash],
+      ]);
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      status = { error: error.message };
+    }
+    state.statuses.set(id, status);
+    const row = state.cards.get(rule.id)?.topBody.querySelector(`tr[data-hash="${client.hash}"] .status`);
+    if (row) paintStatus(row, status);
+  }
+
+  async function resetClient(rule, client, button) {
+    button.disabled = true;
+    button.textContent = "Resetting…";
+    try {
+      await api("DELETE", "/status", [
+        ["rule", rule.id],
+        ["hash", client.hash],
+      ]);
+      toast(`Reset ${client.key} under ${rule.id}.`);
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      toast(`Reset failed: ${error.message}`, true);
+    }
+    await loadStatus(rule, client);
+    button.disabled = false;
+    button.textContent = "Reset";
+  }
+
+  function renderLatency(latency) {
+    // Each bucket by its upper bound: "10" holds 5 to 10 ms; the last holds the rest.
+    const bound = (b) => (b >= 1000 ? `${b / 1000}s` : `${b}`);
+    state.latencyLabels = [...latency.boundsMs.map(bound), `>${bound(latency.boundsMs.at(-1))}`];
+    const calls = latency.counts.reduce((n, v) => n + v, 0);
+    byId("latency-hint").textContent =
+      `${fmt(calls)} decisions that called a Durable Object, by milliseconds (upper bound of each bucket) · ` +
+      `p50 ${ms(latency.p50Ms)} · p99 ${ms(latency.p99Ms)}`;
+    state.latencyChart?.setData([latency.counts.map((_, i) => i), latency.counts.map((v) => v)]);
+  }
+
+  function renderFailures(health) {
+    const reasons = new Set([...Object.keys(health.failures), ...Object.keys(health.failuresLifetime)]);
+    const rows = [...reasons]
+      .sort()
+      .map((reason) =>
+        el(
+          "tr",
+          {},
+          el("td", {}, el("code", { text: reason })),
+          el("td", { class: "num", text: fmt(health.failures[reason] ?? 0) }),
+          el("td", { class: "num", text: fmt(health.failuresLifetime[reason] ?? 0) }),
+        ),
+      );
+    byId("failures").replaceChildren(
+      rows.length === 0
+        ? el("p", { class: "empty ok", text: "No call to a Durable Object failed." })
+        : el(
+            "table",
+            { class: "data" },
+            el(
+              "thead",
+              {},
+              el(
+                "tr",
+                {},
+                el("th", { text: "Failure" }),
+                el("th", { class: "num", text: "This period" }),
+                el("th", { class: "num", text: "Since start" }),
+              ),
+            ),
+            el("tbody", {}, rows),
+          ),
+      el(
+        "dl",
+        { class: "facts" },
+        el("dt", { text: "Flushes received" }),
+        el("dd", { text: fmt(health.flushes) }),
+        el("dt", { text: "Flushes lost" }),
+        el("dd", { class: health.lostFlushes ? "warn" : "", text: fmt(health.lostFlushes) }),
+        el("dt", { text: "Decisions in lost flushes" }),
+        el("dd", { class: health.lostDecisions ? "warn" : "", text: fmt(health.lostDecisions) }),
+      ),
+      el("p", {
+        class: "hint",
+        text: "Isolates send their counts at most every 10 s; a flush that never arrived is counted here once a later one does.",
+      }),
+    );
+  }
+
+  // ---- overrides ----
+
+  /** `[["ip","203.0.113.7"]]` as the admin API's `key=` parameters: `ip=203.0.113.7`. */
+  const keyParams = (key) => (Array.isArray(key) ? key.map(([label, value]) => `${label}=${value}`) : [String(key)]);
+
+  function settingOf(entry) {
+    if (entry.limit !== undefined) return `limit ${fmt(entry.limit)}`;
+    if (entry.tier !== undefined) return `tier ${entry.tier}`;
+    if (entry.unlimited) return "unlimited";
+    if (entry.deny) return "deny";
+    return "none";
+  }
+
+  async function loadOverrides(more = false) {
+    const box = byId("overrides");
+    if (!box) return;
+    const params = [["limit", 50]];
+    if (more && state.overrides.next) params.push(["cursor", state.overrides.next]);
+    try {
+      const page = await api("GET", "/overrides", params);
+      state.overrides = {
+        entries: more ? [...state.overrides.entries, ...page.overrides] : page.overrides,
+        next: page.next,
+        total: page.total,
+        pending: page.pending,
+        error: null,
+      };
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      state.overrides.error = error.message;
+    }
+    renderOverrides();
+  }
+
+  function renderOverrides() {
+    const box = byId("overrides");
+    if (!box) return;
+    const { entries, next, total, pending, error } = state.overrides;
+    if (error) {
+      box.replaceChildren(el("p", { class: "notice", text: `Could not read the overrides: ${error}` }));
+      return;
+    }
+    if (entries.length === 0) {
+      box.replaceChildren(el("p", { class: "empty", text: "No overrides: every client has its rules' limits." }));
+      return;
+    }
+    const rows = entries.map((entry) =>
+      el(
+        "tr",
+        { dataset: { rule: entry.rule, key: keyParams(entry.key).join("&") } },
+        el("td", { text: entry.rule }),
+        el("td", { title: `key hash ${entry.keyHash}` }, el("code", { text: keyParams(entry.key).join(" & ") })),
+        el("td", { text: settingOf(entry) }),
+        el("td", {
+          class: entry.expired ? "warn" : "",
+          text: entry.expires === null ? "never" : `${new Date(entry.expires).toLocaleString("en-GB")}`,
+        }),
+        el("td", { class: "note", text: entry.note ?? "" }),
+        el("td", {}, el("span", { class: `state ${entry.expired ? "expired" : entry.state}`, text: stateOf(entry) })),
+        el(
+          "td",
+          { class: "actions" },
+          el("button", {
+            type: "button",
+            class: "danger",
+            text: "Delete",
+            "aria-label": `Delete the override of ${keyParams(entry.key).join(" & ")} under ${entry.rule}`,
+            onclick: (event) => deleteOverride(entry, event.currentTarget),
+          }),
+        ),
+      ),
+    );
+    box.replaceChildren(
+      el(
+        "table",
+        { class: "data overrides" },
+        el(
+          "thead",
+          {},
+          el(
+            "tr",
+            {},
+            ["Rule", "Client", "Setting", "Expires", "Note", "State"].map((t) => el("th", { text: t })),
+            el("th", { class: "actions", "aria-label": "Actions" }),
+          ),
+        ),
+        el("tbody", {}, rows),
+      ),
+      el(
+        "p",
+        { class: "hint" },
+        `${fmt(total)} override${total === 1 ? "" : "s"}${pending ? `, ${fmt(pending)} pending` : ""}.`,
+        next
+          ? el("button", { type: "button", class: "link", text: "Show more", onclick: () => loadOverrides(true) })
+          : null,
+      ),
+    );
+  }
+
+  const stateOf = (entry) => (entry.expired ? "expired" : entry.state);
+
+  async function deleteOverride(entry, button) {
+    button.disabled = true;
+    try {
+      await api("DELETE", "/overrides", [["rule", entry.rule], ...keyParams(entry.key).map((k) => ["key", k])]);
+      toast(`Deleted the override of ${keyParams(entry.key).join(" & ")} under ${entry.rule}.`);
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      toast(`Delete failed: ${error.message}`, true);
+      button.disabled = false;
+      return;
+    }
+    loadOverrides();
+  }
+
+  function overrideForm() {
+    const rule = el(
+      "select",
+      { id: "ov-rule", name: "rule", required: true },
+      state.rules.map((r) => el("option", { value: r.id, text: r.id })),
+    );
+    const keys = el("div", { class: "key-fields", id: "ov-keys" });
+    const kind = el(
+      "select",
+      { id: "ov-kind", name: "kind" },
+      el("option", { value: "limit", text: "limit" }),
+      el("option", { value: "tier", text: "tier" }),
+      el("option", { value: "unlimited", text: "unlimited" }),
+      el("option", { value: "deny", text: "deny" }),
+    );
+    const limit = el("input", { id: "ov-limit", name: "limit", type: "number", min: 1, step: 1, placeholder: "500" });
+    const tier = el(
+      "select",
+      { id: "ov-tier", name: "tier", hidden: true },
+      Object.keys(state.tiers).map((t) => el("option", { value: t, text: t })),
+    );
+    const expires = el("input", { id: "ov-expires", name: "expires", type: "datetime-local" });
+    const note = el("input", { id: "ov-note", name: "note", type: "text", maxlength: 1000, placeholder: "why" });
+    const errors = el("ul", { class: "errors", id: "ov-errors", role: "alert", hidden: true });
+
+    const keyInputs = () => {
+      const chosen = state.rules.find((r) => r.id === rule.value);
+      keys.replaceChildren(
+        ...(chosen?.key ?? []).map((characteristic, i) => {
+          const sources = characteristic.split("|");
+          const single = sources.length === 1;
+          return el(
+            "label",
+            { class: "field" },
+            el("span", { text: `Key: ${characteristic}` }),
+            el("input", {
+              type: "text",
+              required: true,
+              spellcheck: "false",
+              dataset: { index: i, source: single ? sources[0] : "" },
+              placeholder: single ? example(sources[0]) : sources.map((s) => `${s}=${example(s)}`).join(" or "),
+            }),
+          );
+        }),
+      );
+    };
+    const kindChanged = () => {
+      limit.hidden = kind.value !== "limit";
+      limit.required = kind.value === "limit";
+      tier.hidden = kind.value !== "tier";
+    };
+    rule.addEventListener("change", keyInputs);
+    kind.addEventListener("change", kindChanged);
+    keyInputs();
+    kindChanged();
+    if (Object.keys(state.tiers).length === 0) kind.querySelector('option[value="tier"]').disabled = true;
+
+    const form = el(
+      "form",
+      { class: "override-form", id: "override-form", method: "post", action: "#", autocomplete: "off" },
+      el("h3", { text: "Put an override" }),
+      el(
+        "div",
+        { class: "form-row" },
+        el("label", { class: "field" }, el("span", { text: "Rule" }), rule),
+        keys,
+        el(
+          "label",
+          { class: "field" },
+          el("span", { text: "Setting" }),
+          el("span", { class: "pair" }, kind, limit, tier),
+        ),
+        el("label", { class: "field" }, el("span", { text: "Expires (optional)" }), expires),
+        el("label", { class: "field grow" }, el("span", { text: "Note" }), note),
+        el("button", { type: "submit", class: "primary", text: "Put" }),
+      ),
+      errors,
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      errors.hidden = true;
+      const params = [["rule", rule.value]];
+      for (const input of keys.querySelectorAll("input")) {
+        const value = input.value.trim();
+        const source = input.dataset.source;
+        params.push(["key", source && !value.startsWith(`${source}=`) ? `${source}=${value}` : value]);
+      }
+      const body =
+        kind.value === "limit"
+          ? { limit: Number(limit.value) }
+          : kind.value === "tier"
+            ? { tier: tier.value }
+            : { [kind.value]: true };
+      if (expires.value) body.expires = new Date(expires.value).toISOString();
+      if (note.value.trim()) body.note = note.value.trim();
+      try {
+        const done = await api("PUT", "/overrides", params, body);
+        toast(
+          `${done.applied ? "Applied" : "Stored (pending)"}: ${settingOf(done.after ?? {})} for ${params
+            .slice(1)
+            .map((p) => p[1])
+            .join(" & ")} under ${rule.value}.`,
+        );
+        for (const input of keys.querySelectorAll("input")) input.value = "";
+        note.value = "";
+        expires.value = "";
+        loadOverrides();
+      } catch (error) {
+        if (error instanceof SignedOut) return;
+        const list = error.errors.length > 0 ? error.errors : [error.message];
+        errors.replaceChildren(...list.map((text) => el("li", { text })));
+        errors.hidden = false;
+      }
+    });
+    return form;
+  }
+
+  const example = (source) =>
+    source === "ip" ? "203.0.113.7" : source === "path" ? "/api/items" : source === "method" ? "POST" : "…";
+
+  // ---- toasts ----
+
+  function toast(text, bad = false) {
+    const box = byId("toasts");
+    const note = el("div", { class: `toast${bad ? " bad" : ""}`, role: "status", text });
+    box.append(note);
+    setTimeout(() => note.remove(), 5000);
+  }
+
+  // ---- start ----
+
+  function start() {
+    byId("token-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const token = byId("token").value.trim();
+      if (token === "") return showLogin("Enter the admin token.");
+      signIn(token, true);
+    });
+    byId("signout").addEventListener("click", () => signOut());
+    byId("range").addEventListener("change", (event) => {
+      state.minutes = Number(event.currentTarget.value);
+      state.cycle = 0;
+      refresh();
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden && state.token !== null) refresh();
+    });
+    const saved = sessionStorage.getItem(TOKEN_KEY);
+    if (saved) signIn(saved, false);
+    else showLogin();
+  }
+
+  start();
+})();

@@ -1,0 +1,219 @@
+/**
+ * @module
+ * `GET {prefix}/stats?minutes=<1..1440>` and `GET {prefix}/metrics`: what the
+ * statistics object (binding `STATS`) counted, as JSON for the dashboard and
+ * as OpenMetrics text for a Prometheus scrape. Both first send this
+ * isolate's own counts, so a reader sees the decisions it just made here;
+ * both answer within `LIMITER_TIMEOUT_MS`, or 503.
+ */
+import type { Settings } from "../../config/settings.ts";
+import { fail, ok, type Result } from "../../core/result.ts";
+import { show } from "../../core/show.ts";
+import { problemResponse } from "../../http/problem.ts";
+import type { Isolate } from "../../isolate/isolate.ts";
+import { flushStats, STATS_OBJECT, type StatsNamespace } from "../../isolate/stats.ts";
+import { withDeadline } from "../../object/client.ts";
+import type { FailureReason } from "../../object/protocol.ts";
+import { LATENCY_BOUNDS_MS, OUTCOMES, type StatsView } from "../../object/stats-protocol.ts";
+import { logEvent } from "../../observe/log.ts";
+import { json } from "./views.ts";
+
+export const STATS_OFF = "urn:edge-rate-limiter:statistics-off";
+export const STATS_UNAVAILABLE = "urn:edge-rate-limiter:statistics-unavailable";
+export const INVALID_PARAMETER = "urn:edge-rate-limiter:invalid-parameter";
+
+/** The content type OpenMetrics 1.0 requires of its text format. */
+export const OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+export const DEFAULT_MINUTES = 60;
+/** The most minutes a view covers: what the statistics object keeps (24 hours). */
+export const MAX_MINUTES = 1440;
+
+/** What a statistics request needs besides its URL. */
+export type StatsContext = {
+  /** The `STATS` binding; unset, statistics are off. */
+  ns: StatsNamespace | undefined;
+  settings: Settings;
+  /** The isolate whose counts are sent before reading. */
+  isolate: Isolate;
+  /** Keeps a task running after the response (`waitUntil`): the flush may outlive a deadline. */
+  background: (task: Promise<unknown>) => void;
+};
+
+/** Answers `/stats` (JSON) or `/metrics` (OpenMetrics text). */
+export async function statistics(route: "/stats" | "/metrics", url: URL, context: StatsContext): Promise<Response> {
+  const { ns } = context;
+  if (ns === undefined) return statsOff();
+  let minutes = 1; // /metrics shows only lifetime counts, which any period carries.
+  if (route === "/stats") {
+    const parsed = minutesOf(url);
+    if (!parsed.ok) return invalidParameter("minutes", parsed.errors.join(" "));
+    minutes = parsed.value;
+  }
+  const view = await readView(ns, minutes, context);
+  if (!view.ok) return unavailable(view.message);
+  return route === "/stats" ? json(view.value) : metricsResponse(view.value);
+}
+
+/** `minutes=`: an integer from 1 to {@link MAX_MINUTES}; {@link DEFAULT_MINUTES} when absent. */
+export function minutesOf(url: URL): Result<number> {
+  const values = url.searchParams.getAll("minutes");
+  if (values.length === 0) return ok(DEFAULT_MINUTES);
+  if (values.length > 1) return fail(`The "minutes" query parameter is given ${values.length} times; give it once.`);
+  const value = values[0]!;
+  const n = /^[1-9][0-9]{0,3}$/.test(value) ? Number(value) : Number.NaN;
+  if (!(n >= 1 && n <= MAX_MINUTES)) {
+    return fail(`The "minutes" query parameter must be an integer from 1 to ${MAX_MINUTES}; got ${show(value)}.`);
+  }
+  return ok(n);
+}
+
+/**
+ * Sends this isolate's counts (forced: whether or not a flush is due), then
+ * reads the view; both within `settings.timeoutMs`. The flush goes on in the
+ * background past the deadline, under its own (it is counted as lost if it
+ * never arrives). A flush already under way is not waited for: its decisions
+ * may be missing from this view.
+ */
+async function readView(
+  ns: StatsNamespace,
+  minutes: number,
+  { settings, isolate, background }: StatsContext,
+): Promise<{ ok: true; value: StatsView } | { ok: false; message: string }> {
+  const flushed = flushStats(isolate.stats, ns, { nowMs: isolate.clock(), force: true });
+  background(flushed);
+  const read = flushed.then(
+    async (): Promise<StatsView> =>
+      ns.get(ns.idFromName(STATS_OBJECT)).read({ minutes, rawKeys: settings.statsRawKeys }) as Promise<StatsView>,
+  );
+  const answer = await withDeadline(read, settings.timeoutMs);
+  if (!answer.ok) read.catch(() => {}); // answered 503 already; a late rejection is not an unhandled one
+  return answer;
+}
+
+/**
+ * The view as OpenMetrics 1.0 text. Every series is a lifetime count of the
+ * statistics object, with bounded labels: the rule and the outcome, the
+ * failure's reason; never a client's key.
+ *
+ * The latency histogram has buckets only. The isolates count decisions per
+ * bucket, not the sum of their latencies, so no true `_sum` is known, and
+ * OpenMetrics exposes `_count` "if and only if" `_sum` is: both are left
+ * out (a Histogram "SHOULD", not MUST, carry a Sum). The count is the
+ * `le="+Inf"` bucket.
+ */
+export function openMetrics(view: StatsView): string {
+  const lines: string[] = [];
+  const family = (name: string, type: string, help: string, unit?: string) => {
+    lines.push(`# TYPE ${name} ${type}`);
+    if (unit !== undefined) lines.push(`# UNIT ${name} ${unit}`);
+    lines.push(`# HELP ${name} ${escapeHelp(help)}`);
+  };
+  const sample = (name: string, labels: Record<string, string>, value: number) => {
+    const set = Object.entries(labels).map(([label, v]) => `${label}="${escapeLabelValue(v)}"`);
+    lines.push(`${name}${set.length > 0 ? `{${set.join(",")}}` : ""} ${integer(value)}`);
+  };
+
+  family(
+    "ratelimit_decisions",
+    "counter",
+    "Requests decided, per rule and outcome, since the statistics object started counting.",
+  );
+  for (const rule of view.rules) {
+    for (const outcome of OUTCOMES)
+      sample("ratelimit_decisions_total", { rule: rule.id, outcome }, rule.lifetime[outcome]);
+  }
+
+  const latency = "ratelimit_decision_latency_seconds";
+  family(latency, "histogram", "How long decisions that called a Durable Object took.", "seconds");
+  let cumulative = 0;
+  LATENCY_BOUNDS_MS.forEach((boundMs, i) => {
+    cumulative += view.latency.lifetime[i] ?? 0;
+    sample(`${latency}_bucket`, { le: canonicalNumber(boundMs / 1000) }, cumulative);
+  });
+  cumulative += view.latency.lifetime.slice(LATENCY_BOUNDS_MS.length).reduce((a, b) => a + b, 0);
+  sample(`${latency}_bucket`, { le: "+Inf" }, cumulative);
+
+  family("ratelimit_object_failures", "counter", "Calls to Durable Objects that failed, by reason.");
+  const reasons = new Set<string>([...KNOWN_REASONS, ...Object.keys(view.health.failuresLifetime)]);
+  for (const reason of [...reasons].sort()) {
+    sample("ratelimit_object_failures_total", { reason }, view.health.failuresLifetime[reason] ?? 0);
+  }
+
+  family("ratelimit_stats_flushes", "counter", "Isolates' flushes the statistics object received.");
+  sample("ratelimit_stats_flushes_total", {}, view.health.flushes);
+  family("ratelimit_stats_lost_flushes", "counter", "Isolates' flushes that never reached the statistics object.");
+  sample("ratelimit_stats_lost_flushes_total", {}, view.health.lostFlushes);
+  family(
+    "ratelimit_stats_lost_decisions",
+    "counter",
+    "Decisions in flushes that never reached the statistics object: missing from every other count.",
+  );
+  sample("ratelimit_stats_lost_decisions_total", {}, view.health.lostDecisions);
+
+  lines.push("# EOF");
+  return `${lines.join("\n")}\n`;
+}
+
+/** Every reason a call can fail for, shown even at 0: a series should not appear only once it moves. */
+const KNOWN_REASONS: readonly FailureReason[] = ["error", "overloaded", "timeout"];
+
+const metricsResponse = (view: StatsView): Response =>
+  new Response(openMetrics(view), {
+    headers: { "Content-Type": OPENMETRICS_CONTENT_TYPE, "Cache-Control": "no-store" },
+  });
+
+/** A label value as OpenMetrics escapes it: backslash, double quote and line feed. */
+export const escapeLabelValue = (value: string): string =>
+  value.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
+
+/** A HELP text as OpenMetrics escapes it. */
+const escapeHelp = escapeLabelValue;
+
+/** A count as an OpenMetrics integer (no decimal point); a value that is not a count is shown as 0. */
+const integer = (n: number): string => (Number.isSafeInteger(n) && n >= 0 ? String(n) : "0");
+
+/**
+ * A number as OpenMetrics' "canonical numbers" for `le` spell it: Go's `%g`
+ * (shortest form; an exponent below -4 or from 6 up, at least two digits),
+ * with `.0` added when there is neither a point nor an exponent: `0.001`,
+ * `1.0`, `100000.0`, `1e+06`, `1e-05`.
+ */
+export function canonicalNumber(n: number): string {
+  if (n === Number.POSITIVE_INFINITY) return "+Inf";
+  if (n === Number.NEGATIVE_INFINITY) return "-Inf";
+  if (Number.isNaN(n)) return "NaN";
+  if (n === 0) return "0.0";
+  const [mantissa, exponentText] = n.toExponential().split("e") as [string, string];
+  const exponent = Number(exponentText);
+  if (exponent < -4 || exponent >= 6) {
+    const digits = String(Math.abs(exponent)).padStart(2, "0");
+    return `${mantissa}e${exponent < 0 ? "-" : "+"}${digits}`;
+  }
+  const fixed = n.toFixed(Math.max(0, (mantissa.split(".")[1]?.length ?? 0) - exponent));
+  return fixed.includes(".") ? fixed : `${fixed}.0`;
+}
+
+const statsOff = (): Response =>
+  problemResponse({
+    type: STATS_OFF,
+    title: "Not Found",
+    status: 404,
+    detail:
+      "Statistics are off: the Worker has no STATS binding. To turn them on, bind the StatsObject class to STATS " +
+      'in wrangler.toml ([[durable_objects.bindings]] name = "STATS", class_name = "StatsObject", and a ' +
+      '[[migrations]] entry with new_sqlite_classes = ["StatsObject"]), then deploy.',
+  });
+
+function unavailable(message: string): Response {
+  logEvent({ event: "admin_stats_unavailable", message }, "error");
+  return problemResponse({
+    type: STATS_UNAVAILABLE,
+    title: "Service Unavailable",
+    status: 503,
+    detail: `The statistics object did not answer: ${message}`,
+  });
+}
+
+const invalidParameter = (parameter: string, detail: string): Response =>
+  problemResponse({ type: INVALID_PARAMETER, title: "Invalid parameter", status: 400, detail, parameter });
