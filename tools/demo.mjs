@@ -6,7 +6,11 @@
  *   npm run demo                         # http://127.0.0.1:8787 (or $DEMO_URL, or $PORT)
  *   npm run demo -- http://127.0.0.1:9000
  *   DEMO_SECONDS=70 npm run demo         # long enough to always cross a one-minute window boundary
+ *
+ * It prints the URL of the dashboard (`{ADMIN_PREFIX}/`, on while `.dev.vars`
+ * sets ADMIN_TOKEN), where the same traffic shows up live, per rule.
  */
+import { readFileSync } from "node:fs";
 
 const target = (process.argv[2] ?? process.env.DEMO_URL ?? `http://127.0.0.1:${process.env.PORT ?? "8787"}`).replace(
   /\/+$/,
@@ -218,6 +222,40 @@ function summary() {
   return lines.join("\n");
 }
 
+// ---- the dashboard ----
+
+const dashboardUrl = `${target}${(process.env.ADMIN_PREFIX ?? "/__ratelimit").replace(/\/+$/, "")}/`;
+
+/** Whether .dev.vars has an ADMIN_TOKEN line (its value is never printed). */
+function devVarsHasToken() {
+  try {
+    return /^\s*ADMIN_TOKEN\s*=\s*\S/m.test(readFileSync(".dev.vars", "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+/** Where the dashboard is and how to sign in; or, when the Worker does not serve it, how to turn it on. */
+async function dashboardNote() {
+  let served = false;
+  try {
+    const res = await fetch(dashboardUrl, { signal: AbortSignal.timeout(5_000) });
+    await res.arrayBuffer();
+    // The page is the Worker's own only while the admin API is on; else the path goes to the origin.
+    served = res.ok && (res.headers.get("content-security-policy") ?? "").includes("frame-ancestors 'none'");
+  } catch {
+    // Unreachable: checkReachable() already said so.
+  }
+  if (served) {
+    const where = devVarsHasToken() ? "the ADMIN_TOKEN in .dev.vars" : "the Worker's ADMIN_TOKEN";
+    return [`Dashboard: ${dashboardUrl}`, `  sign in with ${where}; it shows this traffic live, per rule.`];
+  }
+  return [
+    `Dashboard: off at ${dashboardUrl} (the admin API is on only while ADMIN_TOKEN is set).`,
+    '  Turn it on: echo "ADMIN_TOKEN=$(openssl rand -hex 32)" >> .dev.vars (npm run dev restarts wrangler), then run the demo again.',
+  ];
+}
+
 // ---- main ----
 
 /** Checks that the limiter answers before sending any traffic. */
@@ -244,6 +282,9 @@ async function checkReachable() {
 }
 
 await checkReachable();
+const dashboard = await dashboardNote();
+for (const line of dashboard) console.log(line);
+console.log("");
 console.log("Three clients, each with its own CF-Connecting-IP (the address Cloudflare's edge sets):");
 for (const c of clients) console.log(`  ${c.name.padEnd(15)} ${c.plan}`);
 console.log("");
@@ -256,6 +297,7 @@ if (timer) clearInterval(timer);
 if (live) draw();
 else console.log(table().join("\n"));
 console.log(summary());
+console.log(`\n${dashboard[0]}`);
 
 const answered = clients.reduce((n, c) => n + c.allowed + c.blocked, 0);
 if (answered === 0) {

@@ -1,0 +1,256 @@
+/**
+ * The dashboard in a real browser (headless Chromium), against `wrangler dev`
+ * with traffic running: an offender from a fixed IP is refused under the
+ * e2e config's rule "e2e" (50 a day per IP), while other clients are
+ * admitted and a shadow rule logs what it would refuse. The operator opens
+ * the page, sees only the token form, signs in, sees the rules, a chart per
+ * rule and the offender at the top of the refused clients, presses its Reset,
+ * and the offender is admitted again.
+ *
+ * UPDATE_SCREENSHOT=1 writes the screenshot to docs/dashboard.png (the
+ * README's); otherwise it goes to the OS temp directory.
+ */
+import { execFile } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Browser, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { launchChromium, skipBrowser } from "./support/browser.ts";
+import { limiterUrl, send, uniqueIp, uniqueTag } from "./support/client.ts";
+
+const PREFIX = "/__ratelimit";
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const SCREENSHOT =
+  process.env.UPDATE_SCREENSHOT === "1" ? join(ROOT, "docs/dashboard.png") : join(tmpdir(), "dashboard.e2e.png");
+
+const bearer = () => ({ authorization: `Bearer ${inject("adminToken")}` });
+const from = (ip: string, headers: Record<string, string> = {}) => ({
+  headers: { "cf-connecting-ip": ip, ...headers },
+});
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Admin API JSON, with the token. */
+async function admin<T>(pathAndQuery: string, method = "GET"): Promise<{ status: number; body: T }> {
+  const reply = await send(`${PREFIX}${pathAndQuery}`, { method, headers: bearer() });
+  return { status: reply.status, body: reply.json<T>() };
+}
+
+/**
+ * Requests in the background, one after another, until stopped; bounded in
+ * count and time all the same, so a failed test never leaves it running.
+ */
+type Planned = { path: string; ip: string; method?: string; headers?: Record<string, string> };
+
+function traffic(name: string, next: (i: number) => Planned) {
+  const statuses = new Map<number, number>();
+  let stopped = false;
+  const deadline = Date.now() + 150_000;
+  const done = (async () => {
+    for (let i = 0; !stopped && i < 3_000 && Date.now() < deadline; i++) {
+      const { path, ip, method, headers } = next(i);
+      try {
+        const reply = await send(path, { method, headers: { "cf-connecting-ip": ip, ...headers } });
+        statuses.set(reply.status, (statuses.get(reply.status) ?? 0) + 1);
+      } catch {
+        statuses.set(0, (statuses.get(0) ?? 0) + 1);
+      }
+      await sleep(25);
+    }
+  })();
+  return {
+    name,
+    statuses,
+    count: (status: number) => statuses.get(status) ?? 0,
+    stop: async () => {
+      stopped = true;
+      await done;
+    },
+  };
+}
+
+describe("the dashboard's files", () => {
+  it("embeds the current client.js, client.css and uPlot (assets.ts is what bundle.mjs writes)", async () => {
+    const result = await new Promise<{ code: number; out: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        ["src/worker/admin/dashboard/bundle.mjs", "--check"],
+        { cwd: ROOT },
+        (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, out: stdout + stderr }),
+      );
+    });
+    expect(result, result.out).toMatchObject({ code: 0 });
+  });
+
+  it("serves the page and its files without the token, with the security headers, and nothing else", async () => {
+    for (const path of ["", "/", "/dashboard.js", "/dashboard.css", "/uplot.js", "/uplot.css", "/favicon.svg"]) {
+      const reply = await send(`${PREFIX}${path}`);
+      expect([path, reply.status]).toEqual([path, 200]);
+      expect(reply.headers["content-security-policy"]).toMatch(/^default-src 'self'; script-src 'self'; /);
+      expect(reply.headers).toMatchObject({
+        "cache-control": "no-store",
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+        "x-frame-options": "DENY",
+      });
+    }
+    for (const path of ["/rules", "/stats?minutes=60", "/metrics", "/overrides", "/status?rule=e2e&key=1.2.3.4"]) {
+      const reply = await send(`${PREFIX}${path}`);
+      expect([path, reply.status]).toEqual([path, 401]);
+    }
+  });
+});
+
+describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
+  let browser: Browser;
+  let page: Page;
+  const problems: string[] = [];
+  const requested: string[] = [];
+
+  beforeAll(async () => {
+    browser = await launchChromium();
+    page = await browser.newPage({ viewport: { width: 1280, height: 900 }, locale: "en-US", timezoneId: "UTC" });
+    // A CSP violation, a failed load or an exception shows up here.
+    page.on("console", (message) => {
+      if (message.type() === "error") problems.push(`console: ${message.text()}`);
+    });
+    page.on("pageerror", (error) => problems.push(`page: ${error.message}`));
+    page.on("request", (request) => requested.push(new URL(request.url()).pathname));
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  it("signs in with the token, shows the rules, their charts and the top offender, and resets it", async () => {
+    const offender = uniqueIp();
+    const shadowed = uniqueIp();
+    const login = uniqueIp();
+    const apiKey = uniqueTag("dash-key");
+    const steady = Array.from({ length: 4 }, () => uniqueIp());
+    const runs = [
+      // Refused under "e2e" after its 50th request.
+      traffic("offender", (i) => ({ path: `/dash/flood/${i}`, ip: offender })),
+      // Admitted: 4 clients, 40 requests each, under the limit of 50.
+      traffic("steady", (i) => ({ path: `/dash/shop/${i}`, ip: i < 160 ? steady[i % 4]! : uniqueIp() })),
+      // Would be refused by the shadow rule (1 a day) from the 2nd on, and go through; 40 stay under "e2e".
+      traffic("shadow", (i) => ({ path: `/shadow/${i}`, ip: i < 40 ? shadowed : uniqueIp() })),
+      // Failed logins (401): 3 a minute, then 15 minutes out under "e2e-login".
+      traffic("login", (i) => ({ path: "/status/401", method: "POST", ip: i < 12 ? login : uniqueIp() })),
+      // An API key: 3 a day under "e2e-per-key", then refused.
+      traffic("per-key", (i) =>
+        i < 10
+          ? { path: `/keyed/${i}`, ip: uniqueIp(), headers: { "x-api-key": apiKey } }
+          : { path: `/dash/after-keyed/${i}`, ip: uniqueIp() },
+      ),
+    ];
+    const [flood] = runs;
+    try {
+      const status = await admin<{ keyHash: string }>(`/status?rule=e2e&key=${offender}`);
+      expect(status.status).toBe(200);
+      const keyHash = status.body.keyHash;
+      expect(keyHash).toMatch(/^[0-9a-f]{12}$/);
+      const rules = (await admin<{ rules: { id: string; action: string }[] }>("/rules")).body.rules;
+
+      // Without a token: the form, and nothing else; no data asked for.
+      await page.goto(`${limiterUrl()}${PREFIX}/`);
+      await page.locator("#token").waitFor({ state: "visible" });
+      expect(await page.locator("#login").isVisible()).toBe(true);
+      expect(await page.locator("#dashboard").isHidden()).toBe(true);
+      expect(await page.locator("#dashboard > *").count()).toBe(0);
+      expect(await page.locator("#controls").isHidden()).toBe(true);
+      expect(requested.filter((path) => /\/(rules|stats|status|overrides|metrics)$/.test(path))).toEqual([]);
+
+      // A wrong token is refused, and the page stays on the form.
+      await page.fill("#token", "not-the-token");
+      await page.click("#token-submit");
+      await page.locator("#token-error").waitFor({ state: "visible" });
+      expect(await page.locator("#token-error").textContent()).toContain("refused");
+      expect(await page.locator("#dashboard").isHidden()).toBe(true);
+      expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+
+      // The token: the rules, each with a chart.
+      await page.fill("#token", inject("adminToken"));
+      await page.click("#token-submit");
+      await page.locator('.rule[data-rule="e2e"] .chart canvas').first().waitFor({ state: "visible" });
+      expect(await page.locator("#login").isHidden()).toBe(true);
+      expect(
+        await page.locator(".rule").evaluateAll((cards) => cards.map((c) => (c as HTMLElement).dataset.rule)),
+      ).toEqual(rules.map((r) => r.id));
+      expect(await page.locator('.rule[data-rule="e2e"] .rule-def').textContent()).toContain("50 per 1d");
+      expect(await page.locator('.rule[data-rule="e2e-shadow"] .badge.shadow').textContent()).toContain("shadow");
+      expect(await page.locator(".rule .chart canvas").count()).toBeGreaterThanOrEqual(rules.length);
+
+      // The offender, by its key's hash prefix, at the top of the refused clients, refused now.
+      const row = page.locator(`.rule[data-rule="e2e"] .top-refused tr[data-key="${keyHash}"]`);
+      await row.waitFor({ state: "visible", timeout: 30_000 });
+      await expect.poll(() => row.locator(".status").textContent(), { timeout: 20_000 }).toMatch(/^refused/);
+      expect(flood!.count(429)).toBeGreaterThan(0);
+      const firstKey = await page
+        .locator('.rule[data-rule="e2e"] .top-refused tbody tr')
+        .first()
+        .getAttribute("data-key");
+      expect(firstKey).toBe(keyHash);
+      // The shadow rule's would-refuse, marked as such.
+      await expect
+        .poll(() => page.locator('.rule[data-rule="e2e-shadow"] .totals').textContent(), { timeout: 20_000 })
+        .toMatch(/[1-9]\d* would refuse/);
+      await expect.poll(() => page.locator("#live").textContent()).toMatch(/^Live/);
+
+      // A tidy picture: the last 15 minutes, once the charts and statuses have drawn.
+      await page.selectOption("#range", "15");
+      await expect
+        .poll(() => page.locator('.rule[data-rule="e2e"] .totals').textContent(), { timeout: 20_000 })
+        .toMatch(/[1-9][\d,]* refused/);
+      await page.waitForTimeout(1_500);
+      await page.mouse.move(1270, 890);
+      await page.screenshot({ path: SCREENSHOT });
+      console.log(`dashboard.e2e: screenshot at ${SCREENSHOT}`);
+
+      // Reset: the offender stops, its Reset is pressed, and it is admitted again.
+      await flood!.stop();
+      expect((await send("/dash/before-reset", from(offender))).status).toBe(429);
+      await row.locator("button.reset").click();
+      await expect.poll(() => row.locator(".status").textContent(), { timeout: 15_000 }).toMatch(/^admitted/);
+      expect(await page.locator(".toast").first().textContent()).toContain(`Reset ${keyHash} under e2e`);
+      expect((await send("/dash/after-reset", from(offender))).status).toBe(200);
+
+      // An override, put with the form and deleted from the list.
+      const partner = uniqueTag("dash-partner");
+      const overrideRow = page.locator(
+        `#overrides tr[data-rule="e2e-per-key"][data-key="header:x-api-key=${partner}"]`,
+      );
+      await page.selectOption("#ov-rule", "e2e-per-key");
+      await page.fill("#ov-keys input", partner);
+      await page.selectOption("#ov-kind", "tier");
+      await page.selectOption("#ov-tier", "plus");
+      await page.fill("#ov-note", "dashboard e2e");
+      await page.click('#override-form button[type="submit"]');
+      await overrideRow.waitFor({ state: "visible" });
+      expect(await overrideRow.textContent()).toMatch(/tier plus\s*never\s*dashboard e2e\s*applied/);
+      const listed = await admin<{ overrides: { key: unknown; tier?: string }[] }>(
+        "/overrides?rule=e2e-per-key&limit=1000",
+      );
+      expect(listed.body.overrides).toContainEqual(
+        expect.objectContaining({ key: [["header:x-api-key", partner]], tier: "plus" }),
+      );
+      await overrideRow.locator("button.danger").click();
+      await overrideRow.waitFor({ state: "detached" });
+      expect((await admin(`/overrides?rule=e2e-per-key&key=${partner}`)).body).toMatchObject({ override: null });
+
+      // The token lasts for the tab's session: a reload needs no form.
+      await page.reload();
+      await page.locator('.rule[data-rule="e2e"]').waitFor({ state: "visible" });
+      expect(await page.locator("#login").isHidden()).toBe(true);
+      // Signing out forgets it.
+      await page.click("#signout");
+      await page.locator("#token").waitFor({ state: "visible" });
+      expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+      expect(await page.locator("#dashboard > *").count()).toBe(0);
+
+      expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+    } finally {
+      await Promise.all(runs.map((run) => run.stop()));
+    }
+  }, 150_000);
+});
