@@ -153,9 +153,10 @@ const notFound = (prefix: string): Response =>
     title: "Not Found",
     status: 404,
     detail:
-      `No admin route here. Routes: GET ${prefix}/rules, GET and DELETE ${prefix}/status?rule=<id>&key=<client>, ` +
+      `No admin route here. Routes: GET ${prefix}/ (the dashboard), GET ${prefix}/rules, ` +
+      `GET and DELETE ${prefix}/status?rule=<id>&key=<client> (or &hash=<hash>), ` +
       `GET, PUT and DELETE ${prefix}/overrides?rule=<id>&key=<client>, GET ${prefix}/overrides, ` +
-      `POST ${prefix}/overrides/import.`,
+      `POST ${prefix}/overrides/import, GET ${prefix}/stats?minutes=<1-1440>, GET ${prefix}/metrics.`,
   });
 
 const methodNotAllowed = (path: string, allowed: string[]): Response =>
