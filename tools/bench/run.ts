@@ -7,8 +7,15 @@
  * throughput), starts a local origin, and drives each variant with wrk in
  * alternating rounds (a b c d e f, a b c d e f, …). Reports medians.
  *
+ * (j) and (k) are (b) and (d) with statistics on: the same bundle in a
+ * service of its own that also binds STATS (the StatsObject class, in that
+ * service). Every other variant runs without it, as before statistics
+ * existed. When (j) or (k) ran, the bench also reports their with/without
+ * ratios, and reads the statistics object at the end (from a small service
+ * of its own) to show that flushes arrived and counted what was served.
+ *
  * Options (environment): BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CONNECTIONS (16), BENCH_THREADS (2),
- * BENCH_ONLY (e.g. "b,d").
+ * BENCH_ONLY (e.g. "b,d", or "b,d,j,k" for statistics off and on).
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -18,6 +25,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
+import type { StatsView } from "../../src/object/stats-protocol.ts";
 import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../workerd.ts";
 
 const execFileAsync = promisify(execFile);
@@ -30,7 +38,7 @@ const threads = Number(process.env.BENCH_THREADS ?? 2);
 type Variant = {
   id: string;
   label: string;
-  worker: "proxy" | "limiter" | "overridden" | "constant" | "peer";
+  worker: "proxy" | "limiter" | "overridden" | "constant" | "peer" | "statistics";
   path: string;
   /** Distinct client IPs; 0 for one fixed IP. */
   keys: number;
@@ -59,6 +67,15 @@ const allVariants: Variant[] = [
     countsCalls: true,
   },
   {
+    id: "j",
+    label: "limiter, allowed, 10,000 keys, statistics on",
+    worker: "statistics",
+    path: "/allowed/x",
+    keys: 10_000,
+    baseline: "b",
+    countsCalls: true,
+  },
+  {
     id: "c",
     label: "limiter, allowed, one hot key",
     worker: "limiter",
@@ -74,6 +91,15 @@ const allVariants: Variant[] = [
     path: "/blocked/x",
     keys: 0,
     baseline: "e",
+    countsCalls: true,
+  },
+  {
+    id: "k",
+    label: "limiter, blocked, one key over its limit, statistics on",
+    worker: "statistics",
+    path: "/blocked/x",
+    keys: 0,
+    baseline: "d",
     countsCalls: true,
   },
   {
@@ -144,6 +170,12 @@ type Sample = {
   cpuUs: number | null;
 };
 
+/** Statistics off and on, side by side: (b) and (j), (d) and (k). */
+const statsPairs = [
+  { path: "allowed", off: "b", on: "j" },
+  { path: "blocked", off: "d", on: "k" },
+] as const;
+
 /** Clock ticks per second, the unit of /proc/<pid>/stat's CPU times. */
 const clockTicks = (() => {
   try {
@@ -170,12 +202,12 @@ function cpuUs(pid: number | undefined): number | null {
   }
 }
 
-/** Bundles a variant's Worker; the path is relative to the workerd config, which sits in `work`. */
-function build(worker: Variant["worker"], work: string): string {
+/** Bundles tools/bench/workers/<file>.ts; the path is relative to the workerd config, which sits in `work`. */
+function build(file: string, work: string): string {
   const bundle = buildBundle({
-    main: join(ROOT, "tools/bench/workers", `${worker}.ts`),
-    outdir: join(work, worker),
-    name: `bench-${worker}`,
+    main: join(ROOT, "tools/bench/workers", `${file}.ts`),
+    outdir: join(work, file),
+    name: `bench-${file}`,
   });
   return embedPath(join(work, "bench.capnp"), bundle);
 }
@@ -216,6 +248,20 @@ const config :Workerd.Config = (
         (className = "RateLimiter", uniqueKey = "bench-overridden", enableSql = true),
         (className = "OverrideRegistry", uniqueKey = "bench-registry", enableSql = true) ],
       durableObjectStorage = (localDisk = "disk"),`,
+    )}),
+    (name = "statistics", worker = ${worker(
+      "statistics",
+      `bindings = [ ${origin}, (name = "RULES", json = ${capnpString(JSON.stringify(rules))}),
+        (name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter"),
+        (name = "STATS", durableObjectNamespace = "StatsObject") ],
+      durableObjectNamespaces = [
+        (className = "RateLimiter", uniqueKey = "bench-statistics", enableSql = true),
+        (className = "StatsObject", uniqueKey = "bench-stats", enableSql = true) ],
+      durableObjectStorage = (localDisk = "disk"),`,
+    )}),
+    (name = "statsReader", worker = ${worker(
+      "statsReader",
+      `bindings = [ (name = "STATS", durableObjectNamespace = (className = "StatsObject", serviceName = "statistics")) ],`,
     )}),
     (name = "constant", worker = ${worker("constant", "")}),
     (name = "peer", worker = ${worker(
@@ -294,6 +340,68 @@ async function storeOverrides(port: number): Promise<void> {
   console.log(`stored ${items.length} overrides for (h) and (i) in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 
+/** The rule a variant's path matches. */
+const ruleOf = (v: Variant): "allowed" | "blocked" => (v.path.startsWith("/allowed/") ? "allowed" : "blocked");
+
+/** Requests the statistics service (j, k) answered, per rule: what its statistics should have counted. */
+type Served = Record<"allowed" | "blocked", number>;
+
+/** What the statistics object of (j), (k) received, against what was served. */
+type StatsCheck = {
+  /** Flushes the object received while the bench ran (warming and rounds), by the isolate's own clock. */
+  flushesDuringRun: number;
+  /** All it received: those, and the one triggered after them to send the last counts. */
+  flushes: number;
+  lostFlushes: number;
+  lostDecisions: number;
+  rules: { rule: string; served: number; counted: number; outcomes: Record<string, number> }[];
+  ok: boolean;
+};
+
+/** src/isolate/stats.ts, DEFAULT_FLUSH_EVERY_MS: an isolate flushes on a request once its last flush is this old. */
+const FLUSH_EVERY_MS = 10_000;
+
+async function readStats(readerPort: number): Promise<StatsView> {
+  const res = await fetch(`http://127.0.0.1:${readerPort}/`);
+  if (!res.ok) throw new Error(`reading the statistics object: ${res.status} ${await res.text()}`);
+  return (await res.json()) as StatsView;
+}
+
+/**
+ * (j), (k): what the statistics object received, read straight from it (not
+ * through the admin API, which would force a flush first). An isolate only
+ * flushes on a request, so the counts of the last 10 s are still in it:
+ * wait until a flush is due, send one more request (its flush starts before
+ * it is counted, so it stays behind), wait for that flush to land, and
+ * read. Every request served should then be counted: a few more, not fewer,
+ * since requests in flight when wrk stops are decided but not reported by it.
+ */
+async function checkStatistics(port: number, readerPort: number, served: Served): Promise<StatsCheck> {
+  await sleep(FLUSH_EVERY_MS + 1_000);
+  const before = (await readStats(readerPort)).health.flushes;
+  const res = await fetch(`http://127.0.0.1:${port}/allowed/x`, { headers: { "cf-connecting-ip": keyIp(0) } });
+  await res.arrayBuffer();
+  let view = await readStats(readerPort);
+  for (let i = 0; i < 50 && view.health.flushes === before; i++) {
+    await sleep(100);
+    view = await readStats(readerPort);
+  }
+  const rules = (["allowed", "blocked"] as const).map((rule) => {
+    const outcomes: Record<string, number> = view.rules.find((r) => r.id === rule)?.lifetime ?? {};
+    const counted = Object.values(outcomes).reduce((a, b) => a + b, 0);
+    return { rule, served: served[rule], counted, outcomes };
+  });
+  const { flushes, lostFlushes, lostDecisions } = view.health;
+  return {
+    flushesDuringRun: before,
+    flushes,
+    lostFlushes,
+    lostDecisions,
+    rules,
+    ok: before > 0 && flushes > before && lostFlushes === 0 && rules.every((r) => r.counted >= r.served),
+  };
+}
+
 async function calls(port: number): Promise<number> {
   const res = await fetch(`http://127.0.0.1:${port}/__bench/calls`);
   return ((await res.json()) as { calls: number }).calls;
@@ -362,6 +470,9 @@ async function main(): Promise<void> {
   }
   // (h), (i): the same Worker as (b)–(d), in its own namespace, with overrides stored.
   bundles.overridden = bundles.limiter!;
+  // (j), (k): the same Worker as (b)–(d) again, in its own namespace, with STATS bound.
+  bundles.statistics = bundles.limiter!;
+  bundles.statsReader = build("stats-reader", work);
 
   const origin = await startOrigin();
   const ports: Record<string, number> = {};
@@ -373,14 +484,19 @@ async function main(): Promise<void> {
     stdio: ["ignore", process.env.BENCH_VERBOSE ? "inherit" : "ignore", "inherit"],
   });
   const samples: Record<string, Sample[]> = Object.fromEntries(variants.map((v) => [v.id, []]));
+  const served: Served = { allowed: 0, blocked: 0 };
+  let statsCheck: StatsCheck | null = null;
   try {
     for (const port of Object.values(ports)) await waitUntilUp(`http://127.0.0.1:${port}/`);
     if (process.env.BENCH_PAUSE) {
       console.log(ports, work);
       await sleep(Number(process.env.BENCH_PAUSE) * 1000);
     }
-    // (d): put the one blocked client over its limit before measuring.
-    await fetch(`http://127.0.0.1:${ports.limiter}/blocked/x`, { headers: { "cf-connecting-ip": FIXED_IP } });
+    // (d), (k): put the one blocked client over its limit before measuring.
+    for (const worker of ["limiter", "statistics"]) {
+      await fetch(`http://127.0.0.1:${ports[worker]}/blocked/x`, { headers: { "cf-connecting-ip": FIXED_IP } });
+    }
+    served.blocked++;
 
     if (variants.some((v) => v.worker === "overridden")) await storeOverrides(ports.overridden!);
 
@@ -389,6 +505,7 @@ async function main(): Promise<void> {
     for (const v of variants.filter((x) => x.keys > 0 && x.countsCalls && x.path.startsWith("/allowed/"))) {
       const started = Date.now();
       await touchEveryKey(`http://127.0.0.1:${ports[v.worker]}${v.path}`, v.keys);
+      if (v.worker === "statistics") served.allowed += v.keys;
       console.log(`warmed ${v.keys} keys for (${v.id}) in ${((Date.now() - started) / 1000).toFixed(0)} s`);
     }
     console.log(`${rounds} rounds × ${variants.length} variants × ${seconds}s, wrk -t${threads} -c${connections}`);
@@ -396,12 +513,13 @@ async function main(): Promise<void> {
       for (const v of variants) {
         const port = ports[v.worker]!;
         const url = `http://127.0.0.1:${port}${v.path}`;
-        await wrk(url, v, 1); // warm-up
+        const warmUp = await wrk(url, v, 1);
         const before = v.countsCalls ? await calls(port) : 0;
         const cpuBefore = cpuUs(workerd.pid);
         const sample = await wrk(url, v, seconds);
         const cpuAfter = cpuUs(workerd.pid);
         const after = v.countsCalls ? await calls(port) : 0;
+        if (v.worker === "statistics") served[ruleOf(v)] += warmUp.requests + sample.requests;
         samples[v.id]!.push({
           ...sample,
           calls: v.countsCalls ? (after - before) / sample.requests : null,
@@ -409,6 +527,9 @@ async function main(): Promise<void> {
         });
         console.log(`  round ${round} (${v.id}) ${v.label}: ${sample.rps.toFixed(0)} req/s, non-2xx ${sample.non2xx}`);
       }
+    }
+    if (variants.some((v) => v.worker === "statistics")) {
+      statsCheck = await checkStatistics(ports.statistics!, ports.statsReader!, served);
     }
   } finally {
     workerd.kill("SIGTERM");
@@ -430,6 +551,7 @@ async function main(): Promise<void> {
       socketErrors: s.reduce((n, x) => n + x.socketErrors, 0),
       baseline: v.baseline,
       samplesRps: s.map((x) => Math.round(x.rps)),
+      samplesCpuUs: s.map((x) => (x.cpuUs === null ? null : Math.round(x.cpuUs))),
     };
   });
   const byId = Object.fromEntries(summary.map((s) => [s.id, s]));
@@ -444,16 +566,90 @@ async function main(): Promise<void> {
     ),
   ].join("\n");
   console.log(`\n${table}\n`);
+  const statistics = statsComparison(samples);
+  const statsTable = statistics.length > 0 ? `${statsComparisonTable(statistics)}\n` : "";
+  if (statsTable) console.log(`${statsTable}`);
+  if (statsCheck) {
+    console.log(statsCheckLine(statsCheck));
+    if (!statsCheck.ok) {
+      console.error(
+        "WARNING: the statistics object did not count what (j), (k) served; their numbers are not with statistics on",
+      );
+      process.exitCode = 1;
+    }
+  }
   const results = {
     date: new Date().toISOString(),
-    command: "npm run bench",
+    command: only ? `BENCH_ONLY=${only.join(",")} npm run bench` : "npm run bench",
     settings: { rounds, seconds, connections, threads, cpus: (await import("node:os")).cpus().length },
     rows,
+    ...(statistics.length > 0 ? { statistics: { comparison: statistics, check: statsCheck } } : {}),
   };
   writeFileSync(join(ROOT, "tools/bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(ROOT, "tools/bench/results.md"), `${table}\n`);
+  writeFileSync(join(ROOT, "tools/bench/results.md"), `${table}\n${statsTable ? `\n${statsTable}` : ""}`);
   console.log("wrote tools/bench/results.json and tools/bench/results.md");
   if (!process.env.BENCH_KEEP) rmSync(work, { recursive: true, force: true });
+}
+
+type Spread = { median: number; min: number; max: number };
+
+const spread = (xs: number[]): Spread => ({ median: median(xs), min: Math.min(...xs), max: Math.max(...xs) });
+
+/** One path with statistics off and on: medians, and the on/off ratio of each round's pair (same round, back to back). */
+type StatsComparison = {
+  path: string;
+  off: string;
+  on: string;
+  rps: { off: Spread; on: Spread; ratio: number; roundRatios: Spread };
+  cpuUs: { off: Spread; on: Spread; ratio: number; roundRatios: Spread } | null;
+};
+
+/** (b) against (j), (d) against (k), for the pairs that both ran. */
+function statsComparison(samples: Record<string, Sample[]>): StatsComparison[] {
+  return statsPairs.flatMap(({ path, off, on }) => {
+    const a = samples[off];
+    const b = samples[on];
+    if (!a?.length || !b?.length) return [];
+    const n = Math.min(a.length, b.length);
+    const pairs = (pick: (s: Sample) => number) => {
+      const offs = a.map(pick);
+      const ons = b.map(pick);
+      const o = spread(offs);
+      const w = spread(ons);
+      return {
+        off: o,
+        on: w,
+        ratio: w.median / o.median,
+        roundRatios: spread(Array.from({ length: n }, (_, i) => ons[i]! / offs[i]!)),
+      };
+    };
+    const cpu = [...a, ...b].every((s) => s.cpuUs !== null);
+    return [{ path, off, on, rps: pairs((s) => s.rps), cpuUs: cpu ? pairs((s) => s.cpuUs!) : null }];
+  });
+}
+
+function statsComparisonTable(rows: StatsComparison[]): string {
+  const range = (s: Spread, digits = 0) => `${s.min.toFixed(digits)}–${s.max.toFixed(digits)}`;
+  return [
+    "| statistics off → on | req/s off (min–max) | req/s on (min–max) | on/off | on/off per round (min–max) | CPU µs/req off (min–max) | CPU µs/req on (min–max) | on/off | on/off per round (min–max) |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ...rows.map((r) => {
+      const { rps, cpuUs } = r;
+      const cpu = cpuUs
+        ? `${cpuUs.off.median.toFixed(0)} (${range(cpuUs.off)}) | ${cpuUs.on.median.toFixed(0)} (${range(cpuUs.on)}) | ${cpuUs.ratio.toFixed(2)}× | ${cpuUs.roundRatios.median.toFixed(2)}× (${range(cpuUs.roundRatios, 2)})`
+        : "– | – | – | –";
+      return `| ${r.path}: (${r.off}) → (${r.on}) | ${rps.off.median.toFixed(0)} (${range(rps.off)}) | ${rps.on.median.toFixed(0)} (${range(rps.on)}) | ${rps.ratio.toFixed(2)}× | ${rps.roundRatios.median.toFixed(2)}× (${range(rps.roundRatios, 2)}) | ${cpu} |`;
+    }),
+  ].join("\n");
+}
+
+function statsCheckLine(check: StatsCheck): string {
+  const rules = check.rules
+    .map(
+      (r) => `${r.rule}: ${r.counted} decisions counted, ${r.served} requests served (${JSON.stringify(r.outcomes)})`,
+    )
+    .join("; ");
+  return `statistics object of (j), (k): ${check.flushesDuringRun} flushes received during the run, ${check.flushes} with the last, ${check.lostFlushes} lost (${check.lostDecisions} decisions); ${rules}`;
 }
 
 await main();
