@@ -159,7 +159,8 @@ function tallyContext(request: Request, options: DecideOptions, nowMs: number): 
   const { stats, analytics, isolate, settings } = options;
   if (stats === undefined && analytics === undefined) return null;
   if (stats !== undefined && isolate.stats.due(nowMs)) options.background(flushStats(isolate.stats, stats, { nowMs }));
-  const colo = (request as { cf?: { colo?: unknown } }).cf?.colo;
+  // Reading request.cf costs the runtime a copy of it: only Analytics Engine needs the colo.
+  const colo = analytics === undefined ? undefined : (request as { cf?: { colo?: unknown } }).cf?.colo;
   return {
     isolate,
     stats: stats !== undefined,

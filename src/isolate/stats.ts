@@ -36,7 +36,10 @@ const REFUSED_SENT = 32;
 const OUTCOME_INDEX = Object.fromEntries(OUTCOMES.map((o, i) => [o, i])) as Record<StatsOutcome, number>;
 
 export class StatsRecorder {
-  private counts = new Map<string, { minute: number; rule: string; counts: number[] }>();
+  /** Every rule's count per minute since the last flush, in the order they began. */
+  private counts: StatsBatch["counts"] = [];
+  /** Per rule id, its latest entry of {@link counts}. */
+  private current = new Map<string, StatsBatch["counts"][number]>();
   private latency = new Map<number, number[]>();
   private refused = new Map<string, SpaceSaving>();
   private clients = new Map<string, string>();
@@ -54,11 +57,12 @@ export class StatsRecorder {
   /** One rule's outcome for one request. */
   count(rule: Rule, outcome: StatsOutcome, nowMs: number): void {
     const minute = Math.floor(nowMs / 60_000);
-    const key = `${minute}|${rule.id}`;
-    let entry = this.counts.get(key);
-    if (entry === undefined) {
+    // The rule's entry for this minute: looked up by rule id, a string the rule holds, so no key is built per request.
+    let entry = this.current.get(rule.id);
+    if (entry === undefined || entry.minute !== minute) {
       entry = { minute, rule: rule.id, counts: new Array<number>(OUTCOMES.length).fill(0) };
-      this.counts.set(key, entry);
+      this.current.set(rule.id, entry);
+      this.counts.push(entry);
     }
     entry.counts[OUTCOME_INDEX[outcome]]!++;
     this.decisions++;
@@ -104,7 +108,7 @@ export class StatsRecorder {
   /** What to send, taken out of the recorder; {@link settled} must follow. */
   take(nowMs: number): { batch: StatsBatch; decisions: number } {
     const batch: StatsBatch = {
-      counts: [...this.counts.values()],
+      counts: this.counts,
       latency: [...this.latency].map(([minute, buckets]) => ({ minute, buckets })),
       refused: [...this.refused].map(([rule, sketch]) => {
         const top = sketch.top(REFUSED_SENT);
@@ -120,7 +124,8 @@ export class StatsRecorder {
       lost: { ...this.lost },
     };
     const decisions = this.decisions;
-    this.counts = new Map();
+    this.counts = [];
+    this.current = new Map();
     this.latency = new Map();
     this.refused = new Map();
     this.clients = new Map();
