@@ -18,6 +18,8 @@ export type WriteOffReason =
   | "call failed"
   /** The call that carried them back never answered: its request was cancelled mid-call. */
   | "call lost"
+  /** Admitted by a batch for requests that had stopped waiting for it (they decided on their own). */
+  | "batch abandoned"
   /** Units of a key whose object was never named (cannot happen: a lease comes from a call). */
   | "unnamed";
 
@@ -29,6 +31,7 @@ export class IsolateCounters {
     "refund failed": 0,
     "call failed": 0,
     "call lost": 0,
+    "batch abandoned": 0,
     unnamed: 0,
   };
 

@@ -5,6 +5,10 @@
  * instead of each calling (a burst would otherwise have the object count many
  * leases at once, and refuse requests while their units sat unspent here).
  *
+ * Requests that waited for a call and still need the object once it has
+ * landed (near a limit, where no lease covers them) go together: the first
+ * of them to look sends one call that decides all of them ({@link Batch}).
+ *
  * A waiter never awaits anything that belongs to the request that called:
  * if that request's client hangs up, the runtime cancels its call, and a
  * promise tied to it may never settle. A waiter reads the flight's plain
@@ -14,6 +18,7 @@
 
 import { LruMap } from "../core/lru.ts";
 import type { FailureReason } from "../object/protocol.ts";
+import type { KeyCall } from "./settle.ts";
 
 /** How a call ended, as waiters read it. */
 export type Landing =
@@ -27,10 +32,71 @@ export class Flight {
   readonly departedAtMs: number;
   /** After this, the call is presumed lost (its request was cancelled): nobody waits for it any more. */
   readonly staleAtMs: number;
+  /** The requests waiting for this call that go to the object together once it lands, unless it decides them. */
+  private next: Batch | null = null;
 
   constructor(departedAtMs: number, staleAtMs: number) {
     this.departedAtMs = departedAtMs;
     this.staleAtMs = staleAtMs;
+  }
+
+  /** The batch that forms behind this call. */
+  batch(): Batch {
+    this.next ??= new Batch();
+    return this.next;
+  }
+}
+
+/** A request's place in a batch. */
+export class Ticket {
+  /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
+  slot: number | null = null;
+  /** True once it left the batch before it was sent: something else decided it. */
+  left = false;
+  /** True once it stopped waiting for the batch it was sent with: an admission counted for it is written off. */
+  abandoned = false;
+}
+
+/**
+ * Requests that waited for the same call in flight and still need the
+ * object once it has landed (it brought no lease, or too small a one, and
+ * no refusal): the first of them to look sends one call that decides them
+ * all, in order, each all or nothing, and the others read their answers
+ * from it. Near a limit every request needs the object; so one isolate
+ * makes at most one call for a key while another is in flight, whatever
+ * its rate, and the object's queue stays as short as the isolates are few.
+ */
+export class Batch {
+  private readonly tickets: Ticket[] = [];
+  /** The call that carries the batch, once sent. */
+  flight: Flight | null = null;
+  /** Abandoned slots already written off, so none is written off twice. */
+  readonly writtenOff = new Set<number>();
+  /** What that call brought back, kept before its flight lands: how many it admitted (the first slots), and the verdicts. */
+  call: KeyCall | null = null;
+
+  join(): Ticket {
+    const ticket = new Ticket();
+    this.tickets.push(ticket);
+    return ticket;
+  }
+
+  /** Leaves the batch, unless it was sent: then the ticket keeps its slot. */
+  leave(ticket: Ticket): void {
+    if (ticket.slot === null) ticket.left = true;
+  }
+
+  /** The tickets given slots when the batch was sent, whose requests stopped waiting for it. */
+  abandonedSlots(): number[] {
+    return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
+  }
+
+  /** Sends the batch with `flight`: numbers the requests still in it, in the order they joined; returns how many. */
+  seal(flight: Flight): number {
+    let slots = 0;
+    for (const ticket of this.tickets) if (!ticket.left) ticket.slot = slots++;
+    this.flight = flight;
+    return slots;
   }
 }
 
@@ -38,16 +104,33 @@ export class Flight {
 const STALE_AFTER_TYPICAL = 4;
 /** … but never sooner than this. */
 const MIN_STALE_MS = 25;
-/** A waiter looks at its flight at most this far apart. */
+/**
+ * A waiter looks at its flight at most this far apart while calls are
+ * quick, and at most a sixteenth of the flight's expected call time apart
+ * when they are slow (up to {@link MAX_SLOW_POLL_MS}): at a slow object,
+ * hundreds of requests wait at once, and each look costs a timer.
+ */
 const MAX_POLL_MS = 4;
+const MAX_SLOW_POLL_MS = 64;
+const POLLS_PER_CALL = 16;
 
 export class CallsInFlight {
   private readonly flights: LruMap<string, Flight>;
   /** A moving average of how long calls take, in milliseconds. */
   private typicalMs = 50;
+  /**
+   * Per key, how long its next call is waited for before it is presumed
+   * lost, when that key's own calls say to wait longer than the typical
+   * call: four times its last call, or, after a call presumed lost, twice
+   * the wait for that one. A hot key's object that is slower than the
+   * isolate's other objects (it is overloaded) is then not sent a new call
+   * every few typical call times, each queueing behind the last.
+   */
+  private readonly patienceMs: LruMap<string, number>;
 
   constructor(maxKeys: number) {
     this.flights = new LruMap(maxKeys);
+    this.patienceMs = new LruMap(maxKeys);
   }
 
   get size(): number {
@@ -60,12 +143,18 @@ export class CallsInFlight {
     if (flight === undefined) return undefined;
     if (flight.landing === null && nowMs < flight.staleAtMs) return flight;
     this.flights.delete(key);
+    // Presumed lost: the key's next call is waited for twice as long, in case this one was only slow (then
+    // each next one would queue behind it), until a call of the key lands and says how long they take. Not
+    // longer: the request of the next call may be cancelled too (its client hung up), and its waiters then
+    // need time for a call of their own.
+    if (flight.landing === null) this.patienceMs.set(key, 2 * (flight.staleAtMs - flight.departedAtMs));
     return undefined;
   }
 
   /** Registers a call about to be sent, so concurrent requests for the key can wait for it. */
   depart(key: string, nowMs: number, timeoutMs: number): Flight {
-    const lostAfterMs = Math.min(timeoutMs, Math.max(MIN_STALE_MS, STALE_AFTER_TYPICAL * this.typicalMs));
+    const typical = Math.max(MIN_STALE_MS, STALE_AFTER_TYPICAL * this.typicalMs);
+    const lostAfterMs = Math.min(timeoutMs, Math.max(typical, this.patienceMs.peek(key) ?? 0));
     const flight = new Flight(nowMs, nowMs + lostAfterMs);
     this.flights.set(key, flight);
     return flight;
@@ -74,7 +163,9 @@ export class CallsInFlight {
   /** Records how a call ended; its waiters read it on their next look. */
   land(key: string, flight: Flight, landing: Landing, nowMs: number): void {
     flight.landing = landing;
-    if (landing.ok) this.typicalMs += (nowMs - flight.departedAtMs - this.typicalMs) / 8;
+    const tookMs = nowMs - flight.departedAtMs;
+    if (landing.ok) this.typicalMs += (tookMs - this.typicalMs) / 8;
+    this.patienceMs.set(key, STALE_AFTER_TYPICAL * tookMs);
     if (this.flights.peek(key) === flight) this.flights.delete(key);
   }
 
@@ -83,7 +174,10 @@ export class CallsInFlight {
    * (isolate time) passes. Returns the landing, or null when it gave up.
    */
   async await(flight: Flight, untilMs: number, clock: () => number): Promise<Landing | null> {
-    for (let stepMs = 1; flight.landing === null; stepMs = Math.min(stepMs * 2, MAX_POLL_MS)) {
+    // This flight's expected call time: what its wait before it is presumed lost was made of.
+    const expectedMs = (flight.staleAtMs - flight.departedAtMs) / STALE_AFTER_TYPICAL;
+    const maxStepMs = Math.min(MAX_SLOW_POLL_MS, Math.max(MAX_POLL_MS, expectedMs / POLLS_PER_CALL));
+    for (let stepMs = 1; flight.landing === null; stepMs = Math.min(stepMs * 2, maxStepMs)) {
       const leftMs = untilMs - clock();
       if (leftMs <= 0) return null;
       await new Promise((resolve) => setTimeout(resolve, Math.min(stepMs, leftMs)));

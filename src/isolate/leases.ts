@@ -152,6 +152,11 @@ export class LeaseBook {
     return this.records.size;
   }
 
+  /** Whether leases are on (maxUnits above 0). */
+  get enabled(): boolean {
+    return this.maxUnits > 0;
+  }
+
   /** The digests of the keys remembered (for inspection). */
   keys(): IterableIterator<string> {
     return this.records.keys();

@@ -9,9 +9,9 @@
 import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
-import { checkKey, type LimiterNamespace } from "../object/client.ts";
-import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
-import type { Landing } from "./in-flight.ts";
+import { checkKey, deadline, type LimiterNamespace } from "../object/client.ts";
+import { type CheckResult, costOf, LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
+import type { Batch, Landing, Ticket } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
 import type { KnownRefusal } from "./known-refusals.ts";
 import type { SpentUnits } from "./leases.ts";
@@ -87,55 +87,188 @@ export const flightKey = (group: Pick<KeyGroup, "digest" | "rules">): string =>
   `${group.digest}|${group.rules.map(ruleUid).join(",")}`;
 
 /**
+ * Whether requests for this group that wait for a call in flight go to the
+ * object together once it lands (see {@link Batch}): when every rule
+ * enforces (a batch's admissions then share one verdict per rule), and
+ * leases are on (with them off, every request makes its own call).
+ */
+const batchable = (group: KeyGroup, isolate: Isolate): boolean =>
+  isolate.leases.enabled && group.rules.every((rule) => rule.action === "block");
+
+/**
  * Settles a group no lease or known refusal covered when the request came
  * in. `deadlineMs` is this request's own deadline, in isolate time.
+ *
+ * While a call for the key is in flight, the request waits for it; if it
+ * lands without deciding the request (no lease unit left for it, no
+ * refusal), the request goes with the others that waited for it in one
+ * batch: one call decides them all.
  */
 export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settlement> {
   const { isolate } = ctx;
   const key = flightKey(group);
+  const batching = batchable(group, isolate);
   for (;;) {
     const nowMs = isolate.clock();
     const flight = isolate.flights.current(key, nowMs);
     if (!flight) break;
-    // Half of what is left at most, so that a call of its own still has time.
-    const giveUpAtMs = nowMs + (deadlineMs - nowMs) / 2;
+    const batch = batching ? flight.batch() : undefined;
+    const ticket = batch?.join();
+    // Without batches: half of what is left at most, so that a call of its own still has time. With them,
+    // a call that is slow but not presumed lost is waited for to the end: a call of its own would queue
+    // behind it at the same object, and one per waiter is how a slow object's queue grows without bound.
+    const giveUpAtMs = batching ? deadlineMs : nowMs + (deadlineMs - nowMs) / 2;
     const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, giveUpAtMs), isolate.clock);
     if (landing === null) {
-      if (isolate.clock() >= giveUpAtMs) break; // waited long enough: decide on our own
+      if (ticket) batch!.leave(ticket);
+      if (isolate.clock() >= giveUpAtMs) {
+        if (batching) return ranOut(group, ctx); // as a call of its own would have: on_error applies
+        break; // waited long enough: decide on our own
+      }
       continue; // the call is presumed lost: look again, so the first to look files the next call and the rest wait
     }
     // The object's own failure is shared; a timeout only says the caller's time ran out, not ours.
-    if (!landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
+    if (!landing.ok && landing.reason !== "timeout") {
+      if (ticket) batch!.leave(ticket);
+      return { via: "shared", failure: landing };
+    }
+    if (ticket && ticket.slot !== null) {
+      // Another request that waited with this one has sent the batch, with this one in it.
+      const read = await readBatch(batch!, ticket, group.rules, deadlineMs, isolate);
+      if (read === "ran out") return ranOut(group, ctx);
+      if (read === "look again") continue; // its call is presumed lost, or ended without an answer in its time
+      return orHeldUnit(read, group, isolate);
+    }
     const afterMs = isolate.clock();
     const spent = isolate.leases.spend(group.digest, group.rules, afterMs);
-    if (spent) return { via: "lease", spent };
-    const known = knownRefusals(group, isolate, afterMs);
-    if (known.length > 0) return { via: "known", known };
+    const known = spent ? [] : knownRefusals(group, isolate, afterMs);
+    if (spent || known.length > 0) {
+      if (ticket) batch!.leave(ticket);
+      return spent ? { via: "lease", spent } : { via: "known", known };
+    }
+    // The first of the batch to find nothing: it sends the batch, this request in it.
+    if (ticket) return sendBatch(group, key, deadlineMs, ctx, batch!, ticket);
   }
-  const call = await callObject(group, key, deadlineMs, ctx);
-  if (call.outcome.ok && !call.outcome.result.allowed) {
-    // A concurrent call may have brought a lease while this one was on its way, and the object counted it
-    // when it refused: those units are admissions counted for this isolate, so one of them is this request's.
-    const spent = isolate.leases.spend(group.digest, group.rules, isolate.clock());
-    if (spent) return { via: "lease", spent };
+  return orHeldUnit({ via: "call", call: await callObject(group, key, deadlineMs, ctx) }, group, isolate);
+}
+
+/**
+ * Sends a batch, this request in it. The batch holds requests that came
+ * after this one, whose deadlines are later: its call gets a whole timeout
+ * of its own, and this request waits for it only until its own deadline.
+ * (Bound to this request's deadline, a batch sent by a request that had
+ * waited long would time out with the answers of all the others in it.)
+ */
+async function sendBatch(
+  group: KeyGroup,
+  key: string,
+  deadlineMs: number,
+  ctx: SettleContext,
+  batch: Batch,
+  ticket: Ticket,
+): Promise<Settlement> {
+  const { isolate } = ctx;
+  const call = callObject(group, key, isolate.clock() + ctx.settings.timeoutMs, ctx, batch);
+  const own = deadline(Math.max(0, deadlineMs - isolate.clock()));
+  try {
+    const answered = await Promise.race([call, own.expired]);
+    if (answered !== "timeout") return orHeldUnit(mine(answered, ticket.slot!), group, isolate);
+  } finally {
+    own.clear();
   }
-  return { via: "call", call };
+  ticket.abandoned = true; // what the call admits for it is written off when it answers
+  return ranOut(group, ctx);
+}
+
+/**
+ * A refusal by the object, unless this isolate holds a unit for the key: a
+ * concurrent call may have brought a lease while this one was on its way,
+ * and the object counted it when it refused. Those units are admissions
+ * counted for this isolate, so one of them is this request's.
+ */
+function orHeldUnit(settlement: Settlement, group: KeyGroup, isolate: Isolate): Settlement {
+  if (settlement.via !== "call" || !settlement.call.outcome.ok || settlement.call.outcome.result.allowed) {
+    return settlement;
+  }
+  const spent = isolate.leases.spend(group.digest, group.rules, isolate.clock());
+  return spent ? { via: "lease", spent } : settlement;
+}
+
+/**
+ * Waits, on this request's own timers and until its own deadline at most,
+ * for the batch it was sent with: its answer; or, when it stops waiting (an
+ * admission the batch counted for it is then written off), whether its time
+ * ran out or the batch's call is presumed lost or ended without an answer
+ * in its caller's time.
+ */
+async function readBatch(
+  batch: Batch,
+  ticket: Ticket,
+  rules: Rule[],
+  deadlineMs: number,
+  isolate: Isolate,
+): Promise<Settlement | "ran out" | "look again"> {
+  const flight = batch.flight!;
+  const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, deadlineMs), isolate.clock);
+  if (landing?.ok && batch.call) return mine(batch.call, ticket.slot!);
+  if (landing && !landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
+  ticket.abandoned = true;
+  writeOffAbandoned(batch, rules, isolate); // if it answered already; else its caller does when it does
+  return landing === null && isolate.clock() >= deadlineMs ? "ran out" : "look again";
+}
+
+/**
+ * A request whose time ran out while it waited for a call that was not
+ * presumed lost: the same failure as a call of its own that timed out.
+ */
+async function ranOut(group: KeyGroup, ctx: SettleContext): Promise<Settlement> {
+  const name = await hashKey(group.canonical);
+  const message = `no decision within ${ctx.settings.timeoutMs}ms`;
+  return { via: "shared", failure: { ok: false, reason: "timeout", message, attempts: 0, name } };
+}
+
+/** One request's answer from a call that decided a batch: admitted if its slot is among the first admitted. */
+function mine(call: KeyCall, slot: number): Settlement {
+  if (!call.outcome.ok) return { via: "call", call };
+  const { result } = call.outcome;
+  if (result.admitted === undefined) return { via: "call", call };
+  const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
+  const own: CheckResult = { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
+  return { via: "call", call: { ...call, outcome: { ...call.outcome, result: own } } };
+}
+
+/** Admissions a batch counted for requests that had stopped waiting for it: nobody spends them. */
+function writeOffAbandoned(batch: Batch, rules: Rule[], isolate: Isolate): void {
+  const outcome = batch.call?.outcome;
+  if (!outcome?.ok) return;
+  const admitted = outcome.result.admitted ?? (outcome.result.allowed ? 1 : 0);
+  const lost = batch.abandonedSlots().filter((slot) => slot < admitted && !batch.writtenOff.has(slot));
+  for (const slot of lost) batch.writtenOff.add(slot);
+  isolate.counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
 }
 
 /**
  * Calls the group's object, handing back what is owed and asking for a lease
- * sized by this isolate's demand. When it may bring a lease, the call is
- * filed as in flight first, so concurrent requests for the key wait for it.
- * What comes back (the lease, the refusals) is kept before the flight lands,
- * so that a waiter finds it.
+ * sized by this isolate's demand. When it may bring a lease, or carries a
+ * batch, the call is filed as in flight first, so concurrent requests for
+ * the key wait for it (and form the next batch behind it). What comes back
+ * (the lease, the refusals, the batch's answer) is kept before the flight
+ * lands, so that a waiter finds it.
  */
-async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx: SettleContext): Promise<KeyCall> {
+async function callObject(
+  group: KeyGroup,
+  key: string,
+  deadlineMs: number,
+  ctx: SettleContext,
+  batch?: Batch,
+): Promise<KeyCall> {
   const { isolate, settings } = ctx;
   const { leases } = isolate;
   const sentAtMs = isolate.clock();
   const lease = leases.leaseRequest(group.digest, sentAtMs);
-  const flight =
-    lease && leases.leasable(group.digest) ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
+  const files = batch !== undefined || (lease && leases.leasable(group.digest)) || batchable(group, isolate);
+  const flight = files ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
+  const size = batch ? batch.seal(flight!) : 1;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
   const refundable = refundableForMs(group, ctx);
@@ -150,18 +283,25 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
     ...(returns ? { returns: returns.refunds } : {}),
     // A refund comes after the answer and takes at most one more timeout.
     ...(refundable > 0 ? { refundableForMs: refundable } : {}),
+    ...(size > 1 ? { batch: size } : {}),
   });
   if (returns) leases.landed(returns, outcome.ok && outcome.attempts === 1);
   if (outcome.ok) {
-    const { verdicts, lease: granted } = outcome.result;
+    const { verdicts, lease: granted, refused } = outcome.result;
     // Only a demand of two or more, unanswered, says the key is near a limit: a key seen once gets no lease anyway.
     const asked = lease !== undefined && lease.seen >= LEASE_MIN_UNITS;
     leases.keep(group.digest, { name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked });
+    const refusal = refused ?? verdicts;
     group.rules.forEach((rule, i) => {
-      const verdict = verdicts[i]!;
+      const verdict = refusal[i]!;
       if (rule.action === "block" && !verdict.ruleAllows)
         isolate.refusals.remember(rule, group.digest, name, sentAtMs, verdict);
     });
+  }
+  const call = { name, outcome, sentAtMs };
+  if (batch) {
+    batch.call = call;
+    writeOffAbandoned(batch, group.rules, isolate);
   }
   if (flight) {
     const landing: Landing = outcome.ok
@@ -169,5 +309,5 @@ async function callObject(group: KeyGroup, key: string, deadlineMs: number, ctx:
       : { ok: false, reason: outcome.reason, message: outcome.message, attempts: outcome.attempts, name };
     isolate.flights.land(key, flight, landing, isolate.clock());
   }
-  return { name, outcome, sentAtMs };
+  return call;
 }

@@ -73,6 +73,14 @@ export type CheckResult = {
   verdicts: RuleVerdict[];
   /** Admissions counted ahead for the caller to spend itself, when asked for and granted. */
   lease?: Lease;
+  /**
+   * With `batch` > 1: how many of the batch's requests were admitted, the
+   * first ones in order (`allowed` and `verdicts` are then the last admitted
+   * one's, or, none admitted, the refusal).
+   */
+  admitted?: number;
+  /** With `batch` > 1, when some of its requests were admitted and the rest refused: the refusal's verdicts. */
+  refused?: RuleVerdict[];
 };
 
 /**
@@ -111,6 +119,13 @@ export type CheckOptions = {
    * key is not to be remembered: it may rest on a count about to be given back.
    */
   refundableForMs?: number;
+  /**
+   * How many requests of the key this check decides, one after another in
+   * one turn, each all or nothing as if each had called alone; default 1.
+   * Requests that waited in one isolate for a call in flight go together, so
+   * n of them cost the object one call, not n.
+   */
+  batch?: number;
 };
 
 /** The receipt of a count never taken (a rule an override lifted): handing it back takes nothing. */

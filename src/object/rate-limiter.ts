@@ -171,6 +171,50 @@ export class RateLimiter extends DurableObject<unknown> {
     const nowMs = Date.now();
     const plans = rules.map((rule) => this.plan(rule, nowMs));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
+    const first = this.decideOne(plans, rows, nowMs);
+    const batch = Math.max(1, Math.floor(options.batch ?? 1));
+    if (!first.allowed) {
+      this.scheduleCleanup(); // a penalty started may keep a row past its counts
+      const refusal = { nowMs, allowed: false, verdicts: first.verdicts };
+      return batch > 1 ? { ...refusal, admitted: 0 } : refusal;
+    }
+    // The rest of a batch, in order, each as if it had called: a refusal changes nothing, so the first one
+    // refused is the last one decided, and every later one would be refused the same.
+    let verdicts = first.verdicts;
+    let admitted = 1;
+    let refused: RuleVerdict[] | undefined;
+    while (admitted < batch) {
+      const next = this.decideOne(plans, rows, nowMs);
+      if (!next.allowed) {
+        refused = next.verdicts;
+        break;
+      }
+      verdicts = next.verdicts;
+      admitted++;
+    }
+    // A lease only when the whole batch fitted: a refusal says the key is at a limit.
+    const lease = options.lease && !refused ? this.grant(plans, rows, verdicts, nowMs, options.lease) : undefined;
+    // A rule that admitted the first request counted it (a shadow rule may refuse later ones of a batch).
+    rows.forEach((row, i) => {
+      if (!row || !first.verdicts[i]!.ruleAllows) return;
+      this.save(row);
+      if (options.refundableForMs) this.refundsDue.set(row.key, nowMs + options.refundableForMs);
+    });
+    this.scheduleCleanup();
+    const result: CheckResult = lease ? { nowMs, allowed: true, verdicts, lease } : { nowMs, allowed: true, verdicts };
+    if (batch > 1) {
+      result.admitted = admitted;
+      if (refused) result.refused = refused;
+    }
+    return result;
+  }
+
+  /**
+   * Decides one request against every rule, all or nothing: counts it in
+   * every rule that admits it when every enforcing rule does, and starts
+   * the penalties of the rules that refuse it.
+   */
+  private decideOne(plans: Plan[], rows: (Row | undefined)[], nowMs: number) {
     const evaluations = plans.map((plan, i) =>
       plan.kind === "count" ? evaluateRow(rows[i]!, nowMs, plan.rule) : undefined,
     );
@@ -187,18 +231,7 @@ export class RateLimiter extends DurableObject<unknown> {
       if (!ev.allowed) this.penalize(plan.rule, row, nowMs);
       return this.verdict(ev, nowMs, plan, row, counted);
     });
-    if (!allowed) {
-      this.scheduleCleanup(); // a penalty started may keep a row past its counts
-      return { nowMs, allowed, verdicts };
-    }
-    const lease = options.lease ? this.grant(plans, rows, verdicts, nowMs, options.lease) : undefined;
-    rows.forEach((row, i) => {
-      if (!row || !verdicts[i]!.ruleAllows) return;
-      this.save(row);
-      if (options.refundableForMs) this.refundsDue.set(row.key, nowMs + options.refundableForMs);
-    });
-    this.scheduleCleanup();
-    return lease ? { nowMs, allowed, verdicts, lease } : { nowMs, allowed, verdicts };
+    return { allowed, verdicts };
   }
 
   /**

@@ -1,0 +1,256 @@
+/**
+ * Batches: requests of one key that wait in one isolate for a call in
+ * flight, and still need the object when it lands, go to the object in one
+ * call, which decides each of them in order, all or nothing, as if each had
+ * called alone. Near a limit, where every request needs the object, an
+ * isolate then makes at most one call for a key while another is in flight.
+ */
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { CallsInFlight } from "../src/isolate/in-flight.ts";
+import type { RuleCheck } from "../src/object/protocol.ts";
+import { flakyNamespace, scriptedNamespace } from "./support/chaos.ts";
+import { countedNamespace } from "./support/counting.ts";
+import { env } from "./support/env.ts";
+import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
+import { uniqueIp } from "./support/limiter.ts";
+import { storedTotal } from "./support/objects.ts";
+
+const rule = (id: string, limit: number, over: Partial<RuleCheck> = {}): RuleCheck => ({
+  id,
+  limit,
+  periodMs: 3_600_000,
+  precision: 60,
+  strict: true,
+  enforce: true,
+  ...over,
+});
+
+let objects = 0;
+const freshObject = () => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`batch-test-${++objects}-${Date.now()}`));
+
+describe("the object: one check decides a batch of requests, in order", () => {
+  it("admits as many as fit, each all or nothing across its rules, and refuses the rest with the refusal each would get", async () => {
+    const stub = freshObject();
+    const rules = [rule("tight", 10), rule("loose", 100)];
+    const result = await stub.check(rules, { batch: 15 });
+    expect(result.admitted).toBe(10);
+    expect(result.allowed).toBe(true);
+    expect(result.verdicts.map((v) => v.remaining)).toEqual([0, 90]);
+    expect(result.refused?.map((v) => v.ruleAllows)).toEqual([false, true]);
+    expect(result.refused![0]!.retryAfterMs).toBeGreaterThan(0);
+    // The loose rule counted the 10 admitted, not the 5 the tight one refused.
+    const seen = await stub.peek(rules);
+    expect(seen.verdicts.map((v) => v.weighted)).toEqual([10, 10]);
+    // One at a time, the next is refused as the batch's last ones were.
+    const next = await stub.check(rules);
+    expect(next.allowed).toBe(false);
+    // The same wait, less the milliseconds between the two checks.
+    expect(next.verdicts[0]!.retryAfterMs).toBeGreaterThan(result.refused![0]!.retryAfterMs - 1_000);
+    expect(next.verdicts[0]!.retryAfterMs).toBeLessThanOrEqual(result.refused![0]!.retryAfterMs);
+  });
+
+  it("admits none when the first is refused, and counts nothing", async () => {
+    const stub = freshObject();
+    await stub.check([rule("full", 3)], { batch: 3 });
+    const result = await stub.check([rule("full", 3)], { batch: 4 });
+    expect(result).toMatchObject({ allowed: false, admitted: 0 });
+    expect(result.refused).toBeUndefined();
+    expect((await stub.peek([rule("full", 3)])).verdicts[0]!.weighted).toBe(3);
+  });
+
+  it("grants a lease after a batch only when the whole batch fitted", async () => {
+    const stub = freshObject();
+    const lease = { units: 64, seen: 64, seenInMs: 1_000 };
+    const roomy = await stub.check([rule("roomy", 1_000_000)], { batch: 10, lease });
+    expect(roomy.admitted).toBe(10);
+    expect(roomy.lease?.units).toBe(64);
+    expect((await stub.peek([rule("roomy", 1_000_000)])).verdicts[0]!.weighted).toBe(10 + 64);
+    const tight = await stub.check([rule("tight-lease", 20)], { batch: 25, lease });
+    expect(tight.admitted).toBe(20);
+    expect(tight.lease).toBeUndefined();
+  });
+
+  it("answers a check without a batch as it always did", async () => {
+    const result = await freshObject().check([rule("single", 5)]);
+    expect(result.allowed).toBe(true);
+    expect("admitted" in result).toBe(false);
+  });
+});
+
+describe("the isolate: requests that wait for a call go to the object together", () => {
+  afterEach(() => vi.useRealTimers());
+
+  it("300 concurrent requests under a limit of 100: exactly 100 admitted, in two calls", async () => {
+    const { ns, counter } = countedNamespace();
+    const { run } = decider(
+      settingsFor([{ id: "burst-batch", limit: 100, period: "1h", precision: 60, strict: true }]),
+      ns,
+      createIsolate(),
+    );
+    const ip = uniqueIp();
+    const results = await Promise.all(Array.from({ length: 300 }, () => run(requestFrom(ip))));
+    expect(results.filter((r) => statusOf(r) === 200)).toHaveLength(100);
+    expect(results.filter((r) => statusOf(r) === 429)).toHaveLength(200);
+    expect(await storedTotal(ip)).toBe(100);
+    // The first request's call, then one for the 299 that waited for it.
+    expect(counter.calls).toBe(2);
+  });
+
+  it("waves of concurrent requests near a limit: each wave's waiters go in one call, and no more is admitted than the object alone admits", async () => {
+    const limit = 60;
+    const settings = settingsFor([{ id: "waves", limit, period: "1h", precision: 60, strict: true }]);
+    const { ns, counter } = countedNamespace();
+    const { run } = decider(settings, ns, createIsolate());
+    const alone = decider(settings, countedNamespace().ns, objectAlone());
+    const ip = uniqueIp();
+    const other = uniqueIp();
+    const statuses: number[] = [];
+    const reference: number[] = [];
+    for (let wave = 0; wave < 8; wave++) {
+      const sent = Array.from({ length: 10 + wave }, () => run(requestFrom(ip)));
+      statuses.push(...(await Promise.all(sent)).map(statusOf));
+      for (let i = 0; i < sent.length; i++) reference.push(statusOf(await alone.run(requestFrom(other))));
+    }
+    const admitted = statuses.filter((s) => s === 200).length;
+    expect(admitted).toBe(reference.filter((s) => s === 200).length);
+    expect(admitted).toBe(limit);
+    expect(await storedTotal(ip)).toBe(limit);
+    // At most two calls a wave (its first request's, and its waiters' batch), and none once refusals are known.
+    expect(counter.calls).toBeLessThanOrEqual(2 * 8);
+  });
+
+  it("a batch whose call fails shares the failure with every request in it: one call, one answer each", async () => {
+    const { ns, calls } = flakyNamespace("throw");
+    const settings = settingsFor([
+      { id: "batch-closed", limit: 100, period: "1h", precision: 60, strict: true, on_error: "closed" },
+    ]);
+    const { run } = decider(settings, ns, createIsolate());
+    const results = await Promise.all(Array.from({ length: 20 }, () => run(requestFrom(uniqueIpOnce))));
+    expect(results.map(statusOf)).toEqual(Array.from({ length: 20 }, () => 503));
+    // The first call failed and every waiter shared it: no batch was sent.
+    expect(calls.attempts).toBe(1);
+  });
+
+  it("waits for a slow call to the end rather than calling again: 20 waiters, then one batch, not 20 calls", async () => {
+    vi.useFakeTimers();
+    // A 200 ms deadline: before batches, each waiter stopped waiting at half of it (110 ms) and called on its
+    // own, 20 more calls queued at an object already slow. The call answers at 150 ms, before it is presumed
+    // lost (4 typical call times: 200 ms).
+    const settings = settingsFor([{ id: "slow-call", limit: 1000, period: "1h" }], 200);
+    const { ns, calls } = scriptedNamespace([
+      { afterMs: 150, ends: "admit" },
+      { afterMs: 10, ends: "admit" },
+    ]);
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const started = Date.now();
+    const decidedAt: number[] = [];
+    const leader = run(requestFrom(ip));
+    await vi.advanceTimersByTimeAsync(10);
+    const waiters = Array.from({ length: 20 }, () =>
+      run(requestFrom(ip)).then((outcome) => {
+        decidedAt.push(Date.now() - started);
+        return outcome;
+      }),
+    );
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(statusOf(await leader)).toBe(200);
+    expect((await Promise.all(waiters)).map(statusOf)).toEqual(Array.from({ length: 20 }, () => 200));
+    expect(calls.checks).toBe(2);
+    expect(calls.options[1]?.batch).toBe(20);
+    expect(Math.min(...decidedAt)).toBeGreaterThanOrEqual(160);
+  });
+
+  it("a batch's call gets a whole timeout of its own: the request that sent it late runs out, the others in it are answered", async () => {
+    vi.useFakeTimers();
+    const settings = settingsFor([{ id: "late-sender", limit: 1000, period: "1h", on_error: "closed" }], 200);
+    const { ns, calls } = scriptedNamespace([
+      { afterMs: 150, ends: "admit" },
+      { afterMs: 100, ends: "admit" },
+    ]);
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const leader = run(requestFrom(ip)); // its call answers at 150 ms, with no lease
+    await vi.advanceTimersByTimeAsync(10);
+    const sender = run(requestFrom(ip)); // deadline 210 ms: sends the batch at 150 ms, which answers at 250 ms
+    await vi.advanceTimersByTimeAsync(90);
+    const other = run(requestFrom(ip)); // deadline 300 ms
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect([statusOf(await leader), statusOf(await sender), statusOf(await other)]).toEqual([200, 503, 200]);
+    expect(calls.checks).toBe(2);
+    expect(calls.options[1]?.batch).toBe(2);
+  });
+
+  it("a batch whose call never answers (its request was cancelled): the others in it stop waiting when it is presumed lost, and are decided by calls of their own", async () => {
+    vi.useFakeTimers();
+    const settings = settingsFor([{ id: "lost-batch", limit: 1000, period: "1h" }], 1_000);
+    const { ns, calls } = scriptedNamespace([
+      { afterMs: 50, ends: "admit" }, // the first request's call: no lease for a demand of one
+      { ends: "hang" }, // the batch of the 5 that waited for it
+      { afterMs: 10, ends: "admit" },
+      { afterMs: 10, ends: "admit" },
+    ]);
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const started = Date.now();
+    const leader = run(requestFrom(ip));
+    await vi.advanceTimersByTimeAsync(10);
+    const decidedAt: number[] = [];
+    const waiters = Array.from({ length: 5 }, () =>
+      run(requestFrom(ip)).then((outcome) => {
+        decidedAt.push(Date.now() - started);
+        return outcome;
+      }),
+    );
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(statusOf(await leader)).toBe(200);
+    expect((await Promise.all(waiters)).map(statusOf)).toEqual([200, 200, 200, 200, 200]);
+    expect(calls.options[1]?.batch).toBe(5);
+    // The batch's call is presumed lost 4 × 50 ms after it left (at 50 ms): the 4 others in it were decided
+    // soon after, by one call and then a batch of the rest, long before their 1 s deadline. Its sender waited
+    // to its own deadline, and failed open as any call of its own that never answered would have.
+    decidedAt.sort((a, b) => a - b);
+    expect(decidedAt.slice(0, 4).every((ms) => ms >= 250 && ms < 400)).toBe(true);
+    expect(decidedAt[4]).toBeGreaterThanOrEqual(1_000);
+    expect(calls.checks).toBe(4);
+  });
+
+  it("a rule that only logs keeps every request's own call: its batch would need a verdict per request", async () => {
+    const { ns, counter } = countedNamespace();
+    const { run } = decider(
+      settingsFor([{ id: "shadow-batch", limit: 5, period: "1h", action: "log" }]),
+      ns,
+      createIsolate(),
+    );
+    const ip = uniqueIp();
+    const results = await Promise.all(Array.from({ length: 10 }, () => run(requestFrom(ip))));
+    expect(results.every((r) => statusOf(r) === 200)).toBe(true);
+    expect(counter.calls).toBe(10);
+  });
+});
+
+const uniqueIpOnce = uniqueIp();
+
+describe("a key whose calls are slow: its next call is waited for longer before it is presumed lost", () => {
+  it("waits four times the key's last call, or twice the wait of a call presumed lost, up to the timeout", () => {
+    const flights = new CallsInFlight(10);
+    // Before any call has landed, a call is presumed lost after 4 × 50 ms.
+    const first = flights.depart("slow", 0, 1_000);
+    expect(first.staleAtMs).toBe(200);
+    // It took 300 ms: this key's next call is waited for 4 × 300 ms, capped at the timeout; another key's, 4
+    // typical calls (the average moved an eighth of the way to 300 ms: 81.25 ms).
+    flights.land("slow", first, { ok: true }, 300);
+    expect(flights.depart("slow", 300, 1_000).staleAtMs).toBe(300 + 1_000);
+    expect(flights.depart("quick", 300, 1_000).staleAtMs).toBe(300 + 325);
+    // After a call presumed lost, the key's next one is waited for twice as long; once one lands, four
+    // typical calls again, or four times what it took.
+    const lost = flights.depart("lost", 0, 5_000);
+    expect(lost.staleAtMs).toBe(325);
+    expect(flights.current("lost", 400)).toBeUndefined();
+    const next = flights.depart("lost", 400, 5_000);
+    expect(next.staleAtMs).toBe(400 + 650);
+    flights.land("lost", next, { ok: true }, 410);
+    // (4 typical calls again: the average moved an eighth of the way to 10 ms.)
+    expect(flights.depart("lost", 410, 5_000).staleAtMs - 410).toBeCloseTo(4 * (81.25 + (10 - 81.25) / 8));
+  });
+});
