@@ -119,6 +119,23 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect(counter.calls).toBeLessThanOrEqual(2 * 8);
   });
 
+  it("a burst that one batch absorbs leaves nothing leased: another isolate's burst gets every admission that is left", async () => {
+    // A batch forms when requests waited for a call that left them uncovered: the demand it carries has been
+    // served once it lands. Units leased on top of it would sit unspent in this isolate when the burst is over,
+    // counted against the key everywhere.
+    const settings = settingsFor([{ id: "burst-lease", limit: 100, period: "1h", precision: 60, strict: true }]);
+    const { ns } = countedNamespace();
+    const first = decider(settings, ns, createIsolate());
+    const second = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const early = await Promise.all(Array.from({ length: 60 }, () => first.run(requestFrom(ip))));
+    expect(early.filter((r) => statusOf(r) === 200)).toHaveLength(60);
+    expect(await storedTotal(ip)).toBe(60);
+    const late = await Promise.all(Array.from({ length: 50 }, () => second.run(requestFrom(ip))));
+    expect(late.filter((r) => statusOf(r) === 200)).toHaveLength(40);
+    expect(await storedTotal(ip)).toBe(100);
+  });
+
   it("a batch whose call fails shares the failure with every request in it: one call, one answer each", async () => {
     const { ns, calls } = flakyNamespace("throw");
     const settings = settingsFor([

@@ -265,7 +265,10 @@ async function callObject(
   const { isolate, settings } = ctx;
   const { leases } = isolate;
   const sentAtMs = isolate.clock();
-  const lease = leases.leaseRequest(group.digest, sentAtMs);
+  // A batch asks for no lease: it carries the demand that waited, which it serves; units leased on top of it
+  // would sit unspent here once a burst is over, counted against the key in every isolate. The next call
+  // alone asks, if requests keep coming.
+  const lease = batch === undefined ? leases.leaseRequest(group.digest, sentAtMs) : undefined;
   const files = batch !== undefined || (lease && leases.leasable(group.digest)) || batchable(group, isolate);
   const flight = files ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
   const size = batch ? batch.seal(flight!) : 1;
