@@ -9,13 +9,44 @@
 import { getOrCreate } from "../core/maps.ts";
 import { parseSettings, type SettingsInput } from "./settings.ts";
 
+/** The variables a parse reads: equal values (the same objects), the same parse. */
+const FIELDS = [
+  "RULES",
+  "TIERS",
+  "JWT",
+  "IPV6_PREFIX",
+  "TRUSTED_IP_HEADER",
+  "LIMITER_TIMEOUT_MS",
+  "JWT_JWKS_URL",
+  "JWT_JWKS",
+  "STATS_RAW_KEYS",
+] as const satisfies readonly (keyof SettingsInput)[];
+/** Every variable a parse reads is compared: a compile error names any missing from {@link FIELDS}. */
+const EVERY_FIELD: Exclude<keyof SettingsInput, (typeof FIELDS)[number]> extends never ? true : never = true;
+void EVERY_FIELD;
+
 /**
  * Memoises a parse per isolate, keyed by the identity of the rules value (an
- * object) or its text, so a request costs a map lookup, not a parse.
+ * object) or its text, so a request costs a map lookup, not a parse; and
+ * less than that when the variables are those of the call before, as they
+ * are on every request but the first: their values are compared, not looked
+ * up.
  */
 export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: SettingsInput) => T {
   const cache: Slots<Slots<Slots<Map<string, T>>>> = slots();
+  const last: unknown[] = [];
+  let lastValue: { value: T } | undefined;
   return (input) => {
+    if (lastValue !== undefined && FIELDS.every((field, i) => input[field] === last[i])) return lastValue.value;
+    const value = lookUp(input);
+    FIELDS.forEach((field, i) => {
+      last[i] = input[field];
+    });
+    lastValue = { value };
+    return value;
+  };
+
+  function lookUp(input: SettingsInput): T {
     const byTiers = slotOf(cache, input.RULES, () => slots<Slots<Map<string, T>>>());
     const byJwt = slotOf(byTiers, input.TIERS, () => slots<Map<string, T>>());
     const byRest = slotOf(byJwt, input.JWT, () => new Map<string, T>());
@@ -28,7 +59,7 @@ export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: Sett
       input.STATS_RAW_KEYS,
     ].join("\u0000");
     return getOrCreate(byRest, rest, () => parse(input));
-  };
+  }
 }
 
 /** Values filed under a variable's value: by identity for an object (a TOML table), by text otherwise. */

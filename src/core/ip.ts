@@ -21,7 +21,8 @@ export function ipKey(raw: string | null | undefined, ipv6PrefixBits = DEFAULT_I
   if (!value) return UNKNOWN_IP;
   const host = stripPort(value);
   const v4 = parseIPv4(host);
-  if (v4 !== null) return v4.join(".");
+  // Written without leading zeros, the address is its own key: no new string is made.
+  if (v4 !== null) return host.length === dottedLength(v4) ? host : v4.join(".");
   const v6 = parseIPv6(host);
   if (v6 === null) return `invalid:${value}`;
   if (isIPv4Mapped(v6)) return [v6[6]! >> 8, v6[6]! & 0xff, v6[7]! >> 8, v6[7]! & 0xff].join(".");
@@ -59,17 +60,43 @@ function stripPort(value: string): string {
   return value;
 }
 
+const DOT = 46;
+const ZERO = 48;
+const NINE = 57;
+
+/**
+ * The four octets of a dotted-quad IPv4 address, each 1 to 3 decimal digits
+ * (leading zeros allowed) of at most 255; or null. Read a character at a
+ * time: it runs on every request keyed by IP, so it splits nothing and runs
+ * no regular expression.
+ */
 function parseIPv4(text: string): number[] | null {
-  const parts = text.split(".");
-  if (parts.length !== 4) return null;
   const octets: number[] = [];
-  for (const part of parts) {
-    if (!/^\d{1,3}$/.test(part)) return null;
-    const n = Number(part);
-    if (n > 255) return null;
-    octets.push(n);
+  let value = 0;
+  let digits = 0;
+  // One past the end reads as a dot, which ends the last octet.
+  for (let i = 0; i <= text.length; i++) {
+    const c = i < text.length ? text.charCodeAt(i) : DOT;
+    if (c === DOT) {
+      if (digits === 0 || value > 255 || octets.length === 4) return null;
+      octets.push(value);
+      value = 0;
+      digits = 0;
+    } else if (c >= ZERO && c <= NINE && digits < 3) {
+      value = value * 10 + (c - ZERO);
+      digits++;
+    } else {
+      return null;
+    }
   }
-  return octets;
+  return octets.length === 4 ? octets : null;
+}
+
+/** The length of the octets written as `a.b.c.d`, without leading zeros. */
+function dottedLength(octets: number[]): number {
+  let length = 3;
+  for (const octet of octets) length += octet >= 100 ? 3 : octet >= 10 ? 2 : 1;
+  return length;
 }
 
 /** Eight 16-bit groups, or null. Accepts `::` compression, an IPv4 tail and a zone (`%eth0`, ignored). */

@@ -65,6 +65,8 @@ export function pathnameOf(url: string): string {
  * `exclude` globs match this path. The request itself is forwarded unchanged.
  */
 export function normalizePath(pathname: string): string {
+  // Most paths have neither: they are their own normal form, and no expression need run over them.
+  if (!pathname.includes("%") && !pathname.includes("//")) return pathname;
   return pathname
     .replace(unreserved, (encoded) => String.fromCharCode(Number.parseInt(encoded.slice(1), 16)))
     .replace(/\/{2,}/g, "/");

@@ -9,35 +9,84 @@ import { type RequestFacts, readCookie } from "../core/keys.ts";
 import type { RequestPath } from "../core/paths.ts";
 import type { NetworkFact } from "../core/rules.ts";
 
-/** What client keys are made of, read lazily from the request: most keys need neither a URL parse nor an IP parse. */
-export function requestFacts(
+/**
+ * What client keys are made of, read lazily from the request: most keys need
+ * neither a URL parse nor an IP parse. One object per request, its readers
+ * methods rather than closures made anew for each request.
+ */
+export const requestFacts = (
   request: Request,
   path: RequestPath,
   settings: Settings,
   claims: Claims | null = null,
-): RequestFacts {
-  const headers = request.headers;
-  let ip: string | undefined;
-  let url: URL | undefined;
-  const parsed = () => {
-    url ??= new URL(request.url);
-    return url;
-  };
-  return {
-    method: request.method,
-    path: path.written,
-    matchingPath: path.matching,
-    host: () => parsed().host.toLowerCase(),
-    ip: () => {
-      ip ??= ipKey(clientAddress(headers, settings.trustedIpHeader), settings.ipv6PrefixBits);
-      return ip;
-    },
-    header: (name) => headers.get(name),
-    cookie: (name) => readCookie(headers.get("cookie"), name),
-    query: (name) => parsed().searchParams.get(name),
-    network: (fact) => networkFact(request, fact),
-    claim: (path) => (claims === null ? null : claimAt(claims, path)),
-  };
+  method: string = request.method,
+): RequestFacts => new FactsOf(request, method, path, settings, claims);
+
+class FactsOf implements RequestFacts {
+  readonly method: string;
+  readonly path: string;
+  private readonly request: Request;
+  private readonly requestPath: RequestPath;
+  private readonly settings: Settings;
+  private readonly claims: Claims | null;
+  private headers: Headers | undefined;
+  private clientIp: string | undefined;
+  private url: URL | undefined;
+
+  constructor(request: Request, method: string, path: RequestPath, settings: Settings, claims: Claims | null) {
+    this.request = request;
+    this.method = method;
+    this.path = path.written;
+    this.requestPath = path;
+    this.settings = settings;
+    this.claims = claims;
+  }
+
+  private headerList(): Headers {
+    this.headers ??= this.request.headers;
+    return this.headers;
+  }
+
+  private parsed(): URL {
+    this.url ??= new URL(this.request.url);
+    return this.url;
+  }
+
+  matchingPath(caseSensitive: boolean): string {
+    return this.requestPath.matching(caseSensitive);
+  }
+
+  host(): string {
+    return this.parsed().host.toLowerCase();
+  }
+
+  ip(): string {
+    this.clientIp ??= ipKey(
+      clientAddress(this.headerList(), this.settings.trustedIpHeader),
+      this.settings.ipv6PrefixBits,
+    );
+    return this.clientIp;
+  }
+
+  header(name: string): string | null {
+    return this.headerList().get(name);
+  }
+
+  cookie(name: string): string | null {
+    return readCookie(this.headerList().get("cookie"), name);
+  }
+
+  query(name: string): string | null {
+    return this.parsed().searchParams.get(name);
+  }
+
+  network(fact: NetworkFact): string | null {
+    return networkFact(this.request, fact);
+  }
+
+  claim(path: string): string | null {
+    return this.claims === null ? null : claimAt(this.claims, path);
+  }
 }
 
 /** What `request.cf` says of the client's network; null where the runtime says nothing. */
