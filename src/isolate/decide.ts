@@ -22,7 +22,7 @@ import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
 import type { Isolate } from "./isolate.ts";
 import type { SpentUnits } from "./leases.ts";
 import { knownReport, logKnown, readSettlements } from "./reports.ts";
-import { ruleUid, tierVariant } from "./rule-ids.ts";
+import { tierVariant } from "./rule-ids.ts";
 import { type KeyGroup, knownRefusals, type RuleRefusal, type Settlement, settle } from "./settle.ts";
 import { flushStats, type StatsNamespace } from "./stats.ts";
 import { type AnalyticsSink, type TallyContext, tallyKnown, tallySettled } from "./tally.ts";
@@ -62,6 +62,17 @@ export type DecideOptions = {
    * @default undefined: none
    */
   analytics?: AnalyticsSink | undefined;
+  /**
+   * The request's path, when the caller has worked it out already (the
+   * Worker, for its admin API's prefix): `requestPath` of its pathname.
+   * @default worked out from `request.url`
+   */
+  path?: RequestPath | undefined;
+  /**
+   * `request.method`, when the caller has read it already.
+   * @default read from the request
+   */
+  method?: string | undefined;
 };
 
 const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
@@ -73,23 +84,26 @@ const NO_HEADERS: Outcome = { kind: "allow", headers: {} };
  */
 export function decide(request: Request, options: DecideOptions): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
-  const path = requestPath(pathnameOf(request.url));
+  const path = options.path ?? requestPath(pathnameOf(request.url));
   const address = clientAddressOf(request, settings);
-  const matched = settings.rules.filter(
-    (rule) => ruleMatches(rule, request.method, path) && ruleCoversClient(rule, address),
-  );
+  // Read once: each read of a request's property is a call into the runtime.
+  const method = options.method ?? request.method;
+  const matched = settings.rules.filter((rule) => ruleMatches(rule, method, path) && ruleCoversClient(rule, address));
   if (matched.length === 0) return NO_HEADERS;
   const claims = claimsFor(request, matched, options);
   if (claims instanceof Promise) {
     const startedAtMs = isolate.clock();
-    return claims.then((verified) => decideMatched({ request, path, matched, claims: verified, startedAtMs }, options));
+    return claims.then((verified) =>
+      decideMatched({ request, method, path, matched, claims: verified, startedAtMs }, options),
+    );
   }
-  return decideMatched({ request, path, matched, claims }, options);
+  return decideMatched({ request, method, path, matched, claims }, options);
 }
 
 /** A request whose matching rules are known, and its token's claims. */
 type Matched = {
   request: Request;
+  method: string;
   path: RequestPath;
   matched: Rule[];
   claims: Claims | null;
@@ -119,7 +133,11 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
   const matched = inClaimedTier(request.matched, request.claims, settings);
   const groups =
     options.clientKey === undefined
-      ? groupByKey(matched, requestFacts(request.request, request.path, settings, request.claims), isolate)
+      ? groupByKey(
+          matched,
+          requestFacts(request.request, request.path, settings, request.claims, request.method),
+          isolate,
+        )
       : [oneGroup(matched, customCanonicalKey(options.clientKey), isolate)];
   const policies = matched.filter((rule) => rule.action === "block");
   const nowMs = isolate.clock();
@@ -266,9 +284,13 @@ const oneGroup = (rules: Rule[], canonical: string, isolate: Isolate): KeyGroup 
  */
 function knownRefusal(policies: Rule[], known: RuleRefusal[], isolate: Isolate, nowMs: number): Response {
   for (const k of known) logKnown(k, isolate, nowMs);
-  const reports = () => known.map((k) => knownReport(k, nowMs));
-  const [only, ...others] = known;
-  if (!only || others.length > 0 || only.refusal.applied.override === "deny") return refusal(policies, reports());
-  const key = `${Math.ceil((only.refusal.retryAtMs - nowMs) / 1000)}|${policies.map(ruleUid).join(",")}`;
-  return send(only.refusal.reuse(key, () => tooManyRequestsParts(policies, reports())));
+  const only = known[0];
+  if (only === undefined || known.length > 1 || only.refusal.applied.override === "deny") {
+    return refusal(
+      policies,
+      known.map((k) => knownReport(k, nowMs)),
+    );
+  }
+  const seconds = Math.ceil((only.refusal.retryAtMs - nowMs) / 1000);
+  return send(only.refusal.reuse(seconds, policies, () => tooManyRequestsParts(policies, [knownReport(only, nowMs)])));
 }

@@ -26,7 +26,7 @@ export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier">;
 
 /** One refusal the isolate knows of. */
 export class KnownRefusal {
-  private memo: { key: string; value: unknown } | null = null;
+  private memo: { seconds: number; rules: readonly Rule[]; value: unknown } | null = null;
   /** Isolate time (Unix ms) at which the object admits this key again, if nothing else is admitted. */
   readonly retryAtMs: number;
   /** Isolate time until which this entry answers: `retryAtMs`, or sooner under the cap. */
@@ -46,11 +46,24 @@ export class KnownRefusal {
     this.applied = applied;
   }
 
-  /** A value derived from this refusal, made once and reused while `key` stays the same (the 429 sent again). */
-  reuse<T>(key: string, make: () => T): T {
-    if (this.memo?.key !== key) this.memo = { key, value: make() };
-    return this.memo.value as T;
+  /**
+   * A value derived from this refusal (the 429 sent again), made once and
+   * reused while the wait reads the same whole `seconds` and the request
+   * matched the same `rules`, the same objects in the same order.
+   */
+  reuse<T>(seconds: number, rules: readonly Rule[], make: () => T): T {
+    const memo = this.memo;
+    if (memo !== null && memo.seconds === seconds && sameRules(memo.rules, rules)) return memo.value as T;
+    const value = make();
+    this.memo = { seconds, rules, value };
+    return value;
   }
+}
+
+function sameRules(a: readonly Rule[], b: readonly Rule[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 export type KnownRefusalsOptions = {

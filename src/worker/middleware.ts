@@ -9,7 +9,7 @@ import { parseSettings, type Settings, type SettingsInput } from "../config/sett
 import type { Result } from "../core/result.ts";
 import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
-import { decide } from "../isolate/decide.ts";
+import { decide, type Outcome } from "../isolate/decide.ts";
 import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
@@ -101,7 +101,22 @@ export type RateLimitOptions<E extends HonoEnv = any> = {
  * ```
  */
 // biome-ignore lint/suspicious/noExplicitAny: Hono's own default for an app's environment
-export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> = {}): MiddlewareHandler<E> => {
+export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> = {}): MiddlewareHandler<E> =>
+  rateLimitWith(options, () => undefined);
+
+/** A decision made for a request before the middleware saw it, to take instead of deciding again; it may throw. */
+export type Decided = () => Outcome | Promise<Outcome>;
+
+/**
+ * {@link rateLimit}, taking the decision `decidedFor` returns for a request
+ * when it returns one (the Worker decides before its Hono app runs, see
+ * app.ts); otherwise deciding as `rateLimit()` does.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: Hono's own default for an app's environment
+export const rateLimitWith = <E extends HonoEnv = any>(
+  options: RateLimitOptions<E>,
+  decidedFor: (request: Request) => Decided | undefined,
+): MiddlewareHandler<E> => {
   const binding = options.binding ?? "RATE_LIMITER";
   const settingsOf = settingsSource(options);
   const { key, onRefused, skip } = options;
@@ -118,15 +133,19 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       return invalidConfig([...(settings.ok ? [] : settings.errors), ...missing]);
     }
 
-    const decided = decide(c.req.raw, {
-      settings: settings.value,
-      ns,
-      isolate: options.isolate ?? defaultIsolate(),
-      background: background(c),
-      clientKey: key === undefined ? undefined : await key(c),
-      stats: env.STATS as StatsNamespace | undefined,
-      analytics: env.ANALYTICS as AnalyticsSink | undefined,
-    });
+    const early = decidedFor(c.req.raw);
+    const decided =
+      early !== undefined
+        ? early()
+        : decide(c.req.raw, {
+            settings: settings.value,
+            ns,
+            isolate: options.isolate ?? defaultIsolate(),
+            background: background(c),
+            clientKey: key === undefined ? undefined : await key(c),
+            stats: env.STATS as StatsNamespace | undefined,
+            analytics: env.ANALYTICS as AnalyticsSink | undefined,
+          });
     const outcome = decided instanceof Promise ? await decided : decided;
     if (outcome.kind === "refuse") {
       const { response } = outcome;

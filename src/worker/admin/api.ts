@@ -18,6 +18,7 @@ import { parseAdminPrefix } from "../../config/admin-prefix.ts";
 import { settingsFromEnv } from "../../config/memo.ts";
 import { getOrCreate } from "../../core/maps.ts";
 import { normalizePath, pathnameOf } from "../../core/paths.ts";
+import type { Result } from "../../core/result.ts";
 import { INVALID_CONFIG, invalidConfigResponse, problemResponse } from "../../http/problem.ts";
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import { logEvent } from "../../observe/log.ts";
@@ -48,18 +49,16 @@ const prefixes = new Map<string, ReturnType<typeof parseAdminPrefix>>();
 export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bindings: Env }> =>
   async function adminMiddleware(c, next) {
     const token = c.env.ADMIN_TOKEN;
-    if (token === undefined || token === "") return next();
-    const parsed = getOrCreate(prefixes, String(c.env.ADMIN_PREFIX ?? ""), () => parseAdminPrefix(c.env.ADMIN_PREFIX));
+    const parsed = adminPrefix(c.env);
+    if (parsed === null || token === undefined) return next();
     if (!parsed.ok) {
       // Which paths are the API's is unknown, and proxying one would hand the token to the origin.
       logEvent({ event: "invalid_config", errors: parsed.errors }, "error");
       return invalidConfigResponse();
     }
-    // Matched like the rules match paths, so `//__ratelimit` or `/%5F_ratelimit` cannot slip past to the origin;
-    // and, like them, without parsing the URL of every request that is not the API's.
-    const path = normalizePath(pathnameOf(c.req.url));
+    const path = adminPath(c.req.url);
     const { value: prefix } = parsed;
-    if (path !== prefix && !path.startsWith(`${prefix}/`)) return next();
+    if (!isUnder(path, prefix)) return next();
 
     // The dashboard's page, script and styles hold no data: the only paths answered without the token.
     const sub = path.slice(prefix.length);
@@ -86,6 +85,30 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
     };
     return route(request);
   };
+
+/**
+ * The admin API's prefix: null while the API is off (`ADMIN_TOKEN` unset or
+ * empty), else `ADMIN_PREFIX` parsed, which may have failed.
+ */
+export function adminPrefix(env: Env): Result<string> | null {
+  const token = env.ADMIN_TOKEN;
+  if (token === undefined || token === "") return null;
+  return getOrCreate(prefixes, String(env.ADMIN_PREFIX ?? ""), () => parseAdminPrefix(env.ADMIN_PREFIX));
+}
+
+/**
+ * The path the prefix is matched against: normalised like the paths rules
+ * match, so `//__ratelimit` or `/%5F_ratelimit` cannot slip past to the
+ * origin; and, like them, without parsing the URL of every request that is
+ * not the API's.
+ */
+export const adminPath = (url: string): string => normalizePath(pathnameOf(url));
+
+/** Whether a path from {@link adminPath} is the prefix or under it. */
+export const isUnder = (path: string, prefix: string): boolean =>
+  path.startsWith(prefix) && (path.length === prefix.length || path.charCodeAt(prefix.length) === SLASH);
+
+const SLASH = 47;
 
 /** An authorised request under the prefix. */
 type AdminRequest = {
