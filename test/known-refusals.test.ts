@@ -5,7 +5,7 @@ import type { Isolate } from "../src/isolate/isolate.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
-import { uniqueIp } from "./support/limiter.ts";
+import { from, limiter, uniqueIp } from "./support/limiter.ts";
 import { gatedNamespace } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
 
@@ -247,5 +247,53 @@ describe("a refusal that answers after its key was forgotten", () => {
     isolate.refusals.remember(rule, "digest", "name", 1_001, refused);
     isolate.refusals.remember(rule, "digest", "name", 999, { ...refused, holdsForMs: 0 });
     expect(isolate.refusals.lookup(rule, "digest", 1_100)?.retryAtMs).toBe(51_001);
+  });
+});
+
+/**
+ * The Worker answers a refusal its isolate knows of before its Hono app runs
+ * (src/worker/app.ts), and leaves everything else to the app: the answer is
+ * the app's own, whichever way it went.
+ */
+describe("a known refusal answered by the Worker before its app", () => {
+  const RULES = [{ id: "early", path: "/early/*", limit: 1, period: "1h", methods: ["GET"] }];
+
+  it("is the app's refusal: the same status, headers and body as the object's refusal before it", async () => {
+    const send = limiter(RULES);
+    const ip = uniqueIp();
+    expect((await send("/early/x", from(ip))).status).toBe(200);
+    const read = async () => {
+      const res = await send("/early/x", from(ip));
+      const headers = Object.fromEntries(res.headers);
+      // The wait counts down between the two; everything else is the same.
+      for (const name of ["retry-after", "ratelimit"]) delete headers[name];
+      return { status: res.status, headers, body: await res.json() };
+    };
+    const fromObject = await read();
+    const known = await read();
+    expect(fromObject.status).toBe(429);
+    expect(known).toEqual(fromObject);
+  });
+
+  it("leaves HEAD to the app, which answers it as it answers GET, without a body", async () => {
+    const send = limiter(RULES);
+    const ip = uniqueIp();
+    await send("/early/x", from(ip));
+    await send("/early/x", from(ip)); // refused: now known
+    const head = await send("/early/x", { method: "HEAD", ...from(ip) });
+    expect(head.status).toBe(429);
+    expect(await head.text()).toBe("");
+  });
+
+  it("never refuses the admin API's paths, however written, for a client its rules refuse", async () => {
+    const send = limiter([{ id: "everything", path: "/*", limit: 1, period: "1h" }], { ADMIN_TOKEN: "early-token" });
+    const ip = uniqueIp();
+    await send("/x", from(ip));
+    expect((await send("/x", from(ip))).status).toBe(429); // now known
+    const auth = { authorization: "Bearer early-token" };
+    for (const path of ["/__ratelimit/rules", "//__ratelimit/rules", "/%5F_ratelimit/rules"]) {
+      const res = await send(path, from(ip, auth));
+      expect(res.status, path).toBe(200);
+    }
   });
 });
