@@ -4,8 +4,21 @@
  *
  * Builds each Worker with wrangler's bundler, serves them all from one
  * standalone `workerd serve` (not `wrangler dev`, whose dev proxy caps
- * throughput), starts a local origin, and drives each variant with wrk in
- * alternating rounds (a b c d e f, a b c d e f, …). Reports medians.
+ * throughput), and drives each variant with wrk in alternating rounds
+ * (a b c d e f, a b c d e f, …). Reports medians, and for each variant its
+ * throughput and workerd's CPU time per request beside those of its
+ * baseline, round by round.
+ *
+ * The origin is a constant 200 served by the same workerd (workers/origin.ts),
+ * which every proxying variant reaches as its `globalOutbound`: it costs
+ * little, so the allowed variants measure their Worker, and workerd's CPU per
+ * request is the Worker's plus that small constant. BENCH_ORIGIN=node puts
+ * the earlier origin back, a Node server on the same machine (which was the
+ * allowed variants' bottleneck), to compare with runs made with it.
+ *
+ * (e) is the physical limit for the blocked path, a constant 429; (l) sends
+ * the limiter's own 429 (eight headers, a longer body) in the same way, made
+ * by the limiter's code, without deciding: (d) is compared with both.
  *
  * (j) and (k) are (b) and (d) with statistics on: the same bundle in a
  * service of its own that also binds STATS (the StatsObject class, in that
@@ -15,7 +28,12 @@
  * of its own) to show that flushes arrived and counted what was served.
  *
  * Options (environment): BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CONNECTIONS (16), BENCH_THREADS (2),
- * BENCH_ONLY (e.g. "b,d", or "b,d,j,k" for statistics off and on).
+ * BENCH_ONLY (e.g. "b,d", or "b,d,j,k" for statistics off and on, or "hot" for the hot-key bench alone),
+ * BENCH_ORIGIN ("workerd", or "node"), and hot-key.ts's own (HOT_*).
+ *
+ * A full run ends with the hot-key bench (hot-key.ts): one key through 16
+ * isolates, far below, at and far over its limit, against the object as
+ * shipped and one slowed to 8 ms per check.
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -27,6 +45,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import type { StatsView } from "../../src/object/stats-protocol.ts";
 import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../workerd.ts";
+import { hotKeyBench } from "./hot-key.ts";
+import { BENCH_RULES } from "./rules.ts";
 
 const execFileAsync = promisify(execFile);
 
@@ -34,16 +54,22 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
 const threads = Number(process.env.BENCH_THREADS ?? 2);
+/** Where allowed requests go: the constant service in the same workerd, or a Node server (the earlier bench). */
+const originKind = process.env.BENCH_ORIGIN === "node" ? "node" : "workerd";
+/** ORIGIN_URL with the in-workerd origin: any host, since `globalOutbound` sends every fetch to that service. */
+const WORKERD_ORIGIN_URL = "http://bench-origin.internal";
 
 type Variant = {
   id: string;
   label: string;
-  worker: "proxy" | "limiter" | "overridden" | "constant" | "peer" | "statistics";
+  worker: "proxy" | "limiter" | "overridden" | "constant" | "constantOwn" | "peer" | "statistics";
   path: string;
   /** Distinct client IPs; 0 for one fixed IP. */
   keys: number;
   /** Which variant's throughput this one is compared with. */
   baseline: string;
+  /** Another variant it is compared with, round by round, besides its baseline. */
+  alsoAgainst?: string;
   countsCalls: boolean;
 };
 
@@ -91,6 +117,7 @@ const allVariants: Variant[] = [
     path: "/blocked/x",
     keys: 0,
     baseline: "e",
+    alsoAgainst: "l",
     countsCalls: true,
   },
   {
@@ -106,6 +133,15 @@ const allVariants: Variant[] = [
     id: "e",
     label: "constant 429 Worker",
     worker: "constant",
+    path: "/blocked/x",
+    keys: 0,
+    baseline: "e",
+    countsCalls: false,
+  },
+  {
+    id: "l",
+    label: "constant Worker sending the limiter's own 429 (its headers and body)",
+    worker: "constantOwn",
     path: "/blocked/x",
     keys: 0,
     baseline: "e",
@@ -149,14 +185,16 @@ const allVariants: Variant[] = [
   },
 ];
 
-/** BENCH_ONLY=b,d runs just those variants (for a quick look; the README's table is from a full run). */
+/**
+ * BENCH_ONLY=b,d runs just those variants (for a quick look; the README's
+ * tables are from a full run); "hot" among them runs the hot-key bench
+ * (hot-key.ts), which a full run ends with.
+ */
 const only = process.env.BENCH_ONLY?.split(",");
 const variants = only ? allVariants.filter((v) => only.includes(v.id)) : allVariants;
+const withHotKey = only === undefined || only.includes("hot");
 
-const rules = [
-  { id: "allowed", path: "/allowed/*", limit: 1_000_000_000, period: "1h", key: ["ip"] },
-  { id: "blocked", path: "/blocked/*", limit: 1, period: "1h", key: ["ip"] },
-];
+const rules = BENCH_RULES;
 
 type Sample = {
   rps: number;
@@ -212,16 +250,21 @@ function build(file: string, work: string): string {
   return embedPath(join(work, "bench.capnp"), bundle);
 }
 
+/**
+ * The config: every variant's service, and the origin's when it is in
+ * workerd (then every variant's fetches go to it, whatever the URL says).
+ */
 function workerdConfig(
   bundles: Record<string, string>,
   ports: Record<string, number>,
   originUrl: string,
   diskPath: string,
 ): string {
+  const outbound = bundles.origin === undefined ? "internet" : "origin";
   const worker = (name: string, extra: string) => `(
     modules = [ (name = "${name}.js", esModule = embed ${capnpString(bundles[name]!)}) ],
     compatibilityDate = "2026-11-01",
-    globalOutbound = "internet",
+    globalOutbound = "${outbound}",
     ${extra}
   )`;
   const origin = `(name = "ORIGIN_URL", text = ${capnpString(originUrl)})`;
@@ -229,7 +272,15 @@ function workerdConfig(
 const config :Workerd.Config = (
   services = [
     (name = "internet", network = (allow = ["public", "private", "local"])),
-    (name = "disk", disk = (path = ${capnpString(diskPath)}, writable = true)),
+    (name = "disk", disk = (path = ${capnpString(diskPath)}, writable = true)),${
+      bundles.origin === undefined
+        ? ""
+        : `
+    (name = "origin", worker = (
+      modules = [ (name = "origin.js", esModule = embed ${capnpString(bundles.origin)}) ],
+      compatibilityDate = "2026-11-01",
+    )),`
+    }
     (name = "proxy", worker = ${worker("proxy", `bindings = [ ${origin} ],`)}),
     (name = "limiter", worker = ${worker(
       "limiter",
@@ -264,6 +315,7 @@ const config :Workerd.Config = (
       `bindings = [ (name = "STATS", durableObjectNamespace = (className = "StatsObject", serviceName = "statistics")) ],`,
     )}),
     (name = "constant", worker = ${worker("constant", "")}),
+    (name = "constantOwn", worker = ${worker("constantOwn", "")}),
     (name = "peer", worker = ${worker(
       "peer",
       `bindings = [ ${origin}, (name = "CACHE", durableObjectNamespace = "DurableObjectRateLimiter") ],
@@ -280,6 +332,7 @@ ${Object.entries(ports)
 `;
 }
 
+/** BENCH_ORIGIN=node: the earlier origin, a Node server on the same machine, answering as workers/origin.ts does. */
 async function startOrigin(): Promise<{ port: number; close: () => void }> {
   const body = JSON.stringify({ ok: true, from: "bench-origin" });
   const server = createServer((req, res) => {
@@ -468,17 +521,20 @@ async function main(): Promise<void> {
   for (const worker of ["proxy", "limiter", "constant", "peer"] as const) {
     bundles[worker] = build(worker, work);
   }
+  bundles.constantOwn = build("constant-own-429", work);
   // (h), (i): the same Worker as (b)–(d), in its own namespace, with overrides stored.
   bundles.overridden = bundles.limiter!;
   // (j), (k): the same Worker as (b)–(d) again, in its own namespace, with STATS bound.
   bundles.statistics = bundles.limiter!;
   bundles.statsReader = build("stats-reader", work);
+  if (originKind === "workerd") bundles.origin = build("origin", work);
 
-  const origin = await startOrigin();
+  const origin = originKind === "node" ? await startOrigin() : null;
   const ports: Record<string, number> = {};
   for (const worker of Object.keys(bundles)) ports[worker] = await freePort();
   const configPath = join(work, "bench.capnp");
-  writeFileSync(configPath, workerdConfig(bundles, ports, `http://127.0.0.1:${origin.port}`, join(work, "disk")));
+  const originUrl = origin === null ? WORKERD_ORIGIN_URL : `http://127.0.0.1:${origin.port}`;
+  writeFileSync(configPath, workerdConfig(bundles, ports, originUrl, join(work, "disk")));
   // The Worker's own logs (a JSON line per blocked decision) would flood the terminal; errors still show.
   const workerd = spawn(WORKERD, ["serve", "--experimental", configPath], {
     stdio: ["ignore", process.env.BENCH_VERBOSE ? "inherit" : "ignore", "inherit"],
@@ -533,7 +589,7 @@ async function main(): Promise<void> {
     }
   } finally {
     workerd.kill("SIGTERM");
-    origin.close();
+    origin?.close();
   }
 
   const summary = variants.map((v) => {
@@ -566,6 +622,9 @@ async function main(): Promise<void> {
     ),
   ].join("\n");
   console.log(`\n${table}\n`);
+  const sideBySide = baselineComparison(samples);
+  const sideTable = sideBySide.length > 0 ? `${baselineComparisonTable(sideBySide)}\n` : "";
+  if (sideTable) console.log(sideTable);
   const statistics = statsComparison(samples);
   const statsTable = statistics.length > 0 ? `${statsComparisonTable(statistics)}\n` : "";
   if (statsTable) console.log(`${statsTable}`);
@@ -578,15 +637,30 @@ async function main(): Promise<void> {
       process.exitCode = 1;
     }
   }
+  // Last, on a quiet machine: the workerd of the variants has stopped.
+  const hotKey = withHotKey ? await hotKeyBench() : null;
+  if (hotKey !== null) console.log(`\n${hotKey}\n`);
   const results = {
     date: new Date().toISOString(),
     command: only ? `BENCH_ONLY=${only.join(",")} npm run bench` : "npm run bench",
-    settings: { rounds, seconds, connections, threads, cpus: (await import("node:os")).cpus().length },
+    settings: {
+      rounds,
+      seconds,
+      connections,
+      threads,
+      cpus: (await import("node:os")).cpus().length,
+      origin: originKind === "workerd" ? "constant service in the same workerd" : "Node server on the same machine",
+    },
     rows,
+    baselineComparison: sideBySide,
     ...(statistics.length > 0 ? { statistics: { comparison: statistics, check: statsCheck } } : {}),
+    ...(hotKey !== null ? { hotKey } : {}),
   };
   writeFileSync(join(ROOT, "tools/bench/results.json"), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(ROOT, "tools/bench/results.md"), `${table}\n${statsTable ? `\n${statsTable}` : ""}`);
+  writeFileSync(
+    join(ROOT, "tools/bench/results.md"),
+    `${table}\n${sideTable ? `\n${sideTable}` : ""}${statsTable ? `\n${statsTable}` : ""}${hotKey ? `\n${hotKey}\n` : ""}`,
+  );
   console.log("wrote tools/bench/results.json and tools/bench/results.md");
   if (!process.env.BENCH_KEEP) rmSync(work, { recursive: true, force: true });
 }
@@ -594,6 +668,65 @@ async function main(): Promise<void> {
 type Spread = { median: number; min: number; max: number };
 
 const spread = (xs: number[]): Spread => ({ median: median(xs), min: Math.min(...xs), max: Math.max(...xs) });
+
+/**
+ * A variant beside its baseline, round by round: each round ran the two a
+ * few seconds apart, so a round's ratio is less at the mercy of the machine's
+ * speed, which drifts from round to round, than the ratio of the medians.
+ */
+type BaselineComparison = {
+  id: string;
+  baseline: string;
+  /** This variant's req/s over its baseline's, in each round. */
+  rpsRatio: Spread;
+  /** workerd CPU µs per request: this variant's, its baseline's, and the difference in each round. */
+  cpuUs: { variant: Spread; baseline: Spread; overBaseline: Spread } | null;
+};
+
+/** Every variant that ran with its baseline (and with the other variant it is compared with), against it. */
+function baselineComparison(samples: Record<string, Sample[]>): BaselineComparison[] {
+  const pairs = variants.flatMap((v) => [
+    { id: v.id, baseline: v.baseline },
+    ...(v.alsoAgainst === undefined ? [] : [{ id: v.id, baseline: v.alsoAgainst }]),
+  ]);
+  return pairs.flatMap((v) => {
+    const a = samples[v.id];
+    const b = samples[v.baseline];
+    if (v.baseline === v.id || !a?.length || !b?.length) return [];
+    const rounds = Array.from({ length: Math.min(a.length, b.length) }, (_, i) => [a[i]!, b[i]!] as const);
+    const cpu = rounds.every(([x, y]) => x.cpuUs !== null && y.cpuUs !== null);
+    return [
+      {
+        id: v.id,
+        baseline: v.baseline,
+        rpsRatio: spread(rounds.map(([x, y]) => x.rps / y.rps)),
+        cpuUs: cpu
+          ? {
+              variant: spread(a.map((x) => x.cpuUs!)),
+              baseline: spread(b.map((y) => y.cpuUs!)),
+              overBaseline: spread(rounds.map(([x, y]) => x.cpuUs! - y.cpuUs!)),
+            }
+          : null,
+      },
+    ];
+  });
+}
+
+function baselineComparisonTable(rows: BaselineComparison[]): string {
+  const range = (s: Spread, digits = 0) => `${s.min.toFixed(digits)}–${s.max.toFixed(digits)}`;
+  const signed = (n: number) => `${n >= 0 ? "+" : "−"}${Math.abs(n).toFixed(0)}`;
+  return [
+    "| against its baseline, round by round | req/s ratio (min–max) | workerd CPU µs/req (min–max) | baseline's (min–max) | difference (min–max) |",
+    "| --- | ---: | ---: | ---: | ---: |",
+    ...rows.map((r) => {
+      const { rpsRatio: q, cpuUs: c } = r;
+      const cpu = c
+        ? `${c.variant.median.toFixed(0)} (${range(c.variant)}) | ${c.baseline.median.toFixed(0)} (${range(c.baseline)}) | ${signed(c.overBaseline.median)} (${signed(c.overBaseline.min)} to ${signed(c.overBaseline.max)})`
+        : "– | – | –";
+      return `| (${r.id}) against (${r.baseline}) | ${q.median.toFixed(2)}× (${range(q, 2)}) | ${cpu} |`;
+    }),
+  ].join("\n");
+}
 
 /** One path with statistics off and on: medians, and the on/off ratio of each round's pair (same round, back to back). */
 type StatsComparison = {
