@@ -514,6 +514,19 @@ async function main(): Promise<void> {
       process.exit(2);
     }
   }
+  if (variants.length === 0) {
+    // BENCH_ONLY=hot: the hot-key bench alone.
+    const hotKey = await hotKeyBench();
+    console.log(`\n${hotKey}\n`);
+    const command = `BENCH_ONLY=${only!.join(",")} npm run bench`;
+    writeFileSync(
+      join(ROOT, "tools/bench/results.json"),
+      `${JSON.stringify({ date: new Date().toISOString(), command, hotKey }, null, 2)}\n`,
+    );
+    writeFileSync(join(ROOT, "tools/bench/results.md"), `${hotKey}\n`);
+    console.log("wrote tools/bench/results.json and tools/bench/results.md");
+    return;
+  }
   const work = mkdtempSync(join(tmpdir(), "bench-"));
   mkdirSync(join(work, "disk"));
   console.log("building bundles with wrangler …");
