@@ -178,6 +178,10 @@ export class RateLimiter extends DurableObject<unknown> {
       const refusal = { nowMs, allowed: false, verdicts: first.verdicts };
       return batch > 1 ? { ...refusal, admitted: 0 } : refusal;
     }
+    // What the first counted may be handed back: a later request of the batch refused now is refused on a
+    // count that may go, exactly as if it had called after the first (its refusal does not hold, its
+    // penalty is tentative).
+    if (options.refundableForMs) this.refundsDueFor(rows, first.verdicts, nowMs + options.refundableForMs);
     // The rest of a batch, in order, each as if it had called: a refusal changes nothing, so the first one
     // refused is the last one decided, and every later one would be refused the same.
     let verdicts = first.verdicts;
@@ -196,9 +200,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const lease = options.lease && !refused ? this.grant(plans, rows, verdicts, nowMs, options.lease) : undefined;
     // A rule that admitted the first request counted it (a shadow rule may refuse later ones of a batch).
     rows.forEach((row, i) => {
-      if (!row || !first.verdicts[i]!.ruleAllows) return;
-      this.save(row);
-      if (options.refundableForMs) this.refundsDue.set(row.key, nowMs + options.refundableForMs);
+      if (row && first.verdicts[i]!.ruleAllows) this.save(row);
     });
     this.scheduleCleanup();
     const result: CheckResult = lease ? { nowMs, allowed: true, verdicts, lease } : { nowMs, allowed: true, verdicts };
@@ -207,6 +209,13 @@ export class RateLimiter extends DurableObject<unknown> {
       if (refused) result.refused = refused;
     }
     return result;
+  }
+
+  /** Marks the rows a request was counted in as holding counts that may be handed back until `untilMs`. */
+  private refundsDueFor(rows: (Row | undefined)[], verdicts: RuleVerdict[], untilMs: number): void {
+    rows.forEach((row, i) => {
+      if (row && verdicts[i]!.ruleAllows) this.refundsDue.set(row.key, untilMs);
+    });
   }
 
   /**
