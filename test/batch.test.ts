@@ -7,13 +7,14 @@
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { CallsInFlight } from "../src/isolate/in-flight.ts";
-import type { RuleCheck } from "../src/object/protocol.ts";
+import type { LimiterNamespace } from "../src/object/client.ts";
+import type { CheckOptions, RuleCheck } from "../src/object/protocol.ts";
 import { flakyNamespace, scriptedNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { env } from "./support/env.ts";
 import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { uniqueIp } from "./support/limiter.ts";
-import { storedTotal } from "./support/objects.ts";
+import { gatedNamespace, storedTotal } from "./support/objects.ts";
 
 const rule = (id: string, limit: number, over: Partial<RuleCheck> = {}): RuleCheck => ({
   id,
@@ -70,6 +71,26 @@ describe("the object: one check decides a batch of requests, in order", () => {
     expect(tight.lease).toBeUndefined();
   });
 
+  it("refuses a later request of a batch as it would refuse it alone, when the counts before it may be refunded: not held, its penalty tentative", async () => {
+    const penalized = (id: string) => rule(id, 1, { blockForMs: 600_000 });
+    // One call at a time: the refusal rests on a count that may be handed back, so it does not hold, and the
+    // penalty it starts is lifted when the count is.
+    const alone = freshObject();
+    const a = await alone.check([penalized("alone")], { refundableForMs: 10_000 });
+    const b = await alone.check([penalized("alone")], { refundableForMs: 10_000 });
+    expect(b.allowed).toBe(false);
+    expect(b.verdicts[0]!.holdsForMs).toBe(0);
+    await alone.refund([{ receipt: a.verdicts[0]!.counted!, count: 1 }]);
+    expect((await alone.peek([penalized("alone")])).allowed).toBe(true);
+    // The same two requests in one batch: the same.
+    const batched = freshObject();
+    const both = await batched.check([penalized("batched")], { refundableForMs: 10_000, batch: 2 });
+    expect(both.admitted).toBe(1);
+    expect(both.refused![0]!.holdsForMs).toBe(0);
+    await batched.refund([{ receipt: both.verdicts[0]!.counted!, count: 1 }]);
+    expect((await batched.peek([penalized("batched")])).allowed).toBe(true);
+  });
+
   it("answers a check without a batch as it always did", async () => {
     const result = await freshObject().check([rule("single", 5)]);
     expect(result.allowed).toBe(true);
@@ -94,6 +115,30 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect(await storedTotal(ip)).toBe(100);
     // The first request's call, then one for the 299 that waited for it.
     expect(counter.calls).toBe(2);
+  });
+
+  it("an object that knows no batches (an earlier version, during a deploy) decides one request a call: still exactly the limit", async () => {
+    const stubs: LimiterNamespace = {
+      idFromName: (name) => env.RATE_LIMITER.idFromName(name),
+      get: (id) => {
+        const stub = env.RATE_LIMITER.get(id);
+        return {
+          // It reads no `batch`: it decides one request, and answers as for one.
+          check: (rules: RuleCheck[], options: CheckOptions = {}) =>
+            stub.check(rules, { ...options, batch: undefined }),
+          refund: (refunds: Parameters<typeof stub.refund>[0]) => stub.refund(refunds),
+        } as unknown as ReturnType<LimiterNamespace["get"]>;
+      },
+    };
+    const { run } = decider(
+      settingsFor([{ id: "old-object", limit: 100, period: "1h", precision: 60, strict: true }]),
+      stubs,
+      createIsolate(),
+    );
+    const ip = uniqueIp();
+    const results = await Promise.all(Array.from({ length: 300 }, () => run(requestFrom(ip))));
+    expect(results.filter((r) => statusOf(r) === 200)).toHaveLength(100);
+    expect(await storedTotal(ip)).toBe(100);
   });
 
   it("waves of concurrent requests near a limit: each wave's waiters go in one call, and no more is admitted than the object alone admits", async () => {
@@ -134,6 +179,34 @@ describe("the isolate: requests that wait for a call go to the object together",
     const late = await Promise.all(Array.from({ length: 50 }, () => second.run(requestFrom(ip))));
     expect(late.filter((r) => statusOf(r) === 200)).toHaveLength(40);
     expect(await storedTotal(ip)).toBe(100);
+  });
+
+  it("a batch tells the object its counts may be handed back when any request in it may have them handed back, whichever request sends it", async () => {
+    // Per IP, 3 an hour with a 10-minute penalty; per user, 1 an hour on /both. The user's only admission is
+    // used up first, from another IP, so a request to /both is refused by its user's key and its per-IP count
+    // handed back.
+    const settings = settingsFor([
+      { id: "per-ip", path: "/*", limit: 3, period: "1h", precision: 60, strict: true, block_for: "10m" },
+      { id: "per-user", path: "/both", limit: 1, period: "1h", key: ["header:x-user"] },
+    ]);
+    const { ns } = countedNamespace();
+    const user = `batch-user-${Math.random()}`;
+    const elsewhere = decider(settings, ns, createIsolate());
+    expect(statusOf(await elsewhere.run(requestFrom(uniqueIp(), "/both", { "x-user": user })))).toBe(200);
+    const ip = uniqueIp();
+    const { run, background } = decider(settings, ns, createIsolate());
+    const leader = run(requestFrom(ip, "/x")); // the call the others wait for
+    const sender = run(requestFrom(ip, "/x")); // first to wait: sends the batch; it has one key only
+    const both = run(requestFrom(ip, "/both", { "x-user": user })); // per-IP admits it (3 of 3), per-user refuses
+    const over = run(requestFrom(ip, "/x")); // per-IP refuses it (4 of 3), on a count about to be handed back
+    const statuses = (await Promise.all([leader, sender, both, over])).map(statusOf);
+    await background.settled();
+    expect(statuses).toEqual([200, 200, 429, 429]);
+    expect(await storedTotal(ip)).toBe(2);
+    // Decided in order by the object alone, the last refusal rested on a count handed back: its penalty was
+    // lifted with it, and the next request is admitted (3 of 3).
+    const next = decider(settings, ns, createIsolate());
+    expect(statusOf(await next.run(requestFrom(ip, "/x")))).toBe(200);
   });
 
   it("a batch whose call fails shares the failure with every request in it: one call, one answer each", async () => {
@@ -232,6 +305,34 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect(calls.checks).toBe(4);
   });
 
+  it("a batch whose call answers after its timeout: every count it took is an admission served, or written off and counted", async () => {
+    const settings = settingsFor(
+      [{ id: "late-batch", limit: 100, period: "1h", precision: 60, strict: true, on_error: "closed" }],
+      200,
+    );
+    const { ns, hold, arrived } = gatedNamespace();
+    const isolate = createIsolate();
+    const { run, background } = decider(settings, ns, isolate);
+    const ip = uniqueIp();
+    const releaseLeader = hold("check");
+    const leader = run(requestFrom(ip));
+    const others = [run(requestFrom(ip)), run(requestFrom(ip))];
+    while (arrived.check < 1) await sleep(1);
+    releaseLeader();
+    const releaseBatch = hold("check"); // the batch's call, sent once the leader's lands
+    expect(statusOf(await leader)).toBe(200);
+    while (arrived.check < 2) await sleep(1);
+    await sleep(300); // past every deadline, and the batch call's own timeout
+    const statuses = (await Promise.all(others)).map(statusOf);
+    releaseBatch(); // the object decides the batch now, late, and counts both
+    await sleep(50);
+    await background.settled();
+    const admitted = 1 + statuses.filter((s) => s === 200).length;
+    const writtenOff = Object.values(isolate.counters.writtenOff).reduce((a, b) => a + b, 0);
+    const held = [...isolate.leases.keys()].reduce((n, digest) => n + isolate.leases.heldUnits(digest), 0);
+    expect(await storedTotal(ip)).toBe(admitted + held + writtenOff);
+  });
+
   it("a rule that only logs keeps every request's own call: its batch would need a verdict per request", async () => {
     const { ns, counter } = countedNamespace();
     const { run } = decider(
@@ -247,6 +348,7 @@ describe("the isolate: requests that wait for a call go to the object together",
 });
 
 const uniqueIpOnce = uniqueIp();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("a key whose calls are slow: its next call is waited for longer before it is presumed lost", () => {
   it("waits four times the key's last call, or twice the wait of a call presumed lost, up to the timeout", () => {

@@ -49,12 +49,18 @@ export class Flight {
 
 /** A request's place in a batch. */
 export class Ticket {
+  /** How long what the object counts for this request may still be handed back (see settle.ts), in ms. */
+  readonly refundableMs: number;
   /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
   slot: number | null = null;
   /** True once it left the batch before it was sent: something else decided it. */
   left = false;
   /** True once it stopped waiting for the batch it was sent with: an admission counted for it is written off. */
   abandoned = false;
+
+  constructor(refundableMs: number) {
+    this.refundableMs = refundableMs;
+  }
 }
 
 /**
@@ -75,8 +81,8 @@ export class Batch {
   /** What that call brought back, kept before its flight lands: how many it admitted (the first slots), and the verdicts. */
   call: KeyCall | null = null;
 
-  join(): Ticket {
-    const ticket = new Ticket();
+  join(refundableMs: number): Ticket {
+    const ticket = new Ticket(refundableMs);
     this.tickets.push(ticket);
     return ticket;
   }
@@ -91,12 +97,22 @@ export class Batch {
     return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
   }
 
-  /** Sends the batch with `flight`: numbers the requests still in it, in the order they joined; returns how many. */
-  seal(flight: Flight): number {
-    let slots = 0;
-    for (const ticket of this.tickets) if (!ticket.left) ticket.slot = slots++;
+  /**
+   * Sends the batch with `flight`: numbers the requests still in it, in the
+   * order they joined. Returns how many, and how long what the object counts
+   * for any of them may be handed back: the longest of theirs, so that the
+   * object decides each as if it had called itself.
+   */
+  seal(flight: Flight): { size: number; refundableMs: number } {
+    let size = 0;
+    let refundableMs = 0;
+    for (const ticket of this.tickets) {
+      if (ticket.left) continue;
+      ticket.slot = size++;
+      refundableMs = Math.max(refundableMs, ticket.refundableMs);
+    }
     this.flight = flight;
-    return slots;
+    return { size, refundableMs };
   }
 }
 

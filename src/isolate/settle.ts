@@ -46,6 +46,8 @@ export type SettleContext = {
   isolate: Isolate;
   /** Whether the request has other key groups, which may refuse it: then counts taken here may be refunded. */
   otherKeys: boolean;
+  /** Runs work past the response (the request's `waitUntil`). */
+  background: (task: Promise<unknown>) => void;
 };
 
 /** The refusals the isolate knows of for a group's enforcing rules. */
@@ -113,7 +115,7 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     const flight = isolate.flights.current(key, nowMs);
     if (!flight) break;
     const batch = batching ? flight.batch() : undefined;
-    const ticket = batch?.join();
+    const ticket = batch?.join(refundableForMs(group, ctx));
     // Without batches: half of what is left at most, so that a call of its own still has time. With them,
     // a call that is slow but not presumed lost is waited for to the end: a call of its own would queue
     // behind it at the same object, and one per waiter is how a slow object's queue grows without bound.
@@ -147,7 +149,11 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
       return spent ? { via: "lease", spent } : { via: "known", known };
     }
     // The first of the batch to find nothing: it sends the batch, this request in it.
-    if (ticket) return sendBatch(group, key, deadlineMs, ctx, batch!, ticket);
+    if (ticket) {
+      const sent = await sendBatch(group, key, deadlineMs, ctx, batch!, ticket);
+      if (sent === "look again") continue; // the object decided the first request alone
+      return sent;
+    }
   }
   return orHeldUnit({ via: "call", call: await callObject(group, key, deadlineMs, ctx) }, group, isolate);
 }
@@ -166,17 +172,22 @@ async function sendBatch(
   ctx: SettleContext,
   batch: Batch,
   ticket: Ticket,
-): Promise<Settlement> {
+): Promise<Settlement | "look again"> {
   const { isolate } = ctx;
   const call = callObject(group, key, isolate.clock() + ctx.settings.timeoutMs, ctx, batch);
   const own = deadline(Math.max(0, deadlineMs - isolate.clock()));
   try {
     const answered = await Promise.race([call, own.expired]);
-    if (answered !== "timeout") return orHeldUnit(mine(answered, ticket.slot!), group, isolate);
+    if (answered !== "timeout") {
+      const own = mine(answered, ticket.slot!);
+      return own === null ? "look again" : orHeldUnit(own, group, isolate);
+    }
   } finally {
     own.clear();
   }
   ticket.abandoned = true; // what the call admits for it is written off when it answers
+  // The call carries the others' answers: it must not end with this request's response.
+  ctx.background(call);
   return ranOut(group, ctx);
 }
 
@@ -210,7 +221,7 @@ async function readBatch(
 ): Promise<Settlement | "ran out" | "look again"> {
   const flight = batch.flight!;
   const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, deadlineMs), isolate.clock);
-  if (landing?.ok && batch.call) return mine(batch.call, ticket.slot!);
+  if (landing?.ok && batch.call) return mine(batch.call, ticket.slot!) ?? "look again";
   if (landing && !landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
   ticket.abandoned = true;
   writeOffAbandoned(batch, rules, isolate); // if it answered already; else its caller does when it does
@@ -227,11 +238,16 @@ async function ranOut(group: KeyGroup, ctx: SettleContext): Promise<Settlement> 
   return { via: "shared", failure: { ok: false, reason: "timeout", message, attempts: 0, name } };
 }
 
-/** One request's answer from a call that decided a batch: admitted if its slot is among the first admitted. */
-function mine(call: KeyCall, slot: number): Settlement {
+/**
+ * One request's answer from a call that decided a batch: admitted if its
+ * slot is among the first admitted. Null when the object decided only one
+ * request (an object of an earlier version, which knows no batches, during
+ * a deploy): its answer is the first slot's, and the others have to ask.
+ */
+function mine(call: KeyCall, slot: number): Settlement | null {
   if (!call.outcome.ok) return { via: "call", call };
   const { result } = call.outcome;
-  if (result.admitted === undefined) return { via: "call", call };
+  if (result.admitted === undefined) return slot === 0 ? { via: "call", call } : null;
   const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
   const own: CheckResult = { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
   return { via: "call", call: { ...call, outcome: { ...call.outcome, result: own } } };
@@ -241,10 +257,31 @@ function mine(call: KeyCall, slot: number): Settlement {
 function writeOffAbandoned(batch: Batch, rules: Rule[], isolate: Isolate): void {
   const outcome = batch.call?.outcome;
   if (!outcome?.ok) return;
-  const admitted = outcome.result.admitted ?? (outcome.result.allowed ? 1 : 0);
-  const lost = batch.abandonedSlots().filter((slot) => slot < admitted && !batch.writtenOff.has(slot));
+  writeOffSlots(batch, outcome.result, batch.abandonedSlots(), rules, isolate);
+}
+
+/** Writes off what `result` admitted for these slots of the batch, each once. */
+function writeOffSlots(batch: Batch, result: CheckResult, slots: number[], rules: Rule[], isolate: Isolate): void {
+  const admitted = result.admitted ?? (result.allowed ? 1 : 0);
+  const lost = slots.filter((slot) => slot < admitted && !batch.writtenOff.has(slot));
   for (const slot of lost) batch.writtenOff.add(slot);
   isolate.counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
+}
+
+/**
+ * A batch's call that timed out may still decide: nobody reads that answer
+ * (every request in it took the timeout as its own), so what it admits is
+ * written off, and counted, when it comes.
+ */
+function watchLateBatch(batch: Batch, size: number, outcome: LimiterOutcome, rules: Rule[], ctx: SettleContext) {
+  const late = outcome.ok ? undefined : outcome.late;
+  if (!late) return;
+  const slots = Array.from({ length: size }, (_, slot) => slot);
+  ctx.background(
+    late.then((result) => {
+      if (result) writeOffSlots(batch, result, slots, rules, ctx.isolate);
+    }),
+  );
 }
 
 /**
@@ -271,10 +308,11 @@ async function callObject(
   const lease = batch === undefined ? leases.leaseRequest(group.digest, sentAtMs) : undefined;
   const files = batch !== undefined || (lease && leases.leasable(group.digest)) || batchable(group, isolate);
   const flight = files ? isolate.flights.depart(key, sentAtMs, settings.timeoutMs) : undefined;
-  const size = batch ? batch.seal(flight!) : 1;
+  const sealed = batch ? batch.seal(flight!) : { size: 1, refundableMs: 0 };
+  const size = sealed.size;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
-  const refundable = refundableForMs(group, ctx);
+  const refundable = Math.max(refundableForMs(group, ctx), sealed.refundableMs);
   const check = {
     name,
     rules: group.rules.map(ruleCheckOf),
@@ -305,6 +343,7 @@ async function callObject(
   if (batch) {
     batch.call = call;
     writeOffAbandoned(batch, group.rules, isolate);
+    watchLateBatch(batch, size, outcome, group.rules, ctx);
   }
   if (flight) {
     const landing: Landing = outcome.ok

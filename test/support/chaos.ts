@@ -137,6 +137,9 @@ export function scriptedNamespace(script: Script[]) {
       ...(leaseUnits > 0 ? { lease: { units: leaseUnits, receipts: rules.map(receipt), expiresInMs: 60_000 } } : {}),
     };
   };
+  // A batch is admitted or refused whole, as the script says.
+  const batched = <T extends object>(result: T, options: CheckOptions | undefined, admits: boolean) =>
+    (options?.batch ?? 1) > 1 ? { ...result, admitted: admits ? options!.batch! : 0 } : result;
   const ns: LimiterNamespace = {
     idFromName: (name) => env.RATE_LIMITER.idFromName(name),
     get: () =>
@@ -150,9 +153,9 @@ export function scriptedNamespace(script: Script[]) {
             setTimeout(
               () =>
                 step.ends === "admit"
-                  ? resolve(admit(Date.now(), rules, leaseUnits))
+                  ? resolve(batched(admit(Date.now(), rules, leaseUnits), options, true))
                   : step.ends === "refuse"
-                    ? resolve(refuse(Date.now(), rules))
+                    ? resolve(batched(refuse(Date.now(), rules), options, false))
                     : reject(new Error("scripted failure")),
               step.afterMs,
             ),
