@@ -7,7 +7,7 @@
  *
  * Requests that waited for a call and still need the object once it has
  * landed (near a limit, where no lease covers them) go together: the first
- * of them to look sends one call that decides all of them ({@link Batch}).
+ * of them to look sends one call that decides all of them (batch.ts).
  *
  * A waiter never awaits anything that belongs to the request that called:
  * if that request's client hangs up, the runtime cancels its call, and a
@@ -18,7 +18,7 @@
 
 import { LruMap } from "../core/lru.ts";
 import type { FailureReason } from "../object/protocol.ts";
-import type { KeyCall } from "./settle.ts";
+import { Batch } from "./batch.ts";
 
 /** How a call ended, as waiters read it. */
 export type Landing =
@@ -44,75 +44,6 @@ export class Flight {
   batch(): Batch {
     this.next ??= new Batch();
     return this.next;
-  }
-}
-
-/** A request's place in a batch. */
-export class Ticket {
-  /** How long what the object counts for this request may still be handed back (see settle.ts), in ms. */
-  readonly refundableMs: number;
-  /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
-  slot: number | null = null;
-  /** True once it left the batch before it was sent: something else decided it. */
-  left = false;
-  /** True once it stopped waiting for the batch it was sent with: an admission counted for it is written off. */
-  abandoned = false;
-
-  constructor(refundableMs: number) {
-    this.refundableMs = refundableMs;
-  }
-}
-
-/**
- * Requests that waited for the same call in flight and still need the
- * object once it has landed (it brought no lease, or too small a one, and
- * no refusal): the first of them to look sends one call that decides them
- * all, in order, each all or nothing, and the others read their answers
- * from it. Near a limit every request needs the object; so one isolate
- * makes at most one call for a key while another is in flight, whatever
- * its rate, and the object's queue stays as short as the isolates are few.
- */
-export class Batch {
-  private readonly tickets: Ticket[] = [];
-  /** The call that carries the batch, once sent. */
-  flight: Flight | null = null;
-  /** Abandoned slots already written off, so none is written off twice. */
-  readonly writtenOff = new Set<number>();
-  /** What that call brought back, kept before its flight lands: how many it admitted (the first slots), and the verdicts. */
-  call: KeyCall | null = null;
-
-  join(refundableMs: number): Ticket {
-    const ticket = new Ticket(refundableMs);
-    this.tickets.push(ticket);
-    return ticket;
-  }
-
-  /** Leaves the batch, unless it was sent: then the ticket keeps its slot. */
-  leave(ticket: Ticket): void {
-    if (ticket.slot === null) ticket.left = true;
-  }
-
-  /** The tickets given slots when the batch was sent, whose requests stopped waiting for it. */
-  abandonedSlots(): number[] {
-    return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
-  }
-
-  /**
-   * Sends the batch with `flight`: numbers the requests still in it, in the
-   * order they joined. Returns how many, and how long what the object counts
-   * for any of them may be handed back: the longest of theirs, so that the
-   * object decides each as if it had called itself.
-   */
-  seal(flight: Flight): { size: number; refundableMs: number } {
-    let size = 0;
-    let refundableMs = 0;
-    for (const ticket of this.tickets) {
-      if (ticket.left) continue;
-      ticket.slot = size++;
-      refundableMs = Math.max(refundableMs, ticket.refundableMs);
-    }
-    this.flight = flight;
-    return { size, refundableMs };
   }
 }
 

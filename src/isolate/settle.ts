@@ -10,8 +10,9 @@ import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
 import { checkKey, deadline, type LimiterNamespace } from "../object/client.ts";
-import { type CheckResult, costOf, LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
-import type { Batch, Landing, Ticket } from "./in-flight.ts";
+import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
+import { answerOf, type Batch, type Ticket, watchLateBatch, writeOffAbandoned } from "./batch.ts";
+import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
 import type { KnownRefusal } from "./known-refusals.ts";
 import type { SpentUnits } from "./leases.ts";
@@ -179,8 +180,8 @@ async function sendBatch(
   try {
     const answered = await Promise.race([call, own.expired]);
     if (answered !== "timeout") {
-      const own = mine(answered, ticket.slot!);
-      return own === null ? "look again" : orHeldUnit(own, group, isolate);
+      const answer = answerOf(answered, ticket.slot!);
+      return answer === null ? "look again" : orHeldUnit(answer, group, isolate);
     }
   } finally {
     own.clear();
@@ -221,10 +222,10 @@ async function readBatch(
 ): Promise<Settlement | "ran out" | "look again"> {
   const flight = batch.flight!;
   const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, deadlineMs), isolate.clock);
-  if (landing?.ok && batch.call) return mine(batch.call, ticket.slot!) ?? "look again";
+  if (landing?.ok && batch.call) return answerOf(batch.call, ticket.slot!) ?? "look again";
   if (landing && !landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
   ticket.abandoned = true;
-  writeOffAbandoned(batch, rules, isolate); // if it answered already; else its caller does when it does
+  writeOffAbandoned(batch, rules, isolate.counters); // if it answered already; else its caller does when it does
   return landing === null && isolate.clock() >= deadlineMs ? "ran out" : "look again";
 }
 
@@ -236,52 +237,6 @@ async function ranOut(group: KeyGroup, ctx: SettleContext): Promise<Settlement> 
   const name = await hashKey(group.canonical);
   const message = `no decision within ${ctx.settings.timeoutMs}ms`;
   return { via: "shared", failure: { ok: false, reason: "timeout", message, attempts: 0, name } };
-}
-
-/**
- * One request's answer from a call that decided a batch: admitted if its
- * slot is among the first admitted. Null when the object decided only one
- * request (an object of an earlier version, which knows no batches, during
- * a deploy): its answer is the first slot's, and the others have to ask.
- */
-function mine(call: KeyCall, slot: number): Settlement | null {
-  if (!call.outcome.ok) return { via: "call", call };
-  const { result } = call.outcome;
-  if (result.admitted === undefined) return slot === 0 ? { via: "call", call } : null;
-  const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
-  const own: CheckResult = { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
-  return { via: "call", call: { ...call, outcome: { ...call.outcome, result: own } } };
-}
-
-/** Admissions a batch counted for requests that had stopped waiting for it: nobody spends them. */
-function writeOffAbandoned(batch: Batch, rules: Rule[], isolate: Isolate): void {
-  const outcome = batch.call?.outcome;
-  if (!outcome?.ok) return;
-  writeOffSlots(batch, outcome.result, batch.abandonedSlots(), rules, isolate);
-}
-
-/** Writes off what `result` admitted for these slots of the batch, each once. */
-function writeOffSlots(batch: Batch, result: CheckResult, slots: number[], rules: Rule[], isolate: Isolate): void {
-  const admitted = result.admitted ?? (result.allowed ? 1 : 0);
-  const lost = slots.filter((slot) => slot < admitted && !batch.writtenOff.has(slot));
-  for (const slot of lost) batch.writtenOff.add(slot);
-  isolate.counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
-}
-
-/**
- * A batch's call that timed out may still decide: nobody reads that answer
- * (every request in it took the timeout as its own), so what it admits is
- * written off, and counted, when it comes.
- */
-function watchLateBatch(batch: Batch, size: number, outcome: LimiterOutcome, rules: Rule[], ctx: SettleContext) {
-  const late = outcome.ok ? undefined : outcome.late;
-  if (!late) return;
-  const slots = Array.from({ length: size }, (_, slot) => slot);
-  ctx.background(
-    late.then((result) => {
-      if (result) writeOffSlots(batch, result, slots, rules, ctx.isolate);
-    }),
-  );
 }
 
 /**
@@ -342,8 +297,8 @@ async function callObject(
   const call = { name, outcome, sentAtMs };
   if (batch) {
     batch.call = call;
-    writeOffAbandoned(batch, group.rules, isolate);
-    watchLateBatch(batch, size, outcome, group.rules, ctx);
+    writeOffAbandoned(batch, group.rules, isolate.counters);
+    watchLateBatch(batch, size, outcome, group.rules, isolate.counters, ctx.background);
   }
   if (flight) {
     const landing: Landing = outcome.ok

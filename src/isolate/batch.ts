@@ -1,0 +1,142 @@
+/**
+ * @module
+ * Batches: requests of one key that waited in one isolate for the same call
+ * in flight, and still need the object once it has landed, go to the object
+ * together in one call (`CheckOptions.batch`), which decides each of them in
+ * order, all or nothing. Here are a batch and the places in it, and how each
+ * request reads its answer from the call, or has what was counted for it
+ * written off when it stopped waiting. settle.ts sends and waits for them.
+ */
+import type { Rule } from "../core/rules.ts";
+import { type CheckResult, costOf, type LimiterOutcome } from "../object/protocol.ts";
+import type { IsolateCounters } from "./counters.ts";
+import type { Flight } from "./in-flight.ts";
+import type { KeyCall, Settlement } from "./settle.ts";
+
+/** A request's place in a batch. */
+export class Ticket {
+  /** How long what the object counts for this request may still be handed back (see settle.ts), in ms. */
+  readonly refundableMs: number;
+  /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
+  slot: number | null = null;
+  /** True once it left the batch before it was sent: something else decided it. */
+  left = false;
+  /** True once it stopped waiting for the batch it was sent with: an admission counted for it is written off. */
+  abandoned = false;
+
+  constructor(refundableMs: number) {
+    this.refundableMs = refundableMs;
+  }
+}
+
+/**
+ * Requests that waited for the same call in flight and still need the
+ * object once it has landed (it brought no lease, or too small a one, and
+ * no refusal): the first of them to look sends one call that decides them
+ * all, in order, each all or nothing, and the others read their answers
+ * from it. Near a limit every request needs the object; so one isolate
+ * makes at most one call for a key while another is in flight, whatever
+ * its rate, and the object's queue stays as short as the isolates are few.
+ */
+export class Batch {
+  private readonly tickets: Ticket[] = [];
+  /** The call that carries the batch, once sent. */
+  flight: Flight | null = null;
+  /** Abandoned slots already written off, so none is written off twice. */
+  readonly writtenOff = new Set<number>();
+  /** What that call brought back, kept before its flight lands: how many it admitted (the first slots), and the verdicts. */
+  call: KeyCall | null = null;
+
+  join(refundableMs: number): Ticket {
+    const ticket = new Ticket(refundableMs);
+    this.tickets.push(ticket);
+    return ticket;
+  }
+
+  /** Leaves the batch, unless it was sent: then the ticket keeps its slot. */
+  leave(ticket: Ticket): void {
+    if (ticket.slot === null) ticket.left = true;
+  }
+
+  /** The tickets given slots when the batch was sent, whose requests stopped waiting for it. */
+  abandonedSlots(): number[] {
+    return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
+  }
+
+  /**
+   * Sends the batch with `flight`: numbers the requests still in it, in the
+   * order they joined. Returns how many, and how long what the object counts
+   * for any of them may be handed back: the longest of theirs, so that the
+   * object decides each as if it had called itself.
+   */
+  seal(flight: Flight): { size: number; refundableMs: number } {
+    let size = 0;
+    let refundableMs = 0;
+    for (const ticket of this.tickets) {
+      if (ticket.left) continue;
+      ticket.slot = size++;
+      refundableMs = Math.max(refundableMs, ticket.refundableMs);
+    }
+    this.flight = flight;
+    return { size, refundableMs };
+  }
+}
+
+/**
+ * One request's answer from a call that decided a batch: admitted if its
+ * slot is among the first admitted. Null when the object decided only one
+ * request (an object of an earlier version, which knows no batches, during
+ * a deploy): its answer is the first slot's, and the others have to ask.
+ */
+export function answerOf(call: KeyCall, slot: number): Settlement | null {
+  if (!call.outcome.ok) return { via: "call", call };
+  const { result } = call.outcome;
+  if (result.admitted === undefined) return slot === 0 ? { via: "call", call } : null;
+  const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
+  const own: CheckResult = { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
+  return { via: "call", call: { ...call, outcome: { ...call.outcome, result: own } } };
+}
+
+/** Admissions a batch counted for requests that had stopped waiting for it: nobody spends them. */
+export function writeOffAbandoned(batch: Batch, rules: Rule[], counters: IsolateCounters): void {
+  const outcome = batch.call?.outcome;
+  if (!outcome?.ok) return;
+  writeOffSlots(batch, outcome.result, batch.abandonedSlots(), rules, counters);
+}
+
+/** Writes off what `result` admitted for these slots of the batch, each once. */
+function writeOffSlots(
+  batch: Batch,
+  result: CheckResult,
+  slots: number[],
+  rules: Rule[],
+  counters: IsolateCounters,
+): void {
+  const admitted = result.admitted ?? (result.allowed ? 1 : 0);
+  const lost = slots.filter((slot) => slot < admitted && !batch.writtenOff.has(slot));
+  for (const slot of lost) batch.writtenOff.add(slot);
+  counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
+}
+
+/**
+ * A batch's call that timed out may still decide: nobody reads that answer
+ * (every request in it took the timeout as its own), so what it admits is
+ * written off, and counted, when it comes.
+ */
+export function watchLateBatch(
+  batch: Batch,
+  size: number,
+  outcome: LimiterOutcome,
+  rules: Rule[],
+  counters: IsolateCounters,
+  background: (task: Promise<unknown>) => void,
+): void {
+  const late = outcome.ok ? undefined : outcome.late;
+  if (!late) return;
+  const slots = Array.from({ length: size }, (_, slot) => slot);
+  background(
+    late.then((result) => {
+      if (result) writeOffSlots(batch, result, slots, rules, counters);
+    }),
+  );
+}
