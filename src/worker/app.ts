@@ -21,7 +21,7 @@ import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import type { Env } from "./env.ts";
-import { type Decided, rateLimitWith } from "./middleware.ts";
+import { type Decided, inBackground, rateLimitWith } from "./middleware.ts";
 
 const origins = new Map<string, ReturnType<typeof parseOrigin>>();
 
@@ -84,7 +84,7 @@ function decideFirst(request: Request, env: Env, ctx: ExecutionContext | undefin
       settings: settings.value,
       ns,
       isolate: defaultIsolate(),
-      background: inBackground(ctx),
+      background: inBackground(() => ctx),
       stats: env.STATS,
       analytics: env.ANALYTICS,
       path,
@@ -101,15 +101,3 @@ function decideFirst(request: Request, env: Env, ctx: ExecutionContext | undefin
   decisions.set(request, () => outcome);
   return undefined;
 }
-
-/** Runs work after the response when the runtime allows it, and lets it run loose otherwise (as the middleware does). */
-const inBackground =
-  (ctx: ExecutionContext | undefined) =>
-  (task: Promise<unknown>): void => {
-    try {
-      if (ctx === undefined) throw new Error("no execution context");
-      ctx.waitUntil(task);
-    } catch {
-      void task;
-    }
-  };

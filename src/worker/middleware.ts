@@ -141,7 +141,7 @@ export const rateLimitWith = <E extends HonoEnv = any>(
             settings: settings.value,
             ns,
             isolate: options.isolate ?? defaultIsolate(),
-            background: background(c),
+            background: inBackground(() => c.executionCtx),
             clientKey: key === undefined ? undefined : await key(c),
             stats: env.STATS as StatsNamespace | undefined,
             analytics: env.ANALYTICS as AnalyticsSink | undefined,
@@ -196,14 +196,24 @@ function invalidConfig(errors: string[]): Response {
 }
 
 /** Runs work after the response when the runtime allows it, and lets it run loose otherwise. */
-const background =
-  (c: Context) =>
+/**
+ * Runs work after the response when the runtime gives an execution context
+ * (`waitUntil`), and lets it run loose otherwise. `executionCtx` may throw
+ * when there is none, as Hono's does.
+ */
+export const inBackground =
+  (executionCtx: () => { waitUntil(task: Promise<unknown>): void } | undefined) =>
   (task: Promise<unknown>): void => {
     try {
-      c.executionCtx.waitUntil(task);
+      const ctx = executionCtx();
+      if (ctx !== undefined) {
+        ctx.waitUntil(task);
+        return;
+      }
     } catch {
-      void task;
+      // no execution context
     }
+    void task;
   };
 
 /**
