@@ -32,8 +32,6 @@
  */
 import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -42,6 +40,7 @@ import { promisify } from "node:util";
 import type { RuleInput } from "../../src/core/rules.ts";
 import { check, emptyState, type WindowLimit, type WindowState } from "../../src/core/sliding-window.ts";
 import { buildBundle, freePorts, ROOT, startWorkerd, type Workerd, writeEdgeConfig } from "../workerd.ts";
+import { startNodeOrigin } from "./node-origin.ts";
 
 const execFileAsync = promisify(execFile);
 
@@ -110,20 +109,6 @@ type Scenario = {
   maxInFlight: number;
   unavailable: number;
 };
-
-async function startOrigin(): Promise<{ url: string; close: () => void }> {
-  const body = JSON.stringify({ ok: true, from: "hot-key-origin" });
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on("end", () => {
-      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
-      res.end(body);
-    });
-  });
-  server.keepAliveTimeout = 60_000;
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
-}
 
 const quantile = (sorted: number[], q: number): number =>
   sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
@@ -438,7 +423,7 @@ export async function hotKeyBench(options: HotKeyOptions = {}): Promise<string> 
       throw new Error("wrk is not installed: apt-get install wrk");
   }
   const work = mkdtempSync(join(tmpdir(), "bench-hot-key-"));
-  const origin = await startOrigin();
+  const origin = await startNodeOrigin("hot-key-origin");
   const phases: Phase[] = [];
   try {
     log(`hot key: building bundles with wrangler${root === ROOT ? "" : ` from ${root}`} …`);

@@ -37,8 +37,6 @@
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -46,6 +44,7 @@ import { promisify } from "node:util";
 import type { StatsView } from "../../src/object/stats-protocol.ts";
 import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../workerd.ts";
 import { hotKeyBench } from "./hot-key.ts";
+import { startNodeOrigin } from "./node-origin.ts";
 import { BENCH_RULES } from "./rules.ts";
 
 const execFileAsync = promisify(execFile);
@@ -332,21 +331,6 @@ ${Object.entries(ports)
 `;
 }
 
-/** BENCH_ORIGIN=node: the earlier origin, a Node server on the same machine, answering as workers/origin.ts does. */
-async function startOrigin(): Promise<{ port: number; close: () => void }> {
-  const body = JSON.stringify({ ok: true, from: "bench-origin" });
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on("end", () => {
-      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
-      res.end(body);
-    });
-  });
-  server.keepAliveTimeout = 60_000;
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  return { port: (server.address() as AddressInfo).port, close: () => server.close() };
-}
-
 /** The IP of key `i`, as bench/random-ip.lua spells it. */
 const keyIp = (i: number) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 
@@ -542,11 +526,11 @@ async function main(): Promise<void> {
   bundles.statsReader = build("stats-reader", work);
   if (originKind === "workerd") bundles.origin = build("origin", work);
 
-  const origin = originKind === "node" ? await startOrigin() : null;
+  const origin = originKind === "node" ? await startNodeOrigin("bench-origin") : null;
   const ports: Record<string, number> = {};
   for (const worker of Object.keys(bundles)) ports[worker] = await freePort();
   const configPath = join(work, "bench.capnp");
-  const originUrl = origin === null ? WORKERD_ORIGIN_URL : `http://127.0.0.1:${origin.port}`;
+  const originUrl = origin === null ? WORKERD_ORIGIN_URL : origin.url;
   writeFileSync(configPath, workerdConfig(bundles, ports, originUrl, join(work, "disk")));
   // The Worker's own logs (a JSON line per blocked decision) would flood the terminal; errors still show.
   const workerd = spawn(WORKERD, ["serve", "--experimental", configPath], {
