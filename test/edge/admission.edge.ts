@@ -13,8 +13,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RuleInput } from "../../src/core/rules.ts";
 import { randomGenerator } from "../support/random.ts";
+import { figuresTable, measureLoad } from "./support/figures.ts";
 import { type Edge, startEdge } from "./support/harness.ts";
-import { type Planned, runLoad, tally } from "./support/load.ts";
+import type { Planned } from "./support/load.ts";
 
 const RULES: RuleInput[] = [
   { id: "dense", path: "/dense/*", limit: 3_000, period: "1h", strict: true, key: ["ip"] },
@@ -30,37 +31,11 @@ afterAll(async () => {
   await edge?.stop();
 });
 
-type Figures = {
-  scenario: string;
-  requests: number;
-  admitted: number;
-  exact: number;
-  ratio: string;
-  callsPerRequest: string;
-};
-const figures: Figures[] = [];
-afterAll(() => {
-  console.log(`\nedge figures (${edge?.isolates} isolates):`);
-  console.table(figures);
-});
+const figures = figuresTable("edge figures", () => edge);
 
 /** Runs a plan; what was admitted, against what one object alone admits, and the Durable Object calls it made. */
-async function measure(scenario: string, rule: string, plan: Planned[], exact: number) {
-  const before = (await edge.objectChecks())[rule] ?? 0;
-  const records = await runLoad(edge.driver(30_000), plan, { concurrency: 32 });
-  const calls = ((await edge.objectChecks())[rule] ?? 0) - before;
-  const { admitted, statuses, serverErrors } = tally(records);
-  const total = [...admitted.values()].reduce((a, b) => a + b, 0);
-  figures.push({
-    scenario,
-    requests: plan.length,
-    admitted: total,
-    exact,
-    ratio: exact > 0 ? `${((100 * total) / exact).toFixed(1)}%` : "–",
-    callsPerRequest: (calls / plan.length).toFixed(4),
-  });
-  return { admitted, total, calls, statuses, serverErrors };
-}
+const measure = (scenario: string, rule: string, plan: Planned[], exact: number) =>
+  measureLoad(edge, figures, { scenario, rule, plan, exact, concurrency: 32 });
 
 describe("the admission gap at three times the limit, over 16 isolates", () => {
   it("dense: one key every isolate sees often admits at least 97% of what one object alone admits, and never more", async () => {

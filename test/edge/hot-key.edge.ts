@@ -20,8 +20,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RuleInput } from "../../src/core/rules.ts";
 import { randomGenerator } from "../support/random.ts";
+import { figuresTable, measureLoad } from "./support/figures.ts";
 import { type Edge, startEdge } from "./support/harness.ts";
-import { type Planned, runLoad, tally } from "./support/load.ts";
+import type { Planned } from "./support/load.ts";
 
 const strict = (id: string, limit: number, onError: "open" | "closed"): RuleInput => ({
   id,
@@ -49,36 +50,18 @@ afterAll(async () => {
   await edge?.stop();
 });
 
-type Figures = {
-  scenario: string;
-  requests: number;
-  admitted: number;
-  exact: number;
-  ratio: string;
-  callsPerRequest: string;
-};
-const figures: Figures[] = [];
-afterAll(() => {
-  console.log(`\nhot key figures (${edge?.isolates} isolates):`);
-  console.table(figures);
-});
+const figures = figuresTable("hot key figures", () => edge);
 
 /** Sends `plan` for one key with `concurrency` in flight; what was admitted, the calls made, and every outcome. */
 async function drive(scenario: string, rule: string, plan: Planned[], limit: number, concurrency: number) {
-  const before = (await edge.objectChecks())[rule] ?? 0;
   const mark = edge.workerd.mark();
-  const records = await runLoad(edge.driver(30_000), plan, { concurrency });
-  const calls = ((await edge.objectChecks())[rule] ?? 0) - before;
-  const { admitted, statuses, serverErrors } = tally(records);
-  const total = [...admitted.values()].reduce((a, b) => a + b, 0);
   const exact = Math.min(plan.length, limit);
-  figures.push({
+  const { records, total, calls, statuses, serverErrors } = await measureLoad(edge, figures, {
     scenario,
-    requests: plan.length,
-    admitted: total,
+    rule,
+    plan,
     exact,
-    ratio: `${((100 * total) / exact).toFixed(1)}%`,
-    callsPerRequest: (calls / plan.length).toFixed(4),
+    concurrency,
   });
   // Every admission reached the origin once, and no refusal did.
   const origin = records.filter((r) => r.status === 200).map((r) => edge.origin.hits(r.tag));
