@@ -251,6 +251,31 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect(Math.min(...decidedAt)).toBeGreaterThanOrEqual(160);
   });
 
+  it("waiting costs a waiter one timer, not one every few milliseconds: the call's landing wakes it", async () => {
+    vi.useFakeTimers();
+    // At a slow object, every request of a hot key waits, hundreds at once in one isolate. A waiter that looked
+    // at its flight every few milliseconds made each of them wake the isolate dozens of times a call: CPU taken
+    // from everything else the isolate and its machine do, the object's own work included.
+    const settings = settingsFor([{ id: "woken", limit: 1000, period: "1h" }], 1_000);
+    const { ns, calls } = scriptedNamespace([
+      { afterMs: 150, ends: "admit" },
+      { afterMs: 150, ends: "admit" },
+    ]);
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const leader = run(requestFrom(ip));
+    await vi.advanceTimersByTimeAsync(10);
+    const timers = vi.spyOn(globalThis, "setTimeout");
+    const waiters = Array.from({ length: 100 }, () => run(requestFrom(ip)));
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(statusOf(await leader)).toBe(200);
+    expect((await Promise.all(waiters)).map(statusOf)).toEqual(Array.from({ length: 100 }, () => 200));
+    expect(calls.checks).toBe(2);
+    // Each waited for two calls, 290 ms in all: a timer for each wait, and the calls' own.
+    expect(timers.mock.calls.length).toBeLessThanOrEqual(2 * 100 + 10);
+    timers.mockRestore();
+  });
+
   it("a batch's call gets a whole timeout of its own: the request that sent it late runs out, the others in it are answered", async () => {
     vi.useFakeTimers();
     const settings = settingsFor([{ id: "late-sender", limit: 1000, period: "1h", on_error: "closed" }], 200);

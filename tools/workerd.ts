@@ -19,6 +19,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 export const ROOT = resolve(import.meta.dirname, "..");
 export const COMPATIBILITY_DATE = "2026-11-01";
+/** wrangler.toml's `compatibility_flags`, in a workerd config: `request.signal` aborts when a client hangs up. */
+export const COMPATIBILITY_FLAGS = 'compatibilityFlags = ["enable_request_signal"],';
 
 // The project's own binaries, run with the Node that runs this file (the project's Node 22 under `npm run`),
 // so that neither PATH nor the system's older Node decides which wrangler or workerd runs.
@@ -145,6 +147,7 @@ export function edgeConfig(configPath: string, options: EdgeConfigOptions): stri
     (edge) => `    (name = ${capnpString(edge.name)}, worker = (
       ${module(options.edgeBundle)},
       compatibilityDate = "${COMPATIBILITY_DATE}",
+      ${COMPATIBILITY_FLAGS}
       globalOutbound = "internet",
       bindings = [
         ${edgeBindings}

@@ -207,7 +207,7 @@ async function settleRest(
 ): Promise<Outcome> {
   const { settings, isolate } = options;
   const deadlineMs = startedAtMs + settings.timeoutMs;
-  const context = { ...options, otherKeys: groups.length > 1 };
+  const context = { ...options, otherKeys: groups.length > 1, gone: request.signal };
   const settlements = await Promise.all(
     groups.map((group, i): Settlement | Promise<Settlement> => {
       const s = spent[i];

@@ -11,9 +11,12 @@
  *
  * A waiter never awaits anything that belongs to the request that called:
  * if that request's client hangs up, the runtime cancels its call, and a
- * promise tied to it may never settle. A waiter reads the flight's plain
- * state on its own timers, gives up at a deadline counted from its own
- * start, and then decides on its own.
+ * promise tied to it may never settle. A waiter awaits a promise of its own,
+ * made in its own request, with a timer of its own at its deadline; the
+ * call's landing settles it early (the runtime runs what follows in the
+ * waiter's request). So a waiter costs one timer, however long it waits,
+ * and when the call never lands it gives up on its own time and decides on
+ * its own.
  */
 
 import { LruMap } from "../core/lru.ts";
@@ -34,6 +37,8 @@ export class Flight {
   readonly staleAtMs: number;
   /** The requests waiting for this call that go to the object together once it lands, unless it decides them. */
   private next: Batch | null = null;
+  /** How to wake each request waiting for this call: each settles a promise its own request made. */
+  readonly waiters = new Set<() => void>();
 
   constructor(departedAtMs: number, staleAtMs: number) {
     this.departedAtMs = departedAtMs;
@@ -51,16 +56,6 @@ export class Flight {
 const STALE_AFTER_TYPICAL = 4;
 /** … but never sooner than this. */
 const MIN_STALE_MS = 25;
-/**
- * A waiter looks at its flight at most this far apart while calls are
- * quick, and at most a sixteenth of the flight's expected call time apart
- * when they are slow (up to {@link MAX_SLOW_POLL_MS}): at a slow object,
- * hundreds of requests wait at once, and each look costs a timer.
- */
-const MAX_POLL_MS = 4;
-const MAX_SLOW_POLL_MS = 64;
-const POLLS_PER_CALL = 16;
-
 export class CallsInFlight {
   private readonly flights: LruMap<string, Flight>;
   /** A moving average of how long calls take, in milliseconds. */
@@ -107,9 +102,11 @@ export class CallsInFlight {
     return flight;
   }
 
-  /** Records how a call ended; its waiters read it on their next look. */
+  /** Records how a call ended, and wakes its waiters to read it. */
   land(key: string, flight: Flight, landing: Landing, nowMs: number): void {
     flight.landing = landing;
+    for (const wake of flight.waiters) wake();
+    flight.waiters.clear();
     const tookMs = nowMs - flight.departedAtMs;
     if (landing.ok) this.typicalMs += (tookMs - this.typicalMs) / 8;
     this.patienceMs.set(key, STALE_AFTER_TYPICAL * tookMs);
@@ -117,18 +114,32 @@ export class CallsInFlight {
   }
 
   /**
-   * Waits, on this request's own timers, until `flight` lands or `untilMs`
+   * Waits, on this request's own timer, until `flight` lands or `untilMs`
    * (isolate time) passes. Returns the landing, or null when it gave up.
+   * `gone` is the request's signal that its client hung up: the runtime
+   * cancels the request, and its wake-up is taken off the flight (woken
+   * anyway, a cancelled request's promise makes the runtime print a warning).
    */
-  async await(flight: Flight, untilMs: number, clock: () => number): Promise<Landing | null> {
-    // This flight's expected call time: what its wait before it is presumed lost was made of.
-    const expectedMs = (flight.staleAtMs - flight.departedAtMs) / STALE_AFTER_TYPICAL;
-    const maxStepMs = Math.min(MAX_SLOW_POLL_MS, Math.max(MAX_POLL_MS, expectedMs / POLLS_PER_CALL));
-    for (let stepMs = 1; flight.landing === null; stepMs = Math.min(stepMs * 2, maxStepMs)) {
+  async await(flight: Flight, untilMs: number, clock: () => number, gone?: AbortSignal): Promise<Landing | null> {
+    for (;;) {
+      if (flight.landing !== null) return flight.landing;
       const leftMs = untilMs - clock();
       if (leftMs <= 0) return null;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(stepMs, leftMs)));
+      let wake!: () => void;
+      const woken = new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      const timer = setTimeout(wake, leftMs);
+      const forget = () => flight.waiters.delete(wake);
+      flight.waiters.add(wake);
+      gone?.addEventListener("abort", forget);
+      try {
+        await woken;
+      } finally {
+        clearTimeout(timer);
+        forget();
+        gone?.removeEventListener("abort", forget);
+      }
     }
-    return flight.landing;
   }
 }

@@ -49,6 +49,8 @@ export type SettleContext = {
   otherKeys: boolean;
   /** Runs work past the response (the request's `waitUntil`). */
   background: (task: Promise<unknown>) => void;
+  /** Aborts when the request's client hangs up (with `enable_request_signal`): a waiter is then no longer woken. */
+  gone?: AbortSignal;
 };
 
 /** The refusals the isolate knows of for a group's enforcing rules. */
@@ -121,7 +123,12 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     // a call that is slow but not presumed lost is waited for to the end: a call of its own would queue
     // behind it at the same object, and one per waiter is how a slow object's queue grows without bound.
     const giveUpAtMs = batching ? deadlineMs : nowMs + (deadlineMs - nowMs) / 2;
-    const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, giveUpAtMs), isolate.clock);
+    const landing = await isolate.flights.await(
+      flight,
+      Math.min(flight.staleAtMs, giveUpAtMs),
+      isolate.clock,
+      ctx.gone,
+    );
     if (landing === null) {
       if (ticket) batch!.leave(ticket);
       if (isolate.clock() >= giveUpAtMs) {
@@ -137,7 +144,7 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     }
     if (ticket && ticket.slot !== null) {
       // Another request that waited with this one has sent the batch, with this one in it.
-      const read = await readBatch(batch!, ticket, group.rules, deadlineMs, isolate);
+      const read = await readBatch(batch!, ticket, group.rules, deadlineMs, ctx);
       if (read === "ran out") return ranOut(group, ctx);
       if (read === "look again") continue; // its call is presumed lost, or ended without an answer in its time
       return orHeldUnit(read, group, isolate);
@@ -218,10 +225,11 @@ async function readBatch(
   ticket: Ticket,
   rules: Rule[],
   deadlineMs: number,
-  isolate: Isolate,
+  ctx: SettleContext,
 ): Promise<Settlement | "ran out" | "look again"> {
+  const { isolate } = ctx;
   const flight = batch.flight!;
-  const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, deadlineMs), isolate.clock);
+  const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, deadlineMs), isolate.clock, ctx.gone);
   if (landing?.ok && batch.call) return answerOf(batch.call, ticket.slot!) ?? "look again";
   if (landing && !landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
   ticket.abandoned = true;

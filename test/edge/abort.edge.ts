@@ -61,8 +61,12 @@ type Run = {
 
 const checksOfRule = async () => (await edge.objectChecks())[RULE.id] ?? 0;
 
-/** The leader for `key` on edge-0, then its waiters while its call is held at the object; the leader hangs up if `hangUp`. */
-async function leaderAndWaiters(key: string, hangUp: boolean): Promise<Run> {
+/**
+ * The leader for `key` on edge-0, then its waiters while its call is held at
+ * the object; the leader hangs up if `hangUp` is "leader", every other waiter
+ * if it is "waiters".
+ */
+async function leaderAndWaiters(key: string, hangUp: false | "leader" | "waiters"): Promise<Run> {
   const driver = edge.driver(GIVE_UP_MS);
   const checksBefore = await checksOfRule();
   const mark = edge.workerd.mark();
@@ -70,7 +74,8 @@ async function leaderAndWaiters(key: string, hangUp: boolean): Promise<Run> {
   await sleep(WAITERS_AFTER_MS);
   const waiters = Array.from({ length: WAITERS }, () => driver.send(0, key));
   await sleep(HANG_UP_AFTER_MS);
-  if (hangUp) leader.abort();
+  if (hangUp === "leader") leader.abort();
+  if (hangUp === "waiters") for (const waiter of waiters.filter((_, i) => i % 2 === 1)) waiter.abort();
   await driver.settled();
   const checks = (await checksOfRule()) - checksBefore;
   const next = await driver.send(0, key).done;
@@ -110,10 +115,28 @@ describe("a leader's client hanging up", () => {
   });
 
   it("a waiter whose leader's client hangs up is still answered, and so is the key's next request", async () => {
-    const run = await leaderAndWaiters("10.0.0.3", true);
+    const run = await leaderAndWaiters("10.0.0.3", "leader");
     console.log(`hang-up:\n${run.story}\nchecks the objects received: ${run.checks}`);
     // Not the point, but without it the test proves nothing: the leader hung up before its answer came.
     expect(run.leader.aborted, "the leader was answered before it could hang up: the timing did not hold").toBe(true);
     expect(seen(run)).toEqual(allAnswered);
+  });
+});
+
+describe("waiters' clients hanging up", () => {
+  it("the leader, the waiters still there and the key's next request are answered; the call's landing wakes nobody gone", async () => {
+    // A waiter sleeps on a promise its own request made, and the leader's call landing settles it. A waiter whose
+    // client hung up was cancelled with its request: its wake-up must not reach into that request (the runtime
+    // says so in its output, and cancels what would follow).
+    const run = await leaderAndWaiters("10.0.0.4", "waiters");
+    console.log(`waiters hang up:\n${run.story}\nchecks the objects received: ${run.checks}`);
+    const stayed = run.waiters.filter((_, i) => i % 2 === 0);
+    expect(run.waiters.filter((_, i) => i % 2 === 1).every((w) => w.aborted)).toBe(true);
+    expect({
+      leader: outcomeOf(run.leader),
+      stayed: stayed.map(outcomeOf),
+      next: outcomeOf(run.next),
+      runtimeFailures: run.runtimeFailures,
+    }).toEqual({ leader: 200, stayed: Array(WAITERS / 2).fill(200), next: 200, runtimeFailures: [] });
   });
 });

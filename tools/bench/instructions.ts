@@ -30,7 +30,16 @@ import http from "node:http";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { buildBundle, COMPATIBILITY_DATE, capnpString, embedPath, freePort, ROOT, WORKERD } from "../workerd.ts";
+import {
+  buildBundle,
+  COMPATIBILITY_DATE,
+  COMPATIBILITY_FLAGS,
+  capnpString,
+  embedPath,
+  freePort,
+  ROOT,
+  WORKERD,
+} from "../workerd.ts";
 import { BENCH_RULES } from "./rules.ts";
 
 const requests = Number(process.env.INSTR_REQUESTS ?? 3000);
@@ -125,6 +134,7 @@ function config(work: string, bundles: Map<Variant, string>, origin: string, por
     return `(name = "v${i}", worker = (
       modules = [ (name = "v${i}.js", esModule = embed ${capnpString(embedPath(configPath, bundles.get(v)!))}) ],
       compatibilityDate = "${COMPATIBILITY_DATE}",
+      ${COMPATIBILITY_FLAGS}
       globalOutbound = "origin",
       bindings = [ ${bindings.join(", ")} ],
       ${objects}

@@ -42,7 +42,17 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import type { StatsView } from "../../src/object/stats-protocol.ts";
-import { buildBundle, capnpString, embedPath, freePort, ROOT, WORKERD, waitUntilUp } from "../workerd.ts";
+import {
+  buildBundle,
+  COMPATIBILITY_DATE,
+  COMPATIBILITY_FLAGS,
+  capnpString,
+  embedPath,
+  freePort,
+  ROOT,
+  WORKERD,
+  waitUntilUp,
+} from "../workerd.ts";
 import { hotKeyBench } from "./hot-key.ts";
 import { startNodeOrigin } from "./node-origin.ts";
 import { BENCH_RULES } from "./rules.ts";
@@ -262,7 +272,8 @@ function workerdConfig(
   const outbound = bundles.origin === undefined ? "internet" : "origin";
   const worker = (name: string, extra: string) => `(
     modules = [ (name = "${name}.js", esModule = embed ${capnpString(bundles[name]!)}) ],
-    compatibilityDate = "2026-11-01",
+    compatibilityDate = "${COMPATIBILITY_DATE}",
+    ${COMPATIBILITY_FLAGS}
     globalOutbound = "${outbound}",
     ${extra}
   )`;
@@ -277,7 +288,7 @@ const config :Workerd.Config = (
         : `
     (name = "origin", worker = (
       modules = [ (name = "origin.js", esModule = embed ${capnpString(bundles.origin)}) ],
-      compatibilityDate = "2026-11-01",
+      compatibilityDate = "${COMPATIBILITY_DATE}",
     )),`
     }
     (name = "proxy", worker = ${worker("proxy", `bindings = [ ${origin} ],`)}),

@@ -14,6 +14,7 @@ export const FAILURE_PATTERNS: RegExp[] = [
   /canceled this request/,
   /Worker threw exception/,
   /internal error/,
+  /different request context/,
 ];
 
 /** The lines of `output` that match any of `patterns`, in order. */
