@@ -58,6 +58,17 @@ export class Batch {
     if (ticket.slot === null) ticket.left = true;
   }
 
+  /**
+   * The ticket's request is gone (its client hung up, and the runtime
+   * cancelled it): it leaves the batch before it is sent, or what the batch
+   * admits for it is written off when the call answers, as for any request
+   * that stopped waiting.
+   */
+  hangUp(ticket: Ticket): void {
+    if (ticket.slot === null) ticket.left = true;
+    else if (this.call === null) ticket.abandoned = true;
+  }
+
   /** The tickets given slots when the batch was sent, whose requests stopped waiting for it. */
   abandonedSlots(): number[] {
     return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));

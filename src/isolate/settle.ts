@@ -110,6 +110,26 @@ const batchable = (group: KeyGroup, isolate: Isolate): boolean =>
  * batch: one call decides them all.
  */
 export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settlement> {
+  // The batch place this request holds while it waits, if any: given up if its client hangs up.
+  const place: Place = { batch: undefined, ticket: undefined };
+  const hungUp = () => place.ticket && place.batch!.hangUp(place.ticket);
+  ctx.gone?.addEventListener("abort", hungUp);
+  try {
+    return await settleWaiting(group, deadlineMs, ctx, place);
+  } finally {
+    ctx.gone?.removeEventListener("abort", hungUp);
+  }
+}
+
+/** A request's place in a batch, while it has one. */
+type Place = { batch: Batch | undefined; ticket: Ticket | undefined };
+
+async function settleWaiting(
+  group: KeyGroup,
+  deadlineMs: number,
+  ctx: SettleContext,
+  place: Place,
+): Promise<Settlement> {
   const { isolate } = ctx;
   const key = flightKey(group);
   const batching = batchable(group, isolate);
@@ -119,6 +139,8 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     if (!flight) break;
     const batch = batching ? flight.batch() : undefined;
     const ticket = batch?.join(refundableForMs(group, ctx));
+    place.batch = batch;
+    place.ticket = ticket;
     // Without batches: half of what is left at most, so that a call of its own still has time. With them,
     // a call that is slow but not presumed lost is waited for to the end: a call of its own would queue
     // behind it at the same object, and one per waiter is how a slow object's queue grows without bound.

@@ -18,6 +18,11 @@ import { type Edge, startEdge } from "./support/harness.ts";
 
 /** Every request matches; the objects service holds each check 300 ms (`slow-300-`), so the leader's call stays in flight. */
 const RULE = { id: "slow-300-leader", path: "/*", limit: 1_000_000, period: "1h", key: ["ip"] } satisfies RuleInput;
+/**
+ * Near a limit: with RULE on the same key, a request to /near/ is one key group of two rules, whose small
+ * limit leaves no lease for a key seen once. Waiters then go to the object together, in one batch.
+ */
+const NEAR_RULE = { id: "near-limit", path: "/near/*", limit: 1_000, period: "1h", key: ["ip"] } satisfies RuleInput;
 const WAITERS = 20;
 /** When the waiters follow the leader: well inside the 300 ms its call is held. */
 const WAITERS_AFTER_MS = 30;
@@ -31,7 +36,7 @@ const GIVE_UP_MS = 5 * LIMITER_TIMEOUT_MS;
 let edge: Edge;
 
 beforeAll(async () => {
-  edge = await startEdge({ rules: [RULE], timeoutMs: LIMITER_TIMEOUT_MS });
+  edge = await startEdge({ rules: [RULE, NEAR_RULE], timeoutMs: LIMITER_TIMEOUT_MS });
   // The first request an isolate and the objects service see pays for compiling and warming up; not the leader's.
   const warmUp = await edge.driver().send(0, "10.0.0.1").done;
   expect(outcomeOf(warmUp)).toBe(200);
@@ -66,19 +71,26 @@ const checksOfRule = async () => (await edge.objectChecks())[RULE.id] ?? 0;
  * the object; the leader hangs up if `hangUp` is "leader", every other waiter
  * if it is "waiters".
  */
-async function leaderAndWaiters(key: string, hangUp: false | "leader" | "waiters"): Promise<Run> {
+async function leaderAndWaiters(
+  key: string,
+  hangUp: false | "leader" | "waiters",
+  near = false,
+): Promise<Run & { countedBeforeNext: number | null }> {
+  const path = near ? "/near/x" : "/";
   const driver = edge.driver(GIVE_UP_MS);
   const checksBefore = await checksOfRule();
   const mark = edge.workerd.mark();
-  const leader = driver.send(0, key);
+  const leader = driver.send(0, key, { path });
   await sleep(WAITERS_AFTER_MS);
-  const waiters = Array.from({ length: WAITERS }, () => driver.send(0, key));
+  const waiters = Array.from({ length: WAITERS }, () => driver.send(0, key, { path }));
   await sleep(HANG_UP_AFTER_MS);
   if (hangUp === "leader") leader.abort();
   if (hangUp === "waiters") for (const waiter of waiters.filter((_, i) => i % 2 === 1)) waiter.abort();
   await driver.settled();
   const checks = (await checksOfRule()) - checksBefore;
-  const next = await driver.send(0, key).done;
+  // What the object counted for the leader and its waiters (the next request's call may bring a lease, counted too).
+  const countedBeforeNext = near ? (await edge.status(NEAR_RULE.id, key)).weighted : null;
+  const next = await driver.send(0, key, { path }).done;
   // workerd's last lines about these requests may trail their answers through the pipe.
   await sleep(250);
   return {
@@ -86,6 +98,7 @@ async function leaderAndWaiters(key: string, hangUp: false | "leader" | "waiters
     waiters: waiters.map((w) => w.record),
     next,
     checks,
+    countedBeforeNext,
     runtimeFailures: edge.failures(mark),
     story: describeRecords(driver.records),
   };
@@ -138,5 +151,19 @@ describe("waiters' clients hanging up", () => {
       next: outcomeOf(run.next),
       runtimeFailures: run.runtimeFailures,
     }).toEqual({ leader: 200, stayed: Array(WAITERS / 2).fill(200), next: 200, runtimeFailures: [] });
+  });
+
+  it("near a limit, where the waiters go in one batch: those whose clients hung up leave it, and the object counts only the requests served", async () => {
+    const key = "10.0.0.5";
+    const run = await leaderAndWaiters(key, "waiters", true);
+    console.log(`waiters hang up, near a limit:\n${run.story}\nchecks the objects received: ${run.checks}`);
+    const stayed = run.waiters.filter((_, i) => i % 2 === 0);
+    const served = [run.leader, ...stayed].filter((r) => outcomeOf(r) === 200).length;
+    expect({
+      served,
+      counted: run.countedBeforeNext,
+      next: outcomeOf(run.next),
+      runtimeFailures: run.runtimeFailures,
+    }).toEqual({ served: 1 + WAITERS / 2, counted: 1 + WAITERS / 2, next: 200, runtimeFailures: [] });
   });
 });
