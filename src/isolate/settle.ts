@@ -185,7 +185,28 @@ async function settleWaiting(
       return sent;
     }
   }
-  return orHeldUnit({ via: "call", call: await callObject(group, key, deadlineMs, ctx) }, group, isolate);
+  const call = callObject(group, key, deadlineMs, ctx);
+  const release = goesOnIfGone(call, ctx);
+  try {
+    return orHeldUnit({ via: "call", call: await call }, group, isolate);
+  } finally {
+    release();
+  }
+}
+
+/**
+ * Keeps a call going past its request if the request's client hangs up: the
+ * runtime then cancels the request, and with it the call, which other
+ * requests for the key may be waiting for (the lease it may bring, the
+ * batch it carries, how it lands). Returns what undoes this once the
+ * request has the call's answer.
+ */
+function goesOnIfGone(call: Promise<unknown>, ctx: SettleContext): () => void {
+  const { gone } = ctx;
+  if (!gone) return () => {};
+  const goOn = () => ctx.background(call);
+  gone.addEventListener("abort", goOn);
+  return () => gone.removeEventListener("abort", goOn);
 }
 
 /**
@@ -206,6 +227,7 @@ async function sendBatch(
   const { isolate } = ctx;
   const call = callObject(group, key, isolate.clock() + ctx.settings.timeoutMs, ctx, batch);
   const own = deadline(Math.max(0, deadlineMs - isolate.clock()));
+  const release = goesOnIfGone(call, ctx);
   try {
     const answered = await Promise.race([call, own.expired]);
     if (answered !== "timeout") {
@@ -214,6 +236,7 @@ async function sendBatch(
     }
   } finally {
     own.clear();
+    release();
   }
   ticket.abandoned = true; // what the call admits for it is written off when it answers
   // The call carries the others' answers: it must not end with this request's response.

@@ -24,6 +24,8 @@ const RULE = { id: "slow-300-leader", path: "/*", limit: 1_000_000, period: "1h"
  */
 const NEAR_RULE = { id: "near-limit", path: "/near/*", limit: 1_000, period: "1h", key: ["ip"] } satisfies RuleInput;
 const WAITERS = 20;
+/** After the leader's answer, when the batch sent behind its call is held at the object. */
+const SENDER_HANGS_UP_AFTER_MS = 100;
 /** When the waiters follow the leader: well inside the 300 ms its call is held. */
 const WAITERS_AFTER_MS = 30;
 /** When the leader hangs up, after the waiters: time for them to reach the isolate and wait, still well inside the 300 ms. */
@@ -69,11 +71,13 @@ const checksOfRule = async () => (await edge.objectChecks())[RULE.id] ?? 0;
 /**
  * The leader for `key` on edge-0, then its waiters while its call is held at
  * the object; the leader hangs up if `hangUp` is "leader", every other waiter
- * if it is "waiters".
+ * if it is "waiters", and the first waiter, once the leader is answered, if it
+ * is "sender" (the first waiter to join is the first woken: near a limit, it
+ * sends the batch of them all).
  */
 async function leaderAndWaiters(
   key: string,
-  hangUp: false | "leader" | "waiters",
+  hangUp: false | "leader" | "waiters" | "sender",
   near = false,
 ): Promise<Run & { countedBeforeNext: number | null }> {
   const path = near ? "/near/x" : "/";
@@ -86,6 +90,11 @@ async function leaderAndWaiters(
   await sleep(HANG_UP_AFTER_MS);
   if (hangUp === "leader") leader.abort();
   if (hangUp === "waiters") for (const waiter of waiters.filter((_, i) => i % 2 === 1)) waiter.abort();
+  if (hangUp === "sender") {
+    await leader.done;
+    await sleep(SENDER_HANGS_UP_AFTER_MS);
+    waiters[0]!.abort();
+  }
   await driver.settled();
   const checks = (await checksOfRule()) - checksBefore;
   // What the object counted for the leader and its waiters (the next request's call may bring a lease, counted too).
@@ -165,5 +174,21 @@ describe("waiters' clients hanging up", () => {
       next: outcomeOf(run.next),
       runtimeFailures: run.runtimeFailures,
     }).toEqual({ served: 1 + WAITERS / 2, counted: 1 + WAITERS / 2, next: 200, runtimeFailures: [] });
+  });
+
+  it("near a limit, when the waiter that sent the batch hangs up: its call goes on, the others in it are answered by it, and nobody is counted twice", async () => {
+    const key = "10.0.0.6";
+    const run = await leaderAndWaiters(key, "sender", true);
+    console.log(`the batch's sender hangs up:\n${run.story}`);
+    expect(run.waiters[0]!.aborted, "the sender was answered before it could hang up: the timing did not hold").toBe(
+      true,
+    );
+    const others = run.waiters.slice(1);
+    expect({
+      others: others.map(outcomeOf),
+      // The leader and every waiter, the sender included (what its batch admitted for it is written off).
+      counted: run.countedBeforeNext,
+      runtimeFailures: run.runtimeFailures,
+    }).toEqual({ others: Array(WAITERS - 1).fill(200), counted: 1 + WAITERS, runtimeFailures: [] });
   });
 });
