@@ -8,7 +8,11 @@
  * (a TCP reset, which is what workerd takes for a client gone), workerd
  * cancels the leader's request, and its call with it; the requests waiting on
  * that call must still be answered, and so must the key's next request in
- * that isolate.
+ * that isolate. When waiters hang up, the call's landing must not wake them
+ * (the runtime warns of every cancelled request woken), and near a limit,
+ * where the waiters go to the object in one batch, the object must count
+ * only the requests served, whoever hangs up: a waiter, or the one that
+ * sent the batch.
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -17,7 +17,7 @@
  * Variants: (e) the constant 429 Worker; (l) a constant Worker sending the
  * limiter's own 429; (d) the limiter, blocked; (a) the bare proxy and (c)
  * the limiter, allowed, one hot key, both in front of a constant origin in
- * the same workerd. INSTR_BASE=<another checkout> adds (d) and (c) built
+ * the same workerd; (k) and (j), (d) and (c) with statistics on. INSTR_BASE=<another checkout> adds (d) and (c) built
  * from there (e.g. a `git worktree` of main), to compare.
  *
  * Needs valgrind (`apt-get install valgrind`). Options (environment):
@@ -57,16 +57,19 @@ type Variant = {
   path: string;
   /** Whether it is the limiter (binds RATE_LIMITER and RULES). */
   limiter: boolean;
+  /** Whether statistics are on (binds STATS, the StatsObject class in its own service). */
+  stats?: boolean;
 };
 
-const variant = (id: string, label: string, entry: string, path: string, limiter: boolean, root = ROOT) => ({
-  id,
-  label,
-  entry,
-  root,
-  path,
-  limiter,
-});
+const variant = (
+  id: string,
+  label: string,
+  entry: string,
+  path: string,
+  limiter: boolean,
+  root = ROOT,
+  stats = false,
+): Variant => ({ id, label, entry, root, path, limiter, stats });
 
 const all: Variant[] = [
   variant("e", "constant 429 Worker", "tools/bench/workers/constant.ts", "/blocked/x", false),
@@ -78,9 +81,11 @@ const all: Variant[] = [
     false,
   ),
   variant("d", "limiter, blocked", "src/index.ts", "/blocked/x", true),
+  variant("k", "limiter, blocked, statistics on", "src/index.ts", "/blocked/x", true, ROOT, true),
   ...(base ? [variant("d0", `limiter, blocked, built from ${base}`, "src/index.ts", "/blocked/x", true, base)] : []),
   variant("a", "bare Hono proxy", "tools/bench/workers/proxy.ts", "/allowed/x", false),
   variant("c", "limiter, allowed, one hot key", "src/index.ts", "/allowed/x", true),
+  variant("j", "limiter, allowed, one hot key, statistics on", "src/index.ts", "/allowed/x", true, ROOT, true),
   ...(base
     ? [variant("c0", `limiter, allowed, one hot key, built from ${base}`, "src/index.ts", "/allowed/x", true, base)]
     : []),
@@ -126,9 +131,13 @@ function config(work: string, bundles: Map<Variant, string>, origin: string, por
             `(name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter")`,
           ]
         : []),
+      ...(v.stats ? [`(name = "STATS", durableObjectNamespace = "StatsObject")`] : []),
     ];
+    const statsObject = v.stats
+      ? `, (className = "StatsObject", uniqueKey = "instructions-stats-${i}", enableSql = true)`
+      : "";
     const objects = v.limiter
-      ? `durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "instructions-${i}", enableSql = true) ],
+      ? `durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "instructions-${i}", enableSql = true)${statsObject} ],
       durableObjectStorage = (localDisk = "disk"),`
       : "";
     return `(name = "v${i}", worker = (
