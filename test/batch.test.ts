@@ -375,6 +375,72 @@ describe("the isolate: requests that wait for a call go to the object together",
 const uniqueIpOnce = uniqueIp();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+describe("a request whose client hangs up while it waits, and which goes on running (its request has work in the background)", () => {
+  // The runtime cancels a request whose client hangs up, unless the request still has work it handed to
+  // waitUntil: then what it awaits still settles, and its code goes on. It must decide nothing more then:
+  // every count the object took is an admission served, or written off, and nothing is counted twice.
+  afterEach(() => vi.useRealTimers());
+
+  /** A request from `ip` whose client hangs up when `hangUp.abort()` is called: its `request.signal`. */
+  const hangable = (ip: string, hangUp: AbortController) =>
+    new Request("http://limiter.test/x", { headers: { "cf-connecting-ip": ip }, signal: hangUp.signal });
+
+  it("a waiter gone before its batch is sent sends nothing, and no other request is counted twice", async () => {
+    vi.useFakeTimers();
+    const settings = settingsFor([{ id: "gone-waiter", limit: 1000, period: "1h" }], 1_000);
+    const { ns, calls } = scriptedNamespace([
+      { afterMs: 150, ends: "admit" }, // the leader's call: no lease for a key seen once
+      { afterMs: 10, ends: "admit" }, // the batch of the waiter still there
+      { afterMs: 10, ends: "admit" },
+      { afterMs: 10, ends: "admit" },
+    ]);
+    const { run } = decider(settings, ns, createIsolate());
+    const ip = uniqueIp();
+    const leader = run(hangable(ip, new AbortController()));
+    await vi.advanceTimersByTimeAsync(10);
+    const gone = new AbortController();
+    const hungUp = run(hangable(ip, gone));
+    const stayed = run(hangable(ip, new AbortController()));
+    await vi.advanceTimersByTimeAsync(10);
+    gone.abort();
+    await vi.advanceTimersByTimeAsync(2_000);
+    const [first, , last] = (await Promise.all([leader, hungUp, stayed])).map(statusOf);
+    expect([first, last]).toEqual([200, 200]);
+    // The leader's call, and the batch of the one waiter still there: nothing for the request gone.
+    expect(calls.checks).toBe(2);
+    expect(calls.options[1]?.batch).toBeUndefined();
+  });
+
+  it("the waiter that sent the batch, gone while its call is on its way: what the batch admitted for it is written off, and it is not served too", async () => {
+    const settings = settingsFor([{ id: "gone-sender", limit: 100, period: "1h", precision: 60, strict: true }], 1_000);
+    const { ns, hold, arrived } = gatedNamespace();
+    const isolate = createIsolate();
+    const { run, background } = decider(settings, ns, isolate);
+    const ip = uniqueIp();
+    const releaseLeader = hold("check");
+    const leader = run(hangable(ip, new AbortController()));
+    const gone = new AbortController();
+    const sender = run(hangable(ip, gone)); // the first to wait: it sends the batch
+    const other = run(hangable(ip, new AbortController()));
+    while (arrived.check < 1) await sleep(1);
+    const releaseBatch = hold("check");
+    releaseLeader();
+    while (arrived.check < 2) await sleep(1);
+    gone.abort();
+    releaseBatch();
+    const outcomes = await Promise.all([leader, sender, other]);
+    await background.settled();
+    const served = outcomes.filter((outcome) => outcome.kind === "allow").length;
+    const writtenOff = Object.values(isolate.counters.writtenOff).reduce((a, b) => a + b, 0);
+    const held = [...isolate.leases.keys()].reduce((n, digest) => n + isolate.leases.heldUnits(digest), 0);
+    expect({ served, writtenOff, stored: await storedTotal(ip) }).toEqual({
+      served: 2,
+      writtenOff: 1,
+      stored: 3 + held,
+    });
+  });
+});
+
 describe("a key whose calls are slow: its next call is waited for longer before it is presumed lost", () => {
   it("waits four times the key's last call, or twice the wait of a call presumed lost, up to the timeout", () => {
     const flights = new CallsInFlight(10);

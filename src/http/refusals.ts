@@ -66,3 +66,9 @@ export function limiterUnavailable(closedBy: string[], policies: Policy[], repor
     rateLimitHeaders(policies, reports),
   );
 }
+
+/**
+ * 499 (as nginx names it, "client closed request"): the answer to a request
+ * whose client hung up before it was decided. Nobody reads it.
+ */
+export const clientClosedRequest = (): Response => new Response(null, { status: 499 });

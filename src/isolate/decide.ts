@@ -14,7 +14,14 @@ import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import { type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
 import { send } from "../http/problem.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
-import { denied, deniedBy, limiterUnavailable, tooManyRequests, tooManyRequestsParts } from "../http/refusals.ts";
+import {
+  clientClosedRequest,
+  denied,
+  deniedBy,
+  limiterUnavailable,
+  tooManyRequests,
+  tooManyRequestsParts,
+} from "../http/refusals.ts";
 import { clientAddress, requestFacts } from "../http/request-facts.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
@@ -214,6 +221,7 @@ async function settleRest(
       return s ? { via: "lease", spent: s } : settle(group, deadlineMs, context);
     }),
   );
+  if (settlements.some((s) => s.via === "gone")) return clientGone(groups, settlements, options);
   const nowMs = isolate.clock();
   const { reports, refused, closedBy } = readSettlements(groups, settlements, isolate, nowMs);
   const turnedAway = refused || closedBy.length > 0;
@@ -230,6 +238,20 @@ async function settleRest(
   if (refused) return { kind: "refuse", response: refusal(policies, reports) };
   if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
   return allowed(groups, settlements, { policies, reports }, options);
+}
+
+/**
+ * A request whose client hung up while it waited (it goes on only because it
+ * has work in the background): it counts nowhere, like a request turned
+ * away, and nothing of it is logged or tallied; its answer reaches nobody.
+ */
+function clientGone(groups: KeyGroup[], settlements: Settlement[], options: DecideOptions): Outcome {
+  giveBackAll(groups, settlements, options);
+  settlements.forEach((s, i) => {
+    if (s.via === "call") watchLate(s.call, groups[i]!, true, options);
+  });
+  sendOutbox(options);
+  return { kind: "refuse", response: clientClosedRequest() };
 }
 
 /** The answer for an admitted request: its headers, and what to do once the response is known, if anything. */

@@ -130,7 +130,9 @@ export class CallsInFlight {
         wake = resolve;
       });
       const timer = setTimeout(wake, leftMs);
-      const forget = () => flight.waiters.delete(wake);
+      const forget = () => {
+        flight.waiters.delete(wake);
+      };
       flight.waiters.add(wake);
       gone?.addEventListener("abort", forget);
       try {

@@ -69,6 +69,8 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], i
       }
     } else if (s.via === "shared") {
       closedBy.push(...failed(group, s.failure.name, s.failure));
+    } else if (s.via === "gone") {
+      refused = true; // its client hung up: nothing of it is reported (decide answers it before this)
     } else if (!s.call.outcome.ok) {
       closedBy.push(...failed(group, s.call.name, s.call.outcome));
     } else {

@@ -38,7 +38,15 @@ export type Settlement =
   | { via: "known"; known: RuleRefusal[] }
   | { via: "call"; call: KeyCall }
   /** Another request's call for this key failed while this one waited for it: the failure is shared, not repeated. */
-  | { via: "shared"; failure: Extract<Landing, { ok: false }> };
+  | { via: "shared"; failure: Extract<Landing, { ok: false }> }
+  /**
+   * The request's client hung up while it waited: it decides nothing more. (The runtime cancels such a
+   * request, unless it has work in the background: then it goes on, and must not send, or be served by,
+   * what it waited for.)
+   */
+  | { via: "gone" };
+
+const GONE: Settlement = Object.freeze({ via: "gone" });
 
 /** What settling needs besides the group. */
 export type SettleContext = {
@@ -112,7 +120,10 @@ const batchable = (group: KeyGroup, isolate: Isolate): boolean =>
 export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settlement> {
   // The batch place this request holds while it waits, if any: given up if its client hangs up.
   const place: Place = { batch: undefined, ticket: undefined };
-  const hungUp = () => place.ticket && place.batch!.hangUp(place.ticket);
+  // An event listener returns nothing: the runtime warns of any value returned.
+  const hungUp = () => {
+    if (place.ticket) place.batch!.hangUp(place.ticket);
+  };
   ctx.gone?.addEventListener("abort", hungUp);
   try {
     return await settleWaiting(group, deadlineMs, ctx, place);
@@ -134,6 +145,7 @@ async function settleWaiting(
   const key = flightKey(group);
   const batching = batchable(group, isolate);
   for (;;) {
+    if (ctx.gone?.aborted) return GONE;
     const nowMs = isolate.clock();
     const flight = isolate.flights.current(key, nowMs);
     if (!flight) break;
@@ -151,6 +163,7 @@ async function settleWaiting(
       isolate.clock,
       ctx.gone,
     );
+    if (ctx.gone?.aborted) return GONE; // its place in the batch, if any, was given up when it hung up
     if (landing === null) {
       if (ticket) batch!.leave(ticket);
       if (isolate.clock() >= giveUpAtMs) {
@@ -188,7 +201,11 @@ async function settleWaiting(
   const call = callObject(group, key, deadlineMs, ctx);
   const release = goesOnIfGone(call, ctx);
   try {
-    return orHeldUnit({ via: "call", call: await call }, group, isolate);
+    const answered = await call;
+    // Gone while its call went on for the others: what the call counted for it stands, as for any request
+    // cancelled once its call has answered.
+    if (ctx.gone?.aborted) return GONE;
+    return orHeldUnit({ via: "call", call: answered }, group, isolate);
   } finally {
     release();
   }
@@ -204,7 +221,9 @@ async function settleWaiting(
 function goesOnIfGone(call: Promise<unknown>, ctx: SettleContext): () => void {
   const { gone } = ctx;
   if (!gone) return () => {};
-  const goOn = () => ctx.background(call);
+  const goOn = () => {
+    ctx.background(call);
+  };
   gone.addEventListener("abort", goOn);
   return () => gone.removeEventListener("abort", goOn);
 }
@@ -230,6 +249,8 @@ async function sendBatch(
   const release = goesOnIfGone(call, ctx);
   try {
     const answered = await Promise.race([call, own.expired]);
+    // Gone: what the batch admits for it is written off (Batch.hangUp), so it is not served too.
+    if (ctx.gone?.aborted) return GONE;
     if (answered !== "timeout") {
       const answer = answerOf(answered, ticket.slot!);
       return answer === null ? "look again" : orHeldUnit(answer, group, isolate);
@@ -275,6 +296,7 @@ async function readBatch(
   const { isolate } = ctx;
   const flight = batch.flight!;
   const landing = await isolate.flights.await(flight, Math.min(flight.staleAtMs, deadlineMs), isolate.clock, ctx.gone);
+  if (ctx.gone?.aborted) return GONE;
   if (landing?.ok && batch.call) return answerOf(batch.call, ticket.slot!) ?? "look again";
   if (landing && !landing.ok && landing.reason !== "timeout") return { via: "shared", failure: landing };
   ticket.abandoned = true;
