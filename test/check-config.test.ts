@@ -57,13 +57,27 @@ describe("npm run check-config", () => {
     expect(bindings.map((b) => b.name)).toEqual(["RATE_LIMITER", "OVERRIDES", "STATS"]);
     for (const { name } of bindings) expect(env[name as "RATE_LIMITER" | "OVERRIDES"]).toBeDefined();
     expect(TIERS).toBeDefined();
+    const flags = /^compatibility_flags = (\[.*\])$/m.exec(shipped)?.[1];
     const report = checkConfig({
       vars: { RULES, IPV6_PREFIX, LIMITER_TIMEOUT_MS, TRUSTED_IP_HEADER, ORIGIN_URL, TIERS },
       durable_objects: { bindings },
       migrations: tomlTables(shipped, "migrations"),
+      compatibility_flags: JSON.parse(flags ?? "[]") as string[],
     });
     expect(report).toEqual({ rules: 3, findings: [] } satisfies CheckReport);
     expect(formatReport(report, "wrangler.toml").at(-1)).toBe("wrangler.toml: 3 rules, 0 errors, 0 warnings - OK");
+  });
+
+  it("warns when the compatibility flag that tells the Worker a client hung up is missing", () => {
+    const flagFindings = (flags: string[]) =>
+      checkConfig({ compatibility_flags: flags }).findings.filter((f) => f.message.startsWith("compatibility_flags"));
+    expect(flagFindings(["nodejs_compat"])).toEqual([
+      {
+        level: "warning",
+        message: expect.stringMatching(/^compatibility_flags: "enable_request_signal" is missing/),
+      },
+    ]);
+    expect(flagFindings(["nodejs_compat", "enable_request_signal"])).toEqual([]);
   });
 
   it("prints every error of the broken fixture, naming the rule and field, then every warning", () => {

@@ -66,6 +66,7 @@ export function checkConfig(config: WranglerConfig): CheckReport {
   const findings: Finding[] = [
     ...variableErrors(input, tiers),
     ...durableObjectFindings(config),
+    ...compatibilityFindings(config),
     ...varWarnings(vars),
     ...jwtWarnings(input, keys, jwt, valid, tiers),
     ...valid.flatMap(({ rule, index, input }) => ruleWarnings(rule, `RULES[${index}] "${rule.id}"`, input)),
@@ -91,6 +92,20 @@ function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>): Fi
 }
 
 const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
+
+/** The flag that makes `request.signal` abort when a client hangs up (README, "What the isolate remembers"). */
+const REQUEST_SIGNAL = "enable_request_signal";
+
+/** A warning when the file's compatibility flags (unknown for a configuration given as vars alone) lack it. */
+function compatibilityFindings(config: WranglerConfig): Finding[] {
+  const flags = config.compatibility_flags;
+  if (flags === undefined || flags.includes(REQUEST_SIGNAL)) return [];
+  return [
+    warning(
+      `compatibility_flags: "${REQUEST_SIGNAL}" is missing, so the Worker never learns that a client hung up. A request that waits for another's call to its key's Durable Object is then woken anyway when it is gone (the runtime logs a warning each time), and near a limit it keeps its place in a batch, which the object counts. Add compatibility_flags = ["${REQUEST_SIGNAL}"]`,
+    ),
+  ];
+}
 
 /** A rule of `RULES` that parses, with its place in the list and its fields as written. */
 

@@ -8,6 +8,7 @@ import type { Characteristic, Rule } from "../core/rules.ts";
 /** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
 export type WranglerConfig = {
   vars?: Record<string, unknown>;
+  compatibility_flags?: string[];
   /** The secrets `wrangler deploy` refuses to deploy without; their values are never in the file. */
   secrets?: { required?: string[] };
   durable_objects?: { bindings?: { name: string; class_name: string; script_name?: string }[] };
