@@ -65,8 +65,8 @@ export class Batch {
    * that stopped waiting.
    */
   hangUp(ticket: Ticket): void {
-    if (ticket.slot === null) ticket.left = true;
-    else if (this.call === null) ticket.abandoned = true;
+    this.leave(ticket);
+    if (ticket.slot !== null && this.call === null) ticket.abandoned = true;
   }
 
   /** The tickets given slots when the batch was sent, whose requests stopped waiting for it. */

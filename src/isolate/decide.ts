@@ -230,11 +230,7 @@ async function settleRest(
     tallySettled(groups, settlements, !turnedAway, tally);
     if (tally.stats && settlements.some((s) => s.via === "call")) isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
   }
-  if (turnedAway) giveBackAll(groups, settlements, options);
-  settlements.forEach((s, i) => {
-    if (s.via === "call") watchLate(s.call, groups[i]!, turnedAway, options);
-  });
-  sendOutbox(options);
+  leaveBehind(groups, settlements, turnedAway, options);
   if (refused) return { kind: "refuse", response: refusal(policies, reports) };
   if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
   return allowed(groups, settlements, { policies, reports }, options);
@@ -246,12 +242,21 @@ async function settleRest(
  * away, and nothing of it is logged or tallied; its answer reaches nobody.
  */
 function clientGone(groups: KeyGroup[], settlements: Settlement[], options: DecideOptions): Outcome {
-  giveBackAll(groups, settlements, options);
+  leaveBehind(groups, settlements, true, options);
+  return { kind: "refuse", response: clientClosedRequest() };
+}
+
+/**
+ * What a settled request leaves to the background: for a request turned
+ * away, its lease units and counts given back; every call's late answer
+ * watched; what is owed for forgotten keys sent.
+ */
+function leaveBehind(groups: KeyGroup[], settlements: Settlement[], turnedAway: boolean, options: DecideOptions) {
+  if (turnedAway) giveBackAll(groups, settlements, options);
   settlements.forEach((s, i) => {
-    if (s.via === "call") watchLate(s.call, groups[i]!, true, options);
+    if (s.via === "call") watchLate(s.call, groups[i]!, turnedAway, options);
   });
   sendOutbox(options);
-  return { kind: "refuse", response: clientClosedRequest() };
 }
 
 /** The answer for an admitted request: its headers, and what to do once the response is known, if anything. */

@@ -3,8 +3,9 @@
  * Settles one key group of one request: from a lease held here, from a
  * refusal this isolate knows of, or with a call to the key's object. While
  * another request's call for the key is in flight and may bring a lease,
- * waits for it, on this request's own timers and within this request's own
- * deadline, then decides on its own.
+ * waits for it, on this request's own timer and within this request's own
+ * deadline, then decides on its own. A request whose client hangs up gives
+ * up its place and decides nothing more (`gone`).
  */
 import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";

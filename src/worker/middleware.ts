@@ -195,7 +195,6 @@ function invalidConfig(errors: string[]): Response {
   return invalidConfigResponse();
 }
 
-/** Runs work after the response when the runtime allows it, and lets it run loose otherwise. */
 /**
  * Runs work after the response when the runtime gives an execution context
  * (`waitUntil`), and lets it run loose otherwise. `executionCtx` may throw
