@@ -61,7 +61,10 @@ describe("the object: one check decides a batch of requests, in order", () => {
 
   it("grants a lease after a batch only when the whole batch fitted", async () => {
     const stub = freshObject();
-    const lease = { units: 64, seen: 64, seenInMs: 1_000 };
+    // A lease lasts to the end of the current bucket (a minute here), and is sized to the demand seen in
+    // `seenInMs` scaled to that: seen over 1 ms, 64 are asked for whatever the wall clock reads. (Over a
+    // second, a run in a minute's last second was leased fewer: 61 instead of 64, once in CI.)
+    const lease = { units: 64, seen: 64, seenInMs: 1 };
     const roomy = await stub.check([rule("roomy", 1_000_000)], { batch: 10, lease });
     expect(roomy.admitted).toBe(10);
     expect(roomy.lease?.units).toBe(64);
