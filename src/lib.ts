@@ -1,6 +1,9 @@
 /**
  * @module
- * The library: the Hono middleware and the Durable Object class it needs.
+ * The library: everything needed to run the limiter in your own Hono app.
+ * The rate-limit middleware, the admin API, and the Durable Object classes
+ * they use; export the classes from your Worker and bind them in
+ * `wrangler.toml` (see docs/library.md).
  *
  * @example
  * ```ts
@@ -20,4 +23,7 @@ export { createIsolate, type Isolate, type IsolateOptions } from "./isolate/isol
 export type { CheckResult, RuleCheck, RuleVerdict } from "./object/protocol.ts";
 export { RateLimiter } from "./object/rate-limiter.ts";
 export { OverrideRegistry } from "./object/registry.ts";
-export { type RateLimitOptions, rateLimit } from "./worker/middleware.ts";
+export { StatsObject } from "./object/stats.ts";
+export { type AdminApiOptions, adminApi } from "./worker/admin/api.ts";
+export type { Env } from "./worker/env.ts";
+export { type RateLimitOptions, type Refusal, rateLimit } from "./worker/middleware.ts";

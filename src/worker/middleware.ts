@@ -15,6 +15,7 @@ import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { logEvent } from "../observe/log.ts";
+import { registerRules } from "./library-rules.ts";
 
 /** What `onRefused` is given: the limiter's own 429, and the wait it names. */
 export type Refusal = {
@@ -168,6 +169,7 @@ function settingsSource<E extends HonoEnv>(options: RateLimitOptions<E>): (env: 
   if (options.rules !== undefined) {
     const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
     if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);
+    registerRules(parsed.value.rules);
     return () => parsed;
   }
   if (Object.keys(overrides).length === 0) return settingsFromEnv;

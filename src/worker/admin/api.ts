@@ -23,6 +23,7 @@ import { INVALID_CONFIG, invalidConfigResponse, problemResponse } from "../../ht
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import { logEvent } from "../../observe/log.ts";
 import type { Env } from "../env.ts";
+import { withLibraryRules } from "../library-rules.ts";
 import { bearerMatches, tokenName, unauthorized } from "./auth.ts";
 import { dashboard, isDashboardPath } from "./dashboard.ts";
 import { overrides } from "./overrides.ts";
@@ -149,25 +150,27 @@ async function route({
   const allowed = ROUTES[route];
   if (allowed === undefined) return notFound(prefix);
   if (!allowed.includes(method)) return methodNotAllowed(`${prefix}${route}`, allowed);
-  const settings = settingsFromEnv(env);
-  if (!settings.ok) {
+  const parsed = settingsFromEnv(env);
+  if (!parsed.ok) {
     // Only a holder of the token gets here, so the problems themselves may be shown.
     return problemResponse({
       type: INVALID_CONFIG,
       title: "Internal Server Error",
       status: 500,
       detail: "The rate limiter's configuration is invalid.",
-      errors: settings.errors,
+      errors: parsed.errors,
     });
   }
-  if (route === "/rules") return json(settingsView(settings.value));
+  // In your own app, the rules your rateLimit() middlewares were given too.
+  const settings = withLibraryRules(parsed.value);
+  if (route === "/rules") return json(settingsView(settings));
   if (route === "/stats" || route === "/metrics") {
-    return statistics(route, url, { ns: env.STATS, settings: settings.value, isolate, background });
+    return statistics(route, url, { ns: env.STATS, settings, isolate, background });
   }
   if (route.startsWith("/overrides")) {
-    return overrides(method, route, raw, { settings: settings.value, registry: env.OVERRIDES, isolate, by });
+    return overrides(method, route, raw, { settings, registry: env.OVERRIDES, isolate, by });
   }
-  return clientStatus(url, { method, settings: settings.value, ns: env.RATE_LIMITER, isolate });
+  return clientStatus(url, { method, settings, ns: env.RATE_LIMITER, isolate });
 }
 
 const notFound = (prefix: string): Response =>

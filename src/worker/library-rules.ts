@@ -1,0 +1,27 @@
+/**
+ * @module
+ * The rules `rateLimit({ rules })` middlewares were built with in this
+ * isolate, for the admin API: in your own app, its overrides, status and
+ * rule list reach the very rule objects the middlewares count with (the
+ * isolate's caches are keyed by them, so an override's change is met at once).
+ */
+import type { Settings } from "../config/settings.ts";
+import type { Rule } from "../core/rules.ts";
+
+const byId = new Map<string, Rule>();
+
+/**
+ * Records a middleware's rules. The admin API names a rule by its id, so
+ * where two middlewares hold rules with one id, it reaches the first built.
+ */
+export function registerRules(rules: readonly Rule[]): void {
+  for (const rule of rules) if (!byId.has(rule.id)) byId.set(rule.id, rule);
+}
+
+/** `settings` with the middlewares' rules added after its own; a rule of the Worker's `RULES` keeps its id. */
+export function withLibraryRules(settings: Settings): Settings {
+  if (byId.size === 0) return settings;
+  const own = new Set(settings.rules.map((rule) => rule.id));
+  const extra = [...byId.values()].filter((rule) => !own.has(rule.id));
+  return extra.length === 0 ? settings : { ...settings, rules: [...settings.rules, ...extra] };
+}
