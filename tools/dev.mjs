@@ -1,6 +1,8 @@
 /**
  * `npm run dev`: the limiter under `wrangler dev`, in front of a local demo
- * origin that starts with it. Ctrl-C stops both.
+ * origin that starts with it. Ctrl-C stops both. The port is 8787, or
+ * `npm run dev -- --port N`, or `PORT=N npm run dev`; other arguments go on
+ * to wrangler.
  *
  * wrangler dev reads `.dev.vars` (secrets such as ADMIN_TOKEN) only when it
  * starts; until a restart, an admin request would go to the origin with the
@@ -10,7 +12,25 @@ import { spawn } from "node:child_process";
 import { watch } from "node:fs";
 import { startDemoOrigin } from "./demo-origin.mjs";
 
-const port = process.env.PORT ?? "8787";
+/** `--port N` or `--port=N` from the command line (`npm run dev -- --port 8831`), taken out of what goes on to wrangler. */
+function portArgument(args) {
+  const rest = [];
+  let port;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (arg === "--port" && i + 1 < args.length) port = args[++i];
+    else if (arg.startsWith("--port=")) port = arg.slice("--port=".length);
+    else rest.push(arg);
+  }
+  return { port, rest };
+}
+
+const { port: portArg, rest: wranglerArgs } = portArgument(process.argv.slice(2));
+const port = portArg ?? process.env.PORT ?? "8787";
+if (!/^\d{1,5}$/.test(port) || Number(port) > 65535) {
+  console.error(`npm run dev: the port must be a number from 0 to 65535; got ${JSON.stringify(port)}`);
+  process.exit(2);
+}
 const { server, port: originPort } = await startDemoOrigin(Number(process.env.DEMO_ORIGIN_PORT ?? 0));
 console.log(`demo origin listening on http://127.0.0.1:${originPort}`);
 console.log(`limiter starting on http://127.0.0.1:${port} (try: curl -i http://127.0.0.1:${port}/api/hello)`);
@@ -21,7 +41,7 @@ let stopping = false;
 let restarting = false;
 
 function start() {
-  const child = spawn("wrangler", [...args, ...process.argv.slice(2)], {
+  const child = spawn("wrangler", [...args, ...wranglerArgs], {
     stdio: "inherit",
     env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
   });
