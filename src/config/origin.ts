@@ -1,11 +1,13 @@
 /**
  * @module
- * `ORIGIN_URL`: where allowed requests are proxied to.
+ * `ORIGIN_URL`: where allowed requests are proxied to; `ORIGIN_SECRET` and
+ * `ORIGIN_SECRET_HEADER`: what the origin knows them by.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code.
  */
 import { fail, ok, type Result } from "../core/result.ts";
+import { show } from "../core/show.ts";
 
 /** Where requests go: a base URL whose scheme, host and port replace the request's, or null to keep the request's own URL. */
 export type Origin = URL | null;
@@ -31,4 +33,78 @@ export function parseOrigin(raw: string | undefined): Result<Origin> {
     );
   }
   return ok(url);
+}
+
+/** The header a forwarded request carries the marks of the deployments it passed through in, comma-separated. */
+export const HOP_HEADER = "x-edge-rate-limiter-hop";
+
+/** The secret the proxy adds to every forwarded request, in the header the operator named. */
+export type OriginSecret = { header: string; value: string };
+
+export const DEFAULT_ORIGIN_SECRET_HEADER = "X-Origin-Secret";
+export const MIN_ORIGIN_SECRET_CHARS = 16;
+
+/** A header name (RFC 9110 token). */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Visible ASCII and spaces within: a value every HTTP stack passes on unchanged. */
+const VISIBLE = /^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$/;
+/** Headers the secret must not replace: the request's own framing and identity, and what proxies remove on the way. */
+const RESERVED = new Set([
+  "host",
+  "content-length",
+  "content-type",
+  "content-encoding",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "upgrade",
+  "authorization",
+  "proxy-authorization",
+  "cookie",
+  "forwarded",
+  "x-forwarded-for",
+  "x-real-ip",
+  "true-client-ip",
+  HOP_HEADER,
+]);
+
+/**
+ * `ORIGIN_SECRET` (a secret) and `ORIGIN_SECRET_HEADER` (the header it goes
+ * in, default `X-Origin-Secret`): null when no secret is set. The header
+ * may not be one a rule counts clients by (`keyHeaders`): the client's
+ * value of it is replaced on the way, and the origin must see what the
+ * limiter counted.
+ */
+export function parseOriginSecret(
+  secret: unknown,
+  headerName: unknown,
+  keyHeaders: ReadonlySet<string>,
+): Result<OriginSecret | null> {
+  const header = headerName === undefined || headerName === "" ? DEFAULT_ORIGIN_SECRET_HEADER : headerName;
+  const errors: string[] = [];
+  if (typeof header !== "string" || !TOKEN.test(header)) {
+    errors.push(`ORIGIN_SECRET_HEADER: must be a header name such as "X-Origin-Secret"; got ${show(header)}`);
+  } else {
+    const lower = header.toLowerCase();
+    if (RESERVED.has(lower) || lower.startsWith("cf-")) {
+      errors.push(`ORIGIN_SECRET_HEADER: ${show(header)} is a header the request needs as it is; name another`);
+    } else if (keyHeaders.has(lower)) {
+      errors.push(
+        `ORIGIN_SECRET_HEADER: ${show(header)} is a header a rule counts clients by; the secret would replace what the limiter counted`,
+      );
+    }
+  }
+  if (secret === undefined || secret === "") return errors.length > 0 ? fail(...errors) : ok(null);
+  if (typeof secret !== "string" || !VISIBLE.test(secret)) {
+    errors.push("ORIGIN_SECRET: must be printable ASCII with no line breaks (its value is not shown)");
+  } else if (secret.length < MIN_ORIGIN_SECRET_CHARS) {
+    errors.push(
+      `ORIGIN_SECRET: must be at least ${MIN_ORIGIN_SECRET_CHARS} characters; got ${secret.length} (try: openssl rand -hex 32)`,
+    );
+  }
+  if (errors.length > 0 || typeof secret !== "string") return fail(...errors);
+  return ok({ header: String(header).toLowerCase(), value: secret });
 }

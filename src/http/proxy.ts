@@ -4,9 +4,10 @@
  * as they are, hop-by-hop headers removed in both directions.
  */
 
-import type { Origin } from "../config/origin.ts";
+import type { Origin, OriginSecret } from "../config/origin.ts";
 import { logEvent } from "../observe/log.ts";
 import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
+import { HOP_HEADER, withMark } from "./upstream.ts";
 
 const HOP_BY_HOP = [
   "connection",
@@ -76,22 +77,32 @@ export function originUrl(requestUrl: string, origin: Origin): string {
   return url.href;
 }
 
+/** Where and how a request is forwarded. */
+export type Upstream = {
+  origin: Origin;
+  /** Headers the rules count clients by: never removed on the way. */
+  keyHeaders?: ReadonlySet<string> | undefined;
+  /** This deployment's mark, added to the request's hop header (see upstream.ts). */
+  mark?: string | undefined;
+  /** The origin's secret, set on every forwarded request in place of any value the client sent. */
+  secret?: OriginSecret | null | undefined;
+};
+
 /**
- * Forwards `request` to `origin` and returns its response, or a 502 problem
- * when it cannot be reached. `keyHeaders` are never removed on the way.
+ * Forwards `request` upstream and returns its response, or a 502 problem
+ * when it cannot be reached.
  */
-export async function forward(
-  request: Request,
-  origin: Origin,
-  keyHeaders: ReadonlySet<string> = NONE,
-): Promise<Response> {
+export async function forward(request: Request, upstream: Upstream): Promise<Response> {
   const webSocket = isWebSocketUpgrade(request.headers);
-  const target = originUrl(request.url, origin);
+  const target = originUrl(request.url, upstream.origin);
+  const headers = stripHopByHop(request.headers, webSocket, upstream.keyHeaders ?? NONE);
+  if (upstream.mark !== undefined) headers.set(HOP_HEADER, withMark(request.headers.get(HOP_HEADER), upstream.mark));
+  if (upstream.secret) headers.set(upstream.secret.header, upstream.secret.value);
   let response: Response;
   try {
     response = await fetch(target, {
       method: request.method,
-      headers: stripHopByHop(request.headers, webSocket, keyHeaders),
+      headers,
       body: request.body,
       redirect: "manual",
     });
@@ -107,7 +118,7 @@ export async function forward(
       detail: "The origin could not be reached.",
     });
   }
-  const headers = stripHopByHop(response.headers);
-  if (response.webSocket) return new Response(null, { status: 101, webSocket: response.webSocket, headers });
-  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+  const back = stripHopByHop(response.headers);
+  if (response.webSocket) return new Response(null, { status: 101, webSocket: response.webSocket, headers: back });
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers: back });
 }

@@ -11,11 +11,14 @@
  */
 import { Hono } from "hono";
 import { settingsFromEnv } from "../config/memo.ts";
-import { type Origin, parseOrigin } from "../config/origin.ts";
+import { parseOrigin, parseOriginSecret } from "../config/origin.ts";
+import type { Settings } from "../config/settings.ts";
 import { getOrCreate } from "../core/maps.ts";
 import { pathAsWritten, type RequestPath } from "../core/paths.ts";
+import { fail, ok, type Result } from "../core/result.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
-import { forward } from "../http/proxy.ts";
+import { forward, type Upstream } from "../http/proxy.ts";
+import { hasPassed, loopDetected } from "../http/upstream.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
@@ -23,9 +26,39 @@ import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import type { Env } from "./env.ts";
 import { type Decided, inBackground, rateLimitWith } from "./middleware.ts";
 
-const origins = new Map<string, ReturnType<typeof parseOrigin>>();
+/** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
+const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
 
-const originOf = (env: Env) => getOrCreate(origins, env.ORIGIN_URL ?? "", () => parseOrigin(env.ORIGIN_URL));
+function upstreamOf(env: Env, settings: Settings): Result<Upstream> {
+  const { ORIGIN_URL: url, ORIGIN_SECRET: secret, ORIGIN_SECRET_HEADER: header } = env;
+  const bySettings = getOrCreate(upstreams, settings, () => new Map<string, Result<Upstream>>());
+  return getOrCreate(bySettings, [url, secret, header].join("\u0000"), () => {
+    const origin = parseOrigin(url);
+    const originSecret = parseOriginSecret(secret, header, settings.keyHeaders);
+    if (!origin.ok || !originSecret.ok) return fail(...errorsOf(origin), ...errorsOf(originSecret));
+    return ok({ origin: origin.value, keyHeaders: settings.keyHeaders, secret: originSecret.value, mark: markOf(env) });
+  });
+}
+
+const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
+
+const marks = new WeakMap<object, string>();
+
+/**
+ * This deployment's mark, the same in every isolate and on every deploy, and
+ * another in every other deployment: the id its counter namespace gives a
+ * fixed name. Undefined without the binding (the app then answers 500).
+ */
+function markOf(env: Env): string | undefined {
+  const ns = env.RATE_LIMITER;
+  if (!ns) return undefined;
+  let mark = marks.get(ns);
+  if (mark === undefined) {
+    mark = ns.idFromName("edge-rate-limiter:hop").toString();
+    marks.set(ns, mark);
+  }
+  return mark;
+}
 
 /** Decisions made before the Hono app ran, for its `rateLimit()` to take (see {@link decideFirst}). */
 const decisions = new WeakMap<Request, Decided>();
@@ -40,18 +73,21 @@ hono.use(
 );
 
 hono.all("*", (c) => {
-  const origin = originOf(c.env);
-  if (!origin.ok) {
-    logEvent({ event: "invalid_config", errors: origin.errors }, "error");
+  const settings = settingsFromEnv(c.env);
+  const upstream = settings.ok ? upstreamOf(c.env, settings.value) : settings;
+  if (!upstream.ok) {
+    logEvent({ event: "invalid_config", errors: upstream.errors }, "error");
     return invalidConfigResponse();
   }
-  const settings = settingsFromEnv(c.env);
-  return forward(c.req.raw, origin.value satisfies Origin, settings.ok ? settings.value.keyHeaders : undefined);
+  return forward(c.req.raw, upstream.value);
 });
 
 /** The Worker's `fetch`. */
 export const app = {
   fetch(request: Request, env: Env, ctx?: ExecutionContext): Response | Promise<Response> {
+    // A request this deployment forwarded, back again: forwarding it once more would never end.
+    const mark = markOf(env);
+    if (mark !== undefined && hasPassed(request.headers, mark)) return loopDetected(request.url, Date.now());
     return decideFirst(request, env, ctx) ?? hono.fetch(request, env, ctx);
   },
 };

@@ -3,6 +3,8 @@
  * The Worker's bindings and variables, typed in one place (they are parsed
  * in config.ts).
  */
+
+import type { VariableName } from "../config/variables.ts";
 import type { RateLimiter } from "../object/rate-limiter.ts";
 import type { OverrideRegistry } from "../object/registry.ts";
 import type { StatsObject } from "../object/stats.ts";
@@ -28,8 +30,18 @@ export type Env = {
   JWT_JWKS_URL?: string;
   /** The rules: `[[vars.RULES]]` in wrangler.toml, or the same list as a JSON string. */
   RULES?: unknown;
+  /** More rules, in variables of their own (`[[vars.RULES_AUTH]]`), since Cloudflare limits each variable to 5 KB. */
+  [group: `RULES_${string}`]: unknown;
   /** Where allowed requests go: scheme, host and port. Unset: forward to the request's own URL (the zone's origin). */
   ORIGIN_URL?: string;
+  /**
+   * Secret (`wrangler secret put ORIGIN_SECRET`): set on every request forwarded to the origin, in
+   * `ORIGIN_SECRET_HEADER`, so the origin can refuse requests that did not come through the limiter.
+   * A client's own value of that header is replaced. Unset: nothing is added.
+   */
+  ORIGIN_SECRET?: string;
+  /** The header `ORIGIN_SECRET` goes in. Default `X-Origin-Secret`. */
+  ORIGIN_SECRET_HEADER?: string;
   /** How many leading bits of an IPv6 address count as one client. Default 56. */
   IPV6_PREFIX?: string | number;
   /** A header your own proxy in front of Cloudflare sets to the client IP. Unset: only `CF-Connecting-IP` is trusted. */
@@ -44,3 +56,12 @@ export type Env = {
   /** Path prefix of the admin API, such as `/ops/ratelimit`. Default `/__ratelimit`. */
   ADMIN_PREFIX?: string;
 };
+
+/** Every variable `Env` names is one check-config knows (src/config/variables.ts): a compile error names any that is not. */
+type Bindings = "RATE_LIMITER" | "OVERRIDES" | "STATS" | "ANALYTICS";
+const EVERY_VARIABLE_KNOWN: Exclude<keyof Env, Bindings | VariableName | `RULES_${string}`> extends never
+  ? true
+  : never = true;
+const EVERY_KNOWN_VARIABLE: Exclude<VariableName, keyof Env> extends never ? true : never = true;
+void EVERY_VARIABLE_KNOWN;
+void EVERY_KNOWN_VARIABLE;

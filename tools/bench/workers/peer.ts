@@ -31,6 +31,6 @@ app.use(async (c, next) => {
 });
 app.all("*", (c) => {
   origin ??= new URL(c.env.ORIGIN_URL);
-  return forward(c.req.raw, origin);
+  return forward(c.req.raw, { origin });
 });
 export default app;

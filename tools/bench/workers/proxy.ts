@@ -11,6 +11,6 @@ const app = new Hono<{ Bindings: Env }>();
 let origin: URL | undefined;
 app.all("*", (c) => {
   origin ??= new URL(c.env.ORIGIN_URL);
-  return forward(c.req.raw, origin);
+  return forward(c.req.raw, { origin });
 });
 export default app;
