@@ -3,6 +3,10 @@
  * `npm run check-config [-- <wrangler.toml>] [-- --env <name>]`: checks the
  * limiter's configuration offline, reading the file exactly as wrangler
  * does. Prints every error (naming the rule and field) and every warning.
+ * Besides what the Worker's own parser finds, what Cloudflare would refuse
+ * or do: variable names the Worker does not read, variables over 5 KB,
+ * tables wrangler does not know, an `--env` the file lacks, and a deploy
+ * that would forward requests to itself.
  * Exit status: 0 with warnings only, 1 with errors, 2 when the file cannot be read.
  *
  * Secrets are never in the file. A `JWT_JWKS` listed in `[secrets] required`
@@ -11,9 +15,12 @@
  * have been set with `wrangler secret put`. `.dev.vars` is not read: it is
  * what `wrangler dev` runs with, not what is deployed, and CI has none.
  */
-import { unstable_readConfig } from "wrangler";
-import { checkConfig, formatReport, type WranglerConfig } from "../src/config/check.ts";
+import { experimental_readRawConfig, unstable_defaultWranglerConfig, unstable_readConfig } from "wrangler";
+import { checkConfig, type FileFacts, formatReport, type WranglerConfig } from "../src/config/check.ts";
 import { fail, ok, type Result } from "../src/core/result.ts";
+
+/** Top-level fields wrangler reads that its default configuration has no value for. */
+const WRANGLER_FIELDS_WITHOUT_DEFAULTS = ["$schema", "env", "legacy_env", "usage_model", "secrets"];
 
 const USAGE = "usage: npm run check-config -- [path/to/wrangler.toml] [--env <name>]";
 
@@ -43,14 +50,23 @@ if (!parsed.ok) {
 const args = parsed.value;
 
 let config: WranglerConfig;
+let file: FileFacts;
 try {
   config = unstable_readConfig({ config: args.file, env: args.env }, { hideWarnings: true });
+  const { rawConfig } = experimental_readRawConfig({ config: args.file });
+  const environments = Object.keys((rawConfig.env ?? {}) as Record<string, unknown>);
+  file = {
+    fields: Object.keys(rawConfig),
+    knownFields: [...Object.keys(unstable_defaultWranglerConfig), ...WRANGLER_FIELDS_WITHOUT_DEFAULTS],
+    env: args.env,
+    environments,
+  };
 } catch (error) {
   console.error(`error: cannot read ${args.file}: ${(error as Error).message}`);
   process.exit(2);
 }
 
-const report = checkConfig(config);
+const report = checkConfig(config, file);
 const label = args.env === undefined ? args.file : `${args.file} [env.${args.env}]`;
 for (const line of formatReport(report, label)) console.log(line);
 process.exit(report.findings.some((f) => f.level === "error") ? 1 : 0);

@@ -171,9 +171,9 @@ export function tierClaimKeyWarnings(jwt: JwtSettings, valid: ValidRule[], tiers
   if (jwt.tierClaim === null) return [];
   return valid
     .filter(({ rule }) => tiered(tiers, rule) && !rule.key.flat().some(isClaim))
-    .map(({ rule, index }) =>
+    .map(({ rule, where }) =>
       warning(
-        `RULES[${index}] "${rule.id}": field "key": ${show(rule.key.map(characteristicLabel))} has no "jwt:" source, but TIERS gives the rule a limit per tier and JWT.tier_claim ${show(jwt.tierClaim)} picks each request's tier from its token, so clients with different plans behind one key share one count, checked against a limit that changes with each request's token; key it on the token, such as "jwt:sub|ip"`,
+        `${where} "${rule.id}": field "key": ${show(rule.key.map(characteristicLabel))} has no "jwt:" source, but TIERS gives the rule a limit per tier and JWT.tier_claim ${show(jwt.tierClaim)} picks each request's tier from its token, so clients with different plans behind one key share one count, checked against a limit that changes with each request's token; key it on the token, such as "jwt:sub|ip"`,
       ),
     );
 }

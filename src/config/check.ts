@@ -30,8 +30,15 @@ import {
   type WranglerConfig,
   warning,
 } from "./findings.ts";
-import { parseOrigin } from "./origin.ts";
-import { parseSettings, type SettingsInput } from "./settings.ts";
+import { parseOrigin, parseOriginSecret } from "./origin.ts";
+import {
+  environmentFindings,
+  loopFindings,
+  tableFindings,
+  variableNameFindings,
+  variableSizeFindings,
+} from "./platform.ts";
+import { parseSettings, ruleVariables, type SettingsInput } from "./settings.ts";
 import { parseTiers, type Tiers, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
@@ -54,9 +61,9 @@ export const WORKER_METHODS: ReadonlySet<string> = new Set(
 );
 
 /** Checks a configuration; the findings are in the order of the file, errors first. */
-export function checkConfig(config: WranglerConfig): CheckReport {
+export function checkConfig(config: WranglerConfig, file?: FileFacts): CheckReport {
   const vars = config.vars ?? {};
-  const raw = rawRules(vars.RULES);
+  const raw = rawRuleLists(vars);
   const valid = validRules(raw);
   const tiers = parseTiers(vars.TIERS);
   const keys = keysFrom(config, valid);
@@ -64,20 +71,42 @@ export function checkConfig(config: WranglerConfig): CheckReport {
   const input = keys === "secret" || keys === "unseen" ? { ...vars, JWT_JWKS: SECRET_KEY_SET } : vars;
   const jwt = jwtSettings(input, valid);
   const findings: Finding[] = [
+    ...(file === undefined ? [] : fileFindings(file)),
     ...variableErrors(input, tiers),
+    ...variableNameFindings(vars),
+    ...variableSizeFindings(vars),
+    // Where the Worker answers is known from a whole file only, not from variables alone.
+    ...(file === undefined ? [] : loopFindings(vars, config)),
     ...durableObjectFindings(config),
     ...compatibilityFindings(config),
     ...varWarnings(vars),
     ...jwtWarnings(input, keys, jwt, valid, tiers),
-    ...valid.flatMap(({ rule, index, input }) => ruleWarnings(rule, `RULES[${index}] "${rule.id}"`, input)),
+    ...valid.flatMap(({ rule, where, input }) => ruleWarnings(rule, `${where} "${rule.id}"`, input)),
     ...(jwt !== null && tiers.ok ? tierClaimKeyWarnings(jwt, valid, tiers.value) : []),
     ...sameRequestsWarnings(valid),
     ...(tiers.ok ? tierWarnings(tiers.value, valid, writtenIds(raw)) : []),
   ];
   const order = { error: 0, danger: 1, warning: 2 };
   findings.sort((a, b) => order[a.level] - order[b.level]);
-  return { rules: Array.isArray(raw) ? raw.length : 0, findings };
+  return { rules: raw.reduce((n, { list }) => n + (Array.isArray(list) ? list.length : 0), 0), findings };
 }
+
+const fileFindings = (file: FileFacts): Finding[] => [
+  ...environmentFindings(file.env, file.environments),
+  ...tableFindings(file.fields, file.knownFields),
+];
+
+/**
+ * What only the file itself tells, beside the configuration wrangler reads
+ * from it: its top-level fields, the ones wrangler knows, and the
+ * environment asked for with the ones it defines.
+ */
+export type FileFacts = {
+  fields: string[];
+  knownFields: string[];
+  env: string | undefined;
+  environments: string[];
+};
 
 /**
  * Every variable's errors: the ones the Worker answers 500 for. parseSettings
@@ -85,9 +114,16 @@ export function checkConfig(config: WranglerConfig): CheckReport {
  * own errors are reported anyway, so the file is fixed in one pass.
  */
 function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>): Finding[] {
-  const settings = errorsOf(parseSettings(vars as SettingsInput));
+  const parsed = parseSettings(vars as SettingsInput);
+  const settings = errorsOf(parsed);
   const unreported = errorsOf(tiers).filter((message) => !settings.includes(message));
-  const others = [parseOrigin(vars.ORIGIN_URL as string | undefined), parseAdminPrefix(vars.ADMIN_PREFIX)];
+  const keyHeaders = parsed.ok ? parsed.value.keyHeaders : new Set<string>();
+  const others = [
+    parseOrigin(vars.ORIGIN_URL as string | undefined),
+    // The secret is never in the file (a secret in [vars] is warned of apart); its header is checked with a stand-in.
+    parseOriginSecret(vars.ORIGIN_SECRET ?? "a-stand-in-for-the-secret", vars.ORIGIN_SECRET_HEADER, keyHeaders),
+    parseAdminPrefix(vars.ADMIN_PREFIX),
+  ];
   return [...settings, ...unreported, ...others.flatMap(errorsOf)].map((message) => ({ level: "error", message }));
 }
 
@@ -107,35 +143,43 @@ function compatibilityFindings(config: WranglerConfig): Finding[] {
   ];
 }
 
-/** A rule of `RULES` that parses, with its place in the list and its fields as written. */
+/** A variable that holds rules (`RULES`, `RULES_<GROUP>`) and its list as written. */
+type RawRules = { name: string; list: unknown };
 
 /** The rules that parse: each is checked for warnings, even beside invalid ones. */
-function validRules(raw: unknown): ValidRule[] {
-  if (!Array.isArray(raw)) return [];
-  return raw.flatMap((input: unknown, index) => {
-    const parsed = parseRule(input, `RULES[${index}]`);
-    return parsed.ok ? [{ rule: parsed.value, index, input: input as Record<string, unknown> }] : [];
-  });
+function validRules(raw: RawRules[]): ValidRule[] {
+  return raw.flatMap(({ name, list }) =>
+    Array.isArray(list)
+      ? list.flatMap((input: unknown, index) => {
+          const where = `${name}[${index}]`;
+          const parsed = parseRule(input, where);
+          return parsed.ok ? [{ rule: parsed.value, where, input: input as Record<string, unknown> }] : [];
+        })
+      : [],
+  );
 }
 
-/** The ids written in `RULES`, valid or not, each once. */
-function writtenIds(raw: unknown): string[] {
-  if (!Array.isArray(raw)) return [];
-  const ids = raw.map((input: unknown) => (isTable(input) ? input.id : undefined));
+/** The ids written in the rule variables, valid or not, each once. */
+function writtenIds(raw: RawRules[]): string[] {
+  const ids = raw.flatMap(({ list }) =>
+    Array.isArray(list) ? list.map((input: unknown) => (isTable(input) ? input.id : undefined)) : [],
+  );
   return [...new Set(ids.filter((id): id is string => typeof id === "string"))];
 }
 
 const isTable = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 
-/** `RULES` as the Worker reads it: a list, or the same list as a JSON string. */
-function rawRules(value: unknown): unknown {
-  if (typeof value !== "string") return value ?? [];
-  try {
-    return JSON.parse(value);
-  } catch {
-    return []; // parseSettings has reported it
-  }
+/** Each rule variable as the Worker reads it: a list, or the same list as a JSON string. */
+function rawRuleLists(vars: Record<string, unknown>): RawRules[] {
+  return ruleVariables(vars).map(([name, value]) => {
+    if (typeof value !== "string") return { name, list: value ?? [] };
+    try {
+      return { name, list: JSON.parse(value) as unknown };
+    } catch {
+      return { name, list: [] }; // parseSettings has reported it
+    }
+  });
 }
 
 /** A Durable Object class the Worker exports: the binding it is reached by, what it keeps in SQL, the migration tag to suggest. */
@@ -252,16 +296,18 @@ const IP_LISTS = new Set(["x-forwarded-for", "forwarded"]);
 /** Warnings about the variables, apart from the rules in `RULES`. */
 function varWarnings(vars: Record<string, unknown>): Finding[] {
   return [
-    ...rulesWarnings(vars.RULES),
+    ...rulesWarnings(vars),
     ...trustedIpHeaderWarnings(vars.TRUSTED_IP_HEADER),
     ...adminTokenWarnings(vars.ADMIN_TOKEN),
+    ...originSecretWarnings(vars.ORIGIN_SECRET),
     ...ipv6PrefixWarnings(vars.IPV6_PREFIX),
     ...timeoutWarnings(vars.LIMITER_TIMEOUT_MS),
   ];
 }
 
-function rulesWarnings(rules: unknown): Finding[] {
-  if (rules !== undefined && !(Array.isArray(rules) && rules.length === 0)) return [];
+function rulesWarnings(vars: Record<string, unknown>): Finding[] {
+  const lists = ruleVariables(vars).map(([, value]) => value);
+  if (lists.some((rules) => rules !== undefined && !(Array.isArray(rules) && rules.length === 0))) return [];
   return [warning("RULES: there are no rules, so every request is proxied without a limit")];
 }
 
@@ -295,6 +341,15 @@ function adminTokenWarnings(token: unknown): Finding[] {
   return [
     danger(
       `ADMIN_TOKEN: is in [vars], so the admin API's token is in plain text in wrangler.toml and in your repository. Remove it and run \`wrangler secret put ADMIN_TOKEN\`${short}`,
+    ),
+  ];
+}
+
+function originSecretWarnings(secret: unknown): Finding[] {
+  if (secret === undefined || secret === "") return [];
+  return [
+    danger(
+      "ORIGIN_SECRET: is in [vars], so the secret that locks the origin is in plain text in wrangler.toml and in your repository, and whoever reads it can go around the limiter. Remove it and run `wrangler secret put ORIGIN_SECRET`",
     ),
   ];
 }
@@ -621,19 +676,19 @@ function signature(rule: Rule): string {
  * a sustained limit are written. A shadow rule beside an enforcing one is how
  * a new limit is tried out, and is not reported either.
  */
-function sameRequestsWarnings(rules: { rule: Rule; index: number }[]): Finding[] {
+function sameRequestsWarnings(rules: ValidRule[]): Finding[] {
   const out: Finding[] = [];
-  const seen = new Map<string, { rule: Rule; index: number }>();
-  for (const { rule, index } of rules) {
+  const seen = new Map<string, { rule: Rule; where: string }>();
+  for (const { rule, where } of rules) {
     if (rule.action !== "block") continue;
     const sig = signature(rule);
     const first = seen.get(sig);
     if (first === undefined) {
-      seen.set(sig, { rule, index });
+      seen.set(sig, { rule, where });
       continue;
     }
-    const a = `RULES[${first.index}] "${first.rule.id}"`;
-    const b = `RULES[${index}] "${rule.id}"`;
+    const a = `${first.where} "${first.rule.id}"`;
+    const b = `${where} "${rule.id}"`;
     const looser = first.rule.limit >= rule.limit ? a : b;
     out.push({
       level: "warning",
@@ -685,11 +740,11 @@ function unknownIdsWarnings(tier: string, ids: string[], written: string[]): Fin
 
 /** A tier's limit that is the rule's own: a client in the tier is counted the same as without it. */
 function sameLimitWarnings(tier: string, limits: ReadonlyMap<string, number>, valid: ValidRule[]): Finding[] {
-  return valid.flatMap(({ rule, index }) =>
+  return valid.flatMap(({ rule, where }) =>
     limits.get(rule.id) === rule.limit
       ? [
           warning(
-            `TIERS.${tier}.${rule.id}: ${rule.limit} is already the limit of RULES[${index}] "${rule.id}", so the tier changes nothing for it`,
+            `TIERS.${tier}.${rule.id}: ${rule.limit} is already the limit of ${where} "${rule.id}", so the tier changes nothing for it`,
           ),
         ]
       : [],

@@ -8,6 +8,10 @@ import type { Characteristic, Rule } from "../core/rules.ts";
 /** The parts of a wrangler configuration the checker reads: what `unstable_readConfig` returns, or a raw wrangler.json. */
 export type WranglerConfig = {
   vars?: Record<string, unknown>;
+  /** Where the deployed Worker answers (see platform.ts, loopFindings). */
+  routes?: unknown[];
+  route?: unknown;
+  workers_dev?: boolean;
   compatibility_flags?: string[];
   /** The secrets `wrangler deploy` refuses to deploy without; their values are never in the file. */
   secrets?: { required?: string[] };
@@ -28,8 +32,8 @@ export type WranglerConfig = {
  */
 export type Finding = { level: "error" | "danger" | "warning"; message: string };
 
-/** A rule that parsed: the rule, its index in `RULES`, and its fields as written. */
-export type ValidRule = { rule: Rule; index: number; input: Record<string, unknown> };
+/** A rule that parsed: the rule, where it is written (such as `RULES[2]` or `RULES_AUTH[0]`), and its fields as written. */
+export type ValidRule = { rule: Rule; where: string; input: Record<string, unknown> };
 
 export const warning = (message: string): Finding => ({ level: "warning", message });
 export const danger = (message: string): Finding => ({ level: "danger", message });

@@ -6,10 +6,10 @@
  * checker (tools/check-config.ts) runs the same code. This file holds the
  * folder's one cache, per isolate; the checker does not use it.
  */
-import { getOrCreate } from "../core/maps.ts";
 import { parseSettings, type SettingsInput } from "./settings.ts";
+import { RULE_GROUP } from "./variables.ts";
 
-/** The variables a parse reads: equal values (the same objects), the same parse. */
+/** The variables a parse reads, besides the `RULES_<GROUP>` ones: equal values (the same objects), the same parse. */
 const FIELDS = [
   "RULES",
   "TIERS",
@@ -21,59 +21,75 @@ const FIELDS = [
   "JWT_JWKS",
   "STATS_RAW_KEYS",
 ] as const satisfies readonly (keyof SettingsInput)[];
-/** Every variable a parse reads is compared: a compile error names any missing from {@link FIELDS}. */
-const EVERY_FIELD: Exclude<keyof SettingsInput, (typeof FIELDS)[number]> extends never ? true : never = true;
+/** Every named variable a parse reads is compared: a compile error names any missing from {@link FIELDS}. */
+const EVERY_FIELD: Exclude<keyof SettingsInput, (typeof FIELDS)[number] | `RULES_${string}`> extends never
+  ? true
+  : never = true;
 void EVERY_FIELD;
 
 /**
- * Memoises a parse per isolate, keyed by the identity of the rules value (an
- * object) or its text, so a request costs a map lookup, not a parse; and
- * less than that when the variables are those of the call before, as they
- * are on every request but the first: their values are compared, not looked
- * up.
+ * Memoises a parse per isolate. The Worker's `env` is one object for every
+ * request of an isolate, so a request costs one comparison; another object
+ * (a library's options merged into it) costs a comparison of the values it
+ * is parsed from, and a new parse only when one of them changed: by the
+ * identity of an object (a TOML table), or by the text of anything else.
  */
 export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: SettingsInput) => T {
-  const cache: Slots<Slots<Slots<Map<string, T>>>> = slots();
-  const last: unknown[] = [];
-  let lastValue: { value: T } | undefined;
+  const cache: Trie<T> = trie();
+  let lastInput: SettingsInput | undefined;
+  let lastValues: unknown[] = [];
+  let lastValue: T | undefined;
   return (input) => {
-    if (lastValue !== undefined && FIELDS.every((field, i) => input[field] === last[i])) return lastValue.value;
-    const value = lookUp(input);
-    FIELDS.forEach((field, i) => {
-      last[i] = input[field];
-    });
-    lastValue = { value };
-    return value;
+    if (input === lastInput) return lastValue as T;
+    const values = valuesOf(input);
+    if (lastInput === undefined || !sameValues(values, lastValues)) {
+      lastValue = lookUp(cache, values, () => parse(input));
+      lastValues = values;
+    }
+    lastInput = input;
+    return lastValue as T;
   };
-
-  function lookUp(input: SettingsInput): T {
-    const byTiers = slotOf(cache, input.RULES, () => slots<Slots<Map<string, T>>>());
-    const byJwt = slotOf(byTiers, input.TIERS, () => slots<Map<string, T>>());
-    const byRest = slotOf(byJwt, input.JWT, () => new Map<string, T>());
-    const rest = [
-      input.IPV6_PREFIX,
-      input.TRUSTED_IP_HEADER,
-      input.LIMITER_TIMEOUT_MS,
-      input.JWT_JWKS_URL,
-      input.JWT_JWKS,
-      input.STATS_RAW_KEYS,
-    ].join("\u0000");
-    return getOrCreate(byRest, rest, () => parse(input));
-  }
 }
 
-/** Values filed under a variable's value: by identity for an object (a TOML table), by text otherwise. */
-type Slots<V> = { byObject: WeakMap<object, V>; byText: Map<string, V> };
-const slots = <V>(): Slots<V> => ({ byObject: new WeakMap(), byText: new Map() });
-
-function slotOf<V>(from: Slots<V>, key: unknown, make: () => V): V {
-  if (typeof key !== "object" || key === null) return getOrCreate(from.byText, String(key), make);
-  let value = from.byObject.get(key);
-  if (value === undefined) {
-    value = make();
-    from.byObject.set(key, value);
+/** What a parse reads, in a fixed order: the named variables, then each rule group's name and value. */
+function valuesOf(input: SettingsInput): unknown[] {
+  const values: unknown[] = FIELDS.map((field) => input[field]);
+  for (const name of Object.keys(input).sort()) {
+    if (RULE_GROUP.test(name)) values.push(name, input[name as `RULES_${string}`]);
   }
-  return value;
+  return values;
+}
+
+const sameValues = (a: unknown[], b: unknown[]): boolean => a.length === b.length && a.every((v, i) => v === b[i]);
+
+/** Parses filed under the values they were made from, one level per value. */
+type Trie<T> = { byObject: WeakMap<object, Trie<T>>; byText: Map<string, Trie<T>>; value?: { parsed: T } };
+const trie = <T>(): Trie<T> => ({ byObject: new WeakMap(), byText: new Map() });
+
+function lookUp<T>(root: Trie<T>, values: unknown[], make: () => T): T {
+  let node = root;
+  for (const value of values) node = childOf(node, value);
+  node.value ??= { parsed: make() };
+  return node.value.parsed;
+}
+
+function childOf<T>(node: Trie<T>, value: unknown): Trie<T> {
+  if (typeof value === "object" && value !== null) {
+    let child = node.byObject.get(value);
+    if (child === undefined) {
+      child = trie();
+      node.byObject.set(value, child);
+    }
+    return child;
+  }
+  // undefined and the text "undefined" are kept apart.
+  const key = value === undefined ? "\u0000" : `${typeof value}:${String(value)}`;
+  let child = node.byText.get(key);
+  if (child === undefined) {
+    child = trie();
+    node.byText.set(key, child);
+  }
+  return child;
 }
 
 /**

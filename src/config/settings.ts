@@ -1,7 +1,7 @@
 /**
  * @module
- * The limiter's settings, from the variables `RULES`, `IPV6_PREFIX`,
- * `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS` and `TIERS`.
+ * The limiter's settings, from the variables `RULES` (and `RULES_<GROUP>`),
+ * `IPV6_PREFIX`, `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS` and `TIERS`.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code.
@@ -12,6 +12,7 @@ import { isClaim, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 import { type JwtInput, type JwtSettings, parseJwt } from "./jwt.ts";
 import { parseTiers, type Tiers, withTiers } from "./tiers.ts";
+import { RULE_GROUP } from "./variables.ts";
 
 export type Settings = {
   rules: Rule[];
@@ -42,9 +43,14 @@ export type Settings = {
 
 export const DEFAULT_TIMEOUT_MS = 1000;
 
-/** The variables settings are made from (see `Env`); every one is optional. */
+/**
+ * The variables settings are made from (see `Env`); every one is optional.
+ * Rules may be split across `RULES` and any number of `RULES_<GROUP>`
+ * variables, since Cloudflare limits each variable to 5 KB.
+ */
 export type SettingsInput = {
   RULES?: unknown;
+  [group: `RULES_${string}`]: unknown;
   IPV6_PREFIX?: string | number;
   TRUSTED_IP_HEADER?: string;
   LIMITER_TIMEOUT_MS?: string | number;
@@ -55,7 +61,7 @@ export type SettingsInput = {
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
 export function parseSettings(input: SettingsInput): Result<Settings> {
   const parsed = all({
-    rules: rulesVar(input.RULES),
+    rules: rulesVars(ruleVariables(input)),
     ipv6PrefixBits: integerVar(input.IPV6_PREFIX, {
       name: "IPV6_PREFIX",
       unset: DEFAULT_IPV6_PREFIX,
@@ -91,16 +97,53 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
   });
 }
 
-/** The rules from `RULES`: a list, or the same list as a JSON string (a secret or `.dev.vars`). */
-function rulesVar(raw: unknown): Result<Rule[]> {
-  if (typeof raw !== "string") return parseRules(raw ?? []);
-  let list: unknown;
-  try {
-    list = JSON.parse(raw);
-  } catch (error) {
-    return fail(`RULES: is a string but not valid JSON (${(error as Error).message})`);
+/** The variables that hold rules, with their values: `RULES` first, then each `RULES_<GROUP>` in name order. */
+export function ruleVariables(input: Readonly<Record<string, unknown>>): [name: string, value: unknown][] {
+  const groups = Object.keys(input)
+    .filter((name) => RULE_GROUP.test(name) && input[name] !== undefined)
+    .sort();
+  return [["RULES", input.RULES], ...groups.map((name): [string, unknown] => [name, input[name]])];
+}
+
+/**
+ * The rules of every rule variable, in order; each a list, or the same list
+ * as a JSON string (a secret or `.dev.vars`). Ids are unique across them.
+ */
+function rulesVars(variables: [name: string, value: unknown][]): Result<Rule[]> {
+  const errors: string[] = [];
+  const rules: Rule[] = [];
+  const seen = new Map<string, string>();
+  for (const [name, raw] of variables) {
+    const list = listVar(name, raw);
+    const parsed = list.ok ? parseRules(list.value, name) : list;
+    if (!parsed.ok) {
+      errors.push(...parsed.errors);
+      continue;
+    }
+    for (const [index, rule] of parsed.value.entries()) {
+      const first = seen.get(rule.id);
+      if (first !== undefined) {
+        errors.push(
+          `${name}[${index}] "${rule.id}": field "id": duplicates ${first}; ids must be unique across RULES and RULES_*`,
+        );
+      } else {
+        seen.set(rule.id, `${name}[${index}]`);
+        rules.push(rule);
+      }
+    }
   }
-  return parseRules(list);
+  return errors.length > 0 ? fail(...errors) : ok(rules);
+}
+
+/** A rule variable's list: as it is, or parsed from JSON; unset is none. */
+function listVar(name: string, raw: unknown): Result<unknown> {
+  if (raw === undefined) return ok([]);
+  if (typeof raw !== "string") return ok(raw);
+  try {
+    return ok(JSON.parse(raw));
+  } catch (error) {
+    return fail(`${name}: is a string but not valid JSON (${(error as Error).message})`);
+  }
 }
 
 /** A variable that is `true` or `false` (unset or empty: false). */

@@ -13,7 +13,8 @@ export { HOP_HEADER };
 /** Whether a request's hop header holds this deployment's mark: it has passed through here before. */
 export function hasPassed(headers: Headers, mark: string): boolean {
   const hops = headers.get(HOP_HEADER);
-  return hops !== null && hops.split(",").some((hop) => hop.trim() === mark);
+  if (hops === null) return false;
+  return hops.split(",").some((hop) => hop.trim() === mark);
 }
 
 /** The request's hop header with this deployment's mark added. */
