@@ -32,7 +32,7 @@ import {
 } from "./findings.ts";
 import { parseOrigin } from "./origin.ts";
 import { parseSettings, type SettingsInput } from "./settings.ts";
-import { parseTiers, type Tiers, unknownRules } from "./tiers.ts";
+import { limitsBelowCost, parseTiers, type Tiers, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -64,7 +64,7 @@ export function checkConfig(config: WranglerConfig): CheckReport {
   const input = keys === "secret" || keys === "unseen" ? { ...vars, JWT_JWKS: SECRET_KEY_SET } : vars;
   const jwt = jwtSettings(input, valid);
   const findings: Finding[] = [
-    ...variableErrors(input, tiers),
+    ...variableErrors(input, tiers, valid),
     ...durableObjectFindings(config),
     ...compatibilityFindings(config),
     ...varWarnings(vars),
@@ -82,11 +82,13 @@ export function checkConfig(config: WranglerConfig): CheckReport {
 /**
  * Every variable's errors: the ones the Worker answers 500 for. parseSettings
  * stops before `TIERS` when another of its variables is invalid; `TIERS`'
- * own errors are reported anyway, so the file is fixed in one pass.
+ * own errors, and its limits below a valid rule's cost, are reported anyway,
+ * so the file is fixed in one pass.
  */
-function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>): Finding[] {
+function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>, valid: ValidRule[]): Finding[] {
   const settings = errorsOf(parseSettings(vars as SettingsInput));
-  const unreported = errorsOf(tiers).filter((message) => !settings.includes(message));
+  const tierErrors = tiers.ok ? limitsBelowCost(tiers.value, valid) : tiers.errors;
+  const unreported = tierErrors.filter((message) => !settings.includes(message));
   const others = [parseOrigin(vars.ORIGIN_URL as string | undefined), parseAdminPrefix(vars.ADMIN_PREFIX)];
   return [...settings, ...unreported, ...others.flatMap(errorsOf)].map((message) => ({ level: "error", message }));
 }

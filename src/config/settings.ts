@@ -11,7 +11,7 @@ import { all, fail, ok, type Result } from "../core/result.ts";
 import { isClaim, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 import { type JwtInput, type JwtSettings, parseJwt } from "./jwt.ts";
-import { parseTiers, type Tiers, withTiers } from "./tiers.ts";
+import { limitsBelowCost, parseTiers, type Tiers, withTiers } from "./tiers.ts";
 
 export type Settings = {
   rules: Rule[];
@@ -73,7 +73,10 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     statsRawKeys: booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS"),
   });
   const jwt = parseJwt(input, parsed.ok ? parsed.value.rules : []);
-  if (!parsed.ok || !jwt.ok) return fail(...(parsed.ok ? [] : parsed.errors), ...(jwt.ok ? [] : jwt.errors));
+  const belowCost = parsed.ok ? limitsBelowCost(parsed.value.tiers, parsed.value.rules.map(numbered)) : [];
+  if (!parsed.ok || !jwt.ok || belowCost.length > 0) {
+    return fail(...(parsed.ok ? [] : parsed.errors), ...belowCost, ...(jwt.ok ? [] : jwt.errors));
+  }
   const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys } = parsed.value;
   const rules = withTiers(parsed.value.rules, tiers);
   const headers = keyHeaders(rules, trustedIpHeader);
@@ -90,6 +93,9 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     statsRawKeys,
   });
 }
+
+/** A rule with its place in `RULES`, as errors name it. */
+const numbered = (rule: Rule, index: number) => ({ rule, index });
 
 /** The rules from `RULES`: a list, or the same list as a JSON string (a secret or `.dev.vars`). */
 function rulesVar(raw: unknown): Result<Rule[]> {
