@@ -398,3 +398,66 @@ describe("the client's object keeps its overrides", () => {
     expect(await stub.listOverrides()).toEqual({});
   });
 });
+
+describe("the ratelimit_blocked line names the limit that refused the client, not the rule's", () => {
+  /** One isolate that logs every refusal; with `cache` it answers a known refusal itself, else it asks the object. */
+  function loggingIsolate(cache: boolean) {
+    const id = `ovr-${++rules}`;
+    const isolate = createIsolate({ logEveryMs: 0, ...(cache ? {} : { maxRefusalMs: 0 }) });
+    const testEnv = {
+      ...env,
+      ADMIN_TOKEN: TOKEN,
+      RULES: [{ id, limit: 2, period: "1h", path: "/api/*" }],
+      TIERS: { pro: { [id]: 4 } },
+    };
+    const app = new Hono<{ Bindings: Env }>();
+    app.use(adminApi({ isolate }));
+    app.use(rateLimit({ isolate }));
+    app.all("*", (c) => c.text("ok"));
+    const send = async (path: string, init: RequestInit = {}) => app.request(path, init, testEnv);
+    return { id, send };
+  }
+
+  let lines: string[];
+  afterEach(() => vi.restoreAllMocks());
+
+  it.each([
+    ["an override's limit", "the object", { limit: 3 }, { limit: 3, override: "limit" }],
+    ["an override's limit", "the isolate's known refusal", { limit: 3 }, { limit: 3, override: "limit" }],
+    ["a tier's limit", "the object", { tier: "pro" }, { limit: 4, override: "tier", tier: "pro" }],
+    ["a tier's limit", "the isolate's known refusal", { tier: "pro" }, { limit: 4, override: "tier", tier: "pro" }],
+  ])("%s, refused by %s", async (_, by, setting, logged) => {
+    lines = [];
+    vi.spyOn(console, "log").mockImplementation((line) => lines.push(String(line)));
+    const { id, send } = loggingIsolate(by !== "the object");
+    const client = uniqueIp();
+    const put = await send(`/__ratelimit/overrides?rule=${id}&key=${client}`, {
+      method: "PUT",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify(setting),
+    });
+    expect(put.status).toBe(200);
+    const seen = await statuses(logged.limit + 2, () => send("/api/x", from(client)));
+    expect(seen).toEqual([...Array(logged.limit).fill(200), 429, 429]);
+    const blocked = lines.map((l) => JSON.parse(l)).filter((l) => l.event === "ratelimit_blocked");
+    expect(blocked).toHaveLength(2);
+    for (const line of blocked) expect(line).toMatchObject({ rule: id, decision: "blocked", ...logged });
+  });
+
+  it("a denied client: no limit refused it, and the line says it was the override", async () => {
+    lines = [];
+    vi.spyOn(console, "log").mockImplementation((line) => lines.push(String(line)));
+    const { id, send } = loggingIsolate(false);
+    const client = uniqueIp();
+    await send(`/__ratelimit/overrides?rule=${id}&key=${client}`, {
+      method: "PUT",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ deny: true }),
+    });
+    expect((await send("/api/x", from(client))).status).toBe(403);
+    const blocked = lines.map((l) => JSON.parse(l)).filter((l) => l.event === "ratelimit_blocked");
+    expect(blocked).toHaveLength(1);
+    expect(blocked[0]).toMatchObject({ rule: id, override: "deny" });
+    expect(blocked[0].limit).toBeUndefined();
+  });
+});

@@ -39,7 +39,7 @@ import {
   variableSizeFindings,
 } from "./platform.ts";
 import { parseSettings, ruleVariables, type SettingsInput } from "./settings.ts";
-import { parseTiers, type Tiers, unknownRules } from "./tiers.ts";
+import { limitsBelowCost, parseTiers, type Tiers, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -72,7 +72,7 @@ export function checkConfig(config: WranglerConfig, file?: FileFacts): CheckRepo
   const jwt = jwtSettings(input, valid);
   const findings: Finding[] = [
     ...(file === undefined ? [] : fileFindings(file)),
-    ...variableErrors(input, tiers),
+    ...variableErrors(input, tiers, valid),
     ...variableNameFindings(vars),
     ...variableSizeFindings(vars),
     // Where the Worker answers is known from a whole file only, not from variables alone.
@@ -111,12 +111,14 @@ export type FileFacts = {
 /**
  * Every variable's errors: the ones the Worker answers 500 for. parseSettings
  * stops before `TIERS` when another of its variables is invalid; `TIERS`'
- * own errors are reported anyway, so the file is fixed in one pass.
+ * own errors, and its limits below a valid rule's cost, are reported anyway,
+ * so the file is fixed in one pass.
  */
-function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>): Finding[] {
+function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>, valid: ValidRule[]): Finding[] {
   const parsed = parseSettings(vars as SettingsInput);
   const settings = errorsOf(parsed);
-  const unreported = errorsOf(tiers).filter((message) => !settings.includes(message));
+  const tierErrors = tiers.ok ? limitsBelowCost(tiers.value, valid) : tiers.errors;
+  const unreported = tierErrors.filter((message) => !settings.includes(message));
   const keyHeaders = parsed.ok ? parsed.value.keyHeaders : new Set<string>();
   const others = [
     parseOrigin(vars.ORIGIN_URL as string | undefined),

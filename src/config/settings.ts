@@ -11,7 +11,7 @@ import { all, fail, ok, type Result } from "../core/result.ts";
 import { isClaim, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 import { type JwtInput, type JwtSettings, parseJwt } from "./jwt.ts";
-import { parseTiers, type Tiers, withTiers } from "./tiers.ts";
+import { limitsBelowCost, parseTiers, type Tiers, withTiers } from "./tiers.ts";
 import { RULE_GROUP } from "./variables.ts";
 
 export type Settings = {
@@ -61,7 +61,7 @@ export type SettingsInput = {
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
 export function parseSettings(input: SettingsInput): Result<Settings> {
   const parsed = all({
-    rules: rulesVars(ruleVariables(input)),
+    placed: rulesVars(ruleVariables(input)),
     ipv6PrefixBits: integerVar(input.IPV6_PREFIX, {
       name: "IPV6_PREFIX",
       unset: DEFAULT_IPV6_PREFIX,
@@ -78,10 +78,16 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     tiers: parseTiers(input.TIERS),
     statsRawKeys: booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS"),
   });
-  const jwt = parseJwt(input, parsed.ok ? parsed.value.rules : []);
-  if (!parsed.ok || !jwt.ok) return fail(...(parsed.ok ? [] : parsed.errors), ...(jwt.ok ? [] : jwt.errors));
+  const jwt = parseJwt(input, parsed.ok ? parsed.value.placed.map(({ rule }) => rule) : []);
+  const belowCost = parsed.ok ? limitsBelowCost(parsed.value.tiers, parsed.value.placed) : [];
+  if (!parsed.ok || !jwt.ok || belowCost.length > 0) {
+    return fail(...(parsed.ok ? [] : parsed.errors), ...belowCost, ...(jwt.ok ? [] : jwt.errors));
+  }
   const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys } = parsed.value;
-  const rules = withTiers(parsed.value.rules, tiers);
+  const rules = withTiers(
+    parsed.value.placed.map(({ rule }) => rule),
+    tiers,
+  );
   const headers = keyHeaders(rules, trustedIpHeader);
   if (jwt.value !== null) headers.add(jwt.value.header);
   return ok({
@@ -105,13 +111,16 @@ export function ruleVariables(input: Readonly<Record<string, unknown>>): [name: 
   return [["RULES", input.RULES], ...groups.map((name): [string, unknown] => [name, input[name]])];
 }
 
+/** A rule and where it is written, such as `RULES_AUTH[2]`, as errors name it. */
+type PlacedRule = { rule: Rule; where: string };
+
 /**
  * The rules of every rule variable, in order; each a list, or the same list
  * as a JSON string (a secret or `.dev.vars`). Ids are unique across them.
  */
-function rulesVars(variables: [name: string, value: unknown][]): Result<Rule[]> {
+function rulesVars(variables: [name: string, value: unknown][]): Result<PlacedRule[]> {
   const errors: string[] = [];
-  const rules: Rule[] = [];
+  const rules: PlacedRule[] = [];
   const seen = new Map<string, string>();
   for (const [name, raw] of variables) {
     const list = listVar(name, raw);
@@ -128,7 +137,7 @@ function rulesVars(variables: [name: string, value: unknown][]): Result<Rule[]> 
         );
       } else {
         seen.set(rule.id, `${name}[${index}]`);
-        rules.push(rule);
+        rules.push({ rule, where: `${name}[${index}]` });
       }
     }
   }

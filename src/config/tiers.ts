@@ -65,6 +65,25 @@ export function unknownRules(tiers: Tiers, rules: Rule[]): { tier: string; rule:
   );
 }
 
+/**
+ * An error for each limit a tier gives a rule below the rule's `cost`: no
+ * request of a client in that tier (by an override or a token's
+ * `tier_claim`) would ever fit. `rules` are the valid ones, with where
+ * each is written (`RULES[2]`, `RULES_AUTH[0]`).
+ */
+export function limitsBelowCost(tiers: Tiers, rules: { rule: Rule; where: string }[]): string[] {
+  return [...tiers].flatMap(([tier, limits]) =>
+    rules.flatMap(({ rule, where }) => {
+      const limit = limits.get(rule.id);
+      const cost = rule.cost ?? 1;
+      if (limit === undefined || limit >= cost) return [];
+      return [
+        `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
+      ];
+    }),
+  );
+}
+
 /** The rules, each given its limit per tier (rules no tier names are returned as they are). */
 export function withTiers(rules: Rule[], tiers: Tiers): Rule[] {
   return rules.map((rule) => {

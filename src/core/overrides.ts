@@ -120,6 +120,13 @@ function noteOf(raw: unknown): Result<string> {
   return ok(raw);
 }
 
+/** What of a rule decides its limit for a client: its own limit, its limit per tier, and what one request costs. */
+type RuleLimits = {
+  limit: number;
+  tiers?: Readonly<Record<string, number>> | undefined;
+  cost?: number | undefined;
+};
+
 /** Whether a tier name is one `TIERS` may define. */
 export const isTierName = (name: string): boolean => TIER_NAME.test(name);
 
@@ -130,15 +137,20 @@ export const isTierName = (name: string): boolean => TIER_NAME.test(name);
  */
 export function limitUnder(
   override: Override | undefined,
-  rule: { limit: number; tiers?: Readonly<Record<string, number>> | undefined },
+  rule: RuleLimits,
   nowMs: number,
 ): number | "unlimited" | "deny" {
   if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) return rule.limit;
-  switch (override.kind) {
+  return limitOf(override, rule);
+}
+
+/** What a rule's limit is for a client under `setting`, whatever its expiry. */
+function limitOf(setting: OverrideSetting, rule: RuleLimits): number | "unlimited" | "deny" {
+  switch (setting.kind) {
     case "limit":
-      return override.limit;
+      return setting.limit;
     case "tier":
-      return rule.tiers?.[override.tier] ?? rule.limit;
+      return rule.tiers?.[setting.tier] ?? rule.limit;
     case "unlimited":
       return "unlimited";
     case "deny":
@@ -154,3 +166,19 @@ export const overrideView = (o: Override) => ({
   updated: new Date(o.updatedAtMs).toISOString(),
   by: o.by,
 });
+
+/**
+ * Why `setting` cannot be a client's override of `rule`: the limit it gives
+ * is below the rule's `cost`, so no request of the client would ever fit, and
+ * each 429's Retry-After would lead only to another. Null when it can.
+ */
+export function belowCost(setting: OverrideSetting, rule: RuleLimits & { id: string }): string | null {
+  const cost = rule.cost ?? 1;
+  const limit = limitOf(setting, rule);
+  if (typeof limit !== "number" || limit >= cost) return null;
+  const given =
+    setting.kind === "tier"
+      ? `field "tier": ${show(setting.tier)} gives rule ${show(rule.id)} a limit of ${limit}, below its cost (${cost})`
+      : `field "limit": ${limit} is below the cost of rule ${show(rule.id)} (${cost})`;
+  return `${given}, so no request of this client could ever be admitted; must be at least ${cost}`;
+}

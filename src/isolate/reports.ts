@@ -10,6 +10,7 @@ import type { Reported } from "../http/rate-limit-headers.ts";
 import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { Isolate } from "./isolate.ts";
+import type { Applied } from "./known-refusals.ts";
 import type { KeyGroup, RuleRefusal, Settlement } from "./settle.ts";
 
 /** A rule's verdict as the rate-limit headers report it. */
@@ -42,8 +43,10 @@ const withoutUndefined = <T extends object>(fields: T): Partial<T> =>
   Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)) as Partial<T>;
 
 /** Logs a refusal answered from what the isolate knows (throttled like the object's). */
-export const logKnown = ({ rule, digest, refusal }: RuleRefusal, isolate: Isolate, nowMs: number): void =>
-  logRefusal({ rule, digest, name: refusal.name, weighted: refusal.weighted }, isolate, nowMs);
+export function logKnown({ rule, digest, refusal }: RuleRefusal, isolate: Isolate, nowMs: number): void {
+  const { name, weighted, applied } = refusal;
+  logRefusal({ rule, digest, name, weighted, applied }, isolate, nowMs);
+}
 
 /**
  * Reads how each group was settled: the verdicts for the headers, whether the
@@ -86,7 +89,8 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], i
       group.rules.forEach((rule, j) => {
         const verdict = result.verdicts[j]!;
         if (!verdict.ruleAllows) {
-          logRefusal({ rule, digest: group.digest, name: s.call.name, weighted: verdict.weighted }, isolate, nowMs);
+          const { weighted } = verdict;
+          logRefusal({ rule, digest: group.digest, name: s.call.name, weighted, applied: verdict }, isolate, nowMs);
         }
         if (rule.action === "block" || verdict.override === "deny") reports.push(report(rule, verdict, nowMs));
       });
@@ -95,19 +99,25 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], i
   return { reports, refused, closedBy };
 }
 
-/** Logs a refusal, or a shadow rule's would-be refusal, unless a line for this key and rule went out lately. */
-/** One rule's refusal of one key, as a log line names it. */
-type Refused = { rule: Rule; digest: string; name: string; weighted: number };
+/** One rule's refusal of one key, as a log line names it, with what applied to the client (an override, a tier). */
+type Refused = { rule: Rule; digest: string; name: string; weighted: number; applied: Applied };
 
-function logRefusal({ rule, digest, name, weighted }: Refused, isolate: Isolate, nowMs: number) {
+/**
+ * Logs a refusal, or a shadow rule's would-be refusal, unless a line for this key and rule went out lately.
+ * The limit is the one that refused the client: its override's or tier's, else the rule's; a deny has none.
+ */
+function logRefusal({ rule, digest, name, weighted, applied }: Refused, isolate: Isolate, nowMs: number) {
   const note = isolate.refusalLog.note(rule, digest, nowMs);
   if (note === null) return;
+  const { limit, override, tier } = applied;
   logEvent({
     event: rule.action === "log" ? "ratelimit_shadow" : "ratelimit_blocked",
     rule: rule.id,
     key: keyHashPrefix(name),
     weighted: Math.round(weighted * 1000) / 1000, // for people reading logs; decisions are exact
-    limit: rule.limit,
+    ...(override === "deny" ? {} : { limit: limit ?? rule.limit }),
+    ...(override !== undefined ? { override } : {}),
+    ...(tier !== undefined ? { tier } : {}),
     decision: rule.action === "log" ? "would_block" : "blocked",
     ...(note.repeats > 0 ? { repeats: note.repeats } : {}),
   });

@@ -28,6 +28,7 @@ import {
   type WindowLimit,
   type WindowState,
 } from "../core/sliding-window.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import {
   type CheckOptions,
   type CheckResult,
@@ -105,6 +106,8 @@ export class RateLimiter extends DurableObject<unknown> {
   private readonly overrides = new Map<string, Override>();
   /** Per rule id, the version of the last change to its override (a deletion included). */
   private readonly overrideVersions = new Map<string, number>();
+  /** Overrides found below their rule's cost and logged, by rule id, change time and cost: each is logged once. */
+  private readonly warnedBelowCost = new Set<string>();
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
@@ -263,10 +266,42 @@ export class RateLimiter extends DurableObject<unknown> {
     if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
       return { kind: "count", rule };
     }
-    const limit = limitUnder(override, rule, nowMs);
-    if (limit === "unlimited") return { kind: "unlimited", expiresAtMs: override.expiresAtMs };
-    if (limit === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
+    const given = limitUnder(override, rule, nowMs);
+    if (given === "unlimited") return { kind: "unlimited", expiresAtMs: override.expiresAtMs };
+    if (given === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
+    const limit = Math.max(given, costOf(rule));
+    if (limit !== given) this.warnBelowCost(rule, override, given);
     return { kind: "count", rule: limit === rule.limit ? rule : { ...rule, limit }, override };
+  }
+
+  /**
+   * An override stored before its rule's cost was raised past the limit it
+   * gives is applied at the cost: one request a period, which keeps the
+   * override as strict as it can be (a rule's own limit is never below its
+   * cost, so such an override only ever tightened it) while its refusals'
+   * Retry-After is true. Logged once per override and cost, as the operator
+   * should change it; the admin API no longer takes one.
+   */
+  private warnBelowCost(rule: RuleCheck, override: Override, limit: number): void {
+    const cost = costOf(rule);
+    const seen = `${rule.id}|${override.updatedAtMs}|${cost}`;
+    if (this.warnedBelowCost.has(seen)) return;
+    this.warnedBelowCost.add(seen);
+    const key = this.ctx.id.name === undefined ? {} : { key: keyHashPrefix(this.ctx.id.name) };
+    logEvent(
+      {
+        event: "override_below_cost",
+        rule: rule.id,
+        ...key,
+        override: override.kind,
+        ...(override.kind === "tier" ? { tier: override.tier } : {}),
+        limit,
+        cost,
+        applied: cost,
+        message: `the override gives a limit below the rule's cost, so no request would fit; it is applied as ${cost}, one request a period, until it is changed`,
+      },
+      "warn",
+    );
   }
 
   /**

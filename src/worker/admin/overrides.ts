@@ -15,7 +15,7 @@
  */
 import type { Settings } from "../../config/settings.ts";
 import { hashKey } from "../../core/keys.ts";
-import { type Override, overrideView, parseOverride } from "../../core/overrides.ts";
+import { belowCost, type Override, overrideView, parseOverride } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
@@ -79,7 +79,7 @@ export async function overrides(
   if (method === "PUT") {
     const body = await bodyOf(request);
     if (!body.ok) return invalid(body.errors);
-    const parsed = parseOverride(body.value, overrideContext(context));
+    const parsed = overrideOf(body.value, rule, context);
     if (!parsed.ok) return invalid(parsed.errors);
     override = parsed.value;
   }
@@ -117,6 +117,14 @@ const overrideContext = (context: OverridesContext) => ({
   tiers: new Set(context.settings.tiers.keys()),
   by: context.by,
 });
+
+/** An override of `rule` from an operator's fields: valid, and giving a limit no lower than the rule's cost. */
+function overrideOf(fields: unknown, rule: Rule, context: OverridesContext): Result<Override> {
+  const parsed = parseOverride(fields, overrideContext(context));
+  if (!parsed.ok) return parsed;
+  const below = belowCost(parsed.value, rule);
+  return below === null ? parsed : fail(below);
+}
 
 /**
  * What this isolate remembers of the client under the rule goes at once, so
@@ -214,7 +222,7 @@ async function changeOf(item: unknown, context: OverridesContext, settings: Sett
   if (!key.ok) return fail(...key.errors.map((error) => `key: ${error}`));
   const name = await hashKey(key.value);
   if (remove === true) return ok({ rule: rule.value.id, key: key.value, name, override: null });
-  const override = parseOverride(fields, overrideContext(context));
+  const override = overrideOf(fields, rule.value, context);
   return override.ok ? ok({ rule: rule.value.id, key: key.value, name, override: override.value }) : override;
 }
 
