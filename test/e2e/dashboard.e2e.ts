@@ -11,6 +11,7 @@
  * README's); otherwise it goes to the OS temp directory.
  */
 import { execFile } from "node:child_process";
+import { randomInt } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -31,10 +32,38 @@ const from = (ip: string, headers: Record<string, string> = {}) => ({
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Admin API JSON, with the token. */
-async function admin<T>(pathAndQuery: string, method = "GET"): Promise<{ status: number; body: T }> {
-  const reply = await send(`${PREFIX}${pathAndQuery}`, { method, headers: bearer() });
+async function admin<T>(pathAndQuery: string, method = "GET", body?: unknown): Promise<{ status: number; body: T }> {
+  const reply = await send(`${PREFIX}${pathAndQuery}`, {
+    method,
+    headers: { ...bearer(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
   return { status: reply.status, body: reply.json<T>() };
 }
+
+/** An override as the listing shows it. */
+type Listed = { rule: string; key: [string, string | null][]; keyHash: string; updated: string };
+
+/** Every override the admin API lists, page after page. */
+async function allOverrides(): Promise<Listed[]> {
+  const all: Listed[] = [];
+  let cursor: string | null = null;
+  do {
+    const query: string = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`;
+    const page = await admin<{ overrides: Listed[]; next: string | null }>(`/overrides?limit=1000${query}`);
+    expect(page.status).toBe(200);
+    all.push(...page.body.overrides);
+    cursor = page.body.next;
+  } while (cursor !== null);
+  return all;
+}
+
+/** An override's identity and its last change: what "untouched" compares. */
+const identity = (entry: Listed) => `${entry.rule} ${JSON.stringify(entry.key)} ${entry.updated}`;
+
+/** `rule=<id>&key=<k>…` for one client. */
+const clientQuery = (rule: string, keys: string[]) =>
+  new URLSearchParams([["rule", rule], ...keys.map((key): [string, string] => ["key", key])]).toString();
 
 /**
  * Requests in the background, one after another, until stopped; bounded in
@@ -121,6 +150,37 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
   afterAll(async () => {
     await browser?.close();
   });
+
+  /** Opens the dashboard with the token, unless this tab has it already. */
+  async function signIn() {
+    await page.goto(`${limiterUrl()}${PREFIX}/`);
+    const token = page.locator("#token");
+    await page.locator("#token:visible, #overrides").first().waitFor();
+    if (await token.isVisible()) {
+      await token.fill(inject("adminToken"));
+      await page.click("#token-submit");
+    }
+    await page.locator("#overrides table, #overrides .empty").first().waitFor();
+  }
+
+  /** The overrides table's row for a listed entry, after "Show more" as often as it takes. */
+  async function overrideRow(entry: Listed) {
+    const row = page.locator(
+      `#overrides tbody tr[data-rule=${JSON.stringify(entry.rule)}][data-hash=${JSON.stringify(entry.keyHash)}]`,
+    );
+    await expect
+      .poll(
+        async () => {
+          if ((await row.count()) > 0) return true;
+          const more = page.locator("#overrides button.link");
+          if (await more.isVisible()) await more.click();
+          return false;
+        },
+        { timeout: 15_000 },
+      )
+      .toBe(true);
+    return row;
+  }
 
   it("signs in with the token, shows the rules, their charts and the top offender, and resets it", async () => {
     const offender = uniqueIp();
@@ -253,4 +313,116 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       await Promise.all(runs.map((run) => run.stop()));
     }
   }, 150_000);
+  it("deletes exactly the override it lists, for every shape of key, and shows each client as key= names it", async () => {
+    const ip = () => uniqueIp();
+    const tag = (name: string) => uniqueTag(name);
+    // Its third group has no leading zero, so the prefix is written as the address is.
+    const v6 = `2001:db8:${(0x1000 + randomInt(0xefff)).toString(16)}:ab12::1`;
+    // Each client as an operator names it, how the listing keys it, and how the dashboard shows it.
+    type Shape = { name: string; rule: string; put: string[]; key: [string, string | null][]; shown: string };
+    const shapes: Shape[] = [];
+    const shape = (name: string, rule: string, put: string[], key: [string, string | null][], shown: string) =>
+      shapes.push({ name, rule, put, key, shown });
+    const apiKey = tag("k");
+    shape("a plain value", "e2e-per-key", [apiKey], [["header:x-api-key", apiKey]], `header:x-api-key=${apiKey}`);
+    shape("no value (no header)", "e2e-per-key", [""], [["header:x-api-key", null]], "header:x-api-key=");
+    shape('the value "null"', "e2e-per-key", ["null"], [["header:x-api-key", "null"]], "header:x-api-key=null");
+    const odd = `${tag("a")}&key=b %41 c`;
+    shape(
+      "a value with & = % and spaces",
+      "e2e-per-key",
+      [odd],
+      [["header:x-api-key", odd]],
+      `header:x-api-key=${odd}`,
+    );
+    const sub = tag("sub");
+    shape("a fallback's first source", "e2e-user", [`jwt:sub=${sub}`], [["jwt:sub", sub]], `jwt:sub=${sub}`);
+    const userIp = ip();
+    shape("a fallback's second source", "e2e-user", [`ip=${userIp}`], [["ip", userIp]], `ip=${userIp}`);
+    shape("a fallback with neither source", "e2e-user", ["jwt:sub="], [["jwt:sub|ip", null]], "jwt:sub|ip=");
+    shape('a fallback\'s value "null"', "e2e-user", ["jwt:sub=null"], [["jwt:sub", "null"]], "jwt:sub=null");
+    const plainIp = ip();
+    shape("an IP", "e2e", [plainIp], [["ip", plainIp]], `ip=${plainIp}`);
+    const prefix = v6.replace(/:ab12::1$/, ":ab00::/56");
+    shape("an IPv6 client, by its /56", "e2e", [v6], [["ip", prefix]], `ip=${prefix}`);
+    const multiIp = ip();
+    const items = `/multi/${tag("items")}`;
+    shape(
+      "several characteristics: an IP and a path",
+      "e2e-multi",
+      [`path=${items.toUpperCase()}/`, `ip=${multiIp}`],
+      [
+        ["ip", multiIp],
+        ["path", items],
+      ],
+      `ip=${multiIp} & path=${items}`,
+    );
+    const tenant = tag("t");
+    shape(
+      "several characteristics: a header and a path",
+      "e2e-multi",
+      [`header:x-tenant=${tenant}`, `path=${items}`],
+      [
+        ["header:x-tenant", tenant],
+        ["path", items],
+      ],
+      `header:x-tenant=${tenant} & path=${items}`,
+    );
+    shape(
+      "several characteristics, one with neither source",
+      "e2e-multi",
+      ["header:x-tenant=", `path=${items}`],
+      [
+        ["header:x-tenant|ip", null],
+        ["path", items],
+      ],
+      `header:x-tenant|ip= & path=${items}`,
+    );
+
+    const putOverride = async ({ name, rule, put, key }: Shape) => {
+      const reply = await admin<{ key: unknown }>(`/overrides?${clientQuery(rule, put)}`, "PUT", {
+        limit: 100,
+        note: `dashboard e2e: ${name}`,
+      });
+      expect([name, reply.status, reply.body.key]).toEqual([name, 200, key]);
+    };
+    const sameKey = (entry: Listed, shape: Shape) =>
+      entry.rule === shape.rule && JSON.stringify(entry.key) === JSON.stringify(shape.key);
+    for (const shape of shapes) await putOverride(shape);
+    await signIn();
+
+    for (const shape of shapes) {
+      const { name, rule, put, shown } = shape;
+      const before = await allOverrides();
+      const listed = before.find((entry) => sameKey(entry, shape));
+      expect(listed, name).toBeDefined();
+      const row = await overrideRow(listed!);
+      expect.soft(await row.locator("td.client").textContent(), name).toBe(shown);
+      await page.locator("#toasts").evaluate((toasts) => toasts.replaceChildren());
+      // After a delete the page reads the list again; the next shape waits for it.
+      const reread = page
+        .waitForResponse((r) => r.request().method() === "GET" && new URL(r.url()).pathname.endsWith("/overrides"), {
+          timeout: 10_000,
+        })
+        .catch(() => null);
+      await row.locator("button.danger").click();
+      const toast = page.locator(".toast").first();
+      await toast.waitFor({ timeout: 10_000 });
+      expect.soft(await toast.textContent(), name).toBe(`Deleted the override of ${shown} under ${rule}.`);
+      await reread;
+      // Gone, and every other override as it was.
+      const after = await allOverrides();
+      const expected = before.filter((entry) => entry !== listed);
+      expect.soft(after.map(identity).sort(), name).toEqual(expected.map(identity).sort());
+
+      // Whatever the dashboard did, the next shape starts from every other shape's override and not this one.
+      await admin(`/overrides?${clientQuery(rule, put)}`, "DELETE");
+      const lost = shapes.filter((other) => other !== shape && !after.some((entry) => sameKey(entry, other)));
+      for (const other of lost.filter((other) => shapes.indexOf(other) > shapes.indexOf(shape))) {
+        await putOverride(other);
+      }
+      if (lost.length > 0) await signIn();
+    }
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  }, 120_000);
 });

@@ -712,8 +712,12 @@
 
   // ---- overrides ----
 
-  /** `[["ip","203.0.113.7"]]` as the admin API's `key=` parameters: `ip=203.0.113.7`. */
-  const keyParams = (key) => (Array.isArray(key) ? key.map(([label, value]) => `${label}=${value}`) : [String(key)]);
+  /**
+   * A listed client as it is shown: its `key=` parameters, which the API
+   * lists with it (`ip=203.0.113.7`; `header:x-api-key=` for clients without
+   * the header) and which the page sends to delete it.
+   */
+  const clientText = (entry) => entry.keyParams.join(" & ");
 
   function settingOf(entry) {
     if (entry.limit !== undefined) return `limit ${fmt(entry.limit)}`;
@@ -759,9 +763,9 @@
     const rows = entries.map((entry) =>
       el(
         "tr",
-        { dataset: { rule: entry.rule, key: keyParams(entry.key).join("&") } },
+        { dataset: { rule: entry.rule, hash: entry.keyHash, key: entry.keyParams.join("&") } },
         el("td", { text: entry.rule }),
-        el("td", { title: `key hash ${entry.keyHash}` }, el("code", { text: keyParams(entry.key).join(" & ") })),
+        el("td", { class: "client", title: `key hash ${entry.keyHash}` }, el("code", { text: clientText(entry) })),
         el("td", { text: settingOf(entry) }),
         el("td", {
           class: entry.expired ? "warn" : "",
@@ -776,7 +780,7 @@
             type: "button",
             class: "danger",
             text: "Delete",
-            "aria-label": `Delete the override of ${keyParams(entry.key).join(" & ")} under ${entry.rule}`,
+            "aria-label": `Delete the override of ${clientText(entry)} under ${entry.rule}`,
             onclick: (event) => deleteOverride(entry, event.currentTarget),
           }),
         ),
@@ -814,8 +818,8 @@
   async function deleteOverride(entry, button) {
     button.disabled = true;
     try {
-      await api("DELETE", "/overrides", [["rule", entry.rule], ...keyParams(entry.key).map((k) => ["key", k])]);
-      toast(`Deleted the override of ${keyParams(entry.key).join(" & ")} under ${entry.rule}.`);
+      await api("DELETE", "/overrides", [["rule", entry.rule], ...entry.keyParams.map((k) => ["key", k])]);
+      toast(`Deleted the override of ${clientText(entry)} under ${entry.rule}.`);
     } catch (error) {
       if (error instanceof SignedOut) return;
       toast(`Delete failed: ${error.message}`, true);
