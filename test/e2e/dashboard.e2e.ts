@@ -5,16 +5,22 @@
  * admitted and a shadow rule logs what it would refuse. The operator opens
  * the page, sees only the token form, signs in, sees the rules, a chart per
  * rule and the offender at the top of the refused clients, presses its Reset,
- * and the offender is admitted again.
+ * and the offender is admitted again. The overrides' Delete removes exactly
+ * the override its row lists, for every shape a key can have; and axe-core
+ * finds no serious or critical accessibility violation, with every state the
+ * page can colour on it.
  *
  * UPDATE_SCREENSHOT=1 writes the screenshot to docs/dashboard.png (the
  * README's); otherwise it goes to the OS temp directory.
  */
 import { execFile } from "node:child_process";
 import { randomInt } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { AxeResults } from "axe-core";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { launchChromium, skipBrowser } from "./support/browser.ts";
@@ -40,6 +46,9 @@ async function admin<T>(pathAndQuery: string, method = "GET", body?: unknown): P
   });
   return { status: reply.status, body: reply.json<T>() };
 }
+
+/** axe-core's browser build, injected into the page for the accessibility check. */
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 /** An override as the listing shows it. */
 type Listed = { rule: string; key: [string, string | null][]; keyHash: string; updated: string };
@@ -424,5 +433,144 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       if (lost.length > 0) await signIn();
     }
     expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  }, 120_000);
+  /**
+   * Runs axe-core over the page as it is, in the light and the dark colour
+   * scheme, and returns its serious and critical violations, each with the
+   * elements it found and why. Injected through the DevTools protocol, which
+   * the page's CSP (script-src 'self') does not govern, so the page is
+   * checked under the policy it is served with.
+   */
+  async function axeViolations(label: string, beforeEach: () => Promise<void> = async () => {}) {
+    const found: string[] = [];
+    for (const colorScheme of ["light", "dark"] as const) {
+      await page.emulateMedia({ colorScheme });
+      await beforeEach();
+      await page.evaluate(AXE_SOURCE);
+      const results = (await page.evaluate(() =>
+        (window as unknown as { axe: { run: (context: Document, options: object) => Promise<unknown> } }).axe.run(
+          document,
+          { resultTypes: ["violations"] },
+        ),
+      )) as AxeResults;
+      const all = results.violations.map((v) => `${v.impact} ${v.id} ×${v.nodes.length}`);
+      console.log(
+        `dashboard.e2e: axe-core, ${label}, ${colorScheme}: ${all.length === 0 ? "no violations" : all.join(", ")}`,
+      );
+      for (const violation of results.violations) {
+        if (violation.impact !== "serious" && violation.impact !== "critical") continue;
+        for (const node of violation.nodes) {
+          found.push(
+            `${colorScheme}: ${violation.impact} ${violation.id}: ${node.target.join(" ")}: ${node.failureSummary?.replace(/\s+/g, " ")}`,
+          );
+        }
+      }
+    }
+    await page.emulateMedia({ colorScheme: null });
+    return found;
+  }
+
+  it("has no serious or critical accessibility violation (axe-core), with every state it can show on the page", async () => {
+    // Data for every colour the page has: admitted and refused counts, a client refused now
+    // and one blocked, one a shadow rule would refuse, overrides applied and expired.
+    const apiKey = uniqueTag("axe-key");
+    const keyed = { headers: { "x-api-key": apiKey, "cf-connecting-ip": uniqueIp() } };
+    for (let i = 0; i < 5; i++) await send(`/keyed/axe/${i}`, keyed);
+    const shadowed = uniqueIp();
+    for (let i = 0; i < 3; i++) await send(`/shadow/axe/${i}`, from(shadowed));
+    const blocked = uniqueIp();
+    for (let i = 0; i < 4; i++) await send("/status/401", { method: "POST", ...from(blocked) });
+    const applied = uniqueIp();
+    expect((await admin(`/overrides?rule=e2e&key=${applied}`, "PUT", { limit: 80, note: "axe" })).status).toBe(200);
+    const expired = uniqueIp();
+    const expiresMs = Date.now() + 1_500;
+    expect((await admin(`/overrides?rule=e2e&key=${expired}`, "PUT", { limit: 80, expires: expiresMs })).status).toBe(
+      200,
+    );
+    await sleep(Math.max(0, expiresMs - Date.now()) + 200);
+    const keyHash = (await admin<{ keyHash: string }>(`/status?rule=e2e-per-key&key=${apiKey}`)).body.keyHash;
+
+    // The token form with its error.
+    if (await page.locator("#signout").isVisible()) await page.click("#signout");
+    await page.goto(`${limiterUrl()}${PREFIX}/`);
+    await page.fill("#token", "not-the-token");
+    await page.click("#token-submit");
+    await page.locator("#token-error").waitFor({ state: "visible" });
+    const onTheForm = await axeViolations("the token form");
+
+    await signIn();
+    const refusedRow = page.locator(`.rule[data-rule="e2e-per-key"] .top-refused tr[data-key="${keyHash}"]`);
+    await refusedRow.waitFor({ state: "visible", timeout: 30_000 });
+    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 20_000 }).toMatch(/^refused/);
+    // Reset: this client is admitted again, and another stays refused.
+    await refusedRow.locator("button.reset").click();
+    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 15_000 }).toMatch(/^admitted/);
+    // A bad override from the form: its errors.
+    await page.selectOption("#ov-rule", "e2e");
+    await page.fill("#ov-keys input", "not-an-ip");
+    await page.selectOption("#ov-kind", "limit");
+    await page.fill("#ov-limit", "5");
+    await page.click('#override-form button[type="submit"]');
+    await page.locator("#ov-errors li").first().waitFor();
+
+    // States only a failure shows: the statistics unreadable (their notice, the data kept) and a reset
+    // that fails (a red toast beside a green one). Toasts last 5 s, so they are made before each run of axe.
+    await page.route("**/__ratelimit/stats?*", (route) =>
+      route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' }),
+    );
+    await page.selectOption("#range", "15");
+    await page.locator("#stats-error").waitFor({ state: "visible" });
+    // Every coloured state, on the page when axe runs. A pending override, a lost flush and a
+    // status that could not be read share colours checked here (the shadow, warning and plain pills).
+    const states = [
+      ".tile.good .tile-value",
+      ".tile.bad .tile-value",
+      ".tile.warn .tile-value",
+      ".total.good",
+      ".total.bad",
+      ".total.warn",
+      ".total.muted",
+      ".badge.shadow",
+      ".badge:not(.shadow)",
+      ".status.admitted",
+      ".status.refused",
+      ".status.shadow",
+      ".state.applied",
+      ".state.expired",
+      "#overrides td.warn",
+      "td.note",
+      ".empty:not(.ok)",
+      ".empty.ok",
+      ".notice",
+      ".errors li",
+      ".toast.bad",
+      ".toast:not(.bad)",
+      "button.danger",
+      "button.primary",
+      ".hint",
+      ".rule-def",
+      ".u-legend",
+    ];
+    const showEveryState = async () => {
+      await page.route("**/__ratelimit/status?*", (route) =>
+        route.request().method() === "DELETE"
+          ? route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' })
+          : route.fallback(),
+      );
+      await refusedRow.locator("button.reset").click();
+      await page.locator(".toast.bad").first().waitFor();
+      await page.unroute("**/__ratelimit/status?*");
+      await refusedRow.locator("button.reset").click();
+      await page.locator(".toast:not(.bad)").first().waitFor();
+      const missing: string[] = [];
+      for (const selector of states) {
+        if ((await page.locator(selector).filter({ visible: true }).count()) === 0) missing.push(selector);
+      }
+      expect(missing).toEqual([]);
+    };
+
+    const onTheDashboard = await axeViolations("the dashboard with data", showEveryState);
+    await page.unroute("**/__ratelimit/stats?*");
+    expect([...onTheForm, ...onTheDashboard]).toEqual([]);
   }, 120_000);
 });

@@ -298,7 +298,7 @@
               el("th", { text: "Client" }),
               el("th", { class: "num", text: shadow ? "Would refuse" : "Refused" }),
               el("th", { text: "Status" }),
-              el("th", { class: "actions", "aria-label": "Actions" }),
+              actionsHeader(),
             ),
           ),
           topBody,
@@ -309,6 +309,9 @@
     state.cards.set(rule.id, { rule, card, totals, chartBox, topBody, topEmpty, chart: null, shadow });
     return card;
   }
+
+  /** The header of a column of buttons: named for screen readers, blank on the screen. */
+  const actionsHeader = () => el("th", { class: "actions" }, el("span", { class: "visually-hidden", text: "Actions" }));
 
   /** Like `replaceChildren`, leaving out null and false (which it would write as text). */
   const fill = (node, ...children) => node.replaceChildren(...children.flat().filter((c) => c !== null && c !== false));
@@ -797,7 +800,7 @@
             "tr",
             {},
             ["Rule", "Client", "Setting", "Expires", "Note", "State"].map((t) => el("th", { text: t })),
-            el("th", { class: "actions", "aria-label": "Actions" }),
+            actionsHeader(),
           ),
         ),
         el("tbody", {}, rows),
@@ -852,7 +855,8 @@
     );
     const expires = el("input", { id: "ov-expires", name: "expires", type: "datetime-local" });
     const note = el("input", { id: "ov-note", name: "note", type: "text", maxlength: 1000, placeholder: "why" });
-    const errors = el("ul", { class: "errors", id: "ov-errors", role: "alert", hidden: true });
+    // aria-live rather than role="alert", which would take the list's role from the <ul> (and from its items).
+    const errors = el("ul", { class: "errors", id: "ov-errors", "aria-live": "assertive", hidden: true });
 
     const keyInputs = () => {
       const chosen = state.rules.find((r) => r.id === rule.value);
