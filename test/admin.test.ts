@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import { parseSettings } from "../src/config/settings.ts";
 import { formatDuration } from "../src/core/duration.ts";
-import { canonicalKey } from "../src/core/keys.ts";
+import { canonicalKey, keyParams } from "../src/core/keys.ts";
 import { requestPath } from "../src/core/paths.ts";
 import type { Rule } from "../src/core/rules.ts";
 import { requestFacts } from "../src/http/request-facts.ts";
@@ -432,6 +432,16 @@ describe("a bad rule or key is a 400 problem naming what is wrong", () => {
       '"abc" names no characteristic of this rule. Rule "by-key-or-ip" counts by header:x-api-key|ip: one key parameter per characteristic, naming the one the client has: key=header:x-api-key=… or key=ip=203.0.113.7.',
     ],
     [
+      { rule: "by-key-or-ip", key: "header:x-api-key|ip=abc" },
+      "malformed-key",
+      '"header:x-api-key|ip=abc": a value is named by the source it came from (header:x-api-key=… or ip=…); header:x-api-key|ip= with no value names clients with none of them.',
+    ],
+    [
+      { rule: "by-key-or-ip", key: ["header:x-api-key=abc", "header:x-api-key|ip="] },
+      "malformed-key",
+      'Two values for the characteristic "header:x-api-key|ip".',
+    ],
+    [
       { rule: "by-ip-and-path", key: "ip=1.2.3.4" },
       "malformed-key",
       'No value for "path". Rule "by-ip-and-path" counts by ip and path: one key parameter per characteristic, naming the one the client has: key=ip=203.0.113.7; key=path=….',
@@ -495,6 +505,88 @@ describe("the key an operator names is the key a request has", () => {
     const rule = ruleWith(key as string | string[]);
     const named = adminKey(rule, [...params], 56);
     expect(named).toEqual({ ok: true, value: requestKey(rule, url, init) });
+  });
+
+  // What the listing of overrides gives for each client (`keyParams`), and so what the dashboard sends to delete it.
+  it.each([
+    [
+      "a plain value",
+      "header:x-api-key",
+      "http://h/x",
+      from("1.1.1.1", { "x-api-key": "abc" }),
+      ["header:x-api-key=abc"],
+    ],
+    ["no value", "header:x-api-key", "http://h/x", from("1.1.1.1"), ["header:x-api-key="]],
+    [
+      "the value null",
+      "header:x-api-key",
+      "http://h/x",
+      from("1.1.1.1", { "x-api-key": "null" }),
+      ["header:x-api-key=null"],
+    ],
+    [
+      "& = % and spaces",
+      "header:x-api-key",
+      "http://h/x",
+      from("1.1.1.1", { "x-api-key": "a&key=b %41" }),
+      ["header:x-api-key=a&key=b %41"],
+    ],
+    [
+      "a fallback's first source",
+      "header:x-api-key|ip",
+      "http://h/x",
+      from("1.1.1.1", { "x-api-key": "abc" }),
+      ["header:x-api-key=abc"],
+    ],
+    ["a fallback's second source", "header:x-api-key|ip", "http://h/x", from("1.1.1.1"), ["ip=1.1.1.1"]],
+    [
+      "a fallback with neither source",
+      "header:x-api-key|cookie:sid",
+      "http://h/x",
+      from("1.1.1.1"),
+      ["header:x-api-key|cookie:sid="],
+    ],
+    ["an IP", "ip", "http://h/x", from("203.0.113.7"), ["ip=203.0.113.7"]],
+    ["no IP", "ip", "http://h/x", {}, ["ip=unknown"]],
+    ["an IPv6 client", "ip", "http://h/x", from("2001:db8:1:2a77::1"), ["ip=2001:db8:1:2a00::/56"]],
+    ["a path", "path", "http://h/Api//%61bc/;v=1", {}, ["path=/api/abc"]],
+    ["a path with an encoded %", "path", "http://h/a%2541", {}, ["path=/a%2541"]],
+    ["a query value", "query:token", "http://h/x?token=caf%C3%A9", {}, ["query:token=café"]],
+    ["several characteristics", ["ip", "path"], "http://h/items", from("1.1.1.1"), ["ip=1.1.1.1", "path=/items"]],
+    [
+      "several, one with neither source",
+      ["header:x-tenant|cookie:t", "method"],
+      "http://h/x",
+      { method: "PUT" },
+      ["header:x-tenant|cookie:t=", "method=PUT"],
+    ],
+  ] as const)(
+    "a request with %s (key %j, %s %j) is listed as key=%j, which names it back",
+    (_, key, url, init, params) => {
+      const rule = ruleWith(key as string | string[]);
+      const canonical = requestKey(rule, url, init);
+      expect(keyParams(canonical)).toEqual(params);
+      expect(adminKey(rule, keyParams(canonical), 56)).toEqual({ ok: true, value: canonical });
+    },
+  );
+
+  // A client an operator names with no value under a fallback has none of its sources, though a request always has an IP.
+  it.each([
+    ["cookie:sid|ip", ["cookie:sid="], ["cookie:sid|ip="]],
+    ["header:x-api-key|ip", ["header:x-api-key="], ["header:x-api-key|ip="]],
+    [
+      ["header:x-tenant|ip", "path"],
+      ["header:x-tenant=", "path=/a"],
+      ["header:x-tenant|ip=", "path=/a"],
+    ],
+    ["header:x-api-key", [""], ["header:x-api-key="]],
+    ["ip", ["ip="], ["ip=unknown"]],
+  ] as const)("key %j named by key=%j is listed as key=%j, which names it back", (key, named, params) => {
+    const rule = ruleWith(key as string | string[]);
+    const canonical = adminKey(rule, [...named], 56);
+    if (!canonical.ok) throw new Error(canonical.errors.join("; "));
+    expect(keyParams(canonical.value)).toEqual(params);
+    expect(adminKey(rule, keyParams(canonical.value), 56)).toEqual(canonical);
   });
 
   it("names a path as a case_sensitive rule counts it: its case kept, ;parameters and a trailing slash not", () => {

@@ -233,6 +233,64 @@ describe("the index", () => {
   });
 });
 
+describe("the index names each client with the key= parameters that reach it", () => {
+  const id = "ovr-shapes";
+  const send = limiter(
+    [
+      { id, limit: 5, period: "1m", path: "/api/*", key: ["header:x-api-key|cookie:sid", "path"] },
+      { id: `${id}-ip`, limit: 5, period: "1m", path: "/api/*" },
+    ],
+    { ADMIN_TOKEN: TOKEN },
+  );
+  const admin = async (method: string, rule: string, keys: string[] = [], body?: unknown) => {
+    const query = new URLSearchParams([["rule", rule], ...keys.map((key): [string, string] => ["key", key])]);
+    if (keys.length === 0) query.set("limit", "1000");
+    const res = await send(`/__ratelimit/overrides?${query}`, {
+      method,
+      headers: { ...auth, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+  const tag = uniqueIp();
+  // The client as an operator names it, and the key= parameters the index lists it with.
+  const shapes: [rule: string, named: string[], listed: string[]][] = [
+    [id, [`header:x-api-key=${tag}`, "path=/api/a"], [`header:x-api-key=${tag}`, "path=/api/a"]],
+    [id, [`cookie:sid=${tag}`, "path=/api/a"], [`cookie:sid=${tag}`, "path=/api/a"]],
+    [id, ["header:x-api-key=", "path=/API/a/"], ["header:x-api-key|cookie:sid=", "path=/api/a"]],
+    [id, ["header:x-api-key=null", "path=/api/a"], ["header:x-api-key=null", "path=/api/a"]],
+    [id, ["header:x-api-key|cookie:sid=", "path=/api/b"], ["header:x-api-key|cookie:sid=", "path=/api/b"]],
+    [id, [`header:x-api-key=${tag}&key=x %41`, "path=/api/a"], [`header:x-api-key=${tag}&key=x %41`, "path=/api/a"]],
+    [`${id}-ip`, [tag], [`ip=${tag}`]],
+    [`${id}-ip`, ["ip="], ["ip=unknown"]],
+  ];
+
+  it.each(shapes)(
+    "%s %j is listed as key=%j, and a DELETE with those removes it and no other",
+    async (rule, named, listed) => {
+      for (const [r, keys] of shapes) expect((await admin("PUT", r, keys, { limit: 9 })).status).toBe(200);
+      const before = [
+        ...((await admin("GET", id)).body.overrides as Listed[]),
+        ...((await admin("GET", `${id}-ip`)).body.overrides as Listed[]),
+      ];
+      const entry = before.find((e) => e.rule === rule && JSON.stringify(e.keyParams) === JSON.stringify(listed));
+      expect(entry, JSON.stringify(before.map((e) => e.keyParams))).toBeDefined();
+      expect((await admin("GET", rule, entry!.keyParams)).body).toMatchObject({ keyParams: listed, limit: 9 });
+      const deleted = await admin("DELETE", rule, entry!.keyParams);
+      expect(deleted).toMatchObject({ status: 200, body: { keyParams: listed, before: { limit: 9 }, after: null } });
+      const after = [
+        ...((await admin("GET", id)).body.overrides as Listed[]),
+        ...((await admin("GET", `${id}-ip`)).body.overrides as Listed[]),
+      ];
+      expect(after).toEqual(before.filter((e) => e !== entry));
+      expect((await admin("GET", rule, named)).body).toMatchObject({ keyParams: listed, override: null });
+    },
+  );
+});
+
+/** An entry of the index, as far as these tests read it. */
+type Listed = { rule: string; key: unknown; keyParams: string[] };
+
 describe("the registry across a restart", () => {
   it("never numbers a change below one an object already has, so a set after a delete and a restart applies", async () => {
     const { id, set, admin, send } = setup(2);

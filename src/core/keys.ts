@@ -74,6 +74,16 @@ export function canonicalKey(key: Characteristic[], facts: RequestFacts): string
 }
 
 /**
+ * The admin API's `key=` parameters that name the client of a canonical key
+ * (what `adminKey` in src/worker/admin/key.ts reads back into the same key):
+ * `<label>=<value>` for each part, in its order. A part no source was present
+ * for has an empty value after its label, which for a fallback is the whole
+ * characteristic (`header:x-api-key|ip=`): clients with none of its sources.
+ */
+export const keyParams = (canonical: string): string[] =>
+  (JSON.parse(canonical) as [string, string | null][]).map(([label, value]) => `${label}=${value ?? ""}`);
+
+/**
  * The canonical string of a client key the caller computed itself (the
  * `key` option of `rateLimit()`). Its one part is labelled `key()`, which no
  * source is, so it never names the same object as a key made by

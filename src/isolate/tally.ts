@@ -5,6 +5,7 @@
  * (one data point per rule and request). Nothing here can delay or change
  * a decision.
  */
+import { keyParams } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
 import type { StatsOutcome } from "../object/stats-protocol.ts";
 import { keyHashPrefix } from "../observe/log.ts";
@@ -100,11 +101,10 @@ function count({ rule, outcome, group, name }: Counted, context: TallyContext): 
   });
 }
 
-/** A canonical key as the admin API names it: `ip=203.0.113.7`, parts joined by `&`. */
+/** A canonical key as the admin API names it (see {@link keyParams}): `ip=203.0.113.7`, parts joined by `&`. */
 export function asWritten(canonical: string): string {
   try {
-    const parts = JSON.parse(canonical) as [string, string | null][];
-    return parts.map(([label, value]) => `${label}=${value ?? ""}`).join("&");
+    return keyParams(canonical).join("&");
   } catch {
     return canonical;
   }

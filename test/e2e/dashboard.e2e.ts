@@ -5,15 +5,22 @@
  * admitted and a shadow rule logs what it would refuse. The operator opens
  * the page, sees only the token form, signs in, sees the rules, a chart per
  * rule and the offender at the top of the refused clients, presses its Reset,
- * and the offender is admitted again.
+ * and the offender is admitted again. The overrides' Delete removes exactly
+ * the override its row lists, for every shape a key can have; and axe-core
+ * finds no serious or critical accessibility violation, with every state the
+ * page can colour on it.
  *
  * UPDATE_SCREENSHOT=1 writes the screenshot to docs/dashboard.png (the
  * README's); otherwise it goes to the OS temp directory.
  */
 import { execFile } from "node:child_process";
+import { randomInt } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { AxeResults } from "axe-core";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { launchChromium, skipBrowser } from "./support/browser.ts";
@@ -31,10 +38,41 @@ const from = (ip: string, headers: Record<string, string> = {}) => ({
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Admin API JSON, with the token. */
-async function admin<T>(pathAndQuery: string, method = "GET"): Promise<{ status: number; body: T }> {
-  const reply = await send(`${PREFIX}${pathAndQuery}`, { method, headers: bearer() });
+async function admin<T>(pathAndQuery: string, method = "GET", body?: unknown): Promise<{ status: number; body: T }> {
+  const reply = await send(`${PREFIX}${pathAndQuery}`, {
+    method,
+    headers: { ...bearer(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
   return { status: reply.status, body: reply.json<T>() };
 }
+
+/** axe-core's browser build, injected into the page for the accessibility check. */
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+/** An override as the listing shows it. */
+type Listed = { rule: string; key: [string, string | null][]; keyHash: string; updated: string };
+
+/** Every override the admin API lists, page after page. */
+async function allOverrides(): Promise<Listed[]> {
+  const all: Listed[] = [];
+  let cursor: string | null = null;
+  do {
+    const query: string = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`;
+    const page = await admin<{ overrides: Listed[]; next: string | null }>(`/overrides?limit=1000${query}`);
+    expect(page.status).toBe(200);
+    all.push(...page.body.overrides);
+    cursor = page.body.next;
+  } while (cursor !== null);
+  return all;
+}
+
+/** An override's identity and its last change: what "untouched" compares. */
+const identity = (entry: Listed) => `${entry.rule} ${JSON.stringify(entry.key)} ${entry.updated}`;
+
+/** `rule=<id>&key=<k>…` for one client. */
+const clientQuery = (rule: string, keys: string[]) =>
+  new URLSearchParams([["rule", rule], ...keys.map((key): [string, string] => ["key", key])]).toString();
 
 /**
  * Requests in the background, one after another, until stopped; bounded in
@@ -121,6 +159,37 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
   afterAll(async () => {
     await browser?.close();
   });
+
+  /** Opens the dashboard with the token, unless this tab has it already. */
+  async function signIn() {
+    await page.goto(`${limiterUrl()}${PREFIX}/`);
+    const token = page.locator("#token");
+    await page.locator("#token:visible, #overrides").first().waitFor();
+    if (await token.isVisible()) {
+      await token.fill(inject("adminToken"));
+      await page.click("#token-submit");
+    }
+    await page.locator("#overrides table, #overrides .empty").first().waitFor();
+  }
+
+  /** The overrides table's row for a listed entry, after "Show more" as often as it takes. */
+  async function overrideRow(entry: Listed) {
+    const row = page.locator(
+      `#overrides tbody tr[data-rule=${JSON.stringify(entry.rule)}][data-hash=${JSON.stringify(entry.keyHash)}]`,
+    );
+    await expect
+      .poll(
+        async () => {
+          if ((await row.count()) > 0) return true;
+          const more = page.locator("#overrides button.link");
+          if (await more.isVisible()) await more.click();
+          return false;
+        },
+        { timeout: 15_000 },
+      )
+      .toBe(true);
+    return row;
+  }
 
   it("signs in with the token, shows the rules, their charts and the top offender, and resets it", async () => {
     const offender = uniqueIp();
@@ -253,4 +322,255 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       await Promise.all(runs.map((run) => run.stop()));
     }
   }, 150_000);
+  it("deletes exactly the override it lists, for every shape of key, and shows each client as key= names it", async () => {
+    const ip = () => uniqueIp();
+    const tag = (name: string) => uniqueTag(name);
+    // Its third group has no leading zero, so the prefix is written as the address is.
+    const v6 = `2001:db8:${(0x1000 + randomInt(0xefff)).toString(16)}:ab12::1`;
+    // Each client as an operator names it, how the listing keys it, and how the dashboard shows it.
+    type Shape = { name: string; rule: string; put: string[]; key: [string, string | null][]; shown: string };
+    const shapes: Shape[] = [];
+    const shape = (name: string, rule: string, put: string[], key: [string, string | null][], shown: string) =>
+      shapes.push({ name, rule, put, key, shown });
+    const apiKey = tag("k");
+    shape("a plain value", "e2e-per-key", [apiKey], [["header:x-api-key", apiKey]], `header:x-api-key=${apiKey}`);
+    shape("no value (no header)", "e2e-per-key", [""], [["header:x-api-key", null]], "header:x-api-key=");
+    shape('the value "null"', "e2e-per-key", ["null"], [["header:x-api-key", "null"]], "header:x-api-key=null");
+    const odd = `${tag("a")}&key=b %41 c`;
+    shape(
+      "a value with & = % and spaces",
+      "e2e-per-key",
+      [odd],
+      [["header:x-api-key", odd]],
+      `header:x-api-key=${odd}`,
+    );
+    const sub = tag("sub");
+    shape("a fallback's first source", "e2e-user", [`jwt:sub=${sub}`], [["jwt:sub", sub]], `jwt:sub=${sub}`);
+    const userIp = ip();
+    shape("a fallback's second source", "e2e-user", [`ip=${userIp}`], [["ip", userIp]], `ip=${userIp}`);
+    shape("a fallback with neither source", "e2e-user", ["jwt:sub="], [["jwt:sub|ip", null]], "jwt:sub|ip=");
+    shape('a fallback\'s value "null"', "e2e-user", ["jwt:sub=null"], [["jwt:sub", "null"]], "jwt:sub=null");
+    const plainIp = ip();
+    shape("an IP", "e2e", [plainIp], [["ip", plainIp]], `ip=${plainIp}`);
+    const prefix = v6.replace(/:ab12::1$/, ":ab00::/56");
+    shape("an IPv6 client, by its /56", "e2e", [v6], [["ip", prefix]], `ip=${prefix}`);
+    const multiIp = ip();
+    const items = `/multi/${tag("items")}`;
+    shape(
+      "several characteristics: an IP and a path",
+      "e2e-multi",
+      [`path=${items.toUpperCase()}/`, `ip=${multiIp}`],
+      [
+        ["ip", multiIp],
+        ["path", items],
+      ],
+      `ip=${multiIp} & path=${items}`,
+    );
+    const tenant = tag("t");
+    shape(
+      "several characteristics: a header and a path",
+      "e2e-multi",
+      [`header:x-tenant=${tenant}`, `path=${items}`],
+      [
+        ["header:x-tenant", tenant],
+        ["path", items],
+      ],
+      `header:x-tenant=${tenant} & path=${items}`,
+    );
+    shape(
+      "several characteristics, one with neither source",
+      "e2e-multi",
+      ["header:x-tenant=", `path=${items}`],
+      [
+        ["header:x-tenant|ip", null],
+        ["path", items],
+      ],
+      `header:x-tenant|ip= & path=${items}`,
+    );
+
+    const putOverride = async ({ name, rule, put, key }: Shape) => {
+      const reply = await admin<{ key: unknown }>(`/overrides?${clientQuery(rule, put)}`, "PUT", {
+        limit: 100,
+        note: `dashboard e2e: ${name}`,
+      });
+      expect([name, reply.status, reply.body.key]).toEqual([name, 200, key]);
+    };
+    const sameKey = (entry: Listed, shape: Shape) =>
+      entry.rule === shape.rule && JSON.stringify(entry.key) === JSON.stringify(shape.key);
+    for (const shape of shapes) await putOverride(shape);
+    await signIn();
+
+    for (const shape of shapes) {
+      const { name, rule, put, shown } = shape;
+      const before = await allOverrides();
+      const listed = before.find((entry) => sameKey(entry, shape));
+      expect(listed, name).toBeDefined();
+      const row = await overrideRow(listed!);
+      expect.soft(await row.locator("td.client").textContent(), name).toBe(shown);
+      await page.locator("#toasts").evaluate((toasts) => toasts.replaceChildren());
+      // After a delete the page reads the list again; the next shape waits for it.
+      const reread = page
+        .waitForResponse((r) => r.request().method() === "GET" && new URL(r.url()).pathname.endsWith("/overrides"), {
+          timeout: 10_000,
+        })
+        .catch(() => null);
+      await row.locator("button.danger").click();
+      const toast = page.locator(".toast").first();
+      await toast.waitFor({ timeout: 10_000 });
+      expect.soft(await toast.textContent(), name).toBe(`Deleted the override of ${shown} under ${rule}.`);
+      await reread;
+      // Gone, and every other override as it was.
+      const after = await allOverrides();
+      const expected = before.filter((entry) => entry !== listed);
+      expect.soft(after.map(identity).sort(), name).toEqual(expected.map(identity).sort());
+
+      // Whatever the dashboard did, the next shape starts from every other shape's override and not this one.
+      await admin(`/overrides?${clientQuery(rule, put)}`, "DELETE");
+      const lost = shapes.filter((other) => other !== shape && !after.some((entry) => sameKey(entry, other)));
+      for (const other of lost.filter((other) => shapes.indexOf(other) > shapes.indexOf(shape))) {
+        await putOverride(other);
+      }
+      if (lost.length > 0) await signIn();
+    }
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  }, 120_000);
+  /**
+   * Runs axe-core over the page as it is, in the light and the dark colour
+   * scheme, and returns its serious and critical violations, each with the
+   * elements it found and why. Injected through the DevTools protocol, which
+   * the page's CSP (script-src 'self') does not govern, so the page is
+   * checked under the policy it is served with.
+   */
+  async function axeViolations(label: string, beforeEach: () => Promise<void> = async () => {}) {
+    const found: string[] = [];
+    for (const colorScheme of ["light", "dark"] as const) {
+      await page.emulateMedia({ colorScheme });
+      await beforeEach();
+      await page.evaluate(AXE_SOURCE);
+      const results = (await page.evaluate(() =>
+        (window as unknown as { axe: { run: (context: Document, options: object) => Promise<unknown> } }).axe.run(
+          document,
+          { resultTypes: ["violations"] },
+        ),
+      )) as AxeResults;
+      const all = results.violations.map((v) => `${v.impact} ${v.id} ×${v.nodes.length}`);
+      console.log(
+        `dashboard.e2e: axe-core, ${label}, ${colorScheme}: ${all.length === 0 ? "no violations" : all.join(", ")}`,
+      );
+      for (const violation of results.violations) {
+        if (violation.impact !== "serious" && violation.impact !== "critical") continue;
+        for (const node of violation.nodes) {
+          found.push(
+            `${colorScheme}: ${violation.impact} ${violation.id}: ${node.target.join(" ")}: ${node.failureSummary?.replace(/\s+/g, " ")}`,
+          );
+        }
+      }
+    }
+    await page.emulateMedia({ colorScheme: null });
+    return found;
+  }
+
+  it("has no serious or critical accessibility violation (axe-core), with every state it can show on the page", async () => {
+    // Data for every colour the page has: admitted and refused counts, a client refused now
+    // and one blocked, one a shadow rule would refuse, overrides applied and expired.
+    const apiKey = uniqueTag("axe-key");
+    const keyed = { headers: { "x-api-key": apiKey, "cf-connecting-ip": uniqueIp() } };
+    for (let i = 0; i < 5; i++) await send(`/keyed/axe/${i}`, keyed);
+    const shadowed = uniqueIp();
+    for (let i = 0; i < 3; i++) await send(`/shadow/axe/${i}`, from(shadowed));
+    const blocked = uniqueIp();
+    for (let i = 0; i < 4; i++) await send("/status/401", { method: "POST", ...from(blocked) });
+    const applied = uniqueIp();
+    expect((await admin(`/overrides?rule=e2e&key=${applied}`, "PUT", { limit: 80, note: "axe" })).status).toBe(200);
+    const expired = uniqueIp();
+    const expiresMs = Date.now() + 1_500;
+    expect((await admin(`/overrides?rule=e2e&key=${expired}`, "PUT", { limit: 80, expires: expiresMs })).status).toBe(
+      200,
+    );
+    await sleep(Math.max(0, expiresMs - Date.now()) + 200);
+    const keyHash = (await admin<{ keyHash: string }>(`/status?rule=e2e-per-key&key=${apiKey}`)).body.keyHash;
+
+    // The token form with its error.
+    if (await page.locator("#signout").isVisible()) await page.click("#signout");
+    await page.goto(`${limiterUrl()}${PREFIX}/`);
+    await page.fill("#token", "not-the-token");
+    await page.click("#token-submit");
+    await page.locator("#token-error").waitFor({ state: "visible" });
+    const onTheForm = await axeViolations("the token form");
+
+    await signIn();
+    const refusedRow = page.locator(`.rule[data-rule="e2e-per-key"] .top-refused tr[data-key="${keyHash}"]`);
+    await refusedRow.waitFor({ state: "visible", timeout: 30_000 });
+    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 20_000 }).toMatch(/^refused/);
+    // Reset: this client is admitted again, and another stays refused.
+    await refusedRow.locator("button.reset").click();
+    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 15_000 }).toMatch(/^admitted/);
+    // A bad override from the form: its errors.
+    await page.selectOption("#ov-rule", "e2e");
+    await page.fill("#ov-keys input", "not-an-ip");
+    await page.selectOption("#ov-kind", "limit");
+    await page.fill("#ov-limit", "5");
+    await page.click('#override-form button[type="submit"]');
+    await page.locator("#ov-errors li").first().waitFor();
+
+    // States only a failure shows: the statistics unreadable (their notice, the data kept) and a reset
+    // that fails (a red toast beside a green one). Toasts last 5 s, so they are made before each run of axe.
+    await page.route("**/__ratelimit/stats?*", (route) =>
+      route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' }),
+    );
+    await page.selectOption("#range", "15");
+    await page.locator("#stats-error").waitFor({ state: "visible" });
+    // Every coloured state, on the page when axe runs. A pending override, a lost flush and a
+    // status that could not be read share colours checked here (the shadow, warning and plain pills).
+    const states = [
+      ".tile.good .tile-value",
+      ".tile.bad .tile-value",
+      ".tile.warn .tile-value",
+      ".total.good",
+      ".total.bad",
+      ".total.warn",
+      ".total.muted",
+      ".badge.shadow",
+      ".badge:not(.shadow)",
+      ".status.admitted",
+      ".status.refused",
+      ".status.shadow",
+      ".state.applied",
+      ".state.expired",
+      "#overrides td.warn",
+      "td.note",
+      ".empty:not(.ok)",
+      ".empty.ok",
+      ".notice",
+      ".errors li",
+      ".toast.bad",
+      ".toast:not(.bad)",
+      "button.danger",
+      "button.primary",
+      ".hint",
+      ".rule-def",
+      ".u-legend",
+    ];
+    const showEveryState = async () => {
+      await page.route("**/__ratelimit/status?*", (route) =>
+        route.request().method() === "DELETE"
+          ? route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' })
+          : route.fallback(),
+      );
+      await refusedRow.locator("button.reset").click();
+      await page.locator(".toast.bad").first().waitFor();
+      await page.unroute("**/__ratelimit/status?*");
+      await refusedRow.locator("button.reset").click();
+      await page.locator(".toast:not(.bad)").first().waitFor();
+      const missing: string[] = [];
+      for (const selector of states) {
+        if ((await page.locator(selector).filter({ visible: true }).count()) === 0) missing.push(selector);
+      }
+      expect(missing).toEqual([]);
+    };
+
+    const onTheDashboard = await axeViolations("the dashboard with data", showEveryState);
+    await page.unroute("**/__ratelimit/stats?*");
+    expect([...onTheForm, ...onTheDashboard]).toEqual([]);
+  }, 120_000);
 });

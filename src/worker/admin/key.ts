@@ -23,7 +23,9 @@ export const keyAsWritten = (key: Characteristic[]): string[] =>
  * an IP through {@link ipKey} (so any address of an IPv6 prefix names it),
  * a path through {@link normalizePath} and {@link matchingPath} with the
  * rule's case sensitivity (so `/LOGIN/` names the key of `/login`); an empty
- * value is an absent one.
+ * value is an absent one. A fallback's whole characteristic with an empty
+ * value (`header:x-api-key|ip=`) names clients with none of its sources, as
+ * the listing of overrides writes them (`keyParams` in core/keys.ts).
  * The string is made by {@link canonicalKey} itself, so it names the same object.
  */
 export function adminKey(rule: Rule, params: string[], ipv6PrefixBits: number): Result<string> {
@@ -33,8 +35,12 @@ export function adminKey(rule: Rule, params: string[], ipv6PrefixBits: number): 
   return ok(canonicalKey(rule.key, factsOf(values.value)));
 }
 
-/** One `key` parameter read: the characteristic it names (its index in the rule's key), the source and the value. */
-type Part = { index: number; label: string; value: string };
+/**
+ * One `key` parameter read: the characteristic it names (its index in the
+ * rule's key), the source (or, for `fallback`, the whole characteristic) and
+ * the value.
+ */
+type Part = { index: number; label: string; value: string; fallback?: true };
 
 /**
  * The normalised value of each source the parameters name, by the source's
@@ -49,6 +55,12 @@ function namedValues(rule: Rule, params: string[], ipv6PrefixBits: number): Resu
     if (chosen.has(part.index)) {
       return fail(`Two values for the characteristic "${keyAsWritten(rule.key)[part.index]}".`);
     }
+    if (part.fallback && part.value !== "") {
+      const sources = part.label.split("|");
+      return fail(
+        `${show(param)}: a value is named by the source it came from (${sources.map((s) => `${s}=…`).join(" or ")}); ${part.label}= with no value names clients with none of them.`,
+      );
+    }
     const value = normalise(part.label, part.value, ipv6PrefixBits, rule.caseSensitive);
     if (!value.ok) return fail(...value.errors.map((error) => `${show(param)}: ${error}`));
     chosen.set(part.index, { ...part, value: value.value });
@@ -60,17 +72,21 @@ function namedValues(rule: Rule, params: string[], ipv6PrefixBits: number): Resu
 
 /**
  * Reads one of `count` parameters for `rule`: `<label>=<value>` for any
- * source of the rule, or a bare value when it is the only parameter and the
- * rule has a single source. Null when it names none.
+ * source of the rule or any fallback characteristic as written, or a bare
+ * value when it is the only parameter and the rule has a single source. Null
+ * when it names none.
  */
 function partReader(rule: Rule, count: number): (param: string) => Part | null {
-  const labels = rule.key.flatMap((sources, index) => sources.map((source) => ({ label: sourceLabel(source), index })));
+  const labels: { label: string; index: number; fallback?: true }[] = rule.key.flatMap((sources, index) => [
+    ...sources.map((source) => ({ label: sourceLabel(source), index })),
+    ...(sources.length > 1 ? [{ label: sources.map(sourceLabel).join("|"), index, fallback: true as const }] : []),
+  ]);
   // Longest first: `query:a=b` must not be read as `query:a` with the value `b=…`.
   labels.sort((x, y) => y.label.length - x.label.length);
   const sole = rule.key.length === 1 && rule.key[0]!.length === 1 ? sourceLabel(rule.key[0]![0]!) : null;
   return (param) => {
     const named = labels.find(({ label }) => namesSource(param, label));
-    if (named) return { index: named.index, label: named.label, value: param.slice(named.label.length + 1) };
+    if (named) return { ...named, value: param.slice(named.label.length + 1) };
     return sole !== null && count === 1 ? { index: 0, label: sole, value: param } : null;
   };
 }

@@ -14,7 +14,7 @@
  * the decision path reads neither.
  */
 import type { Settings } from "../../config/settings.ts";
-import { hashKey } from "../../core/keys.ts";
+import { hashKey, keyParams as keyParamsOf } from "../../core/keys.ts";
 import { belowCost, type Override, overrideView, parseOverride } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
@@ -71,8 +71,7 @@ export async function overrides(
   const { rule, key, name } = client.value;
   if (method === "GET") {
     const entry = await stub.get(rule.id, key);
-    if (!entry?.override)
-      return json({ rule: rule.id, key: JSON.parse(key), keyHash: keyHashPrefix(name), override: null });
+    if (!entry?.override) return json({ ...clientView(rule.id, key, name), override: null });
     return json(entryView(entry));
   }
   let override: Override | null = null;
@@ -87,9 +86,7 @@ export async function overrides(
   forgetHere(context, rule, key);
   logChange(context.by, { rule: rule.id, key, name, override }, report.before);
   return json({
-    rule: rule.id,
-    key: JSON.parse(key),
-    keyHash: keyHashPrefix(name),
+    ...clientView(rule.id, key, name),
     before: report.before === null ? null : overrideView(report.before),
     after: report.after === null ? null : overrideView(report.after),
     applied: report.applied,
@@ -168,11 +165,21 @@ const isCursor = (text: string): boolean => {
   }
 };
 
+/**
+ * A client under a rule as every answer names it: its key's parts
+ * (`[label, value]`, value null when absent), the `key=` parameters that name
+ * it in a request to this API, and its key's hash prefix.
+ */
+const clientView = (rule: string, key: string, name: string) => ({
+  rule,
+  key: JSON.parse(key) as unknown,
+  keyParams: keyParamsOf(key),
+  keyHash: keyHashPrefix(name),
+});
+
 /** An entry as the API shows it. */
 export const entryView = (entry: RegistryEntry) => ({
-  rule: entry.rule,
-  key: JSON.parse(entry.key) as unknown,
-  keyHash: keyHashPrefix(entry.name),
+  ...clientView(entry.rule, entry.key, entry.name),
   ...(entry.override === null ? {} : overrideView(entry.override)),
   ...(entry.override?.expiresAtMs != null && entry.override.expiresAtMs <= Date.now() ? { expired: true } : {}),
   state: entry.applied ? "applied" : "pending",

@@ -298,7 +298,7 @@
               el("th", { text: "Client" }),
               el("th", { class: "num", text: shadow ? "Would refuse" : "Refused" }),
               el("th", { text: "Status" }),
-              el("th", { class: "actions", "aria-label": "Actions" }),
+              actionsHeader(),
             ),
           ),
           topBody,
@@ -309,6 +309,9 @@
     state.cards.set(rule.id, { rule, card, totals, chartBox, topBody, topEmpty, chart: null, shadow });
     return card;
   }
+
+  /** The header of a column of buttons: named for screen readers, blank on the screen. */
+  const actionsHeader = () => el("th", { class: "actions" }, el("span", { class: "visually-hidden", text: "Actions" }));
 
   /** Like `replaceChildren`, leaving out null and false (which it would write as text). */
   const fill = (node, ...children) => node.replaceChildren(...children.flat().filter((c) => c !== null && c !== false));
@@ -712,8 +715,12 @@
 
   // ---- overrides ----
 
-  /** `[["ip","203.0.113.7"]]` as the admin API's `key=` parameters: `ip=203.0.113.7`. */
-  const keyParams = (key) => (Array.isArray(key) ? key.map(([label, value]) => `${label}=${value}`) : [String(key)]);
+  /**
+   * A listed client as it is shown: its `key=` parameters, which the API
+   * lists with it (`ip=203.0.113.7`; `header:x-api-key=` for clients without
+   * the header) and which the page sends to delete it.
+   */
+  const clientText = (entry) => entry.keyParams.join(" & ");
 
   function settingOf(entry) {
     if (entry.limit !== undefined) return `limit ${fmt(entry.limit)}`;
@@ -759,9 +766,9 @@
     const rows = entries.map((entry) =>
       el(
         "tr",
-        { dataset: { rule: entry.rule, key: keyParams(entry.key).join("&") } },
+        { dataset: { rule: entry.rule, hash: entry.keyHash, key: entry.keyParams.join("&") } },
         el("td", { text: entry.rule }),
-        el("td", { title: `key hash ${entry.keyHash}` }, el("code", { text: keyParams(entry.key).join(" & ") })),
+        el("td", { class: "client", title: `key hash ${entry.keyHash}` }, el("code", { text: clientText(entry) })),
         el("td", { text: settingOf(entry) }),
         el("td", {
           class: entry.expired ? "warn" : "",
@@ -776,7 +783,7 @@
             type: "button",
             class: "danger",
             text: "Delete",
-            "aria-label": `Delete the override of ${keyParams(entry.key).join(" & ")} under ${entry.rule}`,
+            "aria-label": `Delete the override of ${clientText(entry)} under ${entry.rule}`,
             onclick: (event) => deleteOverride(entry, event.currentTarget),
           }),
         ),
@@ -793,7 +800,7 @@
             "tr",
             {},
             ["Rule", "Client", "Setting", "Expires", "Note", "State"].map((t) => el("th", { text: t })),
-            el("th", { class: "actions", "aria-label": "Actions" }),
+            actionsHeader(),
           ),
         ),
         el("tbody", {}, rows),
@@ -814,8 +821,8 @@
   async function deleteOverride(entry, button) {
     button.disabled = true;
     try {
-      await api("DELETE", "/overrides", [["rule", entry.rule], ...keyParams(entry.key).map((k) => ["key", k])]);
-      toast(`Deleted the override of ${keyParams(entry.key).join(" & ")} under ${entry.rule}.`);
+      await api("DELETE", "/overrides", [["rule", entry.rule], ...entry.keyParams.map((k) => ["key", k])]);
+      toast(`Deleted the override of ${clientText(entry)} under ${entry.rule}.`);
     } catch (error) {
       if (error instanceof SignedOut) return;
       toast(`Delete failed: ${error.message}`, true);
@@ -848,7 +855,8 @@
     );
     const expires = el("input", { id: "ov-expires", name: "expires", type: "datetime-local" });
     const note = el("input", { id: "ov-note", name: "note", type: "text", maxlength: 1000, placeholder: "why" });
-    const errors = el("ul", { class: "errors", id: "ov-errors", role: "alert", hidden: true });
+    // aria-live rather than role="alert", which would take the list's role from the <ul> (and from its items).
+    const errors = el("ul", { class: "errors", id: "ov-errors", "aria-live": "assertive", hidden: true });
 
     const keyInputs = () => {
       const chosen = state.rules.find((r) => r.id === rule.value);
