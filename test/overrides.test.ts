@@ -6,14 +6,18 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env as workerEnv } from "cloudflare:workers";
 import { Hono } from "hono";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { parseSettings } from "../src/config/settings.ts";
+import { hashKey } from "../src/core/keys.ts";
 import { createIsolate } from "../src/isolate/isolate.ts";
 import type { OverrideRegistry } from "../src/object/registry.ts";
 import { adminApi } from "../src/worker/admin/api.ts";
+import { adminKey } from "../src/worker/admin/key.ts";
 import type { Env } from "../src/worker/env.ts";
 import { rateLimit } from "../src/worker/middleware.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, statuses, uniqueIp } from "./support/limiter.ts";
+import { bearer, keySet, type SigningKey, signingKey, tokenFor } from "./support/tokens.ts";
 
 const TOKEN = "test-admin-token-overrides-5d1e";
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -397,4 +401,202 @@ describe("the client's object keeps its overrides", () => {
     await stub.setOverride("kept", override(null), 5);
     expect(await stub.listOverrides()).toEqual({});
   });
+});
+
+describe("every admin change clears what the isolate that served it remembers of the client", () => {
+  const ISSUER = "https://auth.example.test/";
+  let signer: SigningKey;
+  beforeAll(async () => {
+    signer = await signingKey("ES256");
+  });
+
+  /** A client as a request shows it, and as an operator names it in `key`. */
+  type Client = { init: RequestInit; key: string };
+  /** How a rule counts its clients, and one client of it. */
+  const clientKinds: [string, { key: string[]; tiered: boolean; client: () => Promise<Client> }][] = [
+    [
+      "a client by its IP",
+      {
+        key: ["ip"],
+        tiered: false,
+        client: async () => {
+          const ip = uniqueIp();
+          return { init: from(ip), key: ip };
+        },
+      },
+    ],
+    [
+      "a token's user, in the tier its claim names",
+      {
+        key: ["jwt:sub|ip"],
+        tiered: true,
+        client: async () => {
+          const sub = `user-${crypto.randomUUID()}`;
+          const token = await tokenFor(signer, { sub, iss: ISSUER, aud: "api", plan: "pro" });
+          return { init: from(uniqueIp(), bearer(token)), key: `jwt:sub=${sub}` };
+        },
+      },
+    ],
+  ];
+
+  /**
+   * One isolate of the Worker, serving both the admin API and the client, on
+   * a clock that moves 1 ms per request: a cached refusal outlives the test,
+   * and an answer to a call sent after a change is never taken for one sent before it.
+   */
+  function oneIsolate(limit: number, kind: (typeof clientKinds)[number][1]) {
+    const id = `ovr-${++rules}`;
+    const clock = { now: Date.now() };
+    const isolate = createIsolate({ clock: () => clock.now });
+    const testEnv = {
+      ...env,
+      ADMIN_TOKEN: TOKEN,
+      RULES: [{ id, limit, period: "1h", path: "/api/*", key: kind.key }],
+      // The tier gives the rule its own limit, so a request in it is decided under a rule of its own.
+      ...(kind.tiered
+        ? {
+            TIERS: { pro: { [id]: limit } },
+            JWT: { issuer: ISSUER, audience: "api", tier_claim: "plan" },
+            JWT_JWKS: JSON.stringify(keySet(signer)),
+          }
+        : {}),
+    };
+    const app = new Hono<{ Bindings: Env }>();
+    app.use(adminApi({ isolate }));
+    app.use(rateLimit({ isolate }));
+    app.all("*", (c) => c.text("ok"));
+    const send = async (path: string, init: RequestInit = {}): Promise<Response> => {
+      clock.now += 1;
+      return app.request(path, init, testEnv);
+    };
+    const admin = (method: string, path: string, body?: unknown, type = "application/json") =>
+      send(`/__ratelimit${path}`, {
+        method,
+        headers: { ...auth, "content-type": type },
+        ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
+      });
+    const run = (n: number, client: Client) => statuses(n, () => send("/api/x", client.init));
+    /** The client's canonical key under the rule, as the admin API makes it. */
+    const canonical = (client: Client) => {
+      const parsed = parseSettings(testEnv);
+      if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+      const key = adminKey(parsed.value.rules[0]!, [client.key], 56);
+      if (!key.ok) throw new Error(key.errors.join("\n"));
+      return key.value;
+    };
+    /** Units this isolate holds leased for the client, unspent. */
+    const leased = (client: Client) => isolate.leases.heldUnits(isolate.digest(canonical(client)));
+    return { id, admin, run, leased, canonical };
+  }
+  type Served = ReturnType<typeof oneIsolate>;
+
+  /** The override as a CSV line, in the columns `rule,key,limit,unlimited,delete`. */
+  const csvLine = (id: string, key: string, override: Record<string, unknown> | null) =>
+    [id, key, override?.limit ?? "", override?.unlimited ? "true" : "", override === null ? "true" : ""].join(",");
+
+  /** Each admin route that changes a client's override; `override` null deletes it. */
+  const routes: [string, (s: Served, c: Client, override: Record<string, unknown> | null) => Promise<Response>][] = [
+    [
+      "PUT or DELETE /overrides",
+      (s, c, override) =>
+        override === null
+          ? s.admin("DELETE", `/overrides?rule=${s.id}&key=${c.key}`)
+          : s.admin("PUT", `/overrides?rule=${s.id}&key=${c.key}`, override),
+    ],
+    [
+      "POST /overrides/import, JSON",
+      (s, c, override) =>
+        s.admin("POST", "/overrides/import", [{ rule: s.id, key: c.key, ...(override ?? { delete: true }) }]),
+    ],
+    [
+      "POST /overrides/import, CSV",
+      (s, c, override) =>
+        s.admin(
+          "POST",
+          "/overrides/import",
+          `rule,key,limit,unlimited,delete\n${csvLine(s.id, c.key, override)}\n`,
+          "text/csv",
+        ),
+    ],
+    [
+      "the dashboard's Put form and its Delete button",
+      async (s, c, override) => {
+        if (override !== null) {
+          // The form sends the expiry as ISO 8601.
+          const expires = new Date(Date.now() + 3_600_000).toISOString();
+          return s.admin("PUT", `/overrides?rule=${s.id}&key=${encodeURIComponent(c.key)}`, { ...override, expires });
+        }
+        // The button deletes the entry as the listing shows it, one `key` per [label, value].
+        const listed = (await (await s.admin("GET", `/overrides?rule=${s.id}&limit=50`)).json()) as {
+          overrides: { key: [string, string][] }[];
+        };
+        const entry = listed.overrides.find((o) => c.key.endsWith(o.key[0]![1]))!;
+        const keys = entry.key.map(([label, value]) => `key=${encodeURIComponent(`${label}=${value}`)}`);
+        return s.admin("DELETE", `/overrides?rule=${s.id}&${keys.join("&")}`);
+      },
+    ],
+  ];
+  const cases = clientKinds.flatMap(([who, kind]) => routes.map(([route, change]) => ({ who, kind, route, change })));
+
+  it.each(cases)(
+    "$route, $who: refused, then its limit raised: admitted on its very next request",
+    async ({ kind, change }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      expect(await served.run(3, client)).toEqual([200, 200, 429]); // the 429 is remembered by the isolate
+      expect((await change(served, client, { limit: 5 })).status).toBe(200);
+      expect(await served.run(4, client)).toEqual([200, 200, 200, 429]);
+    },
+  );
+
+  it.each(cases)(
+    "$route, $who: refused, then its lower limit deleted: admitted on its very next request",
+    async ({ kind, change }) => {
+      const served = oneIsolate(3, kind);
+      const client = await kind.client();
+      expect((await served.admin("PUT", `/overrides?rule=${served.id}&key=${client.key}`, { limit: 1 })).status).toBe(
+        200,
+      );
+      expect(await served.run(2, client)).toEqual([200, 429]);
+      expect((await change(served, client, null)).status).toBe(200);
+      expect(await served.run(3, client)).toEqual([200, 200, 429]);
+    },
+  );
+
+  it.each(cases)(
+    "$route, $who: its `unlimited` deleted: counted under the rule's limit at once",
+    async ({ kind, change }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      const lifted = await served.admin("PUT", `/overrides?rule=${served.id}&key=${client.key}`, { unlimited: true });
+      expect(lifted.status).toBe(200);
+      expect(await served.run(20, client)).toEqual(Array(20).fill(200));
+      expect(served.leased(client)).toBeGreaterThan(0); // units that count nowhere, spent without asking
+      expect((await change(served, client, null)).status).toBe(200);
+      expect(served.leased(client)).toBe(0);
+      expect(await served.run(5, client)).toEqual([200, 200, 429, 429, 429]);
+    },
+  );
+
+  it.each(
+    clientKinds.flatMap(([who, kind]) => [
+      { who, kind, by: "key (the CLI's reset)", named: async (_: Served, c: Client) => `key=${c.key}` },
+      {
+        who,
+        kind,
+        by: "hash (the dashboard's Reset)",
+        named: async (s: Served, c: Client) => `hash=${await hashKey(s.canonical(c))}`,
+      },
+    ]),
+  )(
+    "DELETE /status by its $by, $who: refused, then reset: admitted on its very next request",
+    async ({ kind, named }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      expect(await served.run(3, client)).toEqual([200, 200, 429]);
+      const reset = await served.admin("DELETE", `/status?rule=${served.id}&${await named(served, client)}`);
+      expect(reset.status).toBe(200);
+      expect(await served.run(3, client)).toEqual([200, 200, 429]);
+    },
+  );
 });

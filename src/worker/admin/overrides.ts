@@ -174,7 +174,9 @@ export const entryView = (entry: RegistryEntry) => ({
  * Many overrides at once, from a JSON list (`[{"rule", "key", "tier"…}]`,
  * `"delete": true` to remove one) or CSV with a header line (`rule,key,limit,
  * tier,unlimited,deny,expires,note,delete`). All or nothing: one bad line
- * makes a 400 that names every bad line, and nothing changes.
+ * makes a 400 that names every bad line, and nothing changes. Then this
+ * isolate forgets every client the import names, as after a PUT; the
+ * registry sends the first changes before it answers (see importMany).
  */
 async function importOverrides(
   request: Request,
@@ -186,7 +188,7 @@ async function importOverrides(
   const csv = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("text/csv");
   const items = csv ? csvItems(text.value) : jsonItems(text.value);
   if (!items.ok) return invalid(items.errors);
-  const changes: Change[] = [];
+  const changes: { change: Change; rule: Rule }[] = [];
   const errors: string[] = [];
   const settings = context.settings;
   for (const [i, item] of items.value.entries()) {
@@ -195,12 +197,21 @@ async function importOverrides(
     else errors.push(...change.errors.map((error) => `item ${i + 1}: ${error}`));
   }
   if (errors.length > 0) return invalid(errors);
-  const report = await stub.importMany(changes, context.by);
+  const report = await stub.importMany(
+    changes.map(({ change }) => change),
+    context.by,
+  );
+  for (const { change, rule } of changes) forgetHere(context, rule, change.key);
   logEvent({ event: "overrides_imported", by: context.by, ...report }, "warn");
   return json(report);
 }
 
-async function changeOf(item: unknown, context: OverridesContext, settings: Settings): Promise<Result<Change>> {
+/** One item of an import as a change, with the rule it names. */
+async function changeOf(
+  item: unknown,
+  context: OverridesContext,
+  settings: Settings,
+): Promise<Result<{ change: Change; rule: Rule }>> {
   if (typeof item !== "object" || item === null || Array.isArray(item))
     return fail(`must be an object; got ${show(item)}`);
   const { rule: ruleId, key: keyParams, delete: remove, ...fields } = item as Record<string, unknown>;
@@ -213,9 +224,13 @@ async function changeOf(item: unknown, context: OverridesContext, settings: Sett
   const key = adminKey(rule.value, params, settings.ipv6PrefixBits);
   if (!key.ok) return fail(...key.errors.map((error) => `key: ${error}`));
   const name = await hashKey(key.value);
-  if (remove === true) return ok({ rule: rule.value.id, key: key.value, name, override: null });
+  const change = (override: Override | null) => ({
+    change: { rule: rule.value.id, key: key.value, name, override },
+    rule: rule.value,
+  });
+  if (remove === true) return ok(change(null));
   const override = parseOverride(fields, overrideContext(context));
-  return override.ok ? ok({ rule: rule.value.id, key: key.value, name, override: override.value }) : override;
+  return override.ok ? ok(change(override.value)) : override;
 }
 
 function jsonItems(text: string): Result<unknown[]> {
