@@ -9,6 +9,7 @@ import { Hono } from "hono";
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { parseSettings } from "../src/config/settings.ts";
 import { hashKey } from "../src/core/keys.ts";
+import type { Override } from "../src/core/overrides.ts";
 import { createIsolate } from "../src/isolate/isolate.ts";
 import type { OverrideRegistry } from "../src/object/registry.ts";
 import { adminApi } from "../src/worker/admin/api.ts";
@@ -293,12 +294,148 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
   });
 });
 
+describe("every time the API accepts round-trips through its listing", () => {
+  const NOW = Date.UTC(2030, 0, 1, 12, 0, 0);
+  /** The last millisecond an expiry may be. */
+  const LAST = Date.UTC(2099, 11, 31, 23, 59, 59, 999);
+  /** What an operator sends as `expires`, and what every answer and listing shows for it. */
+  const accepted: [unknown, string | null][] = [
+    [null, null],
+    [NOW + 1, "2030-01-01T12:00:00.001Z"],
+    ["2030-01-01T12:00:00.001Z", "2030-01-01T12:00:00.001Z"],
+    ["2030-01-01T14:00:00.001+02:00", "2030-01-01T12:00:00.001Z"],
+    ["2030-01-02", "2030-01-02T00:00:00.000Z"],
+    [LAST, "2099-12-31T23:59:59.999Z"],
+    ["2099-12-31T23:59:59.999Z", "2099-12-31T23:59:59.999Z"],
+    ["+002099-12-31T23:59:59.999Z", "2099-12-31T23:59:59.999Z"],
+    ["2100-01-01T01:00:00+02:00", "2099-12-31T23:00:00.000Z"],
+  ];
+  /** What is refused, with the 400's message. */
+  const refused: [string, unknown, RegExp][] = [
+    ["now", NOW, /field "expires": must be in the future; got 1893499200000/],
+    ["the millisecond after 2099", LAST + 1, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["2100 as ISO 8601", "2100-01-01T00:00:00Z", /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["the year 9999", "9999-12-31T23:59:59.999Z", /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["the year 10000", "+010000-01-01T00:00:00.000Z", /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["Unix microseconds", NOW * 1_000, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["Unix nanoseconds", NOW * 1_000_000, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["the last time a Date can hold", 8.64e15, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["past what a Date can hold", 8.64e15 + 1, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["1e300", 1e300, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["a fraction of a millisecond", NOW + 0.5, /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+    ["a date that is not ISO 8601", "12/31/2099", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+  ];
+
+  /** A CSV cell for a value: an integer as its digits (as a spreadsheet writes it), anything else as text. */
+  const cell = (value: unknown) =>
+    typeof value === "number" && Number.isInteger(value) ? BigInt(value).toString() : String(value ?? "");
+  /** Each way an override comes in; the answer, and for a PUT the `after` it shows. */
+  const ways: [
+    string,
+    (s: ReturnType<typeof setup>, ip: string, expires: unknown) => ReturnType<ReturnType<typeof setup>["admin"]>,
+  ][] = [
+    ["PUT", (s, ip, expires) => s.set(ip, { limit: 5, expires })],
+    ["import, JSON", (s, ip, expires) => s.admin("POST", "/import", [{ rule: s.id, key: ip, limit: 5, expires }])],
+    [
+      "import, CSV",
+      (s, ip, expires) =>
+        s.admin("POST", "/import", `rule,key,limit,expires\n${s.id},${ip},5,${cell(expires)}\n`, "text/csv"),
+    ],
+  ];
+  const nowAt = () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(NOW);
+  };
+
+  it.each(ways.flatMap(([way, send]) => accepted.map(([expires, shown]) => ({ way, send, expires, shown }))))(
+    "$way, expires $expires: shown as $shown by GET, the list and DELETE",
+    async ({ send, expires, shown }) => {
+      nowAt();
+      const s = setup(2);
+      const client = uniqueIp();
+      const put = await send(s, client, expires);
+      expect(put.status).toBe(200);
+      if ("after" in put.body) expect(put.body.after).toMatchObject({ expires: shown });
+      expect((await s.admin("GET", `?rule=${s.id}&key=${client}`)).body).toMatchObject({ limit: 5, expires: shown });
+      const listed = await s.admin("GET", `?rule=${s.id}`);
+      expect(listed.status).toBe(200);
+      // Applied: the client's object took the expiry too.
+      expect(listed.body.overrides).toEqual([expect.objectContaining({ limit: 5, expires: shown, state: "applied" })]);
+      const deleted = await s.admin("DELETE", `?rule=${s.id}&key=${client}`);
+      expect([deleted.status, deleted.body.before]).toEqual([200, expect.objectContaining({ expires: shown })]);
+      if (shown === null) return;
+      // What is shown, sent back, means the same time.
+      expect((await send(s, client, shown)).status).toBe(200);
+      expect((await s.admin("GET", `?rule=${s.id}&key=${client}`)).body).toMatchObject({ expires: shown });
+    },
+  );
+
+  it.each(
+    ways.flatMap(([way, send]) => refused.map(([name, expires, message]) => ({ way, send, name, expires, message }))),
+  )(
+    "$way refuses $name with a 400 naming the field and its range, and stores nothing",
+    async ({ send, expires, message }) => {
+      nowAt();
+      const s = setup(2);
+      const client = uniqueIp();
+      const res = await send(s, client, expires);
+      expect([res.status, res.body.type]).toEqual([400, "urn:edge-rate-limiter:invalid-override"]);
+      expect((res.body.errors as string[]).join("\n")).toMatch(message);
+      expect((await s.admin("GET", `?rule=${s.id}`)).body.overrides).toEqual([]);
+    },
+  );
+
+  /** Stored expiries the API no longer accepts, as an index from before the bound may hold them; what it shows. */
+  const stored: { name: string; expiresAtMs: number; shown: string | null }[] = [
+    { name: "Unix nanoseconds", expiresAtMs: Date.UTC(2030, 0, 1) * 1_000_000, shown: null },
+    { name: "past what a Date can hold", expiresAtMs: 8.64e15 + 1, shown: null },
+    { name: "the year 9999", expiresAtMs: Date.UTC(9999, 11, 31), shown: "9999-12-31T00:00:00.000Z" },
+  ];
+
+  it.each(stored)(
+    "an expiry stored before the bound ($name) is listed, read and deleted, shown as $shown with a warning",
+    async ({ expiresAtMs, shown }) => {
+      const s = setup(2);
+      const client = uniqueIp();
+      const key = JSON.stringify([["ip", client]]);
+      const name = await hashKey(key);
+      const override: Override = { kind: "limit", limit: 5, expiresAtMs, note: "", updatedAtMs: Date.now(), by: "old" };
+      await runInDurableObject(registry(), (_, state) => {
+        state.storage.sql.exec(
+          "INSERT INTO entries (rule, key, name, value, version, applied) VALUES (?, ?, ?, ?, 0, 1)",
+          s.id,
+          key,
+          name,
+          JSON.stringify(override),
+        );
+      });
+      const warning = expect.stringMatching(
+        /^expires: \S+ is past the latest expiry the API accepts \(2099-12-31T23:59:59.999Z, Unix ms 4102444799999\): set the override again, or delete it$/,
+      );
+      const listed = await s.admin("GET", `?rule=${s.id}`);
+      expect(listed.status).toBe(200);
+      expect(listed.body.overrides).toEqual([expect.objectContaining({ limit: 5, expires: shown, warning })]);
+      expect((await s.admin("GET", `?rule=${s.id}&key=${client}`)).body).toMatchObject({ expires: shown, warning });
+      const deleted = await s.admin("DELETE", `?rule=${s.id}&key=${client}`);
+      expect([deleted.status, deleted.body.before]).toEqual([
+        200,
+        expect.objectContaining({ expires: shown, warning }),
+      ]);
+      expect((await s.admin("GET", `?rule=${s.id}`)).body.overrides).toEqual([]);
+    },
+  );
+});
+
+/** The registry: one object for the whole deployment. */
+function registry() {
+  const ns = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
+  return ns.get(ns.idFromName("registry"));
+}
+
 /** Waits until the registry has no pending change: every object confirmed what the index says. */
 async function settled(): Promise<void> {
-  const ns = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
-  const registry = ns.get(ns.idFromName("registry"));
   for (let i = 0; i < 200; i++) {
-    if ((await registry.counts()).pending === 0) return;
+    if ((await registry().counts()).pending === 0) return;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   throw new Error("the registry still has pending changes");
