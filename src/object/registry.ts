@@ -252,6 +252,6 @@ export function logChange(by: string, change: Change, before: Override | null): 
       before: before === null ? null : overrideView(before),
       after: change.override === null ? null : overrideView(change.override),
     },
-    "warn",
+    "info",
   );
 }

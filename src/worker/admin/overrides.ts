@@ -202,7 +202,7 @@ async function importOverrides(
     context.by,
   );
   for (const { change, rule } of changes) forgetHere(context, rule, change.key);
-  logEvent({ event: "overrides_imported", by: context.by, ...report }, "warn");
+  logEvent({ event: "overrides_imported", by: context.by, ...report }, "info");
   return json(report);
 }
 
