@@ -294,6 +294,86 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
   });
 });
 
+describe("a body past 8 MiB is refused with 413, counted in bytes, and read no further", () => {
+  const MAX_BYTES = 8 * 1024 * 1024;
+  const MiB = 1024 * 1024;
+  /**
+   * A body with no Content-Length (sent chunked): `count` chunks of `chunk`,
+   * each made only when the reader asks for it; `pulled()` says how many were.
+   */
+  function chunked(chunk: string, count: number) {
+    const bytes = new TextEncoder().encode(chunk);
+    let pulled = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled === count) return controller.close();
+        pulled++;
+        controller.enqueue(bytes);
+      },
+    });
+    return { body, pulled: () => pulled };
+  }
+  /** 1 MiB of "é": 512 Ki characters, each 2 bytes in UTF-8. */
+  const accents = "é".repeat(MiB / 2);
+
+  /** Each route that reads a body, and the query and type it is sent with. */
+  const routes: [string, string, string][] = [
+    ["PUT /overrides", "PUT", "application/json"],
+    ["POST /overrides/import, JSON", "POST", "application/json"],
+    ["POST /overrides/import, CSV", "POST", "text/csv"],
+  ];
+  const path = (method: string, id: string) =>
+    method === "PUT" ? `/__ratelimit/overrides?rule=${id}&key=${uniqueIp()}` : "/__ratelimit/overrides/import";
+
+  it.each(routes)("%s: 9 MiB by its Content-Length, refused before its body is read", async (_, method, type) => {
+    const { id, send } = setup(2);
+    const { body, pulled } = chunked(" ".repeat(MiB), 9);
+    const headers = { ...auth, "content-type": type, "content-length": String(9 * MiB) };
+    await expectTooLarge(await send(path(method, id), { method, headers, body }));
+    expect(pulled()).toBeLessThanOrEqual(1); // at most the one a stream makes ready before it is read
+  });
+
+  it.each(routes)("%s: 100 MiB sent chunked, of which at most 10 MiB are read", async (_, method, type) => {
+    const { id, send } = setup(2);
+    const { body, pulled } = chunked(" ".repeat(MiB), 100);
+    const res = await send(path(method, id), { method, headers: { ...auth, "content-type": type }, body });
+    await expectTooLarge(res);
+    expect(pulled()).toBeLessThanOrEqual(10);
+  });
+
+  it.each(routes)("%s: 9 MiB in 4.5 M two-byte characters, sent chunked", async (_, method, type) => {
+    const { id, send } = setup(2);
+    expect(9 * accents.length).toBeLessThan(MAX_BYTES); // under the limit in characters, over it in bytes
+    const { body } = chunked(accents, 9);
+    await expectTooLarge(await send(path(method, id), { method, headers: { ...auth, "content-type": type }, body }));
+  });
+
+  it.each([
+    ["with its Content-Length", { "content-length": String(MAX_BYTES) }, (text: string) => text],
+    ["sent chunked", {}, (text: string) => chunked(text, 1).body],
+  ])("reads an import of exactly 8 MiB, %s", async (_, length, bodyOf) => {
+    const { send } = setup(2);
+    const text = `[${" ".repeat(MAX_BYTES - 2)}]`;
+    const res = await send("/__ratelimit/overrides/import", {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/json", ...length },
+      body: bodyOf(text),
+    });
+    expect([res.status, await res.json()]).toEqual([200, { created: 0, updated: 0, unchanged: 0, deleted: 0 }]);
+  });
+
+  async function expectTooLarge(res: Response): Promise<void> {
+    expect([res.status, res.headers.get("content-type")]).toEqual([413, "application/problem+json"]);
+    expect(await res.json()).toEqual({
+      type: "urn:edge-rate-limiter:body-too-large",
+      title: "Content Too Large",
+      status: 413,
+      detail: `A body may be at most ${MAX_BYTES} bytes; send a larger import in parts.`,
+      maxBytes: MAX_BYTES,
+    });
+  }
+});
+
 describe("every time the API accepts round-trips through its listing", () => {
   const NOW = Date.UTC(2030, 0, 1, 12, 0, 0);
   /** The last millisecond an expiry may be. */
