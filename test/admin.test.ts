@@ -597,24 +597,81 @@ describe("the key an operator names is the key a request has", () => {
   });
 });
 
-describe("failures are logged", () => {
-  let warn: MockInstance;
+describe("admin changes are logged at info level: normal operator actions, not warnings", () => {
+  let lines: { stream: "log" | "warn" | "error"; entry: Record<string, unknown> }[];
+  let spies: MockInstance[];
   beforeEach(() => {
-    warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    lines = [];
+    spies = (["log", "warn", "error"] as const).map((stream) =>
+      vi.spyOn(console, stream).mockImplementation((line: unknown) => {
+        try {
+          lines.push({ stream, entry: JSON.parse(String(line)) as Record<string, unknown> });
+        } catch {
+          // not one of ours
+        }
+      }),
+    );
   });
-  afterEach(() => warn.mockRestore());
+  afterEach(() => {
+    for (const spy of spies) spy.mockRestore();
+  });
 
-  it("logs every reset as JSON, with the rule and the key's hash, never the key", async () => {
-    const { admin } = withAdmin([{ id: "logged", limit: 5, period: "1m" }]);
-    const ip = uniqueIp();
-    const { body } = await admin("DELETE", `/__ratelimit/status?${q({ rule: "logged", key: ip })}`);
-    const lines = warn.mock.calls.map(([line]) => String(line));
-    expect(lines.map((line) => JSON.parse(line))).toContainEqual({
-      level: "warn",
-      event: "admin_reset",
-      rule: "logged",
-      key: body.keyHash,
-    });
-    expect(lines.join("\n")).not.toContain(ip);
-  });
+  /** One admin change, sent by `admin`, for client `ip` of rule `id`. */
+  type Admin = (method: string, path: string, body?: string, type?: string) => Promise<Response>;
+  const changes: [string, string[], (admin: Admin, id: string, ip: string) => Promise<unknown>][] = [
+    [
+      "PUT /overrides",
+      ["override_set"],
+      (admin, id, ip) => admin("PUT", `/overrides?${q({ rule: id, key: ip })}`, '{"limit": 5}'),
+    ],
+    [
+      "DELETE /overrides",
+      ["override_set", "override_deleted"],
+      async (admin, id, ip) => {
+        await admin("PUT", `/overrides?${q({ rule: id, key: ip })}`, '{"limit": 5}');
+        return admin("DELETE", `/overrides?${q({ rule: id, key: ip })}`);
+      },
+    ],
+    [
+      "POST /overrides/import, JSON",
+      ["override_set", "overrides_imported"],
+      (admin, id, ip) => admin("POST", "/overrides/import", JSON.stringify([{ rule: id, key: ip, tier: "pro" }])),
+    ],
+    [
+      "POST /overrides/import, CSV, deleting",
+      ["override_set", "override_deleted", "overrides_imported"],
+      async (admin, id, ip) => {
+        await admin("PUT", `/overrides?${q({ rule: id, key: ip })}`, '{"unlimited": true}');
+        return admin("POST", "/overrides/import", `rule,key,delete\n${id},${ip},true\n`, "text/csv");
+      },
+    ],
+    ["DELETE /status", ["admin_reset"], (admin, id, ip) => admin("DELETE", `/status?${q({ rule: id, key: ip })}`)],
+  ];
+
+  it.each(changes)(
+    "%s logs %j as JSON at info, to the standard stream, with the key's hash, never the key",
+    async (_, events, change) => {
+      const id = `logged-${uniqueTag("r").replace(/[^a-z0-9-]/g, "")}`.slice(0, 64);
+      const send = limiter([{ id, limit: 5, period: "1m" }], {
+        ADMIN_TOKEN: TOKEN,
+        TIERS: { pro: { [id]: 50 } },
+      });
+      const admin: Admin = async (method, path, body, type = "application/json") => {
+        const res = await send(`/__ratelimit${path}`, {
+          method,
+          headers: { ...bearer(), "content-type": type },
+          ...(body === undefined ? {} : { body }),
+        });
+        expect(res.status).toBe(200);
+        return res;
+      };
+      const ip = uniqueIp();
+      await change(admin, id, ip);
+      const logged = lines.filter(({ entry }) => events.includes(String(entry.event)));
+      expect(logged.map(({ entry }) => entry.event).sort()).toEqual([...events].sort());
+      expect(logged.map(({ stream, entry }) => [stream, entry.level])).toEqual(events.map(() => ["log", "info"]));
+      for (const { entry } of logged) if ("key" in entry) expect(entry.key).toMatch(/^[0-9a-f]{12}$/);
+      expect(JSON.stringify(lines)).not.toContain(ip);
+    },
+  );
 });

@@ -6,14 +6,19 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env as workerEnv } from "cloudflare:workers";
 import { Hono } from "hono";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { parseSettings } from "../src/config/settings.ts";
+import { hashKey } from "../src/core/keys.ts";
+import type { Override } from "../src/core/overrides.ts";
 import { createIsolate } from "../src/isolate/isolate.ts";
 import type { OverrideRegistry } from "../src/object/registry.ts";
 import { adminApi } from "../src/worker/admin/api.ts";
+import { adminKey } from "../src/worker/admin/key.ts";
 import type { Env } from "../src/worker/env.ts";
 import { rateLimit } from "../src/worker/middleware.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, statuses, uniqueIp } from "./support/limiter.ts";
+import { bearer, keySet, type SigningKey, signingKey, tokenFor } from "./support/tokens.ts";
 
 const TOKEN = "test-admin-token-overrides-5d1e";
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -347,12 +352,228 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
   });
 });
 
+describe("a body past 8 MiB is refused with 413, counted in bytes, and read no further", () => {
+  const MAX_BYTES = 8 * 1024 * 1024;
+  const MiB = 1024 * 1024;
+  /**
+   * A body with no Content-Length (sent chunked): `count` chunks of `chunk`,
+   * each made only when the reader asks for it; `pulled()` says how many were.
+   */
+  function chunked(chunk: string, count: number) {
+    const bytes = new TextEncoder().encode(chunk);
+    let pulled = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled === count) return controller.close();
+        pulled++;
+        controller.enqueue(bytes);
+      },
+    });
+    return { body, pulled: () => pulled };
+  }
+  /** 1 MiB of "é": 512 Ki characters, each 2 bytes in UTF-8. */
+  const accents = "é".repeat(MiB / 2);
+
+  /** Each route that reads a body, and the query and type it is sent with. */
+  const routes: [string, string, string][] = [
+    ["PUT /overrides", "PUT", "application/json"],
+    ["POST /overrides/import, JSON", "POST", "application/json"],
+    ["POST /overrides/import, CSV", "POST", "text/csv"],
+  ];
+  const path = (method: string, id: string) =>
+    method === "PUT" ? `/__ratelimit/overrides?rule=${id}&key=${uniqueIp()}` : "/__ratelimit/overrides/import";
+
+  it.each(routes)("%s: 9 MiB by its Content-Length, refused before its body is read", async (_, method, type) => {
+    const { id, send } = setup(2);
+    const { body, pulled } = chunked(" ".repeat(MiB), 9);
+    const headers = { ...auth, "content-type": type, "content-length": String(9 * MiB) };
+    await expectTooLarge(await send(path(method, id), { method, headers, body }));
+    expect(pulled()).toBeLessThanOrEqual(1); // at most the one a stream makes ready before it is read
+  });
+
+  it.each(routes)("%s: 100 MiB sent chunked, of which at most 10 MiB are read", async (_, method, type) => {
+    const { id, send } = setup(2);
+    const { body, pulled } = chunked(" ".repeat(MiB), 100);
+    const res = await send(path(method, id), { method, headers: { ...auth, "content-type": type }, body });
+    await expectTooLarge(res);
+    expect(pulled()).toBeLessThanOrEqual(10);
+  });
+
+  it.each(routes)("%s: 9 MiB in 4.5 M two-byte characters, sent chunked", async (_, method, type) => {
+    const { id, send } = setup(2);
+    expect(9 * accents.length).toBeLessThan(MAX_BYTES); // under the limit in characters, over it in bytes
+    const { body } = chunked(accents, 9);
+    await expectTooLarge(await send(path(method, id), { method, headers: { ...auth, "content-type": type }, body }));
+  });
+
+  it.each([
+    ["with its Content-Length", { "content-length": String(MAX_BYTES) }, (text: string) => text],
+    ["sent chunked", {}, (text: string) => chunked(text, 1).body],
+  ])("reads an import of exactly 8 MiB, %s", async (_, length, bodyOf) => {
+    const { send } = setup(2);
+    const text = `[${" ".repeat(MAX_BYTES - 2)}]`;
+    const res = await send("/__ratelimit/overrides/import", {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/json", ...length },
+      body: bodyOf(text),
+    });
+    expect([res.status, await res.json()]).toEqual([200, { created: 0, updated: 0, unchanged: 0, deleted: 0 }]);
+  });
+
+  async function expectTooLarge(res: Response): Promise<void> {
+    expect([res.status, res.headers.get("content-type")]).toEqual([413, "application/problem+json"]);
+    expect(await res.json()).toEqual({
+      type: "urn:edge-rate-limiter:body-too-large",
+      title: "Content Too Large",
+      status: 413,
+      detail: `A body may be at most ${MAX_BYTES} bytes; send a larger import in parts.`,
+      maxBytes: MAX_BYTES,
+    });
+  }
+});
+
+describe("every time the API accepts round-trips through its listing", () => {
+  const NOW = Date.UTC(2030, 0, 1, 12, 0, 0);
+  /** The last millisecond an expiry may be. */
+  const LAST = Date.UTC(2099, 11, 31, 23, 59, 59, 999);
+  /** What an operator sends as `expires`, and what every answer and listing shows for it. */
+  const accepted: [unknown, string | null][] = [
+    [null, null],
+    [NOW + 1, "2030-01-01T12:00:00.001Z"],
+    ["2030-01-01T12:00:00.001Z", "2030-01-01T12:00:00.001Z"],
+    ["2030-01-01T14:00:00.001+02:00", "2030-01-01T12:00:00.001Z"],
+    ["2030-01-02", "2030-01-02T00:00:00.000Z"],
+    [LAST, "2099-12-31T23:59:59.999Z"],
+    ["2099-12-31T23:59:59.999Z", "2099-12-31T23:59:59.999Z"],
+    ["+002099-12-31T23:59:59.999Z", "2099-12-31T23:59:59.999Z"],
+    ["2100-01-01T01:00:00+02:00", "2099-12-31T23:00:00.000Z"],
+  ];
+  /** What is refused, with the 400's message. */
+  const refused: [string, unknown, RegExp][] = [
+    ["now", NOW, /field "expires": must be in the future; got 1893499200000/],
+    ["the millisecond after 2099", LAST + 1, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["2100 as ISO 8601", "2100-01-01T00:00:00Z", /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["the year 9999", "9999-12-31T23:59:59.999Z", /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["the year 10000", "+010000-01-01T00:00:00.000Z", /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["Unix microseconds", NOW * 1_000, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["Unix nanoseconds", NOW * 1_000_000, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["the last time a Date can hold", 8.64e15, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["past what a Date can hold", 8.64e15 + 1, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["1e300", 1e300, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
+    ["a fraction of a millisecond", NOW + 0.5, /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+    ["a date that is not ISO 8601", "12/31/2099", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+  ];
+
+  /** A CSV cell for a value: an integer as its digits (as a spreadsheet writes it), anything else as text. */
+  const cell = (value: unknown) =>
+    typeof value === "number" && Number.isInteger(value) ? BigInt(value).toString() : String(value ?? "");
+  /** Each way an override comes in; the answer, and for a PUT the `after` it shows. */
+  const ways: [
+    string,
+    (s: ReturnType<typeof setup>, ip: string, expires: unknown) => ReturnType<ReturnType<typeof setup>["admin"]>,
+  ][] = [
+    ["PUT", (s, ip, expires) => s.set(ip, { limit: 5, expires })],
+    ["import, JSON", (s, ip, expires) => s.admin("POST", "/import", [{ rule: s.id, key: ip, limit: 5, expires }])],
+    [
+      "import, CSV",
+      (s, ip, expires) =>
+        s.admin("POST", "/import", `rule,key,limit,expires\n${s.id},${ip},5,${cell(expires)}\n`, "text/csv"),
+    ],
+  ];
+  const nowAt = () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(NOW);
+  };
+
+  it.each(ways.flatMap(([way, send]) => accepted.map(([expires, shown]) => ({ way, send, expires, shown }))))(
+    "$way, expires $expires: shown as $shown by GET, the list and DELETE",
+    async ({ send, expires, shown }) => {
+      nowAt();
+      const s = setup(2);
+      const client = uniqueIp();
+      const put = await send(s, client, expires);
+      expect(put.status).toBe(200);
+      if ("after" in put.body) expect(put.body.after).toMatchObject({ expires: shown });
+      expect((await s.admin("GET", `?rule=${s.id}&key=${client}`)).body).toMatchObject({ limit: 5, expires: shown });
+      const listed = await s.admin("GET", `?rule=${s.id}`);
+      expect(listed.status).toBe(200);
+      // Applied: the client's object took the expiry too.
+      expect(listed.body.overrides).toEqual([expect.objectContaining({ limit: 5, expires: shown, state: "applied" })]);
+      const deleted = await s.admin("DELETE", `?rule=${s.id}&key=${client}`);
+      expect([deleted.status, deleted.body.before]).toEqual([200, expect.objectContaining({ expires: shown })]);
+      if (shown === null) return;
+      // What is shown, sent back, means the same time.
+      expect((await send(s, client, shown)).status).toBe(200);
+      expect((await s.admin("GET", `?rule=${s.id}&key=${client}`)).body).toMatchObject({ expires: shown });
+    },
+  );
+
+  it.each(
+    ways.flatMap(([way, send]) => refused.map(([name, expires, message]) => ({ way, send, name, expires, message }))),
+  )(
+    "$way refuses $name with a 400 naming the field and its range, and stores nothing",
+    async ({ send, expires, message }) => {
+      nowAt();
+      const s = setup(2);
+      const client = uniqueIp();
+      const res = await send(s, client, expires);
+      expect([res.status, res.body.type]).toEqual([400, "urn:edge-rate-limiter:invalid-override"]);
+      expect((res.body.errors as string[]).join("\n")).toMatch(message);
+      expect((await s.admin("GET", `?rule=${s.id}`)).body.overrides).toEqual([]);
+    },
+  );
+
+  /** Stored expiries the API no longer accepts, as an index from before the bound may hold them; what it shows. */
+  const stored: { name: string; expiresAtMs: number; shown: string | null }[] = [
+    { name: "Unix nanoseconds", expiresAtMs: Date.UTC(2030, 0, 1) * 1_000_000, shown: null },
+    { name: "past what a Date can hold", expiresAtMs: 8.64e15 + 1, shown: null },
+    { name: "the year 9999", expiresAtMs: Date.UTC(9999, 11, 31), shown: "9999-12-31T00:00:00.000Z" },
+  ];
+
+  it.each(stored)(
+    "an expiry stored before the bound ($name) is listed, read and deleted, shown as $shown with a warning",
+    async ({ expiresAtMs, shown }) => {
+      const s = setup(2);
+      const client = uniqueIp();
+      const key = JSON.stringify([["ip", client]]);
+      const name = await hashKey(key);
+      const override: Override = { kind: "limit", limit: 5, expiresAtMs, note: "", updatedAtMs: Date.now(), by: "old" };
+      await runInDurableObject(registry(), (_, state) => {
+        state.storage.sql.exec(
+          "INSERT INTO entries (rule, key, name, value, version, applied) VALUES (?, ?, ?, ?, 0, 1)",
+          s.id,
+          key,
+          name,
+          JSON.stringify(override),
+        );
+      });
+      const warning = expect.stringMatching(
+        /^expires: \S+ is past the latest expiry the API accepts \(2099-12-31T23:59:59.999Z, Unix ms 4102444799999\): set the override again, or delete it$/,
+      );
+      const listed = await s.admin("GET", `?rule=${s.id}`);
+      expect(listed.status).toBe(200);
+      expect(listed.body.overrides).toEqual([expect.objectContaining({ limit: 5, expires: shown, warning })]);
+      expect((await s.admin("GET", `?rule=${s.id}&key=${client}`)).body).toMatchObject({ expires: shown, warning });
+      const deleted = await s.admin("DELETE", `?rule=${s.id}&key=${client}`);
+      expect([deleted.status, deleted.body.before]).toEqual([
+        200,
+        expect.objectContaining({ expires: shown, warning }),
+      ]);
+      expect((await s.admin("GET", `?rule=${s.id}`)).body.overrides).toEqual([]);
+    },
+  );
+});
+
+/** The registry: one object for the whole deployment. */
+function registry() {
+  const ns = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
+  return ns.get(ns.idFromName("registry"));
+}
+
 /** Waits until the registry has no pending change: every object confirmed what the index says. */
 async function settled(): Promise<void> {
-  const ns = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
-  const registry = ns.get(ns.idFromName("registry"));
   for (let i = 0; i < 200; i++) {
-    if ((await registry.counts()).pending === 0) return;
+    if ((await registry().counts()).pending === 0) return;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   throw new Error("the registry still has pending changes");
@@ -455,6 +676,204 @@ describe("the client's object keeps its overrides", () => {
     await stub.setOverride("kept", override(null), 5);
     expect(await stub.listOverrides()).toEqual({});
   });
+});
+
+describe("every admin change clears what the isolate that served it remembers of the client", () => {
+  const ISSUER = "https://auth.example.test/";
+  let signer: SigningKey;
+  beforeAll(async () => {
+    signer = await signingKey("ES256");
+  });
+
+  /** A client as a request shows it, and as an operator names it in `key`. */
+  type Client = { init: RequestInit; key: string };
+  /** How a rule counts its clients, and one client of it. */
+  const clientKinds: [string, { key: string[]; tiered: boolean; client: () => Promise<Client> }][] = [
+    [
+      "a client by its IP",
+      {
+        key: ["ip"],
+        tiered: false,
+        client: async () => {
+          const ip = uniqueIp();
+          return { init: from(ip), key: ip };
+        },
+      },
+    ],
+    [
+      "a token's user, in the tier its claim names",
+      {
+        key: ["jwt:sub|ip"],
+        tiered: true,
+        client: async () => {
+          const sub = `user-${crypto.randomUUID()}`;
+          const token = await tokenFor(signer, { sub, iss: ISSUER, aud: "api", plan: "pro" });
+          return { init: from(uniqueIp(), bearer(token)), key: `jwt:sub=${sub}` };
+        },
+      },
+    ],
+  ];
+
+  /**
+   * One isolate of the Worker, serving both the admin API and the client, on
+   * a clock that moves 1 ms per request: a cached refusal outlives the test,
+   * and an answer to a call sent after a change is never taken for one sent before it.
+   */
+  function oneIsolate(limit: number, kind: (typeof clientKinds)[number][1]) {
+    const id = `ovr-${++rules}`;
+    const clock = { now: Date.now() };
+    const isolate = createIsolate({ clock: () => clock.now });
+    const testEnv = {
+      ...env,
+      ADMIN_TOKEN: TOKEN,
+      RULES: [{ id, limit, period: "1h", path: "/api/*", key: kind.key }],
+      // The tier gives the rule its own limit, so a request in it is decided under a rule of its own.
+      ...(kind.tiered
+        ? {
+            TIERS: { pro: { [id]: limit } },
+            JWT: { issuer: ISSUER, audience: "api", tier_claim: "plan" },
+            JWT_JWKS: JSON.stringify(keySet(signer)),
+          }
+        : {}),
+    };
+    const app = new Hono<{ Bindings: Env }>();
+    app.use(adminApi({ isolate }));
+    app.use(rateLimit({ isolate }));
+    app.all("*", (c) => c.text("ok"));
+    const send = async (path: string, init: RequestInit = {}): Promise<Response> => {
+      clock.now += 1;
+      return app.request(path, init, testEnv);
+    };
+    const admin = (method: string, path: string, body?: unknown, type = "application/json") =>
+      send(`/__ratelimit${path}`, {
+        method,
+        headers: { ...auth, "content-type": type },
+        ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
+      });
+    const run = (n: number, client: Client) => statuses(n, () => send("/api/x", client.init));
+    /** The client's canonical key under the rule, as the admin API makes it. */
+    const canonical = (client: Client) => {
+      const parsed = parseSettings(testEnv);
+      if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+      const key = adminKey(parsed.value.rules[0]!, [client.key], 56);
+      if (!key.ok) throw new Error(key.errors.join("\n"));
+      return key.value;
+    };
+    /** Units this isolate holds leased for the client, unspent. */
+    const leased = (client: Client) => isolate.leases.heldUnits(isolate.digest(canonical(client)));
+    return { id, admin, run, leased, canonical };
+  }
+  type Served = ReturnType<typeof oneIsolate>;
+
+  /** The override as a CSV line, in the columns `rule,key,limit,unlimited,delete`. */
+  const csvLine = (id: string, key: string, override: Record<string, unknown> | null) =>
+    [id, key, override?.limit ?? "", override?.unlimited ? "true" : "", override === null ? "true" : ""].join(",");
+
+  /** Each admin route that changes a client's override; `override` null deletes it. */
+  const routes: [string, (s: Served, c: Client, override: Record<string, unknown> | null) => Promise<Response>][] = [
+    [
+      "PUT or DELETE /overrides",
+      (s, c, override) =>
+        override === null
+          ? s.admin("DELETE", `/overrides?rule=${s.id}&key=${c.key}`)
+          : s.admin("PUT", `/overrides?rule=${s.id}&key=${c.key}`, override),
+    ],
+    [
+      "POST /overrides/import, JSON",
+      (s, c, override) =>
+        s.admin("POST", "/overrides/import", [{ rule: s.id, key: c.key, ...(override ?? { delete: true }) }]),
+    ],
+    [
+      "POST /overrides/import, CSV",
+      (s, c, override) =>
+        s.admin(
+          "POST",
+          "/overrides/import",
+          `rule,key,limit,unlimited,delete\n${csvLine(s.id, c.key, override)}\n`,
+          "text/csv",
+        ),
+    ],
+    [
+      "the dashboard's Put form and its Delete button",
+      async (s, c, override) => {
+        if (override !== null) {
+          // The form sends the expiry as ISO 8601.
+          const expires = new Date(Date.now() + 3_600_000).toISOString();
+          return s.admin("PUT", `/overrides?rule=${s.id}&key=${encodeURIComponent(c.key)}`, { ...override, expires });
+        }
+        // The button deletes the entry as the listing shows it, one `key` per [label, value].
+        const listed = (await (await s.admin("GET", `/overrides?rule=${s.id}&limit=50`)).json()) as {
+          overrides: { key: [string, string][] }[];
+        };
+        const entry = listed.overrides.find((o) => c.key.endsWith(o.key[0]![1]))!;
+        const keys = entry.key.map(([label, value]) => `key=${encodeURIComponent(`${label}=${value}`)}`);
+        return s.admin("DELETE", `/overrides?rule=${s.id}&${keys.join("&")}`);
+      },
+    ],
+  ];
+  const cases = clientKinds.flatMap(([who, kind]) => routes.map(([route, change]) => ({ who, kind, route, change })));
+
+  it.each(cases)(
+    "$route, $who: refused, then its limit raised: admitted on its very next request",
+    async ({ kind, change }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      expect(await served.run(3, client)).toEqual([200, 200, 429]); // the 429 is remembered by the isolate
+      expect((await change(served, client, { limit: 5 })).status).toBe(200);
+      expect(await served.run(4, client)).toEqual([200, 200, 200, 429]);
+    },
+  );
+
+  it.each(cases)(
+    "$route, $who: refused, then its lower limit deleted: admitted on its very next request",
+    async ({ kind, change }) => {
+      const served = oneIsolate(3, kind);
+      const client = await kind.client();
+      expect((await served.admin("PUT", `/overrides?rule=${served.id}&key=${client.key}`, { limit: 1 })).status).toBe(
+        200,
+      );
+      expect(await served.run(2, client)).toEqual([200, 429]);
+      expect((await change(served, client, null)).status).toBe(200);
+      expect(await served.run(3, client)).toEqual([200, 200, 429]);
+    },
+  );
+
+  it.each(cases)(
+    "$route, $who: its `unlimited` deleted: counted under the rule's limit at once",
+    async ({ kind, change }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      const lifted = await served.admin("PUT", `/overrides?rule=${served.id}&key=${client.key}`, { unlimited: true });
+      expect(lifted.status).toBe(200);
+      expect(await served.run(20, client)).toEqual(Array(20).fill(200));
+      expect(served.leased(client)).toBeGreaterThan(0); // units that count nowhere, spent without asking
+      expect((await change(served, client, null)).status).toBe(200);
+      expect(served.leased(client)).toBe(0);
+      expect(await served.run(5, client)).toEqual([200, 200, 429, 429, 429]);
+    },
+  );
+
+  it.each(
+    clientKinds.flatMap(([who, kind]) => [
+      { who, kind, by: "key (the CLI's reset)", named: async (_: Served, c: Client) => `key=${c.key}` },
+      {
+        who,
+        kind,
+        by: "hash (the dashboard's Reset)",
+        named: async (s: Served, c: Client) => `hash=${await hashKey(s.canonical(c))}`,
+      },
+    ]),
+  )(
+    "DELETE /status by its $by, $who: refused, then reset: admitted on its very next request",
+    async ({ kind, named }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      expect(await served.run(3, client)).toEqual([200, 200, 429]);
+      const reset = await served.admin("DELETE", `/status?rule=${served.id}&${await named(served, client)}`);
+      expect(reset.status).toBe(200);
+      expect(await served.run(3, client)).toEqual([200, 200, 429]);
+    },
+  );
 });
 
 describe("the ratelimit_blocked line names the limit that refused the client, not the rule's", () => {

@@ -48,8 +48,8 @@ export type OverrideContext = {
 /**
  * An override from an operator's JSON: exactly one of `limit`, `tier`,
  * `unlimited: true` or `deny: true`, and optionally `expires` (an ISO 8601
- * time or Unix milliseconds, in the future) and `note`. Every problem is
- * named by its field.
+ * time or Unix milliseconds, in the future and at most {@link MAX_EXPIRES_MS})
+ * and `note`. Every problem is named by its field.
  */
 export function parseOverride(input: unknown, context: OverrideContext): Result<Override> {
   if (typeof input !== "object" || input === null || Array.isArray(input)) {
@@ -101,11 +101,33 @@ function settingOf(fields: Record<string, unknown>, tiers: ReadonlySet<string>):
   return deny === true ? ok({ kind: "deny" }) : fail(`field "deny": must be true; got ${show(deny)}`);
 }
 
+/**
+ * The last millisecond an override may expire at: the end of 2099. The
+ * client's object sets an alarm at the expiry, and a Durable Object's alarm
+ * can be set no later than 2262 (2^63 ns); a time far past now is a unit
+ * mistake (Unix micro- or nanoseconds), or means never, which is no `expires`.
+ */
+export const MAX_EXPIRES_MS = Date.UTC(2099, 11, 31, 23, 59, 59, 999);
+/**
+ * ISO 8601 as JavaScript reads it: a date, optionally with a time and a zone
+ * (none is UTC for a date, local time for a time); `Date.parse` alone takes
+ * other shapes too (`12/31/2099`), read differently by each runtime.
+ */
+const ISO_TIME = /^(\d{4}|[+-]\d{6})-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?)?$/;
+
 function expiresOf(raw: unknown, nowMs: number): Result<number | null> {
   if (raw === undefined || raw === null) return ok(null);
-  const ms = typeof raw === "number" ? raw : typeof raw === "string" ? Date.parse(raw) : Number.NaN;
+  const ms =
+    typeof raw === "number" ? raw : typeof raw === "string" && ISO_TIME.test(raw) ? Date.parse(raw) : Number.NaN;
   if (!Number.isInteger(ms)) {
-    return fail(`field "expires": must be an ISO 8601 time or Unix milliseconds; got ${show(raw)}`);
+    return fail(
+      `field "expires": must be an ISO 8601 time (such as "2030-01-31T00:00:00Z") or Unix milliseconds; got ${show(raw)}`,
+    );
+  }
+  if (ms > MAX_EXPIRES_MS) {
+    return fail(
+      `field "expires": must be at most ${new Date(MAX_EXPIRES_MS).toISOString()} (Unix ms ${MAX_EXPIRES_MS}); got ${show(raw)}`,
+    );
   }
   if (ms <= nowMs) return fail(`field "expires": must be in the future; got ${show(raw)}`);
   return ok(ms);
@@ -158,12 +180,24 @@ function limitOf(setting: OverrideSetting, rule: RuleLimits): number | "unlimite
   }
 }
 
-/** The same override, as the admin API and the index show it. */
+/**
+ * The same override, as the admin API and the index show it. Whatever is
+ * stored, it shows: an expiry stored before expiries were bounded, past
+ * {@link MAX_EXPIRES_MS}, comes with a warning, and as null where no Date can
+ * hold it (a Unix time in nanoseconds).
+ */
 export const overrideView = (o: Override) => ({
   ...(o.kind === "limit" ? { limit: o.limit } : o.kind === "tier" ? { tier: o.tier } : { [o.kind]: true }),
-  expires: o.expiresAtMs === null ? null : new Date(o.expiresAtMs).toISOString(),
+  expires: o.expiresAtMs === null ? null : isoTime(o.expiresAtMs),
+  ...(o.expiresAtMs !== null && !(o.expiresAtMs <= MAX_EXPIRES_MS)
+    ? {
+        warning:
+          `expires: ${show(o.expiresAtMs)} is past the latest expiry the API accepts ` +
+          `(${new Date(MAX_EXPIRES_MS).toISOString()}, Unix ms ${MAX_EXPIRES_MS}): set the override again, or delete it`,
+      }
+    : {}),
   note: o.note,
-  updated: new Date(o.updatedAtMs).toISOString(),
+  updated: isoTime(o.updatedAtMs),
   by: o.by,
 });
 
@@ -182,3 +216,9 @@ export function belowCost(setting: OverrideSetting, rule: RuleLimits & { id: str
       : `field "limit": ${limit} is below the cost of rule ${show(rule.id)} (${cost})`;
   return `${given}, so no request of this client could ever be admitted; must be at least ${cost}`;
 }
+
+/** Unix ms as ISO 8601, or null for a value no Date can hold. */
+const isoTime = (ms: number): string | null => {
+  const date = new Date(ms);
+  return Number.isNaN(date.getTime()) ? null : date.toISOString();
+};

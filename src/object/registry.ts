@@ -113,11 +113,14 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
 
   /**
    * Sets many overrides at once (idempotent: an unchanged one is left alone),
-   * and deletes those given as null. The client objects are driven by the
-   * alarm, in batches; until then the entries are pending.
+   * and deletes those given as null. The first {@link DRIVE_BATCH} changes are
+   * sent to their client objects before it answers, as {@link change} sends
+   * one, so a small import is in force when it returns; the rest are sent by
+   * the alarm, in batches. Until sent, the entries are pending.
    */
   async importMany(changes: Change[], by: string): Promise<ImportReport> {
     const report: ImportReport = { created: 0, updated: 0, unchanged: 0, deleted: 0 };
+    const recorded: RegistryEntry[] = [];
     this.ctx.storage.transactionSync(() => {
       for (const change of changes) {
         const before = this.get(change.rule, change.key);
@@ -129,11 +132,15 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
         if (change.override === null) report.deleted++;
         else if (current === null) report.created++;
         else report.updated++;
-        this.record(change);
+        recorded.push(this.record(change));
         logChange(by, change, current);
       }
     });
-    if (report.created + report.updated + report.deleted > 0) await this.retrySoon(0);
+    if (recorded.length === 0) return report;
+    // Should this object restart while sending, the alarm sends them; sooner, below, if some are left.
+    await this.retrySoon(CALL_TIMEOUT_MS);
+    await Promise.all(recorded.slice(0, DRIVE_BATCH).map((entry) => this.drive(entry)));
+    if (this.counts().pending > 0) await this.retrySoon(0);
     return report;
   }
 
@@ -245,6 +252,6 @@ export function logChange(by: string, change: Change, before: Override | null): 
       before: before === null ? null : overrideView(before),
       after: change.override === null ? null : overrideView(change.override),
     },
-    "warn",
+    "info",
   );
 }

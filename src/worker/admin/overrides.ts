@@ -28,6 +28,7 @@ import { json } from "./views.ts";
 
 export const INVALID_OVERRIDE = "urn:edge-rate-limiter:invalid-override";
 export const NO_REGISTRY = "urn:edge-rate-limiter:no-override-registry";
+export const BODY_TOO_LARGE = "urn:edge-rate-limiter:body-too-large";
 
 /** The largest body an override request may have: 10,000 overrides of a few hundred bytes. */
 const MAX_BODY_BYTES = 8 * 1024 * 1024;
@@ -76,7 +77,9 @@ export async function overrides(
   }
   let override: Override | null = null;
   if (method === "PUT") {
-    const body = await bodyOf(request);
+    const text = await textOf(request);
+    if (text === null) return tooLarge();
+    const body = jsonOf(text);
     if (!body.ok) return invalid(body.errors);
     const parsed = overrideOf(body.value, rule, context);
     if (!parsed.ok) return invalid(parsed.errors);
@@ -189,7 +192,9 @@ export const entryView = (entry: RegistryEntry) => ({
  * Many overrides at once, from a JSON list (`[{"rule", "key", "tier"…}]`,
  * `"delete": true` to remove one) or CSV with a header line (`rule,key,limit,
  * tier,unlimited,deny,expires,note,delete`). All or nothing: one bad line
- * makes a 400 that names every bad line, and nothing changes.
+ * makes a 400 that names every bad line, and nothing changes. Then this
+ * isolate forgets every client the import names, as after a PUT; the
+ * registry sends the first changes before it answers (see importMany).
  */
 async function importOverrides(
   request: Request,
@@ -197,11 +202,11 @@ async function importOverrides(
   stub: ReturnType<typeof registryOf>,
 ): Promise<Response> {
   const text = await textOf(request);
-  if (!text.ok) return invalid(text.errors);
+  if (text === null) return tooLarge();
   const csv = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("text/csv");
-  const items = csv ? csvItems(text.value) : jsonItems(text.value);
+  const items = csv ? csvItems(text) : jsonItems(text);
   if (!items.ok) return invalid(items.errors);
-  const changes: Change[] = [];
+  const changes: { change: Change; rule: Rule }[] = [];
   const errors: string[] = [];
   const settings = context.settings;
   for (const [i, item] of items.value.entries()) {
@@ -210,12 +215,21 @@ async function importOverrides(
     else errors.push(...change.errors.map((error) => `item ${i + 1}: ${error}`));
   }
   if (errors.length > 0) return invalid(errors);
-  const report = await stub.importMany(changes, context.by);
-  logEvent({ event: "overrides_imported", by: context.by, ...report }, "warn");
+  const report = await stub.importMany(
+    changes.map(({ change }) => change),
+    context.by,
+  );
+  for (const { change, rule } of changes) forgetHere(context, rule, change.key);
+  logEvent({ event: "overrides_imported", by: context.by, ...report }, "info");
   return json(report);
 }
 
-async function changeOf(item: unknown, context: OverridesContext, settings: Settings): Promise<Result<Change>> {
+/** One item of an import as a change, with the rule it names. */
+async function changeOf(
+  item: unknown,
+  context: OverridesContext,
+  settings: Settings,
+): Promise<Result<{ change: Change; rule: Rule }>> {
   if (typeof item !== "object" || item === null || Array.isArray(item))
     return fail(`must be an object; got ${show(item)}`);
   const { rule: ruleId, key: keyParams, delete: remove, ...fields } = item as Record<string, unknown>;
@@ -228,9 +242,13 @@ async function changeOf(item: unknown, context: OverridesContext, settings: Sett
   const key = adminKey(rule.value, params, settings.ipv6PrefixBits);
   if (!key.ok) return fail(...key.errors.map((error) => `key: ${error}`));
   const name = await hashKey(key.value);
-  if (remove === true) return ok({ rule: rule.value.id, key: key.value, name, override: null });
+  const change = (override: Override | null) => ({
+    change: { rule: rule.value.id, key: key.value, name, override },
+    rule: rule.value,
+  });
+  if (remove === true) return ok(change(null));
   const override = overrideOf(fields, rule.value, context);
-  return override.ok ? ok({ rule: rule.value.id, key: key.value, name, override: override.value }) : override;
+  return override.ok ? ok(change(override.value)) : override;
 }
 
 function jsonItems(text: string): Result<unknown[]> {
@@ -287,24 +305,47 @@ function csvCells(line: string): string[] {
   return cells;
 }
 
-async function bodyOf(request: Request): Promise<Result<unknown>> {
-  const text = await textOf(request);
-  if (!text.ok) return text;
+function jsonOf(text: string): Result<unknown> {
   try {
-    return ok(JSON.parse(text.value) as unknown);
+    return ok(JSON.parse(text) as unknown);
   } catch (error) {
     return fail(`body: not valid JSON (${(error as Error).message})`);
   }
 }
 
-/** The body as text, refused past {@link MAX_BODY_BYTES} without reading it all. */
-async function textOf(request: Request): Promise<Result<string>> {
+/**
+ * The body as UTF-8 text; null when it is over {@link MAX_BODY_BYTES} bytes.
+ * A declared Content-Length over it is refused unread; a body without one
+ * (sent chunked) is read until it ends or passes the limit, and no further.
+ */
+async function textOf(request: Request): Promise<string | null> {
   const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > MAX_BODY_BYTES) return fail(`body: at most ${MAX_BODY_BYTES} bytes; got ${declared}`);
-  const text = await request.text();
-  if (text.length > MAX_BODY_BYTES) return fail(`body: at most ${MAX_BODY_BYTES} bytes`);
-  return ok(text);
+  if (declared > MAX_BODY_BYTES) return null;
+  if (request.body === null) return "";
+  const reader = request.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  let bytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return text + decoder.decode();
+    bytes += value.byteLength;
+    if (bytes > MAX_BODY_BYTES) {
+      await reader.cancel().catch(() => {});
+      return null;
+    }
+    text += decoder.decode(value, { stream: true });
+  }
 }
+
+const tooLarge = (): Response =>
+  problemResponse({
+    type: BODY_TOO_LARGE,
+    title: "Content Too Large",
+    status: 413,
+    detail: `A body may be at most ${MAX_BODY_BYTES} bytes; send a larger import in parts.`,
+    maxBytes: MAX_BODY_BYTES,
+  });
 
 const invalid = (errors: string[]): Response =>
   problemResponse({

@@ -108,7 +108,7 @@ type Client = {
 async function reset({ rule, name, canonical, stub, about }: Client, { settings, isolate }: StatusContext) {
   const done = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
   if (!done.ok) return unavailable(about, done.message);
-  logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "warn");
+  logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "info");
   if (canonical !== null) {
     // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
     forgetClient(isolate, rule, canonical);
