@@ -14,6 +14,7 @@ import { countedNamespace } from "./support/counting.ts";
 import { env } from "./support/env.ts";
 import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { uniqueIp } from "./support/limiter.ts";
+import { expectErrorLogs } from "./support/logs.ts";
 import { gatedNamespace, storedTotal } from "./support/objects.ts";
 
 const rule = (id: string, limit: number, over: Partial<RuleCheck> = {}): RuleCheck => ({
@@ -222,6 +223,10 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect(results.map(statusOf)).toEqual(Array.from({ length: 20 }, () => 503));
     // The first call failed and every waiter shared it: no batch was sent.
     expect(calls.attempts).toBe(1);
+    const logged = expectErrorLogs("limiter_unavailable");
+    expect(logged).toHaveLength(20);
+    for (const line of logged)
+      expect(line).toMatchObject({ rule: "batch-closed", reason: "error", outcome: "refused" });
   });
 
   it("waits for a slow call to the end rather than calling again: 20 waiters, then one batch, not 20 calls", async () => {
@@ -297,6 +302,9 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect([statusOf(await leader), statusOf(await sender), statusOf(await other)]).toEqual([200, 503, 200]);
     expect(calls.checks).toBe(2);
     expect(calls.options[1]?.batch).toBe(2);
+    expect(expectErrorLogs("limiter_unavailable")).toEqual([
+      expect.objectContaining({ rule: "late-sender", reason: "timeout", outcome: "refused" }),
+    ]);
   });
 
   it("a batch whose call never answers (its request was cancelled): the others in it stop waiting when it is presumed lost, and are decided by calls of their own", async () => {
@@ -331,6 +339,9 @@ describe("the isolate: requests that wait for a call go to the object together",
     expect(decidedAt.slice(0, 4).every((ms) => ms >= 250 && ms < 400)).toBe(true);
     expect(decidedAt[4]).toBeGreaterThanOrEqual(1_000);
     expect(calls.checks).toBe(4);
+    expect(expectErrorLogs("limiter_unavailable")).toEqual([
+      expect.objectContaining({ rule: "lost-batch", reason: "timeout", outcome: "forwarded" }),
+    ]);
   });
 
   it("a batch whose call answers after its timeout: every count it took is an admission served, or written off and counted", async () => {
@@ -359,6 +370,11 @@ describe("the isolate: requests that wait for a call go to the object together",
     const writtenOff = Object.values(isolate.counters.writtenOff).reduce((a, b) => a + b, 0);
     const held = [...isolate.leases.keys()].reduce((n, digest) => n + isolate.leases.heldUnits(digest), 0);
     expect(await storedTotal(ip)).toBe(admitted + held + writtenOff);
+    // Each request that ran out of time logged it once, and failed closed.
+    const logged = expectErrorLogs("limiter_unavailable");
+    expect(logged).toHaveLength(statuses.filter((s) => s === 503).length);
+    for (const line of logged)
+      expect(line).toMatchObject({ rule: "late-batch", reason: "timeout", outcome: "refused" });
   });
 
   it("a rule that only logs keeps every request's own call: its batch would need a verdict per request", async () => {

@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { parseRules } from "../src/core/rules.ts";
 import { downOriginUrl, from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
+import { expectErrorLogs, expectOriginDownReports } from "./support/logs.ts";
 
 let rules = 0;
 const id = () => `count-${++rules}`;
@@ -54,6 +55,8 @@ describe('count = "failed": only failed responses count', () => {
     const statuses: number[] = [];
     for (let i = 0; i < 3; i++) statuses.push((await send("/anything", from(ip))).status);
     expect(statuses).toEqual([502, 502, 429]);
+    expect(expectErrorLogs("origin_unreachable")).toHaveLength(2);
+    await expectOriginDownReports(2);
   });
 });
 

@@ -10,6 +10,7 @@ import type { LimiterNamespace } from "../src/object/client.ts";
 import { flakyNamespace } from "./support/chaos.ts";
 import { env } from "./support/env.ts";
 import { uniqueIp } from "./support/limiter.ts";
+import { expectErrorLogs } from "./support/logs.ts";
 
 type AppEnv = { Bindings: typeof env; Variables: { userId: string | undefined } };
 
@@ -134,6 +135,9 @@ describe("onRefused: your answer over a limit", () => {
     });
     const response = await call(uniqueIp(), {}, { RATE_LIMITER: ns as LimiterNamespace as typeof env.RATE_LIMITER });
     expect([response.status, asked]).toEqual([503, 0]);
+    expect(expectErrorLogs("limiter_unavailable")).toEqual([
+      expect.objectContaining({ reason: "error", outcome: "refused" }),
+    ]);
   });
 });
 

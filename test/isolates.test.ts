@@ -14,6 +14,7 @@ import { flakyNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { uniqueIp } from "./support/limiter.ts";
+import { expectErrorLogs } from "./support/logs.ts";
 import { ipCanonical, storedRows, storedTotal } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
 
@@ -147,6 +148,13 @@ describe("several isolates, one client key", () => {
       const rule = settings.rules[0]!;
       expect(firstOverAdmission(rule, admittedAtMs)).toBeNull();
       await expectNothingLost(ip, rule, admittedAtMs, isolates);
+      // Every request whose call was lost ran out of time, failed closed, and logged it for each rule it
+      // matched (one or both).
+      const logged = expectErrorLogs("limiter_unavailable");
+      const failed = statuses.get(503) ?? 0;
+      expect(logged.length).toBeGreaterThanOrEqual(failed);
+      expect(logged.length).toBeLessThanOrEqual(2 * failed);
+      for (const line of logged) expect(line).toMatchObject({ reason: "timeout", outcome: "refused" });
     },
   );
 

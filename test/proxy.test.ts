@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import type { Echo } from "./support/echo.ts";
 import { downOriginUrl, from, limiter, originUrl, uniqueIp } from "./support/limiter.ts";
+import { expectErrorLogs, expectOriginDownReports } from "./support/logs.ts";
 
 const rules = [{ id: "api", path: "/api/*", limit: 1000, period: "1m" }];
 const headerNames = (echo: Echo) => echo.headers.map(([name]) => name);
@@ -123,21 +124,20 @@ describe("proxying to the real origin", () => {
     expect(await res.json()).toEqual({ from: "origin", status: 429 });
   });
 
-  it("answers 502 problem+json when the origin is down", async () => {
-    const error = vi.spyOn(console, "error").mockImplementation(() => {});
-    try {
-      const res = await limiter(rules, { ORIGIN_URL: downOriginUrl() })("/api/x", from(uniqueIp()));
-      expect(res.status).toBe(502);
-      expect(res.headers.get("content-type")).toBe("application/problem+json");
-      expect(await res.json()).toEqual({
-        type: "urn:edge-rate-limiter:origin-unreachable",
-        title: "Bad Gateway",
-        status: 502,
-        detail: "The origin could not be reached.",
-      });
-    } finally {
-      error.mockRestore();
-    }
+  it("answers 502 problem+json when the origin is down, and logs it", async () => {
+    const res = await limiter(rules, { ORIGIN_URL: downOriginUrl() })("/api/x", from(uniqueIp()));
+    expect(res.status).toBe(502);
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(await res.json()).toEqual({
+      type: "urn:edge-rate-limiter:origin-unreachable",
+      title: "Bad Gateway",
+      status: 502,
+      detail: "The origin could not be reached.",
+    });
+    expect(expectErrorLogs("origin_unreachable")).toEqual([
+      expect.objectContaining({ url: `${downOriginUrl()}/api/x` }),
+    ]);
+    await expectOriginDownReports(1);
   });
 
   it("forwards to the request's own URL when ORIGIN_URL is unset (a route on the origin's zone)", async () => {

@@ -15,6 +15,7 @@ import { flakyNamespace } from "./support/chaos.ts";
 import { env } from "./support/env.ts";
 import { requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
+import { expectErrorLogs } from "./support/logs.ts";
 
 /** A statistics object of the test's own: the real class, under a name no other test uses. */
 function ownStats(): StatsNamespace & { view: (minutes?: number) => Promise<StatsView> } {
@@ -119,6 +120,11 @@ describe("the statistics object counts every decision, once", () => {
     expect(totalsOf(view, "opens")).toMatchObject({ admitted: 0, failed_open: 2 });
     expect(totalsOf(view, "closes")).toMatchObject({ admitted: 0, failed_closed: 1 });
     expect(view.health.failures).toEqual({ error: 3 });
+    expect(expectErrorLogs("limiter_unavailable").map((line) => [line.rule, line.reason, line.outcome])).toEqual([
+      ["opens", "error", "forwarded"],
+      ["opens", "error", "forwarded"],
+      ["closes", "error", "refused"],
+    ]);
   });
 
   it("flushes at most every 10 s per isolate, in the background, one call each", async () => {

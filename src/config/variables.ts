@@ -13,7 +13,7 @@ export const VARIABLES = {
   TIERS: { secret: false, about: "named sets of per-rule limits an override or a token can put a client in" },
   JWT: { secret: false, about: "verified bearer tokens for `jwt:<claim>` keys and `tier_claim`" },
   JWT_JWKS: { secret: true, about: "the JSON Web Key Set tokens are verified with" },
-  JWT_JWKS_URL: { secret: false, about: "where the JSON Web Key Set is fetched from" },
+  JWT_JWKS_URL: { secret: false, about: "the URL of the JSON Web Key Set" },
   ORIGIN_URL: { secret: false, about: "where allowed requests go: scheme, host and port" },
   ORIGIN_SECRET: { secret: true, about: "set on every forwarded request, so the origin can refuse the others" },
   ORIGIN_SECRET_HEADER: { secret: false, about: "the header ORIGIN_SECRET goes in" },

@@ -21,7 +21,11 @@ function json(res: ServerResponse, status: number, body: unknown, headers: Recor
   res.end(JSON.stringify(body));
 }
 
-export function startOrigin(port = 0): Promise<{ server: Server; port: number }> {
+/** `extra` answers the paths it knows (returning true), before the origin's own. */
+export function startOrigin(
+  port = 0,
+  extra?: (url: URL, req: IncomingMessage, res: ServerResponse) => Promise<boolean>,
+): Promise<{ server: Server; port: number }> {
   const hits = new Map<string, number>();
   // Cloudflare accepts request headers up to 128 KB in all; so does this origin.
   const server = createServer({ maxHeaderSize: 256 * 1024 }, async (req, res) => {
@@ -31,6 +35,7 @@ export function startOrigin(port = 0): Promise<{ server: Server; port: number }>
       return;
     }
     if (await servedKeySet(url, req, res)) return;
+    if (extra !== undefined && (await extra(url, req, res))) return;
     const tag = req.headers["x-test-tag"];
     if (typeof tag === "string") hits.set(tag, (hits.get(tag) ?? 0) + 1);
     const body = await readBody(req);
