@@ -211,10 +211,14 @@ export class RateLimiter extends DurableObject<unknown> {
     return result;
   }
 
-  /** Marks the rows a request was counted in as holding counts that may be handed back until `untilMs`. */
+  /**
+   * Marks the rows a request was counted in as holding counts that may be handed back until `untilMs`, or
+   * later: an earlier call's counts may be handed back until then, however soon this one's must be.
+   */
   private refundsDueFor(rows: (Row | undefined)[], verdicts: RuleVerdict[], untilMs: number): void {
     rows.forEach((row, i) => {
-      if (row && verdicts[i]!.ruleAllows) this.refundsDue.set(row.key, untilMs);
+      if (!row || !verdicts[i]!.ruleAllows) return;
+      if (untilMs > (this.refundsDue.get(row.key) ?? 0)) this.refundsDue.set(row.key, untilMs);
     });
   }
 
