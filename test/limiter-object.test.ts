@@ -147,6 +147,23 @@ describe("one object per client key", () => {
     }
   });
 
+  it("holds each row's refusals by its own rule's refund window, when the caller gives one per rule", async () => {
+    const start = Date.UTC(2031, 0, 1, 0, 0, 0, 100);
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(start);
+    try {
+      const stub = freshObject();
+      const [plain, byAnswer] = [rule("plain", 1, 3_600_000), rule("by-answer", 1, 3_600_000)];
+      await stub.check([plain, byAnswer], { refundableForMs: 100_000, refundableByRuleMs: [2_000, 100_000] });
+      vi.setSystemTime(start + 2_000);
+      const [alone, beside] = await Promise.all([stub.check([plain]), stub.check([byAnswer])]);
+      expect(alone.verdicts[0]!.holdsForMs).toBe(alone.verdicts[0]!.retryAfterMs); // its count can no longer go
+      expect(beside.verdicts[0]).toMatchObject({ ruleAllows: false, holdsForMs: 0 }); // its count may still go
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it("carries the count over when a rule's period changes", async () => {
     const stub = freshObject();
     for (let i = 0; i < 4; i++) await stub.check([rule("changing", 10, 3_600_000)]);

@@ -10,7 +10,7 @@
  * The rate-limit headers then say what is left after both.
  */
 import { countsResponse } from "../core/count.ts";
-import type { Rule } from "../core/rules.ts";
+import { type Rule, settledByAnswer } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { rateLimitHeaders } from "../http/rate-limit-headers.ts";
 import { chargeKey } from "../object/client.ts";
@@ -30,8 +30,7 @@ export type AfterResponse = (response: { status: number; headers: Headers }) => 
 export const MAX_REPORTED_COST = 1_000_000_000;
 
 /** Whether any of these groups' rules settles its count once the response is known. */
-export const settlesAfter = (groups: KeyGroup[]): boolean =>
-  groups.some((g) => g.rules.some((rule) => !rule.count.all || rule.costHeader !== undefined));
+export const settlesAfter = (groups: KeyGroup[]): boolean => groups.some((g) => g.rules.some(settledByAnswer));
 
 /** What an admitted request does once its response is known. */
 export function afterResponse(

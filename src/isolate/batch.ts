@@ -15,7 +15,7 @@ import type { KeyCall, Settlement } from "./settle.ts";
 
 /** A request's place in a batch. */
 export class Ticket {
-  /** How long what the object counts for this request may still be handed back (see settle.ts), in ms. */
+  /** How long what the object counts for this request under every rule may still be handed back (see settle.ts), in ms. */
   readonly refundableMs: number;
   /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
   slot: number | null = null;

@@ -9,9 +9,9 @@
  */
 import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
-import type { Rule } from "../core/rules.ts";
+import { type Rule, settledByAnswer } from "../core/rules.ts";
 import { checkKey, deadline, type LimiterNamespace } from "../object/client.ts";
-import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
+import { type CheckOptions, LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
 import { answerOf, type Batch, type Ticket, watchLateBatch, writeOffAbandoned } from "./batch.ts";
 import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
@@ -74,27 +74,46 @@ export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number):
 }
 
 /**
- * How long what this call counts may still be taken back, in milliseconds,
- * or 0 when it will not be. Until then the object's refusals of the key rest
- * on a count that may go, so no isolate remembers them:
- * - when another key may refuse the request, or the call times out under a
- *   rule that fails closed (the 503 means the request was not served): one
- *   more timeout after the answer;
- * - when a rule settles its count by the origin's answer (`count`,
- *   `cost_header`): as long as an origin may take to answer, at least
- *   {@link ANSWER_WINDOW_MS}.
+ * How long what this call counts under every rule of the group may still be
+ * taken back, in milliseconds, or 0 when it will not be: when another key
+ * may refuse the request, or the call times out under a rule that fails
+ * closed (the 503 means the request was not served), one more timeout
+ * after the answer. Until then the object's refusals of the key rest on a
+ * count that may go, so no isolate remembers them. (A rule whose count the
+ * origin's answer settles may give its own back for longer: see
+ * {@link refundWindows}.)
  */
 function refundableForMs(group: KeyGroup, ctx: SettleContext): number {
-  const twoTimeouts = 2 * ctx.settings.timeoutMs;
-  if (group.rules.some((rule) => !rule.count.all || rule.costHeader !== undefined)) {
-    return Math.max(twoTimeouts, ANSWER_WINDOW_MS);
-  }
   const refunds = ctx.otherKeys || group.rules.some((rule) => rule.action === "block" && rule.onError === "closed");
-  return refunds ? twoTimeouts : 0;
+  return refunds ? 2 * ctx.settings.timeoutMs : 0;
 }
 
 /** How long an origin may take to answer, for counts settled by its answer. */
 export const ANSWER_WINDOW_MS = 100_000;
+
+/**
+ * What a call tells the object of how long its counts may be taken back:
+ * `allMs` (see {@link refundableForMs}) for every rule, and for a rule whose
+ * count the origin's answer settles (`count`, `cost_header`) as long as an
+ * origin may take to answer, at least {@link ANSWER_WINDOW_MS}. Only that
+ * rule's row: the rules beside it on the key give nothing back when the
+ * response comes, so their refusals are remembered as any other's.
+ */
+function refundWindows(
+  rules: Rule[],
+  allMs: number,
+  timeoutMs: number,
+): Pick<CheckOptions, "refundableForMs" | "refundableByRuleMs"> {
+  const answerMs = Math.max(allMs, 2 * timeoutMs, ANSWER_WINDOW_MS);
+  let settled = 0;
+  for (const rule of rules) if (settledByAnswer(rule)) settled++;
+  if (settled === 0) return allMs > 0 ? { refundableForMs: allMs } : {};
+  if (settled === rules.length) return { refundableForMs: answerMs };
+  return {
+    refundableForMs: answerMs,
+    refundableByRuleMs: rules.map((rule) => (settledByAnswer(rule) ? answerMs : allMs)),
+  };
+}
 
 /** The key the calls in flight for a group are filed under: its key and its exact set of rules. */
 export const flightKey = (group: Pick<KeyGroup, "digest" | "rules">): string =>
@@ -343,7 +362,11 @@ async function callObject(
   const size = sealed.size;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
-  const refundable = Math.max(refundableForMs(group, ctx), sealed.refundableMs);
+  const refundable = refundWindows(
+    group.rules,
+    Math.max(refundableForMs(group, ctx), sealed.refundableMs),
+    settings.timeoutMs,
+  );
   const check = {
     name,
     rules: group.rules.map(ruleCheckOf),
@@ -353,8 +376,7 @@ async function callObject(
   const outcome = await checkKey(ctx.ns, check, {
     ...(lease ? { lease } : {}),
     ...(returns ? { returns: returns.refunds } : {}),
-    // A refund comes after the answer and takes at most one more timeout.
-    ...(refundable > 0 ? { refundableForMs: refundable } : {}),
+    ...refundable,
     ...(size > 1 ? { batch: size } : {}),
   });
   if (returns) leases.landed(returns, outcome.ok && outcome.attempts === 1);
