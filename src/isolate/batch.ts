@@ -100,7 +100,11 @@ export class Batch {
  * a deploy): its answer is the first slot's, and the others have to ask.
  */
 export function answerOf(call: KeyCall, slot: number): Settlement | null {
-  if (!call.outcome.ok) return { via: "call", call };
+  if (!call.outcome.ok) {
+    // Its late answer is the whole batch's, which watchLateBatch writes off: no request of it reads it as its own.
+    const { late: _batchs, ...failed } = call.outcome;
+    return { via: "call", call: { ...call, outcome: failed } };
+  }
   const { result } = call.outcome;
   if (result.admitted === undefined) return slot === 0 ? { via: "call", call } : null;
   const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
