@@ -100,12 +100,21 @@ function count({ rule, outcome, group, name }: Counted, context: TallyContext): 
   });
 }
 
-/** A canonical key as the admin API names it: `ip=203.0.113.7`, parts joined by `&`. */
+/** The most characters of each of a key's values shown in the statistics, "…" not included. */
+export const MAX_VALUE_CHARS = 100;
+
+/**
+ * A canonical key as the admin API names it: `ip=203.0.113.7`, parts joined
+ * by `&`; each value cut to {@link MAX_VALUE_CHARS}, marked "…" where it
+ * was, so every part of a key shows however long one of them is.
+ */
 export function asWritten(canonical: string): string {
   try {
     const parts = JSON.parse(canonical) as [string, string | null][];
-    return parts.map(([label, value]) => `${label}=${value ?? ""}`).join("&");
+    return parts.map(([label, value]) => `${label}=${value === null ? "" : cut(value)}`).join("&");
   } catch {
     return canonical;
   }
 }
+
+const cut = (value: string): string => (value.length > MAX_VALUE_CHARS ? `${value.slice(0, MAX_VALUE_CHARS)}…` : value);
