@@ -390,6 +390,51 @@ describe("a call that decides after its deadline", () => {
     await request.done();
     expect(await peekCount(ip, id)).toBe(0);
   });
+
+  // Concurrent requests of a slow key wait for one another's calls and go to the object in batches. Here a
+  // leader's call times out, and so does the batch of the three that waited for it: its sender and two
+  // readers run out of time too. All four go on, and each one's response settles what was counted for it.
+  it.each([
+    ["count = failed, four successes: each count is given back", { count: "failed" }, 200, "refunds", 1],
+    ["count = failed, four failures: every count stands", { count: "failed" }, 401, "refunds", 0],
+    [
+      "cost_header, 7 used of 1 admitted each: 6 more are charged for each",
+      { cost_header: "x-cost" },
+      200,
+      "charges",
+      6,
+    ],
+  ] as const)(
+    "forwarded at their deadlines, a leader and a batch of three, under %s",
+    async (_, fields, status, moved, units) => {
+      vi.useFakeTimers();
+      const settings = settingsFor([{ id: "late-batch", limit: 1000, period: "1h", on_error: "open", ...fields }], 100);
+      // Each call answers 150 ms after it was sent: past its 100 ms deadline, within the 100 ms its late answer is watched.
+      const { ns, calls } = scriptedNamespace([
+        { afterMs: 150, ends: "admit" },
+        { afterMs: 150, ends: "admit" },
+      ]);
+      const { run, background } = decider(settings, ns, createIsolate());
+      const ip = uniqueIp();
+      const outcomes = [];
+      for (let i = 0; i < 4; i++) {
+        outcomes.push(run(requestFrom(ip)));
+        await vi.advanceTimersByTimeAsync(10);
+      }
+      await vi.advanceTimersByTimeAsync(100); // every request has gone on, and no call has answered yet
+      for (const outcome of await Promise.all(outcomes)) {
+        if (outcome.kind !== "allow") throw new Error("expected the request to go on");
+        outcome.afterResponse?.({ status, headers: new Headers({ "x-cost": "7" }) });
+      }
+      await vi.advanceTimersByTimeAsync(500);
+      await background.settled();
+      expect(calls.checks).toBe(2); // the leader's call, then one for the three that waited
+      expect(calls.options[1]?.batch).toBe(3);
+      const other = moved === "refunds" ? "charges" : "refunds";
+      expect(calls[moved].flat().map((m) => m.count)).toEqual(units === 0 ? [] : [units, units, units, units]);
+      expect(calls[other]).toEqual([]);
+    },
+  );
 });
 
 let lateRules = 0;

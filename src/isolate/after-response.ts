@@ -7,9 +7,9 @@
  *   response says the request cost and what it was admitted at (or given the
  *   difference back), in the background, at the bucket it was counted in;
  *   the header is stripped unless the rule keeps it;
- * - a request forwarded when its call timed out (`on_error = "open"`) is
- *   settled the same way once the call's late answer says where it was
- *   counted, if it does in time.
+ * - a request forwarded when its call, or the batch it waited in, timed out
+ *   (`on_error = "open"`) is settled the same way once the late answer says
+ *   where it was counted, if it does in time.
  * The rate-limit headers then say what is left after both.
  */
 import { countsResponse } from "../core/count.ts";
@@ -90,6 +90,7 @@ function receiptOf(settlement: Settlement, j: number): Receipt | null {
  * in time, is settled by the response too, once it comes.
  */
 function lateAnswerOf(settlement: Settlement): Promise<CheckResult | undefined> | undefined {
+  if (settlement.via === "shared") return settlement.late; // its batch's, when it ran out waiting for it
   if (settlement.via !== "call" || settlement.call.outcome.ok) return undefined;
   return settlement.call.outcome.late;
 }
@@ -119,6 +120,7 @@ function settleLate(
 /** The key's object name, for the background call and the log. */
 function nameOf(settlement: Settlement, options: DecideOptions): string | null {
   if (settlement.via === "call") return settlement.call.name;
+  if (settlement.via === "shared") return settlement.failure.name;
   return settlement.via === "lease" ? options.isolate.leases.nameOf(settlement.spent) : null;
 }
 

@@ -11,7 +11,13 @@ import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
 import { type Rule, settledByAnswer } from "../core/rules.ts";
 import { checkKey, deadline, type LimiterNamespace } from "../object/client.ts";
-import { type CheckOptions, LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
+import {
+  type CheckOptions,
+  type CheckResult,
+  LEASE_MIN_UNITS,
+  type LimiterOutcome,
+  ruleCheckOf,
+} from "../object/protocol.ts";
 import { answerOf, type Batch, type Ticket, watchLateBatch, writeOffAbandoned } from "./batch.ts";
 import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
@@ -38,8 +44,13 @@ export type Settlement =
   | { via: "lease"; spent: SpentUnits }
   | { via: "known"; known: RuleRefusal[] }
   | { via: "call"; call: KeyCall }
-  /** Another request's call for this key failed while this one waited for it: the failure is shared, not repeated. */
-  | { via: "shared"; failure: Extract<Landing, { ok: false }> }
+  /**
+   * Another request's call for this key failed while this one waited for it: the failure is shared, not
+   * repeated. Or this request's time ran out while it waited for a call: then, when it was in the batch
+   * that call carries and its rules settle by the response, `late` is what the batch decides for it, if
+   * it does in time.
+   */
+  | { via: "shared"; failure: Extract<Landing, { ok: false }>; late?: Promise<CheckResult | undefined> }
   /**
    * The request's client hung up while it waited: it decides nothing more. (The runtime cancels such a
    * request, unless it has work in the background: then it goes on, and must not send, or be served by,
@@ -200,7 +211,7 @@ async function settleWaiting(
     if (ticket && ticket.slot !== null) {
       // Another request that waited with this one has sent the batch, with this one in it.
       const read = await readBatch(batch!, ticket, group.rules, deadlineMs, ctx);
-      if (read === "ran out") return ranOut(group, ctx);
+      if (read === "ran out") return ranOut(group, ctx, lateAnswer(group, batch!, ticket, ctx));
       if (read === "look again") continue; // its call is presumed lost, or ended without an answer in its time
       return orHeldUnit(read, group, isolate);
     }
@@ -282,7 +293,26 @@ async function sendBatch(
   ticket.abandoned = true; // what the call admits for it is written off when it answers
   // The call carries the others' answers: it must not end with this request's response.
   ctx.background(call);
-  return ranOut(group, ctx);
+  return ranOut(group, ctx, lateAnswer(group, batch, ticket, ctx));
+}
+
+/**
+ * What the batch a request ran out waiting for decides for it, when its
+ * rules settle what it counts by the response (`count`, `cost_header`): the
+ * request may go on (`on_error = "open"`), and its response then settles
+ * that. Watched for as long as the batch's call and its late answer may
+ * take. Undefined for other rules, and when a rule fails closed (the
+ * request is refused): nothing is watched.
+ */
+function lateAnswer(
+  group: KeyGroup,
+  batch: Batch,
+  ticket: Ticket,
+  ctx: SettleContext,
+): Promise<CheckResult | undefined> | undefined {
+  const goesOn = group.rules.every((rule) => rule.action === "log" || rule.onError === "open");
+  if (!goesOn || !group.rules.some(settledByAnswer)) return undefined;
+  return batch.lateAnswer(ticket, 2 * ctx.settings.timeoutMs);
 }
 
 /**
@@ -328,10 +358,15 @@ async function readBatch(
  * A request whose time ran out while it waited for a call that was not
  * presumed lost: the same failure as a call of its own that timed out.
  */
-async function ranOut(group: KeyGroup, ctx: SettleContext): Promise<Settlement> {
+async function ranOut(
+  group: KeyGroup,
+  ctx: SettleContext,
+  late?: Promise<CheckResult | undefined>,
+): Promise<Settlement> {
   const name = await hashKey(group.canonical);
   const message = `no decision within ${ctx.settings.timeoutMs}ms`;
-  return { via: "shared", failure: { ok: false, reason: "timeout", message, attempts: 0, name } };
+  const failure = { ok: false, reason: "timeout", message, attempts: 0, name } as const;
+  return late === undefined ? { via: "shared", failure } : { via: "shared", failure, late };
 }
 
 /**
@@ -396,6 +431,7 @@ async function callObject(
   if (batch) {
     batch.call = call;
     writeOffAbandoned(batch, group.rules, isolate.counters);
+    if (outcome.ok || outcome.late === undefined) batch.decided(outcome.ok ? outcome.result : undefined);
     watchLateBatch(batch, size, outcome, group.rules, isolate.counters, ctx.background);
   }
   if (flight) {
