@@ -48,7 +48,7 @@ export function afterResponse(
     settlements.forEach((settlement, i) => {
       const group = groups[i]!;
       const late = lateAnswerOf(settlement);
-      const lateMoves: LateMove[] = [];
+      let lateMoves: LateMove[] | undefined; // only for a call that timed out
       group.rules.forEach((rule, j) => {
         if (rule.costHeader !== undefined && !rule.keepCostHeader) strip.push(rule.costHeader);
         const receipt = receiptOf(settlement, j);
@@ -58,13 +58,14 @@ export function afterResponse(
           : -costOf(rule);
         if (delta === 0) return;
         if (receipt === null) {
+          lateMoves ??= [];
           lateMoves.push({ index: j, delta });
           return;
         }
         settle(settlement, { group, index: j, receipt, delta }, options);
         moved.set(rule.id, (moved.get(rule.id) ?? 0) - delta);
       });
-      if (late !== undefined && lateMoves.length > 0) settleLate(settlement, group, late, lateMoves, options);
+      if (late !== undefined && lateMoves !== undefined) settleLate(settlement, group, late, lateMoves, options);
     });
     const reports = headers.reports.map((r) => {
       const by = moved.get(r.id);
