@@ -333,7 +333,111 @@ describe("a call that decides after its deadline", () => {
       expect(await peekCount(ip, id)).toBe(kept);
     },
   );
+
+  // Forwarded at its deadline (on_error = "open"), the request is counted by the call's late answer: its
+  // response then settles that count, as it would have settled a count answered in time.
+  it.each([
+    ["count = failed, a success: its count is given back", { count: "failed" }, "/status/200", 200, 0],
+    ["count = failed, a failure: its count stands", { count: "failed" }, "/status/401", 401, 1],
+    ["count = successful, a failure: its count is given back", { count: "successful" }, "/status/503", 503, 0],
+    ["count = [429], any other status: its count is given back", { count: [429] }, "/status/204", 204, 0],
+    ["cost_header, 7 used of 1 admitted: 6 more are charged", { cost_header: "x-tokens-used" }, "/tokens/7", 200, 7],
+    [
+      "cost_header, 2 used of 5 admitted: 3 are given back",
+      { cost_header: "x-tokens-used", cost: 5 },
+      "/tokens/2",
+      200,
+      2,
+    ],
+    ["cost_header, as admitted: nothing moves", { cost_header: "x-tokens-used", cost: 3 }, "/tokens/3", 200, 3],
+  ])("forwarded, under %s", async (_, fields, path, status, kept) => {
+    vi.useFakeTimers();
+    const id = `late-settled-${++lateRules}`;
+    const ip = uniqueIp();
+    const hang = await hangObject(ip, 250);
+    const request = sendAndWatch(
+      [{ id, limit: 1000, period: "1h", on_error: "open", ...fields }],
+      { LIMITER_TIMEOUT_MS: "150" },
+      path,
+      from(ip),
+    );
+    await vi.advanceTimersByTimeAsync(150);
+    const { response } = await request.answered; // the origin answered before the object did
+    expect(response.status).toBe(status);
+    await response.arrayBuffer();
+    await vi.advanceTimersByTimeAsync(100);
+    await hang.over;
+    await request.done();
+    expect(await peekCount(ip, id)).toBe(kept);
+  });
+
+  it("forwarded, under count = failed, a success the origin answers after the object's late answer: its count is given back", async () => {
+    vi.useFakeTimers();
+    const id = `late-settled-${++lateRules}`;
+    const ip = uniqueIp();
+    const hang = await hangObject(ip, 250);
+    const request = sendAndWatch(
+      [{ id, limit: 1000, period: "1h", on_error: "open", count: "failed" }],
+      { LIMITER_TIMEOUT_MS: "150" },
+      "/slow/300", // 300 ms of real time: the faked 100 ms to the object's answer pass well before
+      from(ip),
+    );
+    await vi.advanceTimersByTimeAsync(250);
+    await hang.over;
+    const { response } = await request.answered;
+    expect(response.status).toBe(200);
+    await response.arrayBuffer();
+    await request.done();
+    expect(await peekCount(ip, id)).toBe(0);
+  });
+
+  // Concurrent requests of a slow key wait for one another's calls and go to the object in batches. Here a
+  // leader's call times out, and so does the batch of the three that waited for it: its sender and two
+  // readers run out of time too. All four go on, and each one's response settles what was counted for it.
+  it.each([
+    ["count = failed, four successes: each count is given back", { count: "failed" }, 200, "refunds", 1],
+    ["count = failed, four failures: every count stands", { count: "failed" }, 401, "refunds", 0],
+    [
+      "cost_header, 7 used of 1 admitted each: 6 more are charged for each",
+      { cost_header: "x-cost" },
+      200,
+      "charges",
+      6,
+    ],
+  ] as const)(
+    "forwarded at their deadlines, a leader and a batch of three, under %s",
+    async (_, fields, status, moved, units) => {
+      vi.useFakeTimers();
+      const settings = settingsFor([{ id: "late-batch", limit: 1000, period: "1h", on_error: "open", ...fields }], 100);
+      // Each call answers 150 ms after it was sent: past its 100 ms deadline, within the 100 ms its late answer is watched.
+      const { ns, calls } = scriptedNamespace([
+        { afterMs: 150, ends: "admit" },
+        { afterMs: 150, ends: "admit" },
+      ]);
+      const { run, background } = decider(settings, ns, createIsolate());
+      const ip = uniqueIp();
+      const outcomes = [];
+      for (let i = 0; i < 4; i++) {
+        outcomes.push(run(requestFrom(ip)));
+        await vi.advanceTimersByTimeAsync(10);
+      }
+      await vi.advanceTimersByTimeAsync(100); // every request has gone on, and no call has answered yet
+      for (const outcome of await Promise.all(outcomes)) {
+        if (outcome.kind !== "allow") throw new Error("expected the request to go on");
+        outcome.afterResponse?.({ status, headers: new Headers({ "x-cost": "7" }) });
+      }
+      await vi.advanceTimersByTimeAsync(500);
+      await background.settled();
+      expect(calls.checks).toBe(2); // the leader's call, then one for the three that waited
+      expect(calls.options[1]?.batch).toBe(3);
+      const other = moved === "refunds" ? "charges" : "refunds";
+      expect(calls[moved].flat().map((m) => m.count)).toEqual(units === 0 ? [] : [units, units, units, units]);
+      expect(calls[other]).toEqual([]);
+    },
+  );
 });
+
+let lateRules = 0;
 
 describe("a call decided on its retry", () => {
   it("logs the retry and the first attempt's error", async () => {

@@ -167,6 +167,42 @@ describe("refusals the isolate knows of", () => {
     await background.settled();
     expect(statusOf(await run(requestFrom(ip, "/y")))).toBe(200); // the object admits now, and so does the isolate
   });
+
+  // A rule whose count the origin's answer settles (`count`, `cost_header`) may give its own count back up to
+  // 100 s later; a rule beside it on the same key gives nothing back, so its refusals hold as any other's.
+  describe.each([
+    ["count = failed", { count: "failed" }],
+    ["count = successful", { count: "successful" }],
+    ["cost_header", { cost_header: "x-cost" }],
+  ])("beside a rule with %s on the same key", (_, settledByAnswer) => {
+    it("remembers a plain rule's refusal: 47 refusals cost no call", async () => {
+      const settings = settingsFor([
+        { id: "plain", limit: 2, period: "1h" },
+        { id: "by-answer", limit: 1000, period: "1h", ...settledByAnswer },
+      ]);
+      const { ns, counter } = countedNamespace();
+      const cache = refusalsOnly();
+      const ip = uniqueIp();
+      const statuses: number[] = [];
+      for (let i = 0; i < 50; i++) statuses.push(await status(settings, ns, cache, ip));
+      expect(statuses).toEqual([200, 200, ...Array(48).fill(429)]);
+      expect(counter.calls).toBe(3);
+    });
+
+    it("does not remember the refusal of the rule whose count the answer settles", async () => {
+      const settings = settingsFor([
+        { id: "plain", limit: 1000, period: "1h" },
+        { id: "by-answer", limit: 2, period: "1h", ...settledByAnswer },
+      ]);
+      const { ns, counter } = countedNamespace();
+      const cache = refusalsOnly();
+      const ip = uniqueIp();
+      const statuses: number[] = [];
+      for (let i = 0; i < 10; i++) statuses.push(await status(settings, ns, cache, ip));
+      expect(statuses).toEqual([200, 200, ...Array(8).fill(429)]);
+      expect(counter.calls).toBe(10); // each refusal asks: the answers may give the counts back
+    });
+  });
 });
 
 describe("logs under attack", () => {

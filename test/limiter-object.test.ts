@@ -123,6 +123,47 @@ describe("one object per client key", () => {
     }
   });
 
+  // A count that may be refunded until t is not made final by a later call that may refund its own count sooner.
+  it.each([
+    ["a longer window, then a shorter one", 100_000, 2_000, 50_000, "not held"],
+    ["a shorter window, then a longer one", 2_000, 100_000, 50_000, "not held"],
+    ["a longer window, then none", 100_000, undefined, 50_000, "not held"],
+    ["two windows, both past", 2_000, 3_000, 3_000, "held"],
+  ] as const)("keeps the refunds-due window at its latest end: %s", async (_, firstMs, secondMs, atMs, expected) => {
+    const start = Date.UTC(2031, 0, 1, 0, 0, 0, 100);
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(start);
+    try {
+      const stub = freshObject();
+      const r = rule("due-latest", 2, 3_600_000);
+      await stub.check([r], { refundableForMs: firstMs }); // e.g. a `count` rule's, settled by the response
+      await stub.check([r], secondMs === undefined ? {} : { refundableForMs: secondMs });
+      vi.setSystemTime(start + atMs);
+      const refused = (await stub.check([r])).verdicts[0]!;
+      expect(refused.ruleAllows).toBe(false);
+      expect(refused.holdsForMs).toBe(expected === "held" ? refused.retryAfterMs : 0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("holds each row's refusals by its own rule's refund window, when the caller gives one per rule", async () => {
+    const start = Date.UTC(2031, 0, 1, 0, 0, 0, 100);
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(start);
+    try {
+      const stub = freshObject();
+      const [plain, byAnswer] = [rule("plain", 1, 3_600_000), rule("by-answer", 1, 3_600_000)];
+      await stub.check([plain, byAnswer], { refundableForMs: 100_000, refundableByRuleMs: [2_000, 100_000] });
+      vi.setSystemTime(start + 2_000);
+      const [alone, beside] = await Promise.all([stub.check([plain]), stub.check([byAnswer])]);
+      expect(alone.verdicts[0]!.holdsForMs).toBe(alone.verdicts[0]!.retryAfterMs); // its count can no longer go
+      expect(beside.verdicts[0]).toMatchObject({ ruleAllows: false, holdsForMs: 0 }); // its count may still go
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it("carries the count over when a rule's period changes", async () => {
     const stub = freshObject();
     for (let i = 0; i < 4; i++) await stub.check([rule("changing", 10, 3_600_000)]);

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } fr
 import { parseSettings } from "../src/config/settings.ts";
 import { hashKey } from "../src/core/keys.ts";
 import type { StatsNamespace } from "../src/isolate/stats.ts";
+import { MAX_VALUE_CHARS } from "../src/isolate/tally.ts";
 import { OUTCOMES, type StatsOutcome, type StatsView } from "../src/object/stats-protocol.ts";
 import { adminKey } from "../src/worker/admin/key.ts";
 import { canonicalNumber, openMetrics } from "../src/worker/admin/stats.ts";
@@ -124,6 +125,27 @@ describe("GET /stats", () => {
     const view = await readStats(admin);
     expect(view.rawKeys).toBe(true);
     expect(ruleIn(view, id).topRefused).toEqual([{ hash: await hashOfIp(ip), key: `ip=${ip}`, count: 1, error: 0 }]);
+  });
+
+  it("shows a client with a long key by a bounded prefix of each value, and by its full hash", async () => {
+    const id = ruleId("stats-raw-long");
+    const { send, admin } = withAdmin([{ id, limit: 1, period: "1h", key: ["header:x-api-key", "ip"] }], {
+      STATS_RAW_KEYS: "true",
+    });
+    const apiKey = `k${"x".repeat(8_000)}`; // as long as the origin in the tests takes (Node: 16 KB of headers)
+    const ip = uniqueIp();
+    expect(await statuses(2, () => send("/x", from(ip, { "x-api-key": apiKey })))).toEqual([200, 429]);
+    const [top] = ruleIn(await readStats(admin), id).topRefused;
+    const canonical = JSON.stringify([
+      ["header:x-api-key", apiKey],
+      ["ip", ip],
+    ]);
+    expect(top).toEqual({
+      hash: await hashKey(canonical),
+      key: `header:x-api-key=${apiKey.slice(0, MAX_VALUE_CHARS)}…&ip=${ip}`,
+      count: 1,
+      error: 0,
+    });
   });
 
   it.each([1, 1440])("covers minutes=%i minutes", async (minutes) => {

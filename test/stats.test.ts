@@ -8,7 +8,13 @@ import { describe, expect, it } from "vitest";
 import { hashKey } from "../src/core/keys.ts";
 import { decide, type Outcome } from "../src/isolate/decide.ts";
 import { createIsolate, type Isolate } from "../src/isolate/isolate.ts";
-import { flushStats, STATS_OBJECT, type StatsNamespace } from "../src/isolate/stats.ts";
+import {
+  flushStats,
+  MAX_CLIENT_CHARS,
+  STATS_OBJECT,
+  type StatsNamespace,
+  StatsRecorder,
+} from "../src/isolate/stats.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
 import type { StatsView } from "../src/object/stats-protocol.ts";
 import { flakyNamespace } from "./support/chaos.ts";
@@ -207,6 +213,33 @@ describe("a statistics object that fails changes no answer and delays none", () 
     const view = await stats.view();
     expect(view.health).toMatchObject({ lostFlushes: 2, lostDecisions: 2 });
     expect(isolate.stats.unreported).toEqual({ flushes: 0, decisions: 0 });
+  });
+});
+
+describe("what an isolate keeps of the clients it refused, between flushes", () => {
+  // An attacker's keys can be as long as the request's headers: 1,024 of them must not hold a gigabyte.
+  it.each([
+    ["short keys, kept whole", 40, 40],
+    ["keys of 64 KB, each cut to MAX_CLIENT_CHARS", 1 << 16, MAX_CLIENT_CHARS],
+  ])("%s", (_, keyChars, keptChars) => {
+    const recorder = new StatsRecorder();
+    const rules = settingsFor(
+      Array.from({ length: 32 }, (_, r) => ({ id: `long-keys-${r}`, limit: 1, period: "1h" })),
+    ).rules;
+    const clientOf = (r: number, c: number) => `${r}/${c}:`.padEnd(keyChars, "x");
+    rules.forEach((rule, r) => {
+      recorder.count(rule, "refused", Date.now());
+      for (let c = 0; c < 32; c++) recorder.refusedClient(rule, `hash-${r}-${c}`, () => clientOf(r, c));
+    });
+    const kept = recorder.take(Date.now()).batch.refused.flatMap((rule) => rule.clients);
+    expect(kept).toHaveLength(32 * 32);
+    expect(kept.every(({ client }) => client!.length <= keptChars)).toBe(true);
+    expect(kept.reduce((chars, { client }) => chars + client!.length, 0)).toBeLessThanOrEqual(32 * 32 * keptChars);
+    // What is kept is the key's start, marked where it was cut; the hash names the client whole.
+    const [r, c] = [7, 21];
+    const one = kept.find(({ hash }) => hash === `hash-${r}-${c}`)!;
+    const whole = clientOf(r, c);
+    expect(one.client).toBe(whole.length <= keptChars ? whole : `${whole.slice(0, keptChars - 1)}…`);
   });
 });
 

@@ -79,9 +79,12 @@ export function canonicalKey(key: Characteristic[], facts: RequestFacts): string
  * `<label>=<value>` for each part, in its order. A part no source was present
  * for has an empty value after its label, which for a fallback is the whole
  * characteristic (`header:x-api-key|ip=`): clients with none of its sources.
+ * `showValue` may shorten each value for display.
  */
-export const keyParams = (canonical: string): string[] =>
-  (JSON.parse(canonical) as [string, string | null][]).map(([label, value]) => `${label}=${value ?? ""}`);
+export const keyParams = (canonical: string, showValue = (value: string) => value): string[] =>
+  (JSON.parse(canonical) as [string, string | null][]).map(
+    ([label, value]) => `${label}=${value === null ? "" : showValue(value)}`,
+  );
 
 /**
  * The canonical string of a client key the caller computed itself (the

@@ -389,6 +389,14 @@ function parseSource(text: string, caseSensitive: boolean): Result<Source> {
 }
 
 /**
+ * Whether the origin's answer settles what a request counts under this rule
+ * (its `count` or `cost_header`): its count may be given back, or charged
+ * more, once the response is known.
+ */
+export const settledByAnswer = (rule: Pick<Rule, "count" | "costHeader">): boolean =>
+  !rule.count.all || rule.costHeader !== undefined;
+
+/**
  * Whether the rule applies to this client by its IP ranges: in `ips`, when
  * the rule has them (a client without an IP is in none), and in no
  * `exclude_ips`. The address is read only when a rule has ranges.

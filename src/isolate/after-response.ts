@@ -6,15 +6,18 @@
  * - a rule with a `cost_header` is charged the difference between what the
  *   response says the request cost and what it was admitted at (or given the
  *   difference back), in the background, at the bucket it was counted in;
- *   the header is stripped unless the rule keeps it.
+ *   the header is stripped unless the rule keeps it;
+ * - a request forwarded when its call, or the batch it waited in, timed out
+ *   (`on_error = "open"`) is settled the same way once the late answer says
+ *   where it was counted, if it does in time.
  * The rate-limit headers then say what is left after both.
  */
 import { countsResponse } from "../core/count.ts";
-import type { Rule } from "../core/rules.ts";
+import { type Rule, settledByAnswer } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { rateLimitHeaders } from "../http/rate-limit-headers.ts";
 import { chargeKey } from "../object/client.ts";
-import { costOf, type Receipt, type Refund } from "../object/protocol.ts";
+import { type CheckResult, costOf, type Receipt, type Refund } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { DecideOptions } from "./decide.ts";
 import { refundInBackground } from "./give-back.ts";
@@ -30,8 +33,7 @@ export type AfterResponse = (response: { status: number; headers: Headers }) => 
 export const MAX_REPORTED_COST = 1_000_000_000;
 
 /** Whether any of these groups' rules settles its count once the response is known. */
-export const settlesAfter = (groups: KeyGroup[]): boolean =>
-  groups.some((g) => g.rules.some((rule) => !rule.count.all || rule.costHeader !== undefined));
+export const settlesAfter = (groups: KeyGroup[]): boolean => groups.some((g) => g.rules.some(settledByAnswer));
 
 /** What an admitted request does once its response is known. */
 export function afterResponse(
@@ -45,17 +47,25 @@ export function afterResponse(
     const strip: string[] = [];
     settlements.forEach((settlement, i) => {
       const group = groups[i]!;
+      const late = lateAnswerOf(settlement);
+      let lateMoves: LateMove[] | undefined; // only for a call that timed out
       group.rules.forEach((rule, j) => {
         if (rule.costHeader !== undefined && !rule.keepCostHeader) strip.push(rule.costHeader);
         const receipt = receiptOf(settlement, j);
-        if (receipt === null) return;
+        if (receipt === null && late === undefined) return;
         const delta = countsResponse(rule.count, status)
           ? reportedExtra(rule, answer, { group, name: nameOf(settlement, options), options })
           : -costOf(rule);
         if (delta === 0) return;
+        if (receipt === null) {
+          lateMoves ??= [];
+          lateMoves.push({ index: j, delta });
+          return;
+        }
         settle(settlement, { group, index: j, receipt, delta }, options);
         moved.set(rule.id, (moved.get(rule.id) ?? 0) - delta);
       });
+      if (late !== undefined && lateMoves !== undefined) settleLate(settlement, group, late, lateMoves, options);
     });
     const reports = headers.reports.map((r) => {
       const by = moved.get(r.id);
@@ -75,9 +85,43 @@ function receiptOf(settlement: Settlement, j: number): Receipt | null {
   return null;
 }
 
+/**
+ * The answer still to come of a call that timed out (its request went on
+ * under `on_error = "open"`): what it counts for the request, if it decides
+ * in time, is settled by the response too, once it comes.
+ */
+function lateAnswerOf(settlement: Settlement): Promise<CheckResult | undefined> | undefined {
+  if (settlement.via === "shared") return settlement.late; // its batch's, when it ran out waiting for it
+  if (settlement.via !== "call" || settlement.call.outcome.ok) return undefined;
+  return settlement.call.outcome.late;
+}
+
+/** A rule's count still to be moved by `delta` once the call's late answer says where it was taken. */
+type LateMove = { index: number; delta: number };
+
+/** Settles, in the background, what a call's late answer counted for the request, as its response says. */
+function settleLate(
+  settlement: Settlement,
+  group: KeyGroup,
+  late: Promise<CheckResult | undefined>,
+  moves: LateMove[],
+  options: DecideOptions,
+): void {
+  options.background(
+    late.then((result) => {
+      if (!result?.allowed) return; // refused late, or never answered: nothing was counted for the request
+      for (const { index, delta } of moves) {
+        const receipt = result.verdicts[index]?.counted ?? null;
+        if (receipt !== null) settle(settlement, { group, index, receipt, delta }, options);
+      }
+    }),
+  );
+}
+
 /** The key's object name, for the background call and the log. */
 function nameOf(settlement: Settlement, options: DecideOptions): string | null {
   if (settlement.via === "call") return settlement.call.name;
+  if (settlement.via === "shared") return settlement.failure.name;
   return settlement.via === "lease" ? options.isolate.leases.nameOf(settlement.spent) : null;
 }
 

@@ -15,7 +15,7 @@ import type { KeyCall, Settlement } from "./settle.ts";
 
 /** A request's place in a batch. */
 export class Ticket {
-  /** How long what the object counts for this request may still be handed back (see settle.ts), in ms. */
+  /** How long what the object counts for this request under every rule may still be handed back (see settle.ts), in ms. */
   readonly refundableMs: number;
   /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
   slot: number | null = null;
@@ -46,6 +46,10 @@ export class Batch {
   readonly writtenOff = new Set<number>();
   /** What that call brought back, kept before its flight lands: how many it admitted (the first slots), and the verdicts. */
   call: KeyCall | null = null;
+  /** What the call decided, once it has (`result` undefined: it never did, in time); null before. */
+  private decision: { result: CheckResult | undefined } | null = null;
+  /** How to wake each request that went on without its answer and waits for it, to settle by its response. */
+  private readonly lateWaiters = new Set<() => void>();
 
   join(refundableMs: number): Ticket {
     const ticket = new Ticket(refundableMs);
@@ -74,6 +78,40 @@ export class Batch {
     return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
   }
 
+  /** The batch's call decided (or, `undefined`, never will): wakes the requests waiting for their answers. */
+  decided(result: CheckResult | undefined): void {
+    if (this.decision !== null) return;
+    this.decision = { result };
+    for (const wake of this.lateWaiters) wake();
+    this.lateWaiters.clear();
+  }
+
+  /**
+   * What the batch decides for a request that stopped waiting for it and
+   * went on (its rules fail open): its own answer, once the call gives it,
+   * for its response to settle; undefined when the call decides nothing for
+   * it within `withinMs`. On a timer of the request's own, made now: the
+   * call belongs to another request, which may be cancelled.
+   */
+  async lateAnswer(ticket: Ticket, withinMs: number): Promise<CheckResult | undefined> {
+    if (this.decision === null) {
+      let wake!: () => void;
+      const woken = new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      const timer = setTimeout(wake, withinMs);
+      this.lateWaiters.add(wake);
+      try {
+        await woken;
+      } finally {
+        clearTimeout(timer);
+        this.lateWaiters.delete(wake);
+      }
+    }
+    const result = this.decision?.result;
+    return result === undefined || ticket.slot === null ? undefined : (slotResult(result, ticket.slot) ?? undefined);
+  }
+
   /**
    * Sends the batch with `flight`: numbers the requests still in it, in the
    * order they joined. Returns how many, and how long what the object counts
@@ -100,12 +138,20 @@ export class Batch {
  * a deploy): its answer is the first slot's, and the others have to ask.
  */
 export function answerOf(call: KeyCall, slot: number): Settlement | null {
-  if (!call.outcome.ok) return { via: "call", call };
-  const { result } = call.outcome;
-  if (result.admitted === undefined) return slot === 0 ? { via: "call", call } : null;
+  if (!call.outcome.ok) {
+    // Its late answer is the whole batch's (see watchLateBatch): no request of it reads it as its own.
+    const { late: _batchs, ...failed } = call.outcome;
+    return { via: "call", call: { ...call, outcome: failed } };
+  }
+  const own = slotResult(call.outcome.result, slot);
+  return own === null ? null : { via: "call", call: { ...call, outcome: { ...call.outcome, result: own } } };
+}
+
+/** One slot's result of a batch's: null for a later slot of an object that decided only the first. */
+function slotResult(result: CheckResult, slot: number): CheckResult | null {
+  if (result.admitted === undefined) return slot === 0 ? result : null;
   const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
-  const own: CheckResult = { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
-  return { via: "call", call: { ...call, outcome: { ...call.outcome, result: own } } };
+  return { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
 }
 
 /** Admissions a batch counted for requests that had stopped waiting for it: nobody spends them. */
@@ -130,9 +176,10 @@ function writeOffSlots(
 }
 
 /**
- * A batch's call that timed out may still decide: nobody reads that answer
- * (every request in it took the timeout as its own), so what it admits is
- * written off, and counted, when it comes.
+ * A batch's call that timed out may still decide: no request waits for that
+ * answer (every request in it took the timeout as its own), so what it
+ * admits is written off, and counted, when it comes; a request that went on
+ * settles its own by its response (see {@link Batch.lateAnswer}).
  */
 export function watchLateBatch(
   batch: Batch,
@@ -148,6 +195,7 @@ export function watchLateBatch(
   background(
     late.then((result) => {
       if (result) writeOffSlots(batch, result, slots, rules, counters);
+      batch.decided(result);
     }),
   );
 }

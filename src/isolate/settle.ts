@@ -9,9 +9,15 @@
  */
 import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
-import type { Rule } from "../core/rules.ts";
+import { type Rule, settledByAnswer } from "../core/rules.ts";
 import { checkKey, deadline, type LimiterNamespace } from "../object/client.ts";
-import { LEASE_MIN_UNITS, type LimiterOutcome, ruleCheckOf } from "../object/protocol.ts";
+import {
+  type CheckOptions,
+  type CheckResult,
+  LEASE_MIN_UNITS,
+  type LimiterOutcome,
+  ruleCheckOf,
+} from "../object/protocol.ts";
 import { answerOf, type Batch, type Ticket, watchLateBatch, writeOffAbandoned } from "./batch.ts";
 import type { Landing } from "./in-flight.ts";
 import type { Isolate } from "./isolate.ts";
@@ -38,8 +44,13 @@ export type Settlement =
   | { via: "lease"; spent: SpentUnits }
   | { via: "known"; known: RuleRefusal[] }
   | { via: "call"; call: KeyCall }
-  /** Another request's call for this key failed while this one waited for it: the failure is shared, not repeated. */
-  | { via: "shared"; failure: Extract<Landing, { ok: false }> }
+  /**
+   * Another request's call for this key failed while this one waited for it: the failure is shared, not
+   * repeated. Or this request's time ran out while it waited for a call: then, when it was in the batch
+   * that call carries and its rules settle by the response, `late` is what the batch decides for it, if
+   * it does in time.
+   */
+  | { via: "shared"; failure: Extract<Landing, { ok: false }>; late?: Promise<CheckResult | undefined> }
   /**
    * The request's client hung up while it waited: it decides nothing more. (The runtime cancels such a
    * request, unless it has work in the background: then it goes on, and must not send, or be served by,
@@ -74,27 +85,46 @@ export function knownRefusals(group: KeyGroup, isolate: Isolate, nowMs: number):
 }
 
 /**
- * How long what this call counts may still be taken back, in milliseconds,
- * or 0 when it will not be. Until then the object's refusals of the key rest
- * on a count that may go, so no isolate remembers them:
- * - when another key may refuse the request, or the call times out under a
- *   rule that fails closed (the 503 means the request was not served): one
- *   more timeout after the answer;
- * - when a rule settles its count by the origin's answer (`count`,
- *   `cost_header`): as long as an origin may take to answer, at least
- *   {@link ANSWER_WINDOW_MS}.
+ * How long what this call counts under every rule of the group may still be
+ * taken back, in milliseconds, or 0 when it will not be: when another key
+ * may refuse the request, or the call times out under a rule that fails
+ * closed (the 503 means the request was not served), one more timeout
+ * after the answer. Until then the object's refusals of the key rest on a
+ * count that may go, so no isolate remembers them. (A rule whose count the
+ * origin's answer settles may give its own back for longer: see
+ * {@link refundWindows}.)
  */
 function refundableForMs(group: KeyGroup, ctx: SettleContext): number {
-  const twoTimeouts = 2 * ctx.settings.timeoutMs;
-  if (group.rules.some((rule) => !rule.count.all || rule.costHeader !== undefined)) {
-    return Math.max(twoTimeouts, ANSWER_WINDOW_MS);
-  }
   const refunds = ctx.otherKeys || group.rules.some((rule) => rule.action === "block" && rule.onError === "closed");
-  return refunds ? twoTimeouts : 0;
+  return refunds ? 2 * ctx.settings.timeoutMs : 0;
 }
 
 /** How long an origin may take to answer, for counts settled by its answer. */
 export const ANSWER_WINDOW_MS = 100_000;
+
+/**
+ * What a call tells the object of how long its counts may be taken back:
+ * `allMs` (see {@link refundableForMs}) for every rule, and for a rule whose
+ * count the origin's answer settles (`count`, `cost_header`) as long as an
+ * origin may take to answer, at least {@link ANSWER_WINDOW_MS}. Only that
+ * rule's row: the rules beside it on the key give nothing back when the
+ * response comes, so their refusals are remembered as any other's.
+ */
+function refundWindows(
+  rules: Rule[],
+  allMs: number,
+  timeoutMs: number,
+): Pick<CheckOptions, "refundableForMs" | "refundableByRuleMs"> {
+  const answerMs = Math.max(allMs, 2 * timeoutMs, ANSWER_WINDOW_MS);
+  let settled = 0;
+  for (const rule of rules) if (settledByAnswer(rule)) settled++;
+  if (settled === 0) return allMs > 0 ? { refundableForMs: allMs } : {};
+  if (settled === rules.length) return { refundableForMs: answerMs };
+  return {
+    refundableForMs: answerMs,
+    refundableByRuleMs: rules.map((rule) => (settledByAnswer(rule) ? answerMs : allMs)),
+  };
+}
 
 /** The key the calls in flight for a group are filed under: its key and its exact set of rules. */
 export const flightKey = (group: Pick<KeyGroup, "digest" | "rules">): string =>
@@ -181,7 +211,7 @@ async function settleWaiting(
     if (ticket && ticket.slot !== null) {
       // Another request that waited with this one has sent the batch, with this one in it.
       const read = await readBatch(batch!, ticket, group.rules, deadlineMs, ctx);
-      if (read === "ran out") return ranOut(group, ctx);
+      if (read === "ran out") return ranOut(group, ctx, lateAnswer(group, batch!, ticket, ctx));
       if (read === "look again") continue; // its call is presumed lost, or ended without an answer in its time
       return orHeldUnit(read, group, isolate);
     }
@@ -263,7 +293,26 @@ async function sendBatch(
   ticket.abandoned = true; // what the call admits for it is written off when it answers
   // The call carries the others' answers: it must not end with this request's response.
   ctx.background(call);
-  return ranOut(group, ctx);
+  return ranOut(group, ctx, lateAnswer(group, batch, ticket, ctx));
+}
+
+/**
+ * What the batch a request ran out waiting for decides for it, when its
+ * rules settle what it counts by the response (`count`, `cost_header`): the
+ * request may go on (`on_error = "open"`), and its response then settles
+ * that. Watched for as long as the batch's call and its late answer may
+ * take. Undefined for other rules, and when a rule fails closed (the
+ * request is refused): nothing is watched.
+ */
+function lateAnswer(
+  group: KeyGroup,
+  batch: Batch,
+  ticket: Ticket,
+  ctx: SettleContext,
+): Promise<CheckResult | undefined> | undefined {
+  const goesOn = group.rules.every((rule) => rule.action === "log" || rule.onError === "open");
+  if (!goesOn || !group.rules.some(settledByAnswer)) return undefined;
+  return batch.lateAnswer(ticket, 2 * ctx.settings.timeoutMs);
 }
 
 /**
@@ -309,10 +358,15 @@ async function readBatch(
  * A request whose time ran out while it waited for a call that was not
  * presumed lost: the same failure as a call of its own that timed out.
  */
-async function ranOut(group: KeyGroup, ctx: SettleContext): Promise<Settlement> {
+async function ranOut(
+  group: KeyGroup,
+  ctx: SettleContext,
+  late?: Promise<CheckResult | undefined>,
+): Promise<Settlement> {
   const name = await hashKey(group.canonical);
   const message = `no decision within ${ctx.settings.timeoutMs}ms`;
-  return { via: "shared", failure: { ok: false, reason: "timeout", message, attempts: 0, name } };
+  const failure = { ok: false, reason: "timeout", message, attempts: 0, name } as const;
+  return late === undefined ? { via: "shared", failure } : { via: "shared", failure, late };
 }
 
 /**
@@ -343,7 +397,11 @@ async function callObject(
   const size = sealed.size;
   const name = await hashKey(group.canonical);
   const returns = leases.takeReturns(group.digest, group.rules, sentAtMs);
-  const refundable = Math.max(refundableForMs(group, ctx), sealed.refundableMs);
+  const refundable = refundWindows(
+    group.rules,
+    Math.max(refundableForMs(group, ctx), sealed.refundableMs),
+    settings.timeoutMs,
+  );
   const check = {
     name,
     rules: group.rules.map(ruleCheckOf),
@@ -353,8 +411,7 @@ async function callObject(
   const outcome = await checkKey(ctx.ns, check, {
     ...(lease ? { lease } : {}),
     ...(returns ? { returns: returns.refunds } : {}),
-    // A refund comes after the answer and takes at most one more timeout.
-    ...(refundable > 0 ? { refundableForMs: refundable } : {}),
+    ...refundable,
     ...(size > 1 ? { batch: size } : {}),
   });
   if (returns) leases.landed(returns, outcome.ok && outcome.attempts === 1);
@@ -374,6 +431,7 @@ async function callObject(
   if (batch) {
     batch.call = call;
     writeOffAbandoned(batch, group.rules, isolate.counters);
+    if (outcome.ok || outcome.late === undefined) batch.decided(outcome.ok ? outcome.result : undefined);
     watchLateBatch(batch, size, outcome, group.rules, isolate.counters, ctx.background);
   }
   if (flight) {

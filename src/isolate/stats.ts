@@ -32,6 +32,13 @@ export const FLUSH_DEADLINE_MS = 5_000;
 const REFUSED_PER_RULE = 128;
 /** Refused clients sent per rule with one flush. */
 const REFUSED_SENT = 32;
+/**
+ * The most characters of a refused client's key as written (`STATS_RAW_KEYS`)
+ * kept between flushes, "…" included: the isolate keeps up to
+ * 8 × {@link REFUSED_PER_RULE} of them, and an attacker's key can be as long
+ * as a request's headers. (The statistics object keeps as many.)
+ */
+export const MAX_CLIENT_CHARS = 512;
 
 const OUTCOME_INDEX = Object.fromEntries(OUTCOMES.map((o, i) => [o, i])) as Record<StatsOutcome, number>;
 
@@ -78,7 +85,7 @@ export class StatsRecorder {
     }
     sketch.add(hash);
     if (client !== null && !this.clients.has(hash) && this.clients.size < REFUSED_PER_RULE * 8) {
-      this.clients.set(hash, client());
+      this.clients.set(hash, bounded(client()));
     }
   }
 
@@ -152,6 +159,21 @@ export class StatsRecorder {
   get unreported(): { flushes: number; decisions: number } {
     return { ...this.lost };
   }
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/**
+ * A key cut to {@link MAX_CLIENT_CHARS}, marked "…" where it was, as a
+ * string of its own: a slice of a string, even one made where the key was
+ * written, may keep the whole of the string it came from alive (V8 makes a
+ * long slice a view of its parent), and decoding makes a copy. Once per
+ * client and flush, with `STATS_RAW_KEYS` only.
+ */
+function bounded(key: string): string {
+  const kept = key.length <= MAX_CLIENT_CHARS ? key : `${key.slice(0, MAX_CLIENT_CHARS - 1)}…`;
+  return decoder.decode(encoder.encode(kept));
 }
 
 /**

@@ -101,11 +101,20 @@ function count({ rule, outcome, group, name }: Counted, context: TallyContext): 
   });
 }
 
-/** A canonical key as the admin API names it (see {@link keyParams}): `ip=203.0.113.7`, parts joined by `&`. */
+/** The most characters of each of a key's values shown in the statistics, "…" not included. */
+export const MAX_VALUE_CHARS = 100;
+
+/**
+ * A canonical key as the admin API names it: `ip=203.0.113.7`, parts joined
+ * by `&`; each value cut to {@link MAX_VALUE_CHARS}, marked "…" where it
+ * was, so every part of a key shows however long one of them is.
+ */
 export function asWritten(canonical: string): string {
   try {
-    return keyParams(canonical).join("&");
+    return keyParams(canonical, cut).join("&");
   } catch {
     return canonical;
   }
 }
+
+const cut = (value: string): string => (value.length > MAX_VALUE_CHARS ? `${value.slice(0, MAX_VALUE_CHARS)}…` : value);

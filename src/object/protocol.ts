@@ -120,6 +120,15 @@ export type CheckOptions = {
    */
   refundableForMs?: number;
   /**
+   * Per rule, in the order given, how long its count may be handed back,
+   * when that differs between the rules: a rule whose count the origin's
+   * answer settles (`count`, `cost_header`) may give its own back long after
+   * the rules beside it can give back theirs. Each rule's row takes its own;
+   * `refundableForMs` is then the longest of them (what an object that knows
+   * no per-rule windows applies to every row).
+   */
+  refundableByRuleMs?: number[];
+  /**
    * How many requests of the key this check decides, one after another in
    * one turn, each all or nothing as if each had called alone; default 1.
    * Requests that waited in one isolate for a call in flight go together, so

@@ -184,7 +184,7 @@ export class RateLimiter extends DurableObject<unknown> {
     // What the first counted may be handed back: a later request of the batch refused now is refused on a
     // count that may go, exactly as if it had called after the first (its refusal does not hold, its
     // penalty is tentative).
-    if (options.refundableForMs) this.refundsDueFor(rows, first.verdicts, nowMs + options.refundableForMs);
+    if (options.refundableForMs) this.refundsDueFor(rows, first.verdicts, nowMs, options);
     // The rest of a batch, in order, each as if it had called: a refusal changes nothing, so the first one
     // refused is the last one decided, and every later one would be refused the same.
     let verdicts = first.verdicts;
@@ -214,10 +214,16 @@ export class RateLimiter extends DurableObject<unknown> {
     return result;
   }
 
-  /** Marks the rows a request was counted in as holding counts that may be handed back until `untilMs`. */
-  private refundsDueFor(rows: (Row | undefined)[], verdicts: RuleVerdict[], untilMs: number): void {
+  /**
+   * Marks the rows a request was counted in as holding counts that may be handed back for as long as the
+   * caller says (per rule, or for all), or later: an earlier call's counts may be handed back until then,
+   * however soon this one's must be.
+   */
+  private refundsDueFor(rows: (Row | undefined)[], verdicts: RuleVerdict[], nowMs: number, options: CheckOptions) {
     rows.forEach((row, i) => {
-      if (row && verdicts[i]!.ruleAllows) this.refundsDue.set(row.key, untilMs);
+      if (!row || !verdicts[i]!.ruleAllows) return;
+      const forMs = options.refundableByRuleMs?.[i] ?? options.refundableForMs ?? 0;
+      if (forMs > 0 && nowMs + forMs > (this.refundsDue.get(row.key) ?? 0)) this.refundsDue.set(row.key, nowMs + forMs);
     });
   }
 

@@ -7,7 +7,10 @@
  * the operator asked for, and drives every client's object to it. A change
  * is written here first, as pending, then sent to the client's object, then
  * marked applied. A change the object did not confirm stays pending, shown
- * as such, and is sent again by the registry's alarm until it is. Every
+ * as such, and is sent again by the registry's alarm until it is: each
+ * pending change has its own next try, later after each failure (up to
+ * every {@link MAX_RETRY_MS}), so a client object that stays down never
+ * holds back the changes of the others. Every
  * change carries a version, and an object ignores one older than what it
  * has, so a late or repeated send never undoes a newer change. So the index
  * and the objects cannot disagree silently: they agree, or the entry says
@@ -62,12 +65,17 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS entries (
   value TEXT,
   version INTEGER NOT NULL,
   applied INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_try INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (rule, key)
 )`;
 
-/** How many objects the alarm drives at once, and how soon it tries again after a failure. */
-const DRIVE_BATCH = 50;
+/** How many objects the alarm drives at once. */
+export const DRIVE_BATCH = 50;
+/** How soon a change the object did not confirm is sent again; twice as long after each failure since … */
 const RETRY_MS = 5_000;
+/** … up to this. */
+const MAX_RETRY_MS = 300_000;
 /** How long a call to a client's object may take. */
 const CALL_TIMEOUT_MS = 5_000;
 
@@ -98,6 +106,12 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
+    // Entries stored before each had its own next try are all due now.
+    const columns = this.sql.exec("SELECT * FROM entries LIMIT 0").columnNames;
+    if (!columns.includes("attempts"))
+      this.sql.exec("ALTER TABLE entries ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0");
+    if (!columns.includes("next_try"))
+      this.sql.exec("ALTER TABLE entries ADD COLUMN next_try INTEGER NOT NULL DEFAULT 0");
     const top = this.sql.exec<{ v: number | null }>("SELECT max(version) AS v FROM entries").one();
     this.version = top.v ?? 0;
   }
@@ -107,7 +121,7 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     const before = this.get(change.rule, change.key)?.override ?? null;
     const entry = this.record(change);
     const applied = await this.drive(entry);
-    if (!applied) await this.retrySoon(RETRY_MS);
+    if (!applied) await this.scheduleNext();
     return { before, after: change.override, applied };
   }
 
@@ -186,26 +200,32 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     return { overrides: row.overrides, pending: row.pending };
   }
 
-  /** Sends every pending change to its client's object, a batch at a time, until none is left. */
+  /**
+   * Sends the pending changes that are due to their client objects, a batch
+   * at a time: first those never tried, then those whose next try is the
+   * oldest. A change that fails waits longer each time, so the changes
+   * behind it go first. Runs again while any change is pending.
+   */
   override async alarm(): Promise<void> {
-    const pending = this.sql
-      .exec<Stored>("SELECT * FROM entries WHERE applied = 0 ORDER BY version LIMIT ?", DRIVE_BATCH)
+    const due = this.sql
+      .exec<Stored>(
+        "SELECT * FROM entries WHERE applied = 0 AND next_try <= ? ORDER BY next_try, version LIMIT ?",
+        Date.now(),
+        DRIVE_BATCH,
+      )
       .toArray()
       .map(entryOf);
-    if (pending.length === 0) return;
-    const applied = await Promise.all(pending.map((entry) => this.drive(entry)));
-    const progress = applied.some(Boolean);
-    const left = this.counts().pending;
-    if (left > 0) await this.retrySoon(progress ? 0 : RETRY_MS);
+    await Promise.all(due.map((entry) => this.drive(entry)));
+    await this.scheduleNext();
   }
 
   /** Records a change as pending, with the next version. */
   private record(change: Change): RegistryEntry {
     const entry: RegistryEntry = { ...change, version: ++this.version, applied: false };
     this.sql.exec(
-      `INSERT INTO entries (rule, key, name, value, version, applied) VALUES (?, ?, ?, ?, ?, 0)
+      `INSERT INTO entries (rule, key, name, value, version, applied, attempts, next_try) VALUES (?, ?, ?, ?, ?, 0, 0, 0)
        ON CONFLICT (rule, key) DO UPDATE SET name = excluded.name, value = excluded.value,
-         version = excluded.version, applied = 0`,
+         version = excluded.version, applied = 0, attempts = 0, next_try = 0`,
       entry.rule,
       entry.key,
       entry.name,
@@ -215,14 +235,30 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     return entry;
   }
 
-  /** Sends one change to its client's object; on confirmation marks it applied. */
+  /**
+   * Sends one change to its client's object; on confirmation marks it
+   * applied, and otherwise sets when it is sent next.
+   */
   private async drive(entry: RegistryEntry): Promise<boolean> {
     const stub = this.env.RATE_LIMITER.get(this.env.RATE_LIMITER.idFromName(entry.name));
     const call =
       entry.override === null
         ? stub.deleteOverride(entry.rule, entry.version)
         : stub.setOverride(entry.rule, entry.override, entry.version);
-    if (!(await withDeadline(Promise.resolve(call), CALL_TIMEOUT_MS)).ok) return false;
+    if (!(await withDeadline(Promise.resolve(call), CALL_TIMEOUT_MS)).ok) {
+      // RETRY_MS, then twice as long after each failure, up to MAX_RETRY_MS (a newer change starts over).
+      this.sql.exec(
+        `UPDATE entries SET attempts = attempts + 1, next_try = ? + min(?, ? * (1 << min(attempts, 16)))
+         WHERE rule = ? AND key = ? AND version = ?`,
+        Date.now(),
+        MAX_RETRY_MS,
+        RETRY_MS,
+        entry.rule,
+        entry.key,
+        entry.version,
+      );
+      return false;
+    }
     // Only this version is confirmed: a newer change made meanwhile stays pending. A confirmed deletion
     // stays as a row with no override, so the highest version ever sent survives a restart (see constructor).
     this.sql.exec(
@@ -232,6 +268,14 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
       entry.version,
     );
     return true;
+  }
+
+  /** Sets the alarm for the soonest next try of a pending change, if any is pending. */
+  private async scheduleNext(): Promise<void> {
+    const next = this.sql
+      .exec<{ at: number | null }>("SELECT min(next_try) AS at FROM entries WHERE applied = 0")
+      .one().at;
+    if (next !== null) await this.retrySoon(Math.max(0, next - Date.now()));
   }
 
   private async retrySoon(inMs: number): Promise<void> {

@@ -6,7 +6,7 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import type { LimiterNamespace } from "../../src/object/client.ts";
-import type { CheckOptions, RuleCheck } from "../../src/object/protocol.ts";
+import type { CheckOptions, Refund, RuleCheck } from "../../src/object/protocol.ts";
 import { env } from "./env.ts";
 import { objectForIp } from "./objects.ts";
 
@@ -100,7 +100,13 @@ export type Script = { afterMs: number; ends: "admit" | "refuse" | "throw"; leas
  * on the (possibly faked) timers, so a test can place every answer in time.
  */
 export function scriptedNamespace(script: Script[]) {
-  const calls = { checks: 0, options: [] as (CheckOptions | undefined)[] };
+  const calls = {
+    checks: 0,
+    options: [] as (CheckOptions | undefined)[],
+    /** What each refund and charge sent, in order. */
+    refunds: [] as Refund[][],
+    charges: [] as Refund[][],
+  };
   const refuse = (nowMs: number, rules: RuleCheck[]) => ({
     nowMs,
     allowed: false,
@@ -161,7 +167,12 @@ export function scriptedNamespace(script: Script[]) {
             ),
           );
         },
-        refund: async () => {},
+        refund: async (refunds: Refund[]) => {
+          calls.refunds.push(refunds);
+        },
+        charge: async (charges: Refund[]) => {
+          calls.charges.push(charges);
+        },
       }) as unknown as ReturnType<LimiterNamespace["get"]>,
   };
   return { ns, calls };
