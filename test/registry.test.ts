@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { Override } from "../src/core/overrides.ts";
 import { type Change, DRIVE_BATCH, type OverrideRegistry } from "../src/object/registry.ts";
 import { env } from "./support/env.ts";
+import { expectRuntimeReports } from "./support/logs.ts";
 
 const registries = (workerEnv as unknown as { OVERRIDES: DurableObjectNamespace<OverrideRegistry> }).OVERRIDES;
 let names = 0;
@@ -19,6 +20,9 @@ const clientNamed = (name: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFr
 
 const OVERRIDE: Override = { kind: "limit", limit: 5, expiresAtMs: null, note: "", updatedAtMs: 0, by: "test" };
 const change = (rule: string, name: string): Change => ({ rule, key: `key-of-${name}`, name, override: OVERRIDE });
+
+/** What the runtime reports of each override sent to an object taken down. */
+const BROKEN = "table overrides has no column named rule";
 
 /**
  * Takes a client's object down for writes: a table of its storage is in a shape it cannot write, so every
@@ -74,6 +78,8 @@ describe("the registry's alarm", () => {
     for (let run = 0; run < 2 && (await registry.counts()).pending > 0; run++) await runDurableObjectAlarm(registry);
     expect(await appliedOf(registry, failing)).toEqual(failing.map(() => true));
     expect(await registry.counts()).toMatchObject({ pending: 0 });
+    // Each send to an object that was down threw there, and the runtime reported it.
+    expect(await expectRuntimeReports(BROKEN, "all")).toBeGreaterThanOrEqual(failing.length);
   });
 
   it("tries a failing change again less and less often, at most every 5 minutes, and always keeps an alarm for it", async () => {
@@ -94,6 +100,8 @@ describe("the registry's alarm", () => {
     }
     expect(retries).toEqual([5_000, 10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000, 300_000]);
     expect((await registry.get(failing.rule, failing.key))?.applied).toBe(false);
+    // One send at the change and one at each of the 9 alarms, each of which threw in the object.
+    expect(await expectRuntimeReports(BROKEN, 10)).toBe(10);
   });
 
   it("sends a change stored before each had its own next try, after a restart", async () => {

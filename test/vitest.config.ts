@@ -69,4 +69,4 @@ export function workersTestConfig(include: string[], exclude: string[] = []) {
 }
 
 /** `npm test`: every test but the slow ones, which `npm run test:slow` runs (test/slow/vitest.config.ts). */
-export default workersTestConfig(["test/**/*.test.ts"], ["test/e2e/**", "test/slow/**"]);
+export default workersTestConfig(["test/**/*.test.ts"], ["test/e2e/**", "test/slow/**", "test/package/**"]);

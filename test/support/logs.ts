@@ -58,10 +58,10 @@ export function expectErrorLogs(event: string): Record<string, unknown>[] {
 
 /**
  * Claims `count` reports of the runtime's own that contain `match`, waiting
- * for them (they reach the test process apart from the test's own output);
- * returns how many it claimed.
+ * for them (they reach the test process apart from the test's own output),
+ * or all of them once no more come; returns how many it claimed.
  */
-export async function expectRuntimeReports(match: string, count: number): Promise<number> {
+export async function expectRuntimeReports(match: string, count: number | "all"): Promise<number> {
   const url = `http://127.0.0.1:${inject("originPort")}/__runtime-reports?match=${encodeURIComponent(match)}&count=${count}`;
   return ((await (await fetch(url)).json()) as { claimed: number }).claimed;
 }

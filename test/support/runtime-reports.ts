@@ -15,7 +15,10 @@ const REPORT = /^(uncaught exception;|exception = )/;
 type Report = { text: string; claimed: boolean };
 
 export type RuntimeReports = {
-  /** Answers `GET /__runtime-reports?match=<text>&count=<n>`: claims `n` reports containing the text, waiting up to 5 s for them. */
+  /**
+   * Answers `GET /__runtime-reports?match=<text>&count=<n>`: claims `n` reports containing the text, waiting
+   * up to 5 s for them; `count=all` claims every one, once no more come.
+   */
   serve: (url: URL, req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
   /** Stops keeping reports; returns those no test claimed. */
   stop: () => string[];
@@ -38,23 +41,45 @@ export function captureRuntimeReports(): RuntimeReports {
   }
 
   const claim = (match: string, count: number): number => {
-    const found = reports.filter((r) => !r.claimed && r.text.includes(match)).slice(0, count);
+    const found = unclaimed(match).slice(0, count);
     if (found.length < count) return found.length;
     for (const report of found) report.claimed = true;
     return count;
+  };
+
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  const unclaimed = (match: string) => reports.filter((r) => !r.claimed && r.text.includes(match));
+
+  /** `count` reports, once that many have come, or none if they have not within 5 s. */
+  const claimSome = async (match: string, count: number): Promise<number> => {
+    const deadline = Date.now() + 5_000;
+    let claimed = claim(match, count);
+    while (claimed < count && Date.now() < deadline) {
+      await sleep(20);
+      claimed = claim(match, count);
+    }
+    return claimed;
+  };
+
+  /** Every report, once 300 ms passed with no new one (at most 5 s). */
+  const claimAll = async (match: string): Promise<number> => {
+    const deadline = Date.now() + 5_000;
+    let seen = -1;
+    while (unclaimed(match).length !== seen && Date.now() < deadline) {
+      seen = unclaimed(match).length;
+      await sleep(300);
+    }
+    const found = unclaimed(match);
+    for (const report of found) report.claimed = true;
+    return found.length;
   };
 
   return {
     async serve(url, _req, res) {
       if (url.pathname !== "/__runtime-reports") return false;
       const match = url.searchParams.get("match") ?? "";
-      const count = Number(url.searchParams.get("count") ?? "1");
-      const deadline = Date.now() + 5_000;
-      let claimed = claim(match, count);
-      while (claimed < count && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-        claimed = claim(match, count);
-      }
+      const count = url.searchParams.get("count") ?? "1";
+      const claimed = count === "all" ? await claimAll(match) : await claimSome(match, Number(count));
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ claimed }));
       return true;
