@@ -28,21 +28,26 @@ import { type Decided, inBackground, rateLimitWith } from "./middleware.ts";
 
 /** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
 const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
+/** The last answer: the Worker's env is one object per isolate, so a request costs two comparisons. */
+let lastUpstream: { env: Env; settings: Settings; upstream: Result<Upstream> } | undefined;
 
 function upstreamOf(env: Env, settings: Settings): Result<Upstream> {
+  if (lastUpstream?.env === env && lastUpstream.settings === settings) return lastUpstream.upstream;
   const { ORIGIN_URL: url, ORIGIN_SECRET: secret, ORIGIN_SECRET_HEADER: header } = env;
   const bySettings = getOrCreate(upstreams, settings, () => new Map<string, Result<Upstream>>());
-  return getOrCreate(bySettings, [url, secret, header].join("\u0000"), () => {
+  const upstream = getOrCreate(bySettings, [url, secret, header].join("\u0000"), () => {
     const origin = parseOrigin(url);
     const originSecret = parseOriginSecret(secret, header, settings.keyHeaders);
     if (!origin.ok || !originSecret.ok) return fail(...errorsOf(origin), ...errorsOf(originSecret));
     return ok({ origin: origin.value, keyHeaders: settings.keyHeaders, secret: originSecret.value, mark: markOf(env) });
   });
+  lastUpstream = { env, settings, upstream };
+  return upstream;
 }
 
 const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
 
-const marks = new WeakMap<object, string>();
+let lastMark: { ns: object; mark: string } | undefined;
 
 /**
  * This deployment's mark, the same in every isolate and on every deploy, and
@@ -52,12 +57,8 @@ const marks = new WeakMap<object, string>();
 function markOf(env: Env): string | undefined {
   const ns = env.RATE_LIMITER;
   if (!ns) return undefined;
-  let mark = marks.get(ns);
-  if (mark === undefined) {
-    mark = ns.idFromName("edge-rate-limiter:hop").toString();
-    marks.set(ns, mark);
-  }
-  return mark;
+  if (lastMark?.ns !== ns) lastMark = { ns, mark: ns.idFromName("edge-rate-limiter:hop").toString() };
+  return lastMark.mark;
 }
 
 /** Decisions made before the Hono app ran, for its `rateLimit()` to take (see {@link decideFirst}). */
