@@ -11,8 +11,13 @@ import { env } from "./support/env.ts";
 import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 const rules = [{ id: "hop", path: "/*", limit: 1000, period: "1m" }];
-const header = (echo: Echo, name: string) => echo.headers.find(([n]) => n === name)?.[1];
-const mark = env.RATE_LIMITER.idFromName("edge-rate-limiter:hop").toString();
+/** A header's value as the origin received it: every line of it, joined as one (RFC 9110, 5.3). */
+const header = (echo: Echo, name: string) =>
+  echo.headers
+    .filter(([n]) => n === name)
+    .map(([, value]) => value)
+    .join(", ") || undefined;
+const mark = env.RATE_LIMITER.idFromName("edge-rate-limiter:hop").toString().slice(0, 16);
 
 /** Runs `fn` with console.error captured; returns the lines logged. */
 async function errorLogs(fn: () => Promise<void>): Promise<string[]> {
@@ -39,7 +44,7 @@ describe("a request that has passed through this deployment is never forwarded a
     const ip = uniqueIp();
     const send = limiter([{ id: "hop-1", path: "/*", limit: 1, period: "1m" }]);
     const logs = await errorLogs(async () => {
-      for (const hops of [mark, `${"a".repeat(64)}, ${mark}`, ` ${mark} ,x`]) {
+      for (const hops of [mark, `${"a".repeat(16)}, ${mark}`, ` ${mark} ,x`]) {
         const res = await send("/anything", from(ip, { [HOP_HEADER]: hops, "x-test-tag": tag }));
         expect(res.status).toBe(508);
         expect(res.headers.get("content-type")).toBe("application/problem+json");
@@ -56,7 +61,7 @@ describe("a request that has passed through this deployment is never forwarded a
   });
 
   it("forwards one that passed through other deployments, adding its own mark after theirs", async () => {
-    const other = "b".repeat(64);
+    const other = "b".repeat(16);
     const echo = (await (await limiter(rules)("/echo", from(uniqueIp(), { [HOP_HEADER]: other }))).json()) as Echo;
     expect(header(echo, HOP_HEADER)).toBe(`${other}, ${mark}`);
   });

@@ -7,7 +7,7 @@
 import type { Origin, OriginSecret } from "../config/origin.ts";
 import { logEvent } from "../observe/log.ts";
 import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
-import { HOP_HEADER, withMark } from "./upstream.ts";
+import { HOP_HEADER } from "./upstream.ts";
 
 const HOP_BY_HOP = [
   "connection",
@@ -96,7 +96,8 @@ export async function forward(request: Request, upstream: Upstream): Promise<Res
   const webSocket = isWebSocketUpgrade(request.headers);
   const target = originUrl(request.url, upstream.origin);
   const headers = stripHopByHop(request.headers, webSocket, upstream.keyHeaders ?? NONE);
-  if (upstream.mark !== undefined) headers.set(HOP_HEADER, withMark(request.headers.get(HOP_HEADER), upstream.mark));
+  // Appended: after the marks of the deployments it passed through before, comma-separated.
+  if (upstream.mark !== undefined) headers.append(HOP_HEADER, upstream.mark);
   if (upstream.secret) headers.set(upstream.secret.header, upstream.secret.value);
   let response: Response;
   try {

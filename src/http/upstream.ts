@@ -17,9 +17,6 @@ export function hasPassed(headers: Headers, mark: string): boolean {
   return hops.split(",").some((hop) => hop.trim() === mark);
 }
 
-/** The request's hop header with this deployment's mark added. */
-export const withMark = (hops: string | null, mark: string): string => (hops === null ? mark : `${hops}, ${mark}`);
-
 const LOG_EVERY_MS = 10_000;
 let loggedAtMs = Number.NEGATIVE_INFINITY;
 

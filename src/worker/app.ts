@@ -51,13 +51,14 @@ let lastMark: { ns: object; mark: string } | undefined;
 
 /**
  * This deployment's mark, the same in every isolate and on every deploy, and
- * another in every other deployment: the id its counter namespace gives a
- * fixed name. Undefined without the binding (the app then answers 500).
+ * another in every other deployment: 64 bits of the id its counter namespace
+ * gives a fixed name (short, as every forwarded request carries it).
+ * Undefined without the binding (the app then answers 500).
  */
 function markOf(env: Env): string | undefined {
   const ns = env.RATE_LIMITER;
   if (!ns) return undefined;
-  if (lastMark?.ns !== ns) lastMark = { ns, mark: ns.idFromName("edge-rate-limiter:hop").toString() };
+  if (lastMark?.ns !== ns) lastMark = { ns, mark: ns.idFromName("edge-rate-limiter:hop").toString().slice(0, 16) };
   return lastMark.mark;
 }
 
