@@ -666,6 +666,17 @@ describe("the client's object keeps its overrides", () => {
     expect((await stub.peek([check])).verdicts[0]).toMatchObject({ override: "unlimited", weighted: 0 });
   });
 
+  it("takes an override stored with an expiry later than the runtime's alarms can be set (an earlier version's)", async () => {
+    // The API now refuses expiries after 2099; an override an earlier version stored may reach the object
+    // with one in the year 33658. workerd refuses to set an alarm that late, so the change stayed pending.
+    const stub = object();
+    await stub.setOverride("kept", override(1e15), 1);
+    expect((await stub.check([check])).verdicts[0]).toMatchObject({ limit: 7, override: "limit" });
+    const alarm = await runInDurableObject(stub, (_, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    expect(alarm!).toBeLessThanOrEqual(Date.UTC(2100, 0, 1));
+  });
+
   it("ignores a change older than the one it has: a late or repeated send never undoes a newer one", async () => {
     const stub = object();
     await stub.setOverride("kept", override(null), 5);

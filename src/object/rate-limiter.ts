@@ -82,6 +82,10 @@ const DENY_FOREVER_MS = 365 * 86_400_000;
  * The instant after which a row holds nothing: its state is all zeros (its newest bucket and the `precision`
  * before it have rotated out) and its penalty, if any, has ended.
  */
+/** The latest alarm set, 2100-01-01: workerd refuses alarms some centuries ahead. */
+const LATEST_ALARM_MS = Date.UTC(2100, 0, 1);
+const DAY_MS = 86_400_000;
+
 const expiresAtMs = ({ shape, state, penaltyUntilMs }: Row): number =>
   Math.max(bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false }), penaltyUntilMs);
 
@@ -494,14 +498,18 @@ export class RateLimiter extends DurableObject<unknown> {
     else await this.ctx.storage.setAlarm(this.alarmAtMs);
   }
 
-  /** When the last counter or expiring override expires, or null when nothing will (no counters, only lasting overrides). */
+  /**
+   * When the last counter or expiring override expires, or null when nothing will (no counters, only lasting
+   * overrides). No later than the runtime can set an alarm for: an earlier version stored overrides expiring
+   * centuries ahead, and an alarm that runs before they expire only sets the next.
+   */
   private lastExpiry(): number | null {
     let latest: number | null = null;
     for (const row of this.rows.values()) latest = Math.max(latest ?? 0, expiresAtMs(row));
     for (const override of this.overrides.values()) {
       if (override.expiresAtMs !== null) latest = Math.max(latest ?? 0, override.expiresAtMs);
     }
-    return latest;
+    return latest === null ? null : Math.min(latest, Math.max(LATEST_ALARM_MS, Date.now() + DAY_MS));
   }
 
   /**
