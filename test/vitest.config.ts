@@ -65,5 +65,8 @@ export function workersTestConfig(include: string[], exclude: string[] = []) {
   });
 }
 
-/** `npm test`: every test but the slow ones, which `npm run test:slow` runs (test/slow/vitest.config.ts). */
-export default workersTestConfig(["test/**/*.test.ts"], ["test/e2e/**", "test/slow/**"]);
+/**
+ * `npm test`: every test but the slow ones, which `npm run test:slow` runs (test/slow/vitest.config.ts),
+ * and the package's, a Node test that `npm run test:package` runs (test/package/vitest.config.ts).
+ */
+export default workersTestConfig(["test/**/*.test.ts"], ["test/e2e/**", "test/slow/**", "test/package/**"]);
