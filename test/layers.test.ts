@@ -28,7 +28,8 @@ function layerOf(file: string): Layer {
 /** Every module specifier a file imports or re-exports, statically or dynamically. */
 function specifiers(source: string): string[] {
   const found: string[] = [];
-  for (const match of source.matchAll(/^\s*(?:import|export)\b[^;]*?\bfrom\s*"([^"]+)"/gms)) found.push(match[1]!);
+  // No `=` before `from`: `export const X = { about: "fetched from" }` is a value, not an import.
+  for (const match of source.matchAll(/^\s*(?:import|export)\b[^;=]*?\bfrom\s*"([^"]+)"/gms)) found.push(match[1]!);
   for (const match of source.matchAll(/^\s*import\s*"([^"]+)"/gm)) found.push(match[1]!);
   for (const match of source.matchAll(/\bimport\(\s*"([^"]+)"\s*\)/g)) found.push(match[1]!);
   return found;

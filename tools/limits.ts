@@ -25,7 +25,7 @@ Commands:
 
 A key names a client as its rule counts it: ip=203.0.113.7, header:x-api-key=abc,
 or a bare value when the rule has a single characteristic; one key per characteristic.
-TIME is an ISO 8601 time (2026-12-31T00:00:00Z) or Unix milliseconds.
+TIME is an ISO 8601 time (2099-12-31T00:00:00Z) or Unix milliseconds, no later than 2099.
 
 Options:
   --json          print the API's JSON instead of a table

@@ -52,7 +52,17 @@ export const DEFAULT_CLOCK_SKEW_MS = 30_000;
 export const DEFAULT_JWKS_TTL_MS = 10 * 60_000;
 /** The most keys an inline set may have. */
 const MAX_KEYS = 100;
-const JWT_FIELDS = ["header", "cookie", "issuer", "audience", "clock_skew", "algorithms", "tier_claim", "jwks_ttl"];
+/** The fields of `[vars.JWT]` (docs/configuration.md documents each). */
+export const JWT_FIELDS: readonly string[] = [
+  "header",
+  "cookie",
+  "issuer",
+  "audience",
+  "clock_skew",
+  "algorithms",
+  "tier_claim",
+  "jwks_ttl",
+];
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 const isTable = (value: unknown): value is Record<string, unknown> =>

@@ -37,6 +37,9 @@ export type Override = OverrideSetting & {
 export const MAX_NOTE_CHARS = 1_000;
 const TIER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
+/** The fields of an override's JSON (docs/per-client-limits.md documents each). */
+export const OVERRIDE_FIELDS = ["limit", "tier", "unlimited", "deny", "expires", "note"] as const;
+
 /** What parsing an override needs besides the operator's input. */
 export type OverrideContext = {
   nowMs: number;
@@ -56,10 +59,9 @@ export function parseOverride(input: unknown, context: OverrideContext): Result<
     return fail(`must be a JSON object such as {"limit": 500} or {"tier": "pro"}; got ${show(input)}`);
   }
   const fields = input as Record<string, unknown>;
-  const known = new Set(["limit", "tier", "unlimited", "deny", "expires", "note"]);
   const errors = Object.keys(fields)
-    .filter((name) => !known.has(name))
-    .map((name) => `field ${show(name)}: unknown; fields: limit, tier, unlimited, deny, expires, note`);
+    .filter((name) => !(OVERRIDE_FIELDS as readonly string[]).includes(name))
+    .map((name) => `field ${show(name)}: unknown; fields: ${OVERRIDE_FIELDS.join(", ")}`);
   const setting = settingOf(fields, context.tiers);
   const expires = expiresOf(fields.expires, context.nowMs);
   const note = noteOf(fields.note);

@@ -340,8 +340,19 @@ function parseMethods(value: unknown): Result<ReadonlySet<string> | null> {
   return names.ok ? ok(new Set(names.value)) : names;
 }
 
-const SIMPLE_SOURCES = new Set(["ip", "method", "host", "asn", "country", "continent", "ja4"]);
-const NAMED_SOURCES = new Set(["header", "cookie", "query", "jwt"]);
+/** The characteristics a `key` can name as they are: `"ip"`, `"path"`, `"asn"`, … (docs/configuration.md lists them). */
+export const PLAIN_CHARACTERISTICS = ["ip", "path", "method", "host", "asn", "country", "continent", "ja4"] as const;
+/** The characteristics a `key` names with a name after a colon: `"header:x-api-key"`, `"jwt:sub"`, … */
+export const NAMED_CHARACTERISTICS = ["header", "cookie", "query", "jwt"] as const;
+/** A named characteristic as the docs and messages write it: `header:<name>`, `jwt:<claim>`. */
+export const namedForm = (kind: (typeof NAMED_CHARACTERISTICS)[number]): string =>
+  `${kind}:<${kind === "jwt" ? "claim" : "name"}>`;
+
+// `path` is parsed apart: it carries the rule's case sensitivity.
+const SIMPLE_SOURCES = new Set<string>(PLAIN_CHARACTERISTICS.filter((kind) => kind !== "path"));
+const NAMED_SOURCES = new Set<string>(NAMED_CHARACTERISTICS);
+const CHARACTERISTIC_LIST = [...PLAIN_CHARACTERISTICS, ...NAMED_CHARACTERISTICS.map(namedForm)];
+const CHARACTERISTIC_CHOICES = `${CHARACTERISTIC_LIST.slice(0, -1).join(", ")} or ${CHARACTERISTIC_LIST.at(-1)}`;
 /**
  * A claim's dot path: names of up to 128 characters, none empty, with no
  * space, `|`, `,` or `=` (which separate sources and admin key parameters).
@@ -373,9 +384,7 @@ function parseSource(text: string, caseSensitive: boolean): Result<Source> {
   const colon = text.indexOf(":");
   const kind = colon < 0 ? text : text.slice(0, colon);
   if (!NAMED_SOURCES.has(kind)) {
-    return fail(
-      `unknown characteristic ${show(text)}; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>`,
-    );
+    return fail(`unknown characteristic ${show(text)}; use ${CHARACTERISTIC_CHOICES}`);
   }
   const name = colon < 0 ? "" : text.slice(colon + 1);
   if (kind === "jwt") {

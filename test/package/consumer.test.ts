@@ -2,8 +2,9 @@
  * The package as a user installs it: `npm pack`, the tarball installed into
  * a stock Workers project (test/package/consumer: its own package.json, a
  * stock tsconfig with no special flags, a wrangler.toml), whose Worker is
- * the README's library example, taken from the README itself. The project
- * type-checks with `tsc`, and runs under `wrangler dev`.
+ * the library example of docs/library.md, taken from the page itself; the
+ * README's minimal example is beside it. The project type-checks with `tsc`,
+ * and runs the complete example under `wrangler dev`.
  */
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -12,15 +13,18 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningWorker, startWrangler } from "../e2e/support/wrangler.ts";
+import { blocksOf } from "../support/markdown.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const ADMIN_TOKEN = "consumer-test-token";
 
-/** The fenced block after the README's `<!-- example: library … -->` marker. */
-function libraryExample(readme: string): string {
-  const block = /<!-- example: library[^>]*-->\s*```ts\n([\s\S]*?)```/.exec(readme);
-  if (!block) throw new Error("README.md: no ```ts block after <!-- example: library … -->");
-  return block[1]!;
+/** The `ts` block after a `<!-- example: <name> … -->` comment of a page. */
+function example(page: string, name: string): string {
+  const block = blocksOf(readFileSync(join(root, page), "utf8")).find(
+    (b) => b.lang === "ts" && b.marker?.split(" ")[1] === name,
+  );
+  if (!block) throw new Error(`${page}: no \`\`\`ts block after <!-- example: ${name} … -->`);
+  return block.text;
 }
 
 /** npm, as `npm run` gave it to this process, run with this Node (22, from the `node` devDependency). */
@@ -47,7 +51,9 @@ beforeAll(async () => {
   app = join(dir, "consumer");
   cpSync(join(root, "test/package/consumer"), app, { recursive: true });
   mkdirSync(join(app, "src"));
-  writeFileSync(join(app, "src/index.ts"), libraryExample(readFileSync(join(root, "README.md"), "utf8")));
+  writeFileSync(join(app, "src/index.ts"), example("docs/library.md", "library"));
+  // Type-checked with the rest (tsc), never run: the README's few lines must compile as they are.
+  writeFileSync(join(app, "src/minimal.ts"), example("README.md", "library-minimal"));
   npm(["install", "--prefer-offline", "--no-audit", "--no-fund", join(dir, report[0]!.filename)], app);
   worker = await startWrangler({
     configPath: join(app, "wrangler.toml"),
@@ -73,14 +79,14 @@ describe("the packed package", () => {
     expect(packed.filter((path) => /(^|\/)(test|tools|bench|docs)\//.test(path) || path.endsWith(".png"))).toEqual([]);
   });
 
-  it("type-checks in a stock Workers project with tsc", () => {
+  it("type-checks in a stock Workers project with tsc, with docs/library.md's example and the README's", () => {
     const tsc = join(app, "node_modules/typescript/bin/tsc");
     // execFileSync throws with tsc's output on any error.
     expect(execFileSync(process.execPath, [tsc, "-p", app], { encoding: "utf8" })).toBe("");
   });
 });
 
-describe("the README's library example, installed from the tarball and run by wrangler dev", () => {
+describe("docs/library.md's example, installed from the tarball and run by wrangler dev", () => {
   const post = (path: string, ip: string) =>
     fetch(`${worker.url}${path}`, { method: "POST", headers: { "cf-connecting-ip": ip } });
   const get = (path: string, headers: Record<string, string>) => fetch(`${worker.url}${path}`, { headers });

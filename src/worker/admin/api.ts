@@ -127,7 +127,8 @@ type AdminRequest = {
   background: (task: Promise<unknown>) => void;
 };
 
-const ROUTES: Record<string, string[]> = {
+/** Every route under the prefix but the dashboard's files, with its methods (docs/admin-api.md lists each). */
+export const ADMIN_ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/rules": ["GET"],
   "/status": ["GET", "DELETE"],
   "/overrides": ["GET", "PUT", "DELETE"],
@@ -147,7 +148,7 @@ async function route({
   isolate,
   background,
 }: AdminRequest): Promise<Response> {
-  const allowed = ROUTES[route];
+  const allowed = ADMIN_ROUTES[route];
   if (allowed === undefined) return notFound(prefix);
   if (!allowed.includes(method)) return methodNotAllowed(`${prefix}${route}`, allowed);
   const parsed = settingsFromEnv(env);
@@ -185,7 +186,7 @@ const notFound = (prefix: string): Response =>
       `POST ${prefix}/overrides/import, GET ${prefix}/stats?minutes=<1-1440>, GET ${prefix}/metrics.`,
   });
 
-const methodNotAllowed = (path: string, allowed: string[]): Response =>
+const methodNotAllowed = (path: string, allowed: readonly string[]): Response =>
   problemResponse(
     { type: "about:blank", title: "Method Not Allowed", status: 405, detail: `${path} allows ${allowed.join(", ")}.` },
     { Allow: allowed.join(", ") },

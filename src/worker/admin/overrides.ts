@@ -260,13 +260,25 @@ function jsonItems(text: string): Result<unknown[]> {
   }
 }
 
+/** The columns of an import's CSV, and the fields of each item of its JSON (docs/per-client-limits.md documents each). */
+export const IMPORT_COLUMNS = [
+  "rule",
+  "key",
+  "limit",
+  "tier",
+  "unlimited",
+  "deny",
+  "expires",
+  "note",
+  "delete",
+] as const;
+
 /** CSV with a header line; quoted fields may hold commas and doubled quotes. Empty cells are absent fields. */
 function csvItems(text: string): Result<unknown[]> {
   const lines = text.split(/\r?\n/).filter((line) => line.trim() !== "");
   const [header, ...rows] = lines.map(csvCells);
   if (header === undefined) return fail("body: an empty CSV; the first line names the columns");
-  const known = new Set(["rule", "key", "limit", "tier", "unlimited", "deny", "expires", "note", "delete"]);
-  const unknown = header.filter((name) => !known.has(name));
+  const unknown = header.filter((name) => !(IMPORT_COLUMNS as readonly string[]).includes(name));
   if (unknown.length > 0) return fail(`body: unknown CSV columns ${unknown.map((n) => show(n)).join(", ")}`);
   return ok(
     rows.map((cells) => {
