@@ -57,10 +57,15 @@ export function workersTestConfig(include: string[], exclude: string[] = []) {
       include,
       exclude: [...exclude, "node_modules/**"],
       globalSetup: ["test/support/global-setup.ts"],
+      setupFiles: ["test/support/logs.ts"],
       // The default 5 s is a wall-clock limit: on two busy cores a long deterministic trace can take longer.
       testTimeout: 30_000,
       // Two test files at once on two cores: each spends most of its time starting its worker or waiting on I/O.
       maxWorkers: 2,
+      // Listed by name only past 1 s: the summary stays short.
+      slowTestThreshold: 1_000,
+      // What a test printed is shown only when it fails; test/support/logs.ts fails a test on an error it did not expect.
+      silent: "passed-only",
     },
   });
 }
