@@ -37,17 +37,21 @@ function npm(args: string[], cwd: string): string {
 let dir: string;
 let app: string;
 let packed: string[];
+let manifest: Record<string, unknown>;
 let worker: RunningWorker;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-package-"));
-  // What `prepack` does, first: lifecycle scripts print on the stdout that `--json` writes to.
-  npm(["run", "build"], root);
-  const report = JSON.parse(npm(["pack", "--json", "--ignore-scripts", "--pack-destination", dir], root)) as {
+  // `prepack` builds dist/ and writes the manifest a user installs; its output comes before `--json`'s report.
+  const printed = npm(["pack", "--json", "--pack-destination", dir], root);
+  const report = JSON.parse(printed.slice(printed.lastIndexOf("\n[\n") + 1)) as {
     filename: string;
     files: { path: string }[];
   }[];
   packed = report[0]!.files.map((file) => file.path);
+  manifest = JSON.parse(
+    execFileSync("tar", ["-xOzf", join(dir, report[0]!.filename), "package/package.json"], { encoding: "utf8" }),
+  ) as Record<string, unknown>;
   app = join(dir, "consumer");
   cpSync(join(root, "test/package/consumer"), app, { recursive: true });
   mkdirSync(join(app, "src"));
@@ -77,6 +81,17 @@ describe("the packed package", () => {
     const stray = packed.filter((path) => !/^(dist\/.+\.(js|d\.ts)|package\.json|README\.md)$/.test(path));
     expect(stray).toEqual([]);
     expect(packed.filter((path) => /(^|\/)(test|tools|bench|docs)\//.test(path) || path.endsWith(".png"))).toEqual([]);
+  });
+
+  it("ships a manifest without the repository's own scripts and dev dependencies, and leaves the repository's as it was", () => {
+    expect(Object.keys(manifest)).not.toContain("scripts");
+    expect(Object.keys(manifest)).not.toContain("devDependencies");
+    expect(manifest).toMatchObject({
+      peerDependencies: { hono: expect.any(String) },
+      dependencies: { jose: expect.any(String) },
+    });
+    const own = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts?: Record<string, string> };
+    expect(own.scripts?.prepare).toBeDefined();
   });
 
   it("type-checks in a stock Workers project with tsc, with docs/library.md's example and the README's", () => {
