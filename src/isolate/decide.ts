@@ -25,14 +25,14 @@ import {
 import { clientAddress, requestFacts } from "../http/request-facts.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
-import { giveBackAll, sendOutbox, watchLate } from "./give-back.ts";
+import { giveBackAll, sendOutbox, watchLate } from "./effects.ts";
 import type { Isolate } from "./isolate.ts";
-import type { SpentUnits } from "./leases.ts";
 import { knownReport, logKnown, readSettlements } from "./reports.ts";
 import { tierVariant } from "./rule-ids.ts";
-import { type KeyGroup, knownRefusals, type RuleRefusal, type Settlement, settle } from "./settle.ts";
+import { knownRefusals, settle } from "./settle.ts";
 import { flushStats, type StatsNamespace } from "./stats.ts";
 import { type AnalyticsSink, type TallyContext, tallyKnown, tallySettled } from "./tally.ts";
+import { giveBackSpent, type KeyGroup, type RuleRefusal, type Settlement, type SpentUnits } from "./vocabulary.ts";
 
 export type Outcome =
   /**
@@ -148,15 +148,16 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
       : [oneGroup(matched, customCanonicalKey(options.clientKey), isolate)];
   const policies = matched.filter((rule) => rule.action === "block");
   const nowMs = isolate.clock();
-  const spent = groups.map((group) => isolate.leases.spend(group.digest, group.rules, nowMs));
-  const known = groups.flatMap((group, i) => (spent[i] ? [] : knownRefusals(group, isolate, nowMs)));
+  const { keys } = isolate;
+  const spent = groups.map((group) => keys.peek(group.digest)?.spend(group.rules, nowMs));
+  const known = groups.flatMap((group, i) => (spent[i] ? [] : knownRefusals(group, keys, nowMs)));
   if (known.length > 0) {
-    for (const s of spent) if (s) isolate.leases.giveBack(s);
+    for (const s of spent) if (s) giveBackSpent(s);
     const tally = tallyContext(request.request, options, nowMs);
     if (tally) tallyKnown(groups, known, tally);
     return { kind: "refuse", response: knownRefusal(policies, known, isolate, nowMs) };
   }
-  for (const group of groups) isolate.leases.noteRequest(group.digest, nowMs);
+  for (const group of groups) keys.noteRequest(group.digest, nowMs);
   sendOutbox(options);
   if (spent.every((s) => s !== undefined)) {
     const settlements = spent.map((s): Settlement => ({ via: "lease", spent: s! }));
@@ -165,7 +166,7 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
     return allowed(
       groups,
       settlements,
-      { policies, reports: readSettlements(groups, settlements, isolate, nowMs).reports },
+      { policies, reports: readSettlements(groups, settlements, keys, nowMs).reports },
       options,
     );
   }
@@ -223,7 +224,7 @@ async function settleRest(
   );
   if (settlements.some((s) => s.via === "gone")) return clientGone(groups, settlements, options);
   const nowMs = isolate.clock();
-  const { reports, refused, closedBy } = readSettlements(groups, settlements, isolate, nowMs);
+  const { reports, refused, closedBy } = readSettlements(groups, settlements, isolate.keys, nowMs);
   const turnedAway = refused || closedBy.length > 0;
   const tally = tallyContext(request, options, nowMs);
   if (tally) {
@@ -310,7 +311,7 @@ const oneGroup = (rules: Rule[], canonical: string, isolate: Isolate): KeyGroup 
  * rules matched, the answer is the same, so its parts are made once.
  */
 function knownRefusal(policies: Rule[], known: RuleRefusal[], isolate: Isolate, nowMs: number): Response {
-  for (const k of known) logKnown(k, isolate, nowMs);
+  for (const k of known) logKnown(k, isolate.keys, nowMs);
   const only = known[0];
   if (only === undefined || known.length > 1 || only.refusal.applied.override === "deny") {
     return refusal(
