@@ -133,7 +133,7 @@ describe("the layers of src/", () => {
   });
 
   it("has no import cycle, type-only imports included", () => {
-    const cycles = importCycles(importsWithin(edges)).map((files) => files.join(" → "));
+    const cycles = importCycles(importsWithin(edges)).map((files) => `a cycle among ${files.join(", ")}`);
     expect(cycles).toEqual([]);
   });
 
@@ -143,7 +143,7 @@ describe("the layers of src/", () => {
       { from: "../src/core/lru.ts", to: "../src/core/maps.ts", fromLayer: "core", toLayer: "core" },
       { from: "../src/core/maps.ts", to: "../src/core/lru.ts", fromLayer: "core", toLayer: "core" },
     ];
-    expect(importCycles(importsWithin(planted))).toEqual([["../src/core/lru.ts", "../src/core/maps.ts"]]);
+    expect(importCycles(importsWithin(planted))).toContainEqual(["../src/core/lru.ts", "../src/core/maps.ts"]);
   });
 
   it("never imports from tests, tools or an unknown package", () => {
