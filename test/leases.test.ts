@@ -189,6 +189,42 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     }
     expect(isolate.keys.size).toBe(40);
   });
+  it("keeps the lease of a key in use under a flood of keys it only refuses: a known refusal makes no key recent", async () => {
+    fakeDate();
+    const { ns, counter } = countedNamespace();
+    const isolate = createIsolate({ maxKeys: 16 });
+    const settings = settingsFor([
+      { id: "in-use", path: "/use", limit: 1000, period: "1h" },
+      { id: "refused", path: "/flood", limit: 1, period: "1h" },
+    ]);
+    const { run, background } = decider(settings, ns, isolate);
+    const inUse = uniqueIp();
+    let admitted = 0;
+    const use = async () => {
+      expect(statusOf(await run(requestFrom(inUse, "/use")))).toBe(200);
+      admitted++;
+    };
+    for (let i = 0; i < 30; i++) await use(); // calls at the 1st, 2nd, 5th, 11th and 23rd, which leases 23 units
+    // As many refused keys as the isolate keeps: each admitted once, then refused, its refusal known.
+    const flood = Array.from({ length: 16 }, () => uniqueIp());
+    for (const [i, ip] of flood.entries()) {
+      await run(requestFrom(ip, "/flood"));
+      expect(statusOf(await run(requestFrom(ip, "/flood")))).toBe(429);
+      if (i % 4 === 3) await use();
+    }
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(inUse)))).toBeGreaterThanOrEqual(10);
+    const calls = counter.calls;
+    // The flood: 32 refusals between two requests of the key in use, twice as many keys as the isolate keeps.
+    for (let round = 0; round < 20; round++) {
+      for (const ip of flood) expect(statusOf(await run(requestFrom(ip, "/flood")))).toBe(429);
+      if (round % 2 === 1) await use();
+    }
+    // Neither a refused key nor the key in use called its object: the lease was kept, and so were the refusals.
+    expect(counter.calls - calls).toBe(0);
+    await background.settled();
+    expect(await storedTotal(inUse)).toBe(admitted + isolate.keys.heldUnits(isolate.digest(ipCanonical(inUse))));
+    expect(Object.values(isolate.counters.writtenOff).every((units) => units === 0)).toBe(true);
+  });
 });
 
 describe("every leased unit is spent, handed back, or written off on purpose", () => {
