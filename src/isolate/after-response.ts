@@ -12,6 +12,7 @@
  *   where it was counted, if it does in time.
  * The rate-limit headers then say what is left after both.
  */
+import type { Settings } from "../config/settings.ts";
 import { countsResponse } from "../core/count.ts";
 import { type Rule, settledByAnswer } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
@@ -23,7 +24,10 @@ import { charge, type Effects, refund, whenLate } from "./effects.ts";
 import { giveBackSpent, type KeyGroup, lateAnswerOf, nameOf, receiptOf, type Settlement } from "./vocabulary.ts";
 
 /** What settling after the response needs: the effects, and the isolate's keys and clock. */
-export type AfterContext = Effects & { isolate: { keys: ClientKeys; clock: () => number } };
+export type AfterContext = Effects & {
+  settings: Pick<Settings, "timeoutMs" | "legacyHeaders">;
+  isolate: { keys: ClientKeys; clock: () => number };
+};
 
 /** What the limiter does to a response: headers to set, and headers to remove. */
 export type ResponseChanges = { headers: Record<string, string>; strip: string[] };
@@ -75,7 +79,7 @@ export function afterResponse(
         ? r
         : { ...r, verdict: { ...r.verdict, remaining: Math.max(0, r.verdict.remaining + by) } };
     });
-    return { headers: rateLimitHeaders(headers.policies, reports), strip };
+    return { headers: rateLimitHeaders(headers.policies, reports, options.settings.legacyHeaders), strip };
   };
 }
 

@@ -155,7 +155,7 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
     for (const s of spent) if (s) giveBackSpent(s);
     const tally = tallyContext(request.request, options, nowMs);
     if (tally) tallyKnown(groups, known, tally);
-    return { kind: "refuse", response: knownRefusal(policies, known, isolate, nowMs) };
+    return { kind: "refuse", response: knownRefusal(policies, known, options, nowMs) };
   }
   for (const group of groups) keys.noteRequest(group.digest, nowMs);
   sendOutbox(options);
@@ -232,8 +232,9 @@ async function settleRest(
     if (tally.stats && settlements.some((s) => s.via === "call")) isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
   }
   leaveBehind(groups, settlements, turnedAway, options);
-  if (refused) return { kind: "refuse", response: refusal(policies, reports) };
-  if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports) };
+  const legacy = settings.legacyHeaders;
+  if (refused) return { kind: "refuse", response: refusal(policies, reports, legacy) };
+  if (closedBy.length > 0) return { kind: "refuse", response: limiterUnavailable(closedBy, policies, reports, legacy) };
   return allowed(groups, settlements, { policies, reports }, options);
 }
 
@@ -267,15 +268,15 @@ function allowed(
   headers: { policies: Policy[]; reports: Reported[] },
   options: DecideOptions,
 ): Outcome {
-  const now = rateLimitHeaders(headers.policies, headers.reports);
+  const now = rateLimitHeaders(headers.policies, headers.reports, options.settings.legacyHeaders);
   if (!settlesAfter(groups)) return { kind: "allow", headers: now };
   return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, options) };
 }
 
 /** 403 when an override denies the client, else 429. */
-function refusal(policies: Policy[], reports: Reported[]): Response {
+function refusal(policies: Policy[], reports: Reported[], legacy: boolean): Response {
   const denying = deniedBy(reports);
-  return denying.length > 0 ? denied(denying) : tooManyRequests(policies, reports);
+  return denying.length > 0 ? denied(denying) : tooManyRequests(policies, reports, legacy);
 }
 
 /** The client's address, parsed on first use (only rules with IP ranges need it). */
@@ -310,15 +311,20 @@ const oneGroup = (rules: Rule[], canonical: string, isolate: Isolate): KeyGroup 
  * over and over: while the wait reads the same whole seconds, and the same
  * rules matched, the answer is the same, so its parts are made once.
  */
-function knownRefusal(policies: Rule[], known: RuleRefusal[], isolate: Isolate, nowMs: number): Response {
+function knownRefusal(policies: Rule[], known: RuleRefusal[], options: DecideOptions, nowMs: number): Response {
+  const { isolate, settings } = options;
+  const legacy = settings.legacyHeaders;
   for (const k of known) logKnown(k, isolate.keys, nowMs);
   const only = known[0];
   if (only === undefined || known.length > 1 || only.refusal.applied.override === "deny") {
     return refusal(
       policies,
       known.map((k) => knownReport(k, nowMs)),
+      legacy,
     );
   }
   const seconds = Math.ceil((only.refusal.retryAtMs - nowMs) / 1000);
-  return send(only.refusal.reuse(seconds, policies, () => tooManyRequestsParts(policies, [knownReport(only, nowMs)])));
+  return send(
+    only.refusal.reuse(seconds, policies, () => tooManyRequestsParts(policies, [knownReport(only, nowMs)], legacy)),
+  );
 }
