@@ -16,6 +16,7 @@ import { type CheckResult, costOf, type LimiterOutcome, type Refund, unitsOf } f
 import type { Batch } from "./batch.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import type { IsolateCounters } from "./counters.ts";
+import { flushStats, type StatsNamespace, type StatsRecorder } from "./stats.ts";
 import { admittedBy, giveBackSpent, type KeyCall, type KeyGroup, type Settlement } from "./vocabulary.ts";
 
 /** What the effects need: a decision's options carry them. */
@@ -123,4 +124,9 @@ export function whenLate(
   effects: Effects,
 ): void {
   effects.background(late.then(then));
+}
+
+/** Sends the isolate's statistics to the statistics object, in the background, when a flush is due. */
+export function flushStatsIfDue(recorder: StatsRecorder, ns: StatsNamespace, nowMs: number, effects: Effects): void {
+  if (recorder.due(nowMs)) effects.background(flushStats(recorder, ns, { nowMs }));
 }

@@ -76,7 +76,16 @@ export function createIsolate(options: IsolateOptions = {}): Isolate {
   const key = randomDigestKey();
   // Read at each call, not captured: a test may swap the global clock.
   const clock = options.clock ?? (() => Date.now());
-  const digest = (text: string) => sipHash24(key, text);
+  // The last key digested, and its digest: a hot key's requests, one after another, digest it once.
+  let lastText: string | undefined;
+  let lastDigest = "";
+  const digest = (text: string) => {
+    if (text !== lastText) {
+      lastDigest = sipHash24(key, text);
+      lastText = text;
+    }
+    return lastDigest;
+  };
   return {
     clock,
     digest,
