@@ -98,7 +98,7 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
   const { settings, isolate } = options;
   const { keys } = isolate;
   const rules = inClaimedTier(request.matched, request.claims, settings);
-  const groups = keyGroups(rules, { ...request, clientKey: options.clientKey }, settings, isolate.digest);
+  const groups = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
   const policies = rules.filter((rule) => rule.action === "block");
   const nowMs = isolate.clock();
   // The fast path: a lease unit for every key, or a refusal this isolate knows of.

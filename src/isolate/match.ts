@@ -55,24 +55,22 @@ export function inClaimedTier(rules: Rule[], claims: Claims | null, settings: Se
 }
 
 /** A request whose rules are known: what its client keys are made of. */
-export type Client = {
-  request: Request;
-  method: string;
-  path: RequestPath;
-  claims: Claims | null;
-  /** The key the caller named (`rateLimit({ key })`), which every rule counts instead of its own. */
-  clientKey: string | undefined;
-};
+export type Client = { request: Request; method: string; path: RequestPath; claims: Claims | null };
 
-/** The rules grouped by their client key, in the order they first appear; digested by `digest`. */
+/**
+ * The rules grouped by their client key, in the order they first appear;
+ * digested by `digest`. `clientKey`, the key the caller named
+ * (`rateLimit({ key })`), is every rule's key when given.
+ */
 export function keyGroups(
   rules: Rule[],
   client: Client,
+  clientKey: string | undefined,
   settings: Settings,
   digest: (canonical: string) => string,
 ): KeyGroup[] {
-  if (client.clientKey !== undefined) {
-    const canonical = customCanonicalKey(client.clientKey);
+  if (clientKey !== undefined) {
+    const canonical = customCanonicalKey(clientKey);
     return [{ canonical, digest: digest(canonical), rules }];
   }
   const facts: RequestFacts = requestFacts(client.request, client.path, settings, client.claims, client.method);
