@@ -6,7 +6,9 @@
  * isolate then makes at most one call for a key while another is in flight.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { CallsInFlight } from "../src/isolate/in-flight.ts";
+import { IsolateCounters } from "../src/isolate/counters.ts";
+import { CallTimes } from "../src/isolate/flight.ts";
+import { Gate } from "../src/isolate/gate.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
 import type { CheckOptions, RuleCheck } from "../src/object/protocol.ts";
 import { flakyNamespace, scriptedNamespace } from "./support/chaos.ts";
@@ -370,7 +372,7 @@ describe("the isolate: requests that wait for a call go to the object together",
     await background.settled();
     const admitted = 1 + statuses.filter((s) => s === 200).length;
     const writtenOff = Object.values(isolate.counters.writtenOff).reduce((a, b) => a + b, 0);
-    const held = [...isolate.leases.keys()].reduce((n, digest) => n + isolate.leases.heldUnits(digest), 0);
+    const held = [...isolate.keys.digests()].reduce((n, digest) => n + isolate.keys.heldUnits(digest), 0);
     expect(await storedTotal(ip)).toBe(admitted + held + writtenOff);
     // Each request that ran out of time logged it once, and failed closed.
     const logged = expectErrorLogs("limiter_unavailable");
@@ -453,7 +455,7 @@ describe("a request whose client hangs up while it waits, and which goes on runn
     await background.settled();
     const served = outcomes.filter((outcome) => outcome.kind === "allow").length;
     const writtenOff = Object.values(isolate.counters.writtenOff).reduce((a, b) => a + b, 0);
-    const held = [...isolate.leases.keys()].reduce((n, digest) => n + isolate.leases.heldUnits(digest), 0);
+    const held = [...isolate.keys.digests()].reduce((n, digest) => n + isolate.keys.heldUnits(digest), 0);
     expect({ served, writtenOff, stored: await storedTotal(ip) }).toEqual({
       served: 2,
       writtenOff: 1,
@@ -464,24 +466,27 @@ describe("a request whose client hangs up while it waits, and which goes on runn
 
 describe("a key whose calls are slow: its next call is waited for longer before it is presumed lost", () => {
   it("waits four times the key's last call, or twice the wait of a call presumed lost, up to the timeout", () => {
-    const flights = new CallsInFlight(10);
+    // One gate per key (and rule set), all timed by the isolate's calls.
+    const times = new CallTimes();
+    const gateOf = () => new Gate([], times, new IsolateCounters());
+    const [slow, quick, lostKey] = [gateOf(), gateOf(), gateOf()];
     // Before any call has landed, a call is presumed lost after 4 × 50 ms.
-    const first = flights.depart("slow", 0, 1_000);
+    const first = slow.depart(0, 1_000);
     expect(first.staleAtMs).toBe(200);
     // It took 300 ms: this key's next call is waited for 4 × 300 ms, capped at the timeout; another key's, 4
     // typical calls (the average moved an eighth of the way to 300 ms: 81.25 ms).
-    flights.land("slow", first, { ok: true }, 300);
-    expect(flights.depart("slow", 300, 1_000).staleAtMs).toBe(300 + 1_000);
-    expect(flights.depart("quick", 300, 1_000).staleAtMs).toBe(300 + 325);
+    slow.land(first, { ok: true }, 300);
+    expect(slow.depart(300, 1_000).staleAtMs).toBe(300 + 1_000);
+    expect(quick.depart(300, 1_000).staleAtMs).toBe(300 + 325);
     // After a call presumed lost, the key's next one is waited for twice as long; once one lands, four
     // typical calls again, or four times what it took.
-    const lost = flights.depart("lost", 0, 5_000);
+    const lost = lostKey.depart(0, 5_000);
     expect(lost.staleAtMs).toBe(325);
-    expect(flights.current("lost", 400)).toBeUndefined();
-    const next = flights.depart("lost", 400, 5_000);
+    expect(lostKey.current(400)).toBeUndefined();
+    const next = lostKey.depart(400, 5_000);
     expect(next.staleAtMs).toBe(400 + 650);
-    flights.land("lost", next, { ok: true }, 410);
+    lostKey.land(next, { ok: true }, 410);
     // (4 typical calls again: the average moved an eighth of the way to 10 ms.)
-    expect(flights.depart("lost", 410, 5_000).staleAtMs - 410).toBeCloseTo(4 * (81.25 + (10 - 81.25) / 8));
+    expect(lostKey.depart(410, 5_000).staleAtMs - 410).toBeCloseTo(4 * (81.25 + (10 - 81.25) / 8));
   });
 });

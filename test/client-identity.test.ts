@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ipKey } from "../src/core/ip.ts";
 import { canonicalKey, hashKey, type RequestFacts, readCookie } from "../src/core/keys.ts";
@@ -128,6 +129,25 @@ describe("client keys", () => {
     const one = canonicalKey(key, facts({ header: (n) => (n === "a" ? 'x","y' : "z") }));
     const two = canonicalKey(key, facts({ header: (n) => (n === "a" ? "x" : '"y","z') }));
     expect(one).not.toBe(two);
+  });
+
+  it("is JSON.stringify of its parts, character for character, for any values (object names are its hash)", () => {
+    const key = keyOf(["header:x-api-key|ip", "header:b", "query:q|cookie:c"]);
+    fc.assert(
+      fc.property(fc.option(fc.string()), fc.option(fc.string()), fc.option(fc.string()), (a, b, q) => {
+        const f = facts({ header: (n) => (n === "x-api-key" ? a : b), query: () => q, cookie: () => null });
+        const part = (labels: string[], values: (string | null)[]): [string, string | null] => {
+          const i = values.findIndex((v) => v !== null && v !== "");
+          return i < 0 ? [labels.join("|"), null] : [labels[i]!, values[i]!];
+        };
+        const reference = JSON.stringify([
+          part(["header:x-api-key", "ip"], [a, "198.51.100.1"]),
+          part(["header:b"], [b]),
+          part(["query:q", "cookie:c"], [q, null]),
+        ]);
+        expect(canonicalKey(key, f)).toBe(reference);
+      }),
+    );
   });
 
   it("hashes to 64 hex digits whatever the size of the value", async () => {

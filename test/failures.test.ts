@@ -1,7 +1,6 @@
 import { abortAllDurableObjects, createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import type { Isolate } from "../src/isolate/isolate.ts";
-import { flightKey } from "../src/isolate/settle.ts";
 import { app } from "../src/worker/app.ts";
 import type { Env } from "../src/worker/env.ts";
 import {
@@ -526,8 +525,8 @@ describe("a request that waits for another request's call", () => {
    */
   const filedFlight = (settings: ReturnType<typeof settingsFor>, isolate: Isolate, ip: string) => {
     const digest = isolate.digest(ipCanonical(ip));
-    const key = flightKey({ digest, rules: settings.rules });
-    return { key, flight: isolate.flights.depart(key, Date.now(), settings.timeoutMs) };
+    const gate = isolate.keys.use(digest, Date.now()).gate(settings.rules);
+    return { gate, flight: gate.depart(Date.now(), settings.timeoutMs) };
   };
 
   it("waits, after a call presumed lost, for the one next call its first waiter makes, not one call each", async () => {
@@ -554,15 +553,10 @@ describe("a request that waits for another request's call", () => {
     const isolate = createIsolate();
     const { run } = decider(settings, ns, isolate);
     const ip = uniqueIp();
-    const { key, flight } = filedFlight(settings, isolate, ip);
+    const { gate, flight } = filedFlight(settings, isolate, ip);
     const waiter = run(requestFrom(ip));
     await vi.advanceTimersByTimeAsync(50);
-    isolate.flights.land(
-      key,
-      flight,
-      { ok: false, reason, message: "landed by the test", attempts: 1, name: "x" },
-      Date.now(),
-    );
+    gate.land(flight, { ok: false, reason, message: "landed by the test", attempts: 1, name: "x" }, Date.now());
     await vi.advanceTimersByTimeAsync(1_000);
     expect(statusOf(await waiter)).toBe(status);
     expect(calls.checks).toBe(ownCalls);

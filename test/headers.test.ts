@@ -87,3 +87,56 @@ describe("rate-limit headers, exactly", () => {
     expect(blocked.headers.get("ratelimit")).toBe('"per-minute";r=0;t=16');
   });
 });
+
+/**
+ * The seeds' `X-RateLimit-*` headers are sent by default, for the clients
+ * that read them; `LEGACY_HEADERS = false` (or `rateLimit({ legacyHeaders:
+ * false })`) leaves them out, as express-rate-limit's `legacyHeaders` does,
+ * and the draft's `RateLimit-Policy` and `RateLimit` stay.
+ */
+describe("the legacy X-RateLimit-* headers", () => {
+  const LEGACY = ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"];
+  const named = (response: Response) => LEGACY.filter((name) => response.headers.has(name));
+
+  it.each([
+    ["sent by default", {}, LEGACY],
+    ['sent with LEGACY_HEADERS = "true"', { LEGACY_HEADERS: "true" }, LEGACY],
+    ["left out with LEGACY_HEADERS = false", { LEGACY_HEADERS: false }, []],
+    ['left out with LEGACY_HEADERS = "false"', { LEGACY_HEADERS: "false" }, []],
+  ] as const)(
+    "are %s: on an admission, the object's refusal and a refusal the isolate knows of",
+    async (_, vars, sent) => {
+      const send = limiter([{ id: "legacy", limit: 1, period: "1h" }], vars);
+      const ip = uniqueIp();
+      const answers = [await send("/x", from(ip)), await send("/x", from(ip)), await send("/x", from(ip))];
+      expect(answers.map((r) => r.status)).toEqual([200, 429, 429]);
+      for (const answer of answers) {
+        expect(named(answer)).toEqual(sent);
+        expect(answer.headers.get("ratelimit-policy")).toBe('"legacy";q=1;w=3600');
+        expect(answer.headers.has("ratelimit")).toBe(true);
+      }
+    },
+  );
+
+  it("are left out by rateLimit({ legacyHeaders: false }) in your own Hono app", async () => {
+    const { Hono } = await import("hono");
+    const { rateLimit } = await import("../src/lib.ts");
+    const { env } = await import("./support/env.ts");
+    const app = new Hono();
+    app.get("/with", rateLimit({ rules: { id: "legacy-lib-on", limit: 5, period: "1m" } }), (c) => c.text("ok"));
+    const off = rateLimit({ rules: { id: "legacy-lib-off", limit: 5, period: "1m" }, legacyHeaders: false });
+    app.get("/without", off, (c) => c.text("ok"));
+    const ip = uniqueIp();
+    const call = (path: string) => app.request(path, { headers: { "cf-connecting-ip": ip } }, env);
+    expect(named(await call("/with"))).toEqual(LEGACY);
+    const without = await call("/without");
+    expect([without.status, named(without)]).toEqual([200, []]);
+    expect(without.headers.get("ratelimit")).toMatch(/^"legacy-lib-off";r=4;t=\d+$/);
+  });
+
+  it("refuses a LEGACY_HEADERS that is neither true nor false, naming it", async () => {
+    const { parseSettings } = await import("../src/config/settings.ts");
+    const parsed = parseSettings({ RULES: [{ id: "x", limit: 1, period: 1 }], LEGACY_HEADERS: "no" });
+    expect(parsed.ok ? [] : parsed.errors).toEqual(['LEGACY_HEADERS: must be true or false; got "no"']);
+  });
+});

@@ -47,7 +47,7 @@ function firstOverAdmission(limit: WindowLimit, admittedAtMs: number[]): number 
 function heldPerBucket(isolates: Isolate[], ip: string, rule: Rule): Map<number, number> {
   const held = new Map<number, number>();
   for (const isolate of isolates) {
-    for (const { receipt, count } of isolate.leases.holdings(isolate.digest(ipCanonical(ip)))) {
+    for (const { receipt, count } of isolate.keys.holdings(isolate.digest(ipCanonical(ip)))) {
       if (receipt.row === rowOf(rule)) held.set(receipt.bucket, (held.get(receipt.bucket) ?? 0) + count);
     }
   }
@@ -243,9 +243,9 @@ describe("more client keys than an isolate remembers", () => {
       if (statusOf(await run(requestFrom(ip))) === 200) admitted.set(ip, (admitted.get(ip) ?? 0) + 1);
     }
     await background.settled();
-    expect(isolate.leases.size).toBe(16); // full: 60 keys came through it
+    expect(isolate.keys.size).toBe(16); // full: 60 keys came through it
     for (const ip of ips) {
-      const held = isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)));
+      const held = isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)));
       expect({ ip, counted: await storedTotal(ip) }).toEqual({ ip, counted: (admitted.get(ip) ?? 0) + held });
     }
     expect(Object.values(isolate.counters.writtenOff).every((units) => units === 0)).toBe(true);

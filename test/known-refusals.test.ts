@@ -135,9 +135,9 @@ describe("refusals the isolate knows of", () => {
       const ip = `172.16.${i >> 8}.${i & 255}`;
       await status(settings, ns, cache, ip);
       await status(settings, ns, cache, ip);
-      expect(cache.refusals.size).toBeLessThanOrEqual(50);
+      expect(cache.keys.refusedSize).toBeLessThanOrEqual(50);
     }
-    expect(cache.refusals.size).toBe(50);
+    expect(cache.keys.refusedSize).toBe(50);
   });
 
   it("keeps no entry at all when its size is 0", async () => {
@@ -146,7 +146,7 @@ describe("refusals the isolate knows of", () => {
     const cache = refusalsOnly({ maxRefusalMs: 0 });
     const ip = uniqueIp();
     for (let i = 0; i < 5; i++) await status(settings, ns, cache, ip);
-    expect(cache.refusals.size).toBe(0);
+    expect(cache.keys.refusedSize).toBe(0);
     expect(counter.calls).toBe(5);
   });
 
@@ -265,24 +265,24 @@ describe("a refusal that answers after its key was forgotten", () => {
   it("is not remembered when its call was sent before the forget (an admin reset or an override change)", () => {
     const isolate = createIsolate({ clock: () => 1_000 });
     // The call goes out at 900; the operator's change is served at 1000; the old refusal lands at 1100.
-    isolate.refusals.forget(rule, "digest", 1_000);
-    isolate.refusals.remember(rule, "digest", "name", 900, refused);
-    expect(isolate.refusals.lookup(rule, "digest", 1_100)).toBeUndefined();
+    isolate.keys.forget("digest", [rule], 1_000);
+    isolate.keys.remember("digest", rule, "name", 900, refused);
+    expect(isolate.keys.refusal("digest", rule, 1_100)).toBeUndefined();
   });
 
   it("is remembered when its call was sent after the forget", () => {
     const isolate = createIsolate({ clock: () => 1_000 });
-    isolate.refusals.forget(rule, "digest", 1_000);
-    isolate.refusals.remember(rule, "digest", "name", 1_001, refused);
-    expect(isolate.refusals.lookup(rule, "digest", 1_100)?.retryAtMs).toBe(51_001);
+    isolate.keys.forget("digest", [rule], 1_000);
+    isolate.keys.remember("digest", rule, "name", 1_001, refused);
+    expect(isolate.keys.refusal("digest", rule, 1_100)?.retryAtMs).toBe(51_001);
   });
 
   it("never removes a newer refusal when an older call answers late", () => {
     const isolate = createIsolate({ clock: () => 1_000 });
-    isolate.refusals.forget(rule, "digest", 1_000);
-    isolate.refusals.remember(rule, "digest", "name", 1_001, refused);
-    isolate.refusals.remember(rule, "digest", "name", 999, { ...refused, holdsForMs: 0 });
-    expect(isolate.refusals.lookup(rule, "digest", 1_100)?.retryAtMs).toBe(51_001);
+    isolate.keys.forget("digest", [rule], 1_000);
+    isolate.keys.remember("digest", rule, "name", 1_001, refused);
+    isolate.keys.remember("digest", rule, "name", 999, { ...refused, holdsForMs: 0 });
+    expect(isolate.keys.refusal("digest", rule, 1_100)?.retryAtMs).toBe(51_001);
   });
 });
 

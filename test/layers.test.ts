@@ -3,7 +3,8 @@
  * only from its own layer and the layers below it, never from one above.
  * Packages are confined the same way: only the Durable Object layer touches
  * `cloudflare:workers`, only the identity layer touches jose, only the
- * Worker shell touches Hono.
+ * Worker shell touches Hono. And no file imports itself back, through any
+ * chain of imports, type-only ones included: no import cycle anywhere.
  */
 /// <reference types="vite/client" />
 import { describe, expect, it } from "vitest";
@@ -62,6 +63,51 @@ const edges: Edge[] = Object.entries(sources).flatMap(([file, source]) =>
 
 const rank = (layer: Layer) => LAYERS.indexOf(layer);
 
+/**
+ * The import cycles among `files`, each as its files in order, found by
+ * Tarjan's strongly connected components: every component of more than one
+ * file, or of one file that imports itself, is a cycle.
+ */
+function importCycles(imports: Map<string, Set<string>>): string[][] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const visit = (file: string) => {
+    index.set(file, next);
+    low.set(file, next);
+    next++;
+    stack.push(file);
+    onStack.add(file);
+    for (const to of imports.get(file) ?? []) {
+      if (!index.has(to)) {
+        visit(to);
+        low.set(file, Math.min(low.get(file)!, low.get(to)!));
+      } else if (onStack.has(to)) low.set(file, Math.min(low.get(file)!, index.get(to)!));
+    }
+    if (low.get(file) !== index.get(file)) return;
+    const component: string[] = [];
+    let member: string;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      component.push(member);
+    } while (member !== file);
+    if (component.length > 1 || imports.get(file)?.has(file)) cycles.push(component.sort());
+  };
+  for (const file of imports.keys()) if (!index.has(file)) visit(file);
+  return cycles;
+}
+
+/** Each source file's imports within src/. */
+const importsWithin = (list: Edge[]): Map<string, Set<string>> => {
+  const imports = new Map<string, Set<string>>(Object.keys(sources).map((file) => [file, new Set<string>()]));
+  for (const edge of list) if (edge.toLayer !== "outside src") imports.get(edge.from)!.add(edge.to);
+  return imports;
+};
+
 describe("the layers of src/", () => {
   it("finds every source file and its imports (so the rule below is checked against something)", () => {
     for (const file of [
@@ -85,6 +131,20 @@ describe("the layers of src/", () => {
       .filter((edge) => edge.toLayer !== "outside src" && rank(edge.toLayer) > rank(edge.fromLayer))
       .map((edge) => `${edge.from} (${edge.fromLayer}) imports ${edge.to} (${edge.toLayer})`);
     expect(upward).toEqual([]);
+  });
+
+  it("has no import cycle, type-only imports included", () => {
+    const cycles = importCycles(importsWithin(edges)).map((files) => `a cycle among ${files.join(", ")}`);
+    expect(cycles).toEqual([]);
+  });
+
+  it("finds a cycle where there is one (so the check above can fail)", () => {
+    const planted: Edge[] = [
+      ...edges,
+      { from: "../src/core/lru.ts", to: "../src/core/maps.ts", fromLayer: "core", toLayer: "core" },
+      { from: "../src/core/maps.ts", to: "../src/core/lru.ts", fromLayer: "core", toLayer: "core" },
+    ];
+    expect(importCycles(importsWithin(planted))).toContainEqual(["../src/core/lru.ts", "../src/core/maps.ts"]);
   });
 
   it("never imports from tests, tools or an unknown package", () => {

@@ -62,7 +62,7 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     const { run } = decider(settingsFor([{ id: "vast", limit: 40 * 16_384, period: "1h" }]), ns, isolate);
     const ip = uniqueIp();
     expect(statusOf(await run(requestFrom(ip)))).toBe(200);
-    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(40);
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(40);
     expect(await storedTotal(ip)).toBe(1 + 40);
   });
 
@@ -116,7 +116,7 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     const leased = run(requestFrom(ip));
     await vi.advanceTimersByTimeAsync(400);
     expect([statusOf(await refused), statusOf(await leased)]).toEqual([200, 200]);
-    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(2);
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(2);
   });
 
   it("hands back, with the key's next call, the units it did not spend before the bucket ended", async () => {
@@ -129,7 +129,7 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     // 1: a call, no lease yet (demand 1). 2: a call that leases 2 units. 3: spends one of them.
     for (let i = 0; i < 3; i++) await run(requestFrom(ip));
     expect(await storedTotal(ip)).toBe(4);
-    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(1);
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(1);
     vi.setSystemTime(AT + 60_000); // the next window: the lease is dead, its unit owed
     await run(requestFrom(ip));
     const row = (await storedRows(ip))["handback|60000|1"]!;
@@ -137,7 +137,7 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     // This request and a lease of 2: a demand of 3 (this one, and the previous window's 3 weighted by the 5/6
     // of it still in the last minute, rounded down) over a lease that lives the 50 s left of this bucket.
     expect(row.counts[1]).toBe(1 + 2);
-    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(row.counts[1]! - 1);
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(row.counts[1]! - 1);
   });
 
   it("decides every request of a random trace exactly as the object alone does", async () => {
@@ -185,9 +185,45 @@ describe("leases: a key far below its limit is decided in the isolate", () => {
     const { run } = decider(settingsFor([{ id: "lease-flood", limit: 1000, period: "1h" }]), ns, isolate);
     for (let i = 0; i < 150; i++) {
       await run(requestFrom(`172.17.${i >> 8}.${i & 255}`));
-      expect(isolate.leases.size).toBeLessThanOrEqual(40);
+      expect(isolate.keys.size).toBeLessThanOrEqual(40);
     }
-    expect(isolate.leases.size).toBe(40);
+    expect(isolate.keys.size).toBe(40);
+  });
+  it("keeps the lease of a key in use under a flood of keys it only refuses: a known refusal makes no key recent", async () => {
+    fakeDate();
+    const { ns, counter } = countedNamespace();
+    const isolate = createIsolate({ maxKeys: 16 });
+    const settings = settingsFor([
+      { id: "in-use", path: "/use", limit: 1000, period: "1h" },
+      { id: "refused", path: "/flood", limit: 1, period: "1h" },
+    ]);
+    const { run, background } = decider(settings, ns, isolate);
+    const inUse = uniqueIp();
+    let admitted = 0;
+    const use = async () => {
+      expect(statusOf(await run(requestFrom(inUse, "/use")))).toBe(200);
+      admitted++;
+    };
+    for (let i = 0; i < 30; i++) await use(); // calls at the 1st, 2nd, 5th, 11th and 23rd, which leases 23 units
+    // As many refused keys as the isolate keeps: each admitted once, then refused, its refusal known.
+    const flood = Array.from({ length: 16 }, () => uniqueIp());
+    for (const [i, ip] of flood.entries()) {
+      await run(requestFrom(ip, "/flood"));
+      expect(statusOf(await run(requestFrom(ip, "/flood")))).toBe(429);
+      if (i % 4 === 3) await use();
+    }
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(inUse)))).toBeGreaterThanOrEqual(10);
+    const calls = counter.calls;
+    // The flood: 32 refusals between two requests of the key in use, twice as many keys as the isolate keeps.
+    for (let round = 0; round < 20; round++) {
+      for (const ip of flood) expect(statusOf(await run(requestFrom(ip, "/flood")))).toBe(429);
+      if (round % 2 === 1) await use();
+    }
+    // Neither a refused key nor the key in use called its object: the lease was kept, and so were the refusals.
+    expect(counter.calls - calls).toBe(0);
+    await background.settled();
+    expect(await storedTotal(inUse)).toBe(admitted + isolate.keys.heldUnits(isolate.digest(ipCanonical(inUse))));
+    expect(Object.values(isolate.counters.writtenOff).every((units) => units === 0)).toBe(true);
   });
 });
 
@@ -221,7 +257,7 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     const isolate = createIsolate();
     const { run, background } = decider(settings, ns, isolate);
     const ip = uniqueIp();
-    const held = () => isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)));
+    const held = () => isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)));
     expect(statusOf(await run(requestFrom(uniqueIp(), "/k/a", { "x-k": "used" })))).toBe(200); // "used" is now full
     let admittedW1 = 0;
     // A lease lives to the window's end, 1 s away: demand must say more than one unit will be spent by then.
@@ -246,7 +282,7 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     await background.settled();
     const [w1, w2] = [Math.floor(t0 / 10_000), Math.floor(t0 / 10_000) + 1];
     const heldIn = (bucket: number) =>
-      isolate.leases
+      isolate.keys
         .holdings(isolate.digest(ipCanonical(ip)))
         .filter((h) => h.receipt.row === "home-ip|10000|1" && h.receipt.bucket === bucket)
         .reduce((n, h) => n + h.count, 0);
@@ -268,7 +304,7 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     const { run, background } = decider(settingsFor([{ id: "evicted", limit: 1000, period: "1h" }]), ns, isolate);
     const ip = uniqueIp();
     for (let i = 0; i < 3; i++) expect(statusOf(await run(requestFrom(ip)))).toBe(200);
-    expect(isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(1);
+    expect(isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)))).toBe(1);
     for (let i = 0; i < 4; i++) await run(requestFrom(uniqueIp())); // pushes the key out
     await background.settled();
     expect(await storedTotal(ip)).toBe(3);
@@ -281,7 +317,7 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     const isolate = createIsolate({ maxKeys: 2 });
     const { run, background } = decider(settingsFor([{ id: "late-lease", limit: 1000, period: "1h" }]), ns, isolate);
     const ip = uniqueIp();
-    const held = () => isolate.leases.heldUnits(isolate.digest(ipCanonical(ip)));
+    const held = () => isolate.keys.heldUnits(isolate.digest(ipCanonical(ip)));
     let admitted = 0;
     for (let i = 0; i < 3; i++) {
       expect(statusOf(await run(requestFrom(ip)))).toBe(200);
@@ -320,9 +356,9 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
       const key = `${"k".repeat(100 * 1024)}${i}`;
       for (let j = 0; j < 3; j++) await run(requestFrom("192.0.2.9", "/x", { "x-api-key": key }));
     }
-    const keys = [...isolate.leases.keys(), ...isolate.refusals.keys()];
-    // Each of the 30 keys twice: for its demand (the lease book) and for its refusal (the third request).
-    expect(keys.length).toBe(2 * 30);
+    const keys = [...isolate.keys.digests()];
+    // Each of the 30 keys once, kept twice: for its demand (in use) and for its refusal (the third request).
+    expect([keys.length, isolate.keys.size, isolate.keys.refusedSize]).toEqual([30, 30, 30]);
     expect(Math.max(...keys.map((k) => k.length))).toBeLessThanOrEqual(16);
   });
 
@@ -346,21 +382,22 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
 
   it("writes off, and counts, the returns of a call that never answered (its request was cancelled)", () => {
     const { isolate, rules, digest, grant } = bookFor("lost");
-    isolate.leases.keep(digest, grant(5, 0));
-    const sent = isolate.leases.takeReturns(digest, rules, 1_000); // the call carrying them is never heard of again
+    const state = isolate.keys.use(digest, 0);
+    state.keep(grant(5, 0));
+    const sent = state.takeReturns(rules, 1_000); // the call carrying them is never heard of again
     expect(sent?.units).toBe(5);
     expect(isolate.counters.writtenOff["call lost"]).toBe(0);
-    isolate.leases.takeReturns(digest, rules, 1_000 + 150_000); // the key's next call, long after any call may take
+    state.takeReturns(rules, 1_000 + 150_000); // the key's next call, long after any call may take
     expect(isolate.counters.writtenOff["call lost"]).toBe(5);
   });
 
   it("writes off a lease that a call sent before an admin reset brings after it: its counts were wiped", () => {
     const { isolate, rules, digest, grant } = bookFor("reset-in-flight");
-    isolate.leases.forget(digest, rules[0]!, 2_000); // the reset, while a call sent at 1 000 is on its way
-    isolate.leases.keep(digest, grant(7, 1_000));
-    expect(isolate.leases.heldUnits(digest)).toBe(0);
+    isolate.keys.forget(digest, [rules[0]!], 2_000); // the reset, while a call sent at 1 000 is on its way
+    isolate.keys.use(digest, 2_000).keep(grant(7, 1_000));
+    expect(isolate.keys.heldUnits(digest)).toBe(0);
     expect(isolate.counters.writtenOff.reset).toBe(7);
-    isolate.leases.keep(digest, grant(7, 3_000));
-    expect(isolate.leases.heldUnits(digest)).toBe(7); // a call sent after the reset brings a lease as usual
+    isolate.keys.use(digest, 3_000).keep(grant(7, 3_000));
+    expect(isolate.keys.heldUnits(digest)).toBe(7); // a call sent after the reset brings a lease as usual
   });
 });

@@ -771,7 +771,7 @@ describe("every admin change clears what the isolate that served it remembers of
       return key.value;
     };
     /** Units this isolate holds leased for the client, unspent. */
-    const leased = (client: Client) => isolate.leases.heldUnits(isolate.digest(canonical(client)));
+    const leased = (client: Client) => isolate.keys.heldUnits(isolate.digest(canonical(client)));
     return { id, admin, run, leased, canonical };
   }
   type Served = ReturnType<typeof oneIsolate>;

@@ -20,6 +20,7 @@ const FIELDS = [
   "JWT_JWKS_URL",
   "JWT_JWKS",
   "STATS_RAW_KEYS",
+  "LEGACY_HEADERS",
 ] as const satisfies readonly (keyof SettingsInput)[];
 /** Every named variable a parse reads is compared: a compile error names any missing from {@link FIELDS}. */
 const EVERY_FIELD: Exclude<keyof SettingsInput, (typeof FIELDS)[number] | `RULES_${string}`> extends never

@@ -1,7 +1,8 @@
 /**
  * @module
  * The limiter's settings, from the variables `RULES` (and `RULES_<GROUP>`),
- * `IPV6_PREFIX`, `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS` and `TIERS`.
+ * `IPV6_PREFIX`, `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS`, `TIERS`, `STATS_RAW_KEYS`
+ * and `LEGACY_HEADERS`.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code.
@@ -39,6 +40,8 @@ export type Settings = {
   tokenRules: ReadonlySet<Rule>;
   /** `STATS_RAW_KEYS`: the statistics keep refused clients' keys as written (an IP, an API key), not only hashes. */
   statsRawKeys: boolean;
+  /** `LEGACY_HEADERS`: responses carry `X-RateLimit-Limit`, `-Remaining` and `-Reset` besides the draft's headers. */
+  legacyHeaders: boolean;
 };
 
 export const DEFAULT_TIMEOUT_MS = 1000;
@@ -56,6 +59,7 @@ export type SettingsInput = {
   LIMITER_TIMEOUT_MS?: string | number;
   TIERS?: unknown;
   STATS_RAW_KEYS?: string | boolean;
+  LEGACY_HEADERS?: string | boolean;
 } & JwtInput;
 
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
@@ -77,13 +81,14 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     trustedIpHeader: headerNameVar(input.TRUSTED_IP_HEADER),
     tiers: parseTiers(input.TIERS),
     statsRawKeys: booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS"),
+    legacyHeaders: booleanVar(input.LEGACY_HEADERS, "LEGACY_HEADERS", true),
   });
   const jwt = parseJwt(input, parsed.ok ? parsed.value.placed.map(({ rule }) => rule) : []);
   const belowCost = parsed.ok ? limitsBelowCost(parsed.value.tiers, parsed.value.placed) : [];
   if (!parsed.ok || !jwt.ok || belowCost.length > 0) {
     return fail(...(parsed.ok ? [] : parsed.errors), ...belowCost, ...(jwt.ok ? [] : jwt.errors));
   }
-  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys } = parsed.value;
+  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys, legacyHeaders } = parsed.value;
   const rules = withTiers(
     parsed.value.placed.map(({ rule }) => rule),
     tiers,
@@ -100,6 +105,7 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     jwt: jwt.value,
     tokenRules: new Set(rules.filter((rule) => readsToken(rule, jwt.value))),
     statsRawKeys,
+    legacyHeaders,
   });
 }
 
@@ -156,8 +162,10 @@ function listVar(name: string, raw: unknown): Result<unknown> {
 }
 
 /** A variable that is `true` or `false` (unset or empty: false). */
-function booleanVar(raw: unknown, name: string): Result<boolean> {
-  if (raw === undefined || raw === "" || raw === false || raw === "false") return ok(false);
+/** A boolean variable: true or false, as TOML or as text; `unset` when unset or empty. */
+function booleanVar(raw: unknown, name: string, unset = false): Result<boolean> {
+  if (raw === undefined || raw === "") return ok(unset);
+  if (raw === false || raw === "false") return ok(false);
   if (raw === true || raw === "true") return ok(true);
   return fail(`${name}: must be true or false; got ${show(raw)}`);
 }

@@ -63,14 +63,34 @@ function sourceValue(s: Source, facts: RequestFacts): string | null {
  * a header out never escapes a limit.
  */
 export function canonicalKey(key: Characteristic[], facts: RequestFacts): string {
-  const parts = key.map((sources): [string, string | null] => {
-    for (const source of sources) {
-      const value = sourceValue(source, facts);
-      if (value !== null && value !== "") return [sourceLabel(source), value];
-    }
-    return [sources.map(sourceLabel).join("|"), null];
-  });
-  return JSON.stringify(parts);
+  // JSON.stringify of the parts, `[[label, value], …]`, written out directly: this runs on every request.
+  let canonical = "[";
+  for (let i = 0; i < key.length; i++) {
+    if (i > 0) canonical += ",";
+    canonical += canonicalPart(key[i]!, facts);
+  }
+  return `${canonical}]`;
+}
+
+/** One characteristic's part of a canonical key, as JSON: the first source present and its value, or all of them and null. */
+function canonicalPart(sources: Characteristic, facts: RequestFacts): string {
+  for (const source of sources) {
+    const value = sourceValue(source, facts);
+    if (value !== null && value !== "") return `[${quotedLabel(source)},${JSON.stringify(value)}]`;
+  }
+  return `[${JSON.stringify(sources.map(sourceLabel).join("|"))},null]`;
+}
+
+const quotedLabels = new WeakMap<Source, string>();
+
+/** A source's label as a JSON string, made once per source. */
+function quotedLabel(source: Source): string {
+  let quoted = quotedLabels.get(source);
+  if (quoted === undefined) {
+    quoted = JSON.stringify(sourceLabel(source));
+    quotedLabels.set(source, quoted);
+  }
+  return quoted;
 }
 
 /**

@@ -50,12 +50,15 @@ export const retryAfter = (reports: Reported[]): number =>
 
 /**
  * Every rate-limit header: the policy of every enforcing rule that applied,
- * and the state of the one closest to its limit among those decided.
+ * and the state of the one closest to its limit among those decided; with
+ * `legacy`, the `X-RateLimit-*` headers too, as express-rate-limit's
+ * `legacyHeaders` sends them.
  */
-export function rateLimitHeaders(given: Policy[], decided: Reported[]): Record<string, string> {
+export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = true): Record<string, string> {
   const { policies, reports } = forThisClient(given, decided);
   const closest = closestToLimit(reports);
   if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
+  if (!legacy) return { "RateLimit-Policy": rateLimitPolicy(policies), RateLimit: rateLimit(closest) };
   return {
     "RateLimit-Policy": rateLimitPolicy(policies),
     RateLimit: rateLimit(closest),

@@ -16,11 +16,11 @@ import {
 import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./rate-limit-headers.ts";
 
 /** 429 with `Retry-After`, the rate-limit headers and a quota-exceeded problem naming every violated policy. */
-export const tooManyRequests = (policies: Policy[], reports: Reported[]): Response =>
-  send(tooManyRequestsParts(policies, reports));
+export const tooManyRequests = (policies: Policy[], reports: Reported[], legacy = true): Response =>
+  send(tooManyRequestsParts(policies, reports, legacy));
 
 /** The parts of {@link tooManyRequests}, to send again while the wait reads the same. */
-export function tooManyRequestsParts(policies: Policy[], reports: Reported[]): ProblemParts {
+export function tooManyRequestsParts(policies: Policy[], reports: Reported[], legacy = true): ProblemParts {
   const violated = reports.filter((r) => !r.verdict.ruleAllows);
   const wait = retryAfter(violated);
   const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)}${tierOf(r)})`).join(", ");
@@ -33,7 +33,7 @@ export function tooManyRequestsParts(policies: Policy[], reports: Reported[]): P
       retry_after: wait,
       "violated-policies": violated.map((r) => r.id),
     },
-    { ...rateLimitHeaders(policies, reports), "Retry-After": String(wait) },
+    { ...rateLimitHeaders(policies, reports, legacy), "Retry-After": String(wait) },
   );
 }
 
@@ -54,7 +54,12 @@ export const deniedBy = (reports: Reported[]): string[] =>
   reports.filter((r) => r.verdict.override === "deny").map((r) => r.id);
 
 /** 503: a rule with `on_error = "closed"` could not be decided. */
-export function limiterUnavailable(closedBy: string[], policies: Policy[], reports: Reported[]): Response {
+export function limiterUnavailable(
+  closedBy: string[],
+  policies: Policy[],
+  reports: Reported[],
+  legacy = true,
+): Response {
   return problemResponse(
     {
       type: LIMITER_UNAVAILABLE,
@@ -63,7 +68,7 @@ export function limiterUnavailable(closedBy: string[], policies: Policy[], repor
       detail: "The rate limiter could not decide, and this endpoint does not go on without a decision.",
       "failed-policies": closedBy,
     },
-    rateLimitHeaders(policies, reports),
+    rateLimitHeaders(policies, reports, legacy),
   );
 }
 

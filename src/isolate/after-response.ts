@@ -12,16 +12,22 @@
  *   where it was counted, if it does in time.
  * The rate-limit headers then say what is left after both.
  */
+import type { Settings } from "../config/settings.ts";
 import { countsResponse } from "../core/count.ts";
 import { type Rule, settledByAnswer } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { rateLimitHeaders } from "../http/rate-limit-headers.ts";
-import { chargeKey } from "../object/client.ts";
 import { type CheckResult, costOf, type Receipt, type Refund } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
-import type { DecideOptions } from "./decide.ts";
-import { refundInBackground } from "./give-back.ts";
-import type { KeyGroup, Settlement } from "./settle.ts";
+import type { ClientKeys } from "./client-keys.ts";
+import { charge, type Effects, refund, whenLate } from "./effects.ts";
+import { giveBackSpent, type KeyGroup, lateAnswerOf, nameOf, receiptOf, type Settlement } from "./vocabulary.ts";
+
+/** What settling after the response needs: the effects, and the isolate's keys and clock. */
+export type AfterContext = Effects & {
+  settings: Pick<Settings, "timeoutMs" | "legacyHeaders">;
+  isolate: { keys: ClientKeys; clock: () => number };
+};
 
 /** What the limiter does to a response: headers to set, and headers to remove. */
 export type ResponseChanges = { headers: Record<string, string>; strip: string[] };
@@ -40,7 +46,7 @@ export function afterResponse(
   groups: KeyGroup[],
   settlements: Settlement[],
   headers: { policies: Policy[]; reports: Reported[] },
-  options: DecideOptions,
+  options: AfterContext,
 ): AfterResponse {
   return ({ status, headers: answer }) => {
     const moved = new Map<string, number>(); // rule id → units taken off (+) or added (−) to what the headers said
@@ -54,7 +60,7 @@ export function afterResponse(
         const receipt = receiptOf(settlement, j);
         if (receipt === null && late === undefined) return;
         const delta = countsResponse(rule.count, status)
-          ? reportedExtra(rule, answer, { group, name: nameOf(settlement, options), options })
+          ? reportedExtra(rule, answer, { group, name: nameOf(settlement), options })
           : -costOf(rule);
         if (delta === 0) return;
         if (receipt === null) {
@@ -73,27 +79,8 @@ export function afterResponse(
         ? r
         : { ...r, verdict: { ...r.verdict, remaining: Math.max(0, r.verdict.remaining + by) } };
     });
-    return { headers: rateLimitHeaders(headers.policies, reports), strip };
+    return { headers: rateLimitHeaders(headers.policies, reports, options.settings.legacyHeaders), strip };
   };
-}
-
-/** Where rule `j`'s count for this request was taken, or null when it was not counted. */
-function receiptOf(settlement: Settlement, j: number): Receipt | null {
-  if (settlement.via === "lease") return settlement.spent.leases[j]!.receipt;
-  if (settlement.via === "call" && settlement.call.outcome.ok)
-    return settlement.call.outcome.result.verdicts[j]?.counted ?? null;
-  return null;
-}
-
-/**
- * The answer still to come of a call that timed out (its request went on
- * under `on_error = "open"`): what it counts for the request, if it decides
- * in time, is settled by the response too, once it comes.
- */
-function lateAnswerOf(settlement: Settlement): Promise<CheckResult | undefined> | undefined {
-  if (settlement.via === "shared") return settlement.late; // its batch's, when it ran out waiting for it
-  if (settlement.via !== "call" || settlement.call.outcome.ok) return undefined;
-  return settlement.call.outcome.late;
 }
 
 /** A rule's count still to be moved by `delta` once the call's late answer says where it was taken. */
@@ -105,24 +92,19 @@ function settleLate(
   group: KeyGroup,
   late: Promise<CheckResult | undefined>,
   moves: LateMove[],
-  options: DecideOptions,
+  options: AfterContext,
 ): void {
-  options.background(
-    late.then((result) => {
+  whenLate(
+    late,
+    (result) => {
       if (!result?.allowed) return; // refused late, or never answered: nothing was counted for the request
       for (const { index, delta } of moves) {
         const receipt = result.verdicts[index]?.counted ?? null;
         if (receipt !== null) settle(settlement, { group, index, receipt, delta }, options);
       }
-    }),
+    },
+    options,
   );
-}
-
-/** The key's object name, for the background call and the log. */
-function nameOf(settlement: Settlement, options: DecideOptions): string | null {
-  if (settlement.via === "call") return settlement.call.name;
-  if (settlement.via === "shared") return settlement.failure.name;
-  return settlement.via === "lease" ? options.isolate.leases.nameOf(settlement.spent) : null;
 }
 
 /**
@@ -133,14 +115,14 @@ function nameOf(settlement: Settlement, options: DecideOptions): string | null {
 function reportedExtra(
   rule: Rule,
   answer: Headers,
-  context: { group: KeyGroup; name: string | null; options: DecideOptions },
+  context: { group: KeyGroup; name: string | null; options: AfterContext },
 ): number {
   if (rule.costHeader === undefined) return 0;
   const raw = answer.get(rule.costHeader);
   const units = raw !== null && /^\d{1,10}$/.test(raw.trim()) ? Number(raw.trim()) : Number.NaN;
   if (Number.isInteger(units) && units <= MAX_REPORTED_COST) return units - costOf(rule);
   const { isolate } = context.options;
-  if (isolate.costHeaderLog.note(rule, context.group.digest, isolate.clock()) !== null) {
+  if (isolate.keys.noteLine(context.group.digest, "cost", rule, isolate.clock()) !== null) {
     const key = context.name === null ? null : keyHashPrefix(context.name);
     logEvent({ event: "cost_header_ignored", rule: rule.id, key, header: rule.costHeader, value: raw }, "warn");
   }
@@ -150,21 +132,21 @@ function reportedExtra(
 /** One rule's count for this request, moved by `delta` units: charged when positive, given back when negative. */
 type Move = { group: KeyGroup; index: number; receipt: Receipt; delta: number };
 
-function settle(settlement: Settlement, { group, index, receipt, delta }: Move, options: DecideOptions): void {
+function settle(settlement: Settlement, { group, index, receipt, delta }: Move, options: AfterContext): void {
   const rule = group.rules[index]!;
   if (settlement.via === "lease" && delta === -costOf(rule)) {
-    options.isolate.leases.giveBack(settlement.spent, [index]);
+    giveBackSpent(settlement.spent, [index]);
     return;
   }
-  const name = nameOf(settlement, options);
+  const name = nameOf(settlement);
   if (name === null) return;
   const moves: Refund[] = [{ receipt, count: Math.abs(delta) }];
   if (delta < 0) {
-    refundInBackground(name, moves, options);
+    refund(name, moves, options);
     return;
   }
-  options.background(chargeKey(options.ns, name, moves, options.settings.timeoutMs));
+  charge(name, moves, options);
   // Any lease this isolate holds for the rule was granted before the charge (by this request's call, or an
   // earlier one): the next request asks the object, which now knows.
-  options.isolate.leases.retireLease(group.digest, rule);
+  options.isolate.keys.peek(group.digest)?.retireLease(rule);
 }

@@ -3,31 +3,31 @@
  * Batches: requests of one key that waited in one isolate for the same call
  * in flight, and still need the object once it has landed, go to the object
  * together in one call (`CheckOptions.batch`), which decides each of them in
- * order, all or nothing. Here are a batch and the places in it, and how each
- * request reads its answer from the call, or has what was counted for it
- * written off when it stopped waiting. settle.ts sends and waits for them.
+ * order, all or nothing. Here are a batch and the places in it (tickets),
+ * how each request reads its answer from the call, and what is written off
+ * for a request that stopped waiting for it. The gate (gate.ts) forms and
+ * sends them.
  */
 import type { Rule } from "../core/rules.ts";
-import { type CheckResult, costOf, type LimiterOutcome } from "../object/protocol.ts";
+import { type CheckResult, costOf } from "../object/protocol.ts";
 import type { IsolateCounters } from "./counters.ts";
-import type { Flight } from "./in-flight.ts";
-import type { KeyCall, Settlement } from "./settle.ts";
+import type { Flight } from "./flight.ts";
+import type { KeyCall, Settlement } from "./vocabulary.ts";
 
-/** A request's place in a batch. */
-export class Ticket {
-  /** How long what the object counts for this request under every rule may still be handed back (see settle.ts), in ms. */
+/** A request's place in a batch, as the request reads it. Only its batch changes it. */
+export type Ticket = {
+  /** How long what the object counts for this request under every rule may still be handed back, in ms. */
   readonly refundableMs: number;
   /** Its place among the batch's requests once the batch is sent (the object decides them in this order); null before. */
-  slot: number | null = null;
+  readonly slot: number | null;
   /** True once it left the batch before it was sent: something else decided it. */
-  left = false;
+  readonly left: boolean;
   /** True once it stopped waiting for the batch it was sent with: an admission counted for it is written off. */
-  abandoned = false;
+  readonly abandoned: boolean;
+};
 
-  constructor(refundableMs: number) {
-    this.refundableMs = refundableMs;
-  }
-}
+/** A ticket as its batch changes it. */
+type Place = { -readonly [K in keyof Ticket]: Ticket[K] };
 
 /**
  * Requests that waited for the same call in flight and still need the
@@ -39,11 +39,11 @@ export class Ticket {
  * its rate, and the object's queue stays as short as the isolates are few.
  */
 export class Batch {
-  private readonly tickets: Ticket[] = [];
+  private readonly places: Place[] = [];
   /** The call that carries the batch, once sent. */
   flight: Flight | null = null;
   /** Abandoned slots already written off, so none is written off twice. */
-  readonly writtenOff = new Set<number>();
+  private readonly writtenOff = new Set<number>();
   /** What that call brought back, kept before its flight lands: how many it admitted (the first slots), and the verdicts. */
   call: KeyCall | null = null;
   /** What the call decided, once it has (`result` undefined: it never did, in time); null before. */
@@ -52,14 +52,20 @@ export class Batch {
   private readonly lateWaiters = new Set<() => void>();
 
   join(refundableMs: number): Ticket {
-    const ticket = new Ticket(refundableMs);
-    this.tickets.push(ticket);
-    return ticket;
+    const place: Place = { refundableMs, slot: null, left: false, abandoned: false };
+    this.places.push(place);
+    return place;
   }
 
   /** Leaves the batch, unless it was sent: then the ticket keeps its slot. */
   leave(ticket: Ticket): void {
-    if (ticket.slot === null) ticket.left = true;
+    const place = ticket as Place;
+    if (place.slot === null) place.left = true;
+  }
+
+  /** The ticket's request stopped waiting for the batch it was sent with: what it admits for it is written off. */
+  abandon(ticket: Ticket): void {
+    (ticket as Place).abandoned = true;
   }
 
   /**
@@ -70,16 +76,82 @@ export class Batch {
    */
   hangUp(ticket: Ticket): void {
     this.leave(ticket);
-    if (ticket.slot !== null && this.call === null) ticket.abandoned = true;
+    if (ticket.slot !== null && this.call === null) this.abandon(ticket);
+  }
+
+  /**
+   * Sends the batch with `flight`: numbers the requests still in it, in the
+   * order they joined. Returns how many, and how long what the object counts
+   * for any of them may be handed back: the longest of theirs, so that the
+   * object decides each as if it had called itself.
+   */
+  seal(flight: Flight): { size: number; refundableMs: number } {
+    let size = 0;
+    let refundableMs = 0;
+    for (const place of this.places) {
+      if (place.left) continue;
+      place.slot = size++;
+      refundableMs = Math.max(refundableMs, place.refundableMs);
+    }
+    this.flight = flight;
+    return { size, refundableMs };
   }
 
   /** The tickets given slots when the batch was sent, whose requests stopped waiting for it. */
-  abandonedSlots(): number[] {
-    return this.tickets.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
+  private abandonedSlots(): number[] {
+    return this.places.flatMap((t) => (t.abandoned && t.slot !== null ? [t.slot] : []));
+  }
+
+  /**
+   * The batch's call came back: kept for the requests that read their
+   * answers from it, with what it admitted for those that stopped waiting
+   * written off.
+   */
+  answered(call: KeyCall, rules: Rule[], counters: IsolateCounters): void {
+    this.call = call;
+    this.writeOffAbandoned(rules, counters);
+    if (call.outcome.ok || call.outcome.late === undefined)
+      this.decided(call.outcome.ok ? call.outcome.result : undefined);
+  }
+
+  /** Admissions the batch counted for requests that had stopped waiting for it: nobody spends them. */
+  writeOffAbandoned(rules: Rule[], counters: IsolateCounters): void {
+    const outcome = this.call?.outcome;
+    if (!outcome?.ok) return;
+    this.writeOffSlots(outcome.result, this.abandonedSlots(), rules, counters);
+  }
+
+  /** Writes off what `result` admitted for these slots of the batch, each once. */
+  private writeOffSlots(result: CheckResult, slots: number[], rules: Rule[], counters: IsolateCounters): void {
+    const admitted = result.admitted ?? (result.allowed ? 1 : 0);
+    const lost = slots.filter((slot) => slot < admitted && !this.writtenOff.has(slot));
+    for (const slot of lost) this.writtenOff.add(slot);
+    counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
+  }
+
+  /**
+   * A batch's call that timed out may still decide: no request waits for
+   * that answer (every request in it took the timeout as its own), so what
+   * it admits is written off, and counted, when it comes; a request that
+   * went on settles its own by its response (see {@link lateAnswer}).
+   * Resolves once it is known.
+   */
+  async lateDecision(
+    size: number,
+    late: Promise<CheckResult | undefined>,
+    rules: Rule[],
+    counters: IsolateCounters,
+  ): Promise<void> {
+    const result = await late;
+    if (result) {
+      const slots = Array.from({ length: size }, (_, slot) => slot);
+      this.writeOffSlots(result, slots, rules, counters);
+    }
+    this.decided(result);
   }
 
   /** The batch's call decided (or, `undefined`, never will): wakes the requests waiting for their answers. */
-  decided(result: CheckResult | undefined): void {
+  private decided(result: CheckResult | undefined): void {
     if (this.decision !== null) return;
     this.decision = { result };
     for (const wake of this.lateWaiters) wake();
@@ -111,24 +183,6 @@ export class Batch {
     const result = this.decision?.result;
     return result === undefined || ticket.slot === null ? undefined : (slotResult(result, ticket.slot) ?? undefined);
   }
-
-  /**
-   * Sends the batch with `flight`: numbers the requests still in it, in the
-   * order they joined. Returns how many, and how long what the object counts
-   * for any of them may be handed back: the longest of theirs, so that the
-   * object decides each as if it had called itself.
-   */
-  seal(flight: Flight): { size: number; refundableMs: number } {
-    let size = 0;
-    let refundableMs = 0;
-    for (const ticket of this.tickets) {
-      if (ticket.left) continue;
-      ticket.slot = size++;
-      refundableMs = Math.max(refundableMs, ticket.refundableMs);
-    }
-    this.flight = flight;
-    return { size, refundableMs };
-  }
 }
 
 /**
@@ -139,7 +193,7 @@ export class Batch {
  */
 export function answerOf(call: KeyCall, slot: number): Settlement | null {
   if (!call.outcome.ok) {
-    // Its late answer is the whole batch's (see watchLateBatch): no request of it reads it as its own.
+    // Its late answer is the whole batch's (see Batch.lateDecision): no request of it reads it as its own.
     const { late: _batchs, ...failed } = call.outcome;
     return { via: "call", call: { ...call, outcome: failed } };
   }
@@ -152,50 +206,4 @@ function slotResult(result: CheckResult, slot: number): CheckResult | null {
   if (result.admitted === undefined) return slot === 0 ? result : null;
   const verdicts = slot < result.admitted ? result.verdicts : (result.refused ?? result.verdicts);
   return { nowMs: result.nowMs, allowed: slot < result.admitted, verdicts };
-}
-
-/** Admissions a batch counted for requests that had stopped waiting for it: nobody spends them. */
-export function writeOffAbandoned(batch: Batch, rules: Rule[], counters: IsolateCounters): void {
-  const outcome = batch.call?.outcome;
-  if (!outcome?.ok) return;
-  writeOffSlots(batch, outcome.result, batch.abandonedSlots(), rules, counters);
-}
-
-/** Writes off what `result` admitted for these slots of the batch, each once. */
-function writeOffSlots(
-  batch: Batch,
-  result: CheckResult,
-  slots: number[],
-  rules: Rule[],
-  counters: IsolateCounters,
-): void {
-  const admitted = result.admitted ?? (result.allowed ? 1 : 0);
-  const lost = slots.filter((slot) => slot < admitted && !batch.writtenOff.has(slot));
-  for (const slot of lost) batch.writtenOff.add(slot);
-  counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
-}
-
-/**
- * A batch's call that timed out may still decide: no request waits for that
- * answer (every request in it took the timeout as its own), so what it
- * admits is written off, and counted, when it comes; a request that went on
- * settles its own by its response (see {@link Batch.lateAnswer}).
- */
-export function watchLateBatch(
-  batch: Batch,
-  size: number,
-  outcome: LimiterOutcome,
-  rules: Rule[],
-  counters: IsolateCounters,
-  background: (task: Promise<unknown>) => void,
-): void {
-  const late = outcome.ok ? undefined : outcome.late;
-  if (!late) return;
-  const slots = Array.from({ length: size }, (_, slot) => slot);
-  background(
-    late.then((result) => {
-      if (result) writeOffSlots(batch, result, slots, rules, counters);
-      batch.decided(result);
-    }),
-  );
 }

@@ -11,11 +11,8 @@
 import { randomDigestKey, sipHash24 } from "../core/digest.ts";
 import type { Rule } from "../core/rules.ts";
 import { Tokens } from "../identity/tokens.ts";
+import { ClientKeys, DEFAULT_LOG_EVERY_MS, DEFAULT_MAX_LEASE_UNITS, DEFAULT_MAX_REFUSAL_MS } from "./client-keys.ts";
 import { IsolateCounters } from "./counters.ts";
-import { CallsInFlight } from "./in-flight.ts";
-import { DEFAULT_MAX_REFUSAL_MS, KnownRefusals } from "./known-refusals.ts";
-import { DEFAULT_MAX_LEASE_UNITS, LeaseBook } from "./leases.ts";
-import { DEFAULT_LOG_EVERY_MS, RefusalLog } from "./refusal-log.ts";
 import { variantsOf } from "./rule-ids.ts";
 import { DEFAULT_FLUSH_EVERY_MS, StatsRecorder } from "./stats.ts";
 
@@ -61,12 +58,9 @@ export type Isolate = {
   clock: () => number;
   /** The digest the isolate knows a canonical client key by: 64 bits (4 code units), keyed with this isolate's secret. */
   digest: (canonical: string) => string;
-  leases: LeaseBook;
-  refusals: KnownRefusals;
-  flights: CallsInFlight;
-  refusalLog: RefusalLog;
-  /** How often an ignored `cost_header` value was logged, per key and rule. */
-  costHeaderLog: RefusalLog;
+  /** Every client key it remembers, by digest: leases, known refusals, forget times, owed units, demand, gates. */
+  keys: ClientKeys;
+  /** Units written off on purpose, by reason. */
   counters: IsolateCounters;
   /** Bearer tokens verified here, and the keys they were verified with. */
   tokens: Tokens;
@@ -82,15 +76,26 @@ export function createIsolate(options: IsolateOptions = {}): Isolate {
   const key = randomDigestKey();
   // Read at each call, not captured: a test may swap the global clock.
   const clock = options.clock ?? (() => Date.now());
-  const digest = (text: string) => sipHash24(key, text);
+  // The last key digested, and its digest: a hot key's requests, one after another, digest it once.
+  let lastText: string | undefined;
+  let lastDigest = "";
+  const digest = (text: string) => {
+    if (text !== lastText) {
+      lastDigest = sipHash24(key, text);
+      lastText = text;
+    }
+    return lastDigest;
+  };
   return {
     clock,
     digest,
-    leases: new LeaseBook({ maxKeys, maxUnits: options.maxLeaseUnits ?? DEFAULT_MAX_LEASE_UNITS, counters }),
-    refusals: new KnownRefusals({ maxKeys, maxHoldMs: options.maxRefusalMs ?? DEFAULT_MAX_REFUSAL_MS }),
-    flights: new CallsInFlight(maxKeys),
-    refusalLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
-    costHeaderLog: new RefusalLog(maxKeys, options.logEveryMs ?? DEFAULT_LOG_EVERY_MS),
+    keys: new ClientKeys({
+      maxKeys,
+      maxUnits: options.maxLeaseUnits ?? DEFAULT_MAX_LEASE_UNITS,
+      maxHoldMs: options.maxRefusalMs ?? DEFAULT_MAX_REFUSAL_MS,
+      logEveryMs: options.logEveryMs ?? DEFAULT_LOG_EVERY_MS,
+      counters,
+    }),
     counters,
     tokens: new Tokens({ clock, digest, maxTokens: maxKeys }),
     stats: new StatsRecorder(options.flushEveryMs ?? DEFAULT_FLUSH_EVERY_MS),
@@ -111,9 +116,20 @@ export function defaultIsolate(): Isolate {
  * isolates' refusals lapse within their cap.
  */
 export function forgetClient(isolate: Isolate, rule: Rule, canonical: string): void {
-  const digest = isolate.digest(canonical);
-  for (const variant of variantsOf(rule)) {
-    isolate.refusals.forget(variant, digest, isolate.clock());
-    isolate.leases.forget(digest, variant, isolate.clock());
-  }
+  isolate.keys.forget(isolate.digest(canonical), variantsOf(rule), isolate.clock());
+}
+
+/**
+ * What {@link forgetClient} does, for a client known by its object's name:
+ * the isolate's digest of it is found through a live refusal it remembers
+ * under the rule (or a tier of it), which records the name. Whether it was
+ * found, and so forgotten.
+ */
+export function forgetClientNamed(isolate: Isolate, rule: Rule, name: string): boolean {
+  const nowMs = isolate.clock();
+  const variants = variantsOf(rule);
+  const digest = isolate.keys.digestByName(variants, name, nowMs);
+  if (digest === null) return false;
+  isolate.keys.forget(digest, variants, nowMs);
+  return true;
 }

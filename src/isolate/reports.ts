@@ -9,9 +9,8 @@ import type { Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
 import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
-import type { Isolate } from "./isolate.ts";
-import type { Applied } from "./known-refusals.ts";
-import type { KeyGroup, RuleRefusal, Settlement } from "./settle.ts";
+import type { ClientKeys } from "./client-keys.ts";
+import { type Applied, failureOf, type KeyGroup, nameOf, type RuleRefusal, type Settlement } from "./vocabulary.ts";
 
 /** A rule's verdict as the rate-limit headers report it. */
 const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
@@ -43,9 +42,9 @@ const withoutUndefined = <T extends object>(fields: T): Partial<T> =>
   Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)) as Partial<T>;
 
 /** Logs a refusal answered from what the isolate knows (throttled like the object's). */
-export function logKnown({ rule, digest, refusal }: RuleRefusal, isolate: Isolate, nowMs: number): void {
+export function logKnown({ rule, digest, refusal }: RuleRefusal, keys: ClientKeys, nowMs: number): void {
   const { name, weighted, applied } = refusal;
-  logRefusal({ rule, digest, name, weighted, applied }, isolate, nowMs);
+  logRefusal({ rule, digest, name, weighted, applied }, keys, nowMs);
 }
 
 /**
@@ -54,29 +53,28 @@ export function logKnown({ rule, digest, refusal }: RuleRefusal, isolate: Isolat
  * failed. Logs refusals (at most one line per key and rule per interval),
  * retries and failures.
  */
-export function readSettlements(groups: KeyGroup[], settlements: Settlement[], isolate: Isolate, nowMs: number) {
+export function readSettlements(groups: KeyGroup[], settlements: Settlement[], keys: ClientKeys, nowMs: number) {
   const reports: Reported[] = [];
   const closedBy: string[] = [];
   let refused = false;
   settlements.forEach((s, i) => {
     const group = groups[i]!;
-    if (s.via === "lease") {
+    const failure = failureOf(s);
+    if (failure !== null) {
+      closedBy.push(...failed(group, nameOf(s)!, failure));
+    } else if (s.via === "lease") {
       group.rules.forEach((rule, j) => {
         if (rule.action === "block") reports.push(report(rule, s.spent.verdicts[j]!, nowMs));
       });
     } else if (s.via === "known") {
       refused = true;
       for (const k of s.known) {
-        logKnown(k, isolate, nowMs);
+        logKnown(k, keys, nowMs);
         reports.push(knownReport(k, nowMs));
       }
-    } else if (s.via === "shared") {
-      closedBy.push(...failed(group, s.failure.name, s.failure));
     } else if (s.via === "gone") {
       refused = true; // its client hung up: nothing of it is reported (decide answers it before this)
-    } else if (!s.call.outcome.ok) {
-      closedBy.push(...failed(group, s.call.name, s.call.outcome));
-    } else {
+    } else if (s.via === "call" && s.call.outcome.ok) {
       const { result, attempts, retriedAfter } = s.call.outcome;
       if (retriedAfter !== undefined) {
         const rules = group.rules.map((r) => r.id);
@@ -90,7 +88,7 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], i
         const verdict = result.verdicts[j]!;
         if (!verdict.ruleAllows) {
           const { weighted } = verdict;
-          logRefusal({ rule, digest: group.digest, name: s.call.name, weighted, applied: verdict }, isolate, nowMs);
+          logRefusal({ rule, digest: group.digest, name: s.call.name, weighted, applied: verdict }, keys, nowMs);
         }
         if (rule.action === "block" || verdict.override === "deny") reports.push(report(rule, verdict, nowMs));
       });
@@ -106,8 +104,8 @@ type Refused = { rule: Rule; digest: string; name: string; weighted: number; app
  * Logs a refusal, or a shadow rule's would-be refusal, unless a line for this key and rule went out lately.
  * The limit is the one that refused the client: its override's or tier's, else the rule's; a deny has none.
  */
-function logRefusal({ rule, digest, name, weighted, applied }: Refused, isolate: Isolate, nowMs: number) {
-  const note = isolate.refusalLog.note(rule, digest, nowMs);
+function logRefusal({ rule, digest, name, weighted, applied }: Refused, keys: ClientKeys, nowMs: number) {
+  const note = keys.noteLine(digest, "refusal", rule, nowMs);
   if (note === null) return;
   const { limit, override, tier } = applied;
   logEvent({

@@ -1,22 +1,11 @@
 /**
  * @module
- * A stable number per rule object, for the isolate's cache keys: rules with
- * equal ids but different limits (two `rateLimit()`s) never share entries.
+ * A rule's tier variants: one rule object per rule and tier, so the
+ * isolate keeps a client's leases and refusals under a tier apart from the
+ * rule's own (its maps are keyed by rule object).
  */
 import { getOrCreate } from "../core/maps.ts";
 import type { Rule } from "../core/rules.ts";
-
-const ruleIds = new WeakMap<Rule, number>();
-let nextRuleId = 0;
-
-export function ruleUid(rule: Rule): number {
-  let uid = ruleIds.get(rule);
-  if (uid === undefined) {
-    uid = nextRuleId++;
-    ruleIds.set(rule, uid);
-  }
-  return uid;
-}
 
 const variants = new WeakMap<Rule, Map<string, Rule>>();
 

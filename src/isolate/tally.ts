@@ -9,8 +9,8 @@ import { keyParams } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
 import type { StatsOutcome } from "../object/stats-protocol.ts";
 import { keyHashPrefix } from "../observe/log.ts";
-import type { Isolate } from "./isolate.ts";
-import type { KeyGroup, RuleRefusal, Settlement } from "./settle.ts";
+import type { StatsRecorder } from "./stats.ts";
+import { failureOf, type KeyGroup, nameOf, type RuleRefusal, type Settlement, verdictOf } from "./vocabulary.ts";
 
 /** A Workers Analytics Engine dataset, as far as the limiter writes to it. */
 export type AnalyticsSink = {
@@ -19,7 +19,7 @@ export type AnalyticsSink = {
 
 /** Where a decision is counted, and what it needs to say about the request. */
 export type TallyContext = {
-  isolate: Isolate;
+  isolate: { stats: StatsRecorder };
   /** Whether the isolate counts for the statistics object (it is bound). */
   stats: boolean;
   analytics?: AnalyticsSink | undefined;
@@ -61,8 +61,9 @@ export function tallySettled(
       tallyKnown(groups, s.known, context);
       return;
     }
-    const failed = s.via === "shared" ? s.failure : s.via === "call" && !s.call.outcome.ok ? s.call.outcome : null;
-    const name = s.via === "call" ? s.call.name : s.via === "lease" ? context.isolate.leases.nameOf(s.spent) : null;
+    const failed = failureOf(s);
+    // A failure shared from another request's call is counted without the key's name, as it always was.
+    const name = s.via === "shared" ? null : nameOf(s);
     group.rules.forEach((rule, j) => {
       const outcome = failed ? failure(rule, failed.reason, context) : settledOutcome(rule, s, j, admitted);
       if (outcome !== null) count({ rule, outcome, group, name }, context);
@@ -71,12 +72,7 @@ export function tallySettled(
 }
 
 function settledOutcome(rule: Rule, s: Settlement, j: number, admitted: boolean): StatsOutcome | null {
-  const verdict =
-    s.via === "lease"
-      ? s.spent.verdicts[j]
-      : s.via === "call" && s.call.outcome.ok
-        ? s.call.outcome.result.verdicts[j]
-        : undefined;
+  const verdict = verdictOf(s, j);
   // A shadow rule's would-be refusal is counted when the request went on: had another rule refused it, it counts nothing.
   if (verdict !== undefined && !verdict.ruleAllows)
     return rule.action === "block" ? "refused" : admitted ? "shadow_refused" : null;

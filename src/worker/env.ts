@@ -20,6 +20,11 @@ export type Env = {
   ANALYTICS?: AnalyticsEngineDataset;
   /** `true`: the statistics keep refused clients' keys as written (an IP, an API key) for admin readers. Default: hashes only. */
   STATS_RAW_KEYS?: string;
+  /**
+   * `false`: responses leave out `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`;
+   * `RateLimit-Policy` and `RateLimit` stay. Default: sent (older clients read them).
+   */
+  LEGACY_HEADERS?: string | boolean;
   /** Named sets of per-rule limits an override can put a client in: `[vars.TIERS.pro]`, or the same as JSON. */
   TIERS?: unknown;
   /** Verified bearer tokens for `jwt:<claim>` keys and `tier_claim`: `[vars.JWT]`, or the same as JSON. */

@@ -57,6 +57,13 @@ export type RateLimitOptions<E extends HonoEnv = any> = {
    */
   timeoutMs?: number;
   /**
+   * Whether responses carry `X-RateLimit-Limit`, `X-RateLimit-Remaining`
+   * and `X-RateLimit-Reset` besides `RateLimit-Policy` and `RateLimit`, as
+   * express-rate-limit's `legacyHeaders`.
+   * @default the `LEGACY_HEADERS` variable, else true
+   */
+  legacyHeaders?: boolean;
+  /**
    * What the isolate remembers between requests (leases, known refusals,
    * calls in flight): `createIsolate({ maxKeys, maxLeaseUnits, … })` to size
    * it, or the same value in several middlewares to share it.
@@ -166,6 +173,7 @@ function settingsSource<E extends HonoEnv>(options: RateLimitOptions<E>): (env: 
   if (options.ipv6Prefix !== undefined) overrides.IPV6_PREFIX = options.ipv6Prefix;
   if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;
   if (options.timeoutMs !== undefined) overrides.LIMITER_TIMEOUT_MS = options.timeoutMs;
+  if (options.legacyHeaders !== undefined) overrides.LEGACY_HEADERS = options.legacyHeaders;
   if (options.rules !== undefined) {
     const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
     if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);

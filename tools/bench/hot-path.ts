@@ -74,7 +74,7 @@ const refused: Reported[] = reports.map((r) => ({
 function leasing(granted: RuleVerdict, groups: [string, Rule[]][] = [[canonical, matched]]) {
   const iso = createIsolate();
   for (const [key, rules] of groups) {
-    iso.leases.keep(iso.digest(key), {
+    iso.keys.use(iso.digest(key), Date.now()).keep({
       name: "0".repeat(64),
       rules,
       verdicts: rules.map(() => granted),
@@ -101,7 +101,7 @@ function refusingWith(base: RuleVerdict) {
   const iso = createIsolate({ maxRefusalMs: 3_600_000 });
   const held = { ...base, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
   for (const rule of matched) {
-    iso.refusals.remember(rule, iso.digest(canonical), "0".repeat(64), Date.now(), {
+    iso.keys.remember(iso.digest(canonical), rule, "0".repeat(64), Date.now(), {
       ...held,
       counted: null,
       holdsForMs: 3_000_000,
@@ -202,7 +202,7 @@ const steps: Step[] = [
   { name: "parse the client IP", run: () => ipKey("2001:db8:1:ab12::7") },
   { name: "make the canonical key", run: () => canonicalKey(matched[0]!.key, facts) },
   { name: "digest the key (SipHash-2-4, for the isolate's caches)", run: () => isolate.digest(canonical) },
-  { name: "spend a lease unit", run: () => isolate.leases.spend(digest, matched, Date.now()) },
+  { name: "spend a lease unit", run: () => isolate.keys.peek(digest)!.spend(matched, Date.now()) },
   ...cachedClaimSteps,
   { name: "build the RateLimit headers", run: () => rateLimitHeaders(matched, reports) },
   { name: "build a 429 problem response", run: () => tooManyRequests(matched, refused) },

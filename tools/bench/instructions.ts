@@ -17,7 +17,8 @@
  * Variants: (e) the constant 429 Worker; (l) a constant Worker sending the
  * limiter's own 429; (d) the limiter, blocked; (a) the bare proxy and (c)
  * the limiter, allowed, one hot key, both in front of a constant origin in
- * the same workerd; (k) and (j), (d) and (c) with statistics on. INSTR_BASE=<another checkout> adds (d) and (c) built
+ * the same workerd; (k) and (j), (d) and (c) with statistics on; (n) and (m),
+ * (d) and (c) with `LEGACY_HEADERS = false`. INSTR_BASE=<another checkout> adds (d) and (c) built
  * from there (e.g. a `git worktree` of main), to compare.
  *
  * Needs valgrind (`apt-get install valgrind`). Options (environment):
@@ -59,6 +60,8 @@ type Variant = {
   limiter: boolean;
   /** Whether statistics are on (binds STATS, the StatsObject class in its own service). */
   stats?: boolean;
+  /** More text variables to bind, such as `LEGACY_HEADERS`. */
+  vars?: Record<string, string>;
 };
 
 const variant = (
@@ -69,7 +72,10 @@ const variant = (
   limiter: boolean,
   root = ROOT,
   stats = false,
-): Variant => ({ id, label, entry, root, path, limiter, stats });
+  vars: Record<string, string> = {},
+): Variant => ({ id, label, entry, root, path, limiter, stats, vars });
+
+const NO_LEGACY = { LEGACY_HEADERS: "false" };
 
 const all: Variant[] = [
   variant("e", "constant 429 Worker", "tools/bench/workers/constant.ts", "/blocked/x", false),
@@ -82,10 +88,21 @@ const all: Variant[] = [
   ),
   variant("d", "limiter, blocked", "src/index.ts", "/blocked/x", true),
   variant("k", "limiter, blocked, statistics on", "src/index.ts", "/blocked/x", true, ROOT, true),
+  variant("n", "limiter, blocked, LEGACY_HEADERS = false", "src/index.ts", "/blocked/x", true, ROOT, false, NO_LEGACY),
   ...(base ? [variant("d0", `limiter, blocked, built from ${base}`, "src/index.ts", "/blocked/x", true, base)] : []),
   variant("a", "bare Hono proxy", "tools/bench/workers/proxy.ts", "/allowed/x", false),
   variant("c", "limiter, allowed, one hot key", "src/index.ts", "/allowed/x", true),
   variant("j", "limiter, allowed, one hot key, statistics on", "src/index.ts", "/allowed/x", true, ROOT, true),
+  variant(
+    "m",
+    "limiter, allowed, one hot key, LEGACY_HEADERS = false",
+    "src/index.ts",
+    "/allowed/x",
+    true,
+    ROOT,
+    false,
+    NO_LEGACY,
+  ),
   ...(base
     ? [variant("c0", `limiter, allowed, one hot key, built from ${base}`, "src/index.ts", "/allowed/x", true, base)]
     : []),
@@ -132,6 +149,9 @@ function config(work: string, bundles: Map<Variant, string>, origin: string, por
           ]
         : []),
       ...(v.stats ? [`(name = "STATS", durableObjectNamespace = "StatsObject")`] : []),
+      ...Object.entries(v.vars ?? {}).map(
+        ([name, text]) => `(name = ${capnpString(name)}, text = ${capnpString(text)})`,
+      ),
     ];
     const statsObject = v.stats
       ? `, (className = "StatsObject", uniqueKey = "instructions-stats-${i}", enableSql = true)`

@@ -25,8 +25,7 @@ import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
-import { forgetClient, type Isolate } from "../../isolate/isolate.ts";
-import { ruleUid, variantsOf } from "../../isolate/rule-ids.ts";
+import { forgetClient, forgetClientNamed, type Isolate } from "../../isolate/isolate.ts";
 import { type LimiterNamespace, withDeadline } from "../../object/client.ts";
 import { toRuleCheck } from "../../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
@@ -114,38 +113,7 @@ async function reset({ rule, name, canonical, stub, about }: Client, { settings,
     forgetClient(isolate, rule, canonical);
     return json({ ...about, reset: true });
   }
-  return json({ ...about, reset: true, forgotten: forgetByName(isolate, rule, name) });
-}
-
-/**
- * What {@link forgetClient} does, for a client known by its object's name:
- * the isolate's digest of it is found through a live refusal it remembers
- * under the rule (or a tier of it), which records the name. Whether it was
- * found, and so forgotten.
- */
-function forgetByName(isolate: Isolate, rule: Rule, name: string): boolean {
-  const nowMs = isolate.clock();
-  const digest = digestByName(isolate, rule, name, nowMs);
-  if (digest === null) return false;
-  for (const variant of variantsOf(rule)) {
-    isolate.refusals.forget(variant, digest, nowMs);
-    isolate.leases.forget(digest, variant, nowMs);
-  }
-  return true;
-}
-
-/** The digest under which this isolate remembers a live refusal of the client whose object is `name`, if any. */
-function digestByName(isolate: Isolate, rule: Rule, name: string, nowMs: number): string | null {
-  for (const variant of variantsOf(rule)) {
-    // The refusals' keys are `${ruleUid}:${digest}` (see KnownRefusals).
-    const prefix = `${ruleUid(variant)}:`;
-    for (const key of [...isolate.refusals.keys()]) {
-      if (!key.startsWith(prefix)) continue;
-      const digest = key.slice(prefix.length);
-      if (isolate.refusals.lookup(variant, digest, nowMs)?.name === name) return digest;
-    }
-  }
-  return null;
+  return json({ ...about, reset: true, forgotten: forgetClientNamed(isolate, rule, name) });
 }
 
 async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<Response> {

@@ -1,0 +1,93 @@
+/**
+ * @module
+ * The answers a decision gives: go on with the rate-limit headers (and what
+ * to settle once the response is known), 429 (or 403 for a client an
+ * override denies), 503, or the 429 for refusals the isolate knows of,
+ * made once while it reads the same.
+ */
+import type { Rule } from "../core/rules.ts";
+import { send } from "../http/problem.ts";
+import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
+import {
+  clientClosedRequest,
+  denied,
+  deniedBy,
+  limiterUnavailable,
+  tooManyRequests,
+  tooManyRequestsParts,
+} from "../http/refusals.ts";
+import { type AfterContext, type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
+import type { ClientKeys } from "./client-keys.ts";
+import { knownReport, logKnown } from "./reports.ts";
+import type { KeyGroup, RuleRefusal, Settlement } from "./vocabulary.ts";
+
+export type Outcome =
+  /**
+   * Go on to the origin, then add these headers to its response; when a rule
+   * counts only some responses, call `afterResponse` with the response's
+   * status instead: it gives back what that status does not count, and
+   * returns the headers.
+   */
+  | { kind: "allow"; headers: Record<string, string>; afterResponse?: AfterResponse }
+  /** Answer this instead (429, or 503 from a rule that fails closed); the origin is not contacted. */
+  | { kind: "refuse"; response: Response };
+
+/** No rule matched: go on, with no headers. */
+export const NO_HEADERS: Outcome = Object.freeze({ kind: "allow", headers: Object.freeze({}) }) as Outcome;
+
+/** The answer for an admitted request: its headers, and what to do once the response is known, if anything. */
+export function allowed(
+  groups: KeyGroup[],
+  settlements: Settlement[],
+  headers: { policies: Policy[]; reports: Reported[] },
+  context: AfterContext,
+): Outcome {
+  const now = rateLimitHeaders(headers.policies, headers.reports, context.settings.legacyHeaders);
+  if (!settlesAfter(groups)) return { kind: "allow", headers: now };
+  return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, context) };
+}
+
+/** 403 when an override denies the client, else 429. */
+export function refused(policies: Policy[], reports: Reported[], legacy: boolean): Outcome {
+  const denying = deniedBy(reports);
+  const response = denying.length > 0 ? denied(denying) : tooManyRequests(policies, reports, legacy);
+  return { kind: "refuse", response };
+}
+
+/** 503: rules that fail closed could not be decided. */
+export const unavailable = (closedBy: string[], policies: Policy[], reports: Reported[], legacy: boolean): Outcome => ({
+  kind: "refuse",
+  response: limiterUnavailable(closedBy, policies, reports, legacy),
+});
+
+/** The answer to a request whose client hung up: nobody reads it. */
+export const clientGone = (): Outcome => ({ kind: "refuse", response: clientClosedRequest() });
+
+/**
+ * The 429 for refusals the isolate knows of, each logged (throttled). Under
+ * attack one key is refused over and over: while the wait reads the same
+ * whole seconds, and the same rules matched, the answer is the same, so its
+ * parts are made once.
+ */
+export function knownRefusal(
+  policies: Rule[],
+  known: RuleRefusal[],
+  keys: ClientKeys,
+  legacy: boolean,
+  nowMs: number,
+): Outcome {
+  for (const k of known) logKnown(k, keys, nowMs);
+  const only = known[0];
+  if (only === undefined || known.length > 1 || only.refusal.applied.override === "deny") {
+    return refused(
+      policies,
+      known.map((k) => knownReport(k, nowMs)),
+      legacy,
+    );
+  }
+  const seconds = Math.ceil((only.refusal.retryAtMs - nowMs) / 1000);
+  const parts = only.refusal.reuse(seconds, policies, () =>
+    tooManyRequestsParts(policies, [knownReport(only, nowMs)], legacy),
+  );
+  return { kind: "refuse", response: send(parts) };
+}

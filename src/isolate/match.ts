@@ -1,0 +1,85 @@
+/**
+ * @module
+ * Which of a request's rules apply, and to which client keys: the rules
+ * that match its method, path and address, the tier its token puts it in,
+ * and the rules grouped by client key (one Durable Object each).
+ */
+
+import type { JwtSettings } from "../config/jwt.ts";
+import type { Settings } from "../config/settings.ts";
+import { type Claims, claimAt } from "../core/claims.ts";
+import { type Address, parseAddress } from "../core/ip.ts";
+import { canonicalKey, customCanonicalKey, type RequestFacts } from "../core/keys.ts";
+import type { RequestPath } from "../core/paths.ts";
+import { type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
+import { clientAddress, requestFacts } from "../http/request-facts.ts";
+import type { Tokens } from "../identity/tokens.ts";
+import { tierVariant } from "./rule-ids.ts";
+import type { KeyGroup } from "./vocabulary.ts";
+
+/** The rules that match the request and cover its client's address. */
+export function matchingRules(request: Request, settings: Settings, method: string, path: RequestPath): Rule[] {
+  const address = clientAddressOf(request, settings);
+  return settings.rules.filter((rule) => ruleMatches(rule, method, path) && ruleCoversClient(rule, address));
+}
+
+/** The client's address, parsed on first use (only rules with IP ranges need it). */
+function clientAddressOf(request: Request, settings: Settings): () => Address | null {
+  let address: Address | null | undefined;
+  return () => {
+    if (address === undefined) address = parseAddress(clientAddress(request.headers, settings.trustedIpHeader));
+    return address;
+  };
+}
+
+/** The request's verified claims, when a matched rule reads them; null at once when none does. */
+export function claimsFor(
+  request: Request,
+  matched: Rule[],
+  settings: Settings,
+  tokens: Tokens,
+  background: (task: Promise<unknown>) => void,
+): Claims | null | Promise<Claims | null> {
+  const jwt: JwtSettings | null = settings.jwt;
+  if (jwt === null || !matched.some((rule) => settings.tokenRules.has(rule))) return null;
+  // Half the decision's time at most goes to fetching keys; the counting call keeps the rest.
+  return tokens.claimsOf(request.headers, jwt, { waitMs: settings.timeoutMs / 2, background });
+}
+
+/** The rules with the limits of the tier the token's `tier_claim` names, if it names one of `TIERS`. */
+export function inClaimedTier(rules: Rule[], claims: Claims | null, settings: Settings): Rule[] {
+  const claim = settings.jwt?.tierClaim;
+  if (claims === null || claim == null) return rules;
+  const tier = claimAt(claims, claim);
+  return tier !== null && settings.tiers.has(tier) ? rules.map((rule) => tierVariant(rule, tier)) : rules;
+}
+
+/** A request whose rules are known: what its client keys are made of. */
+export type Client = { request: Request; method: string; path: RequestPath; claims: Claims | null };
+
+/**
+ * The rules grouped by their client key, in the order they first appear;
+ * digested by `digest`. `clientKey`, the key the caller named
+ * (`rateLimit({ key })`), is every rule's key when given.
+ */
+export function keyGroups(
+  rules: Rule[],
+  client: Client,
+  clientKey: string | undefined,
+  settings: Settings,
+  digest: (canonical: string) => string,
+): KeyGroup[] {
+  if (clientKey !== undefined) {
+    const canonical = customCanonicalKey(clientKey);
+    return [{ canonical, digest: digest(canonical), rules }];
+  }
+  const facts: RequestFacts = requestFacts(client.request, client.path, settings, client.claims, client.method);
+  const groups: KeyGroup[] = [];
+  for (const rule of rules) {
+    const canonical = canonicalKey(rule.key, facts);
+    const group = groups.find((g) => g.canonical === canonical);
+    if (group) group.rules.push(rule);
+    else groups.push({ canonical, digest: digest(canonical), rules: [rule] });
+  }
+  return groups;
+}

@@ -1,0 +1,178 @@
+/**
+ * @module
+ * The isolate's words, and the one place that reads a settlement: key
+ * groups, calls, how a call landed, refusals the isolate knows of, lease
+ * units spent, and the settlement of one key group of one request. A leaf:
+ * it imports nothing else of the isolate layer, and every file of it may
+ * import from here.
+ */
+import type { Rule } from "../core/rules.ts";
+import type { CheckResult, FailureReason, LimiterOutcome, Receipt, RuleVerdict } from "../object/protocol.ts";
+
+/** The rules of one request that share a client key, and so one Durable Object. */
+export type KeyGroup = {
+  canonical: string;
+  /** The isolate's digest of `canonical`. */
+  digest: string;
+  rules: Rule[];
+};
+
+/** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */
+export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number };
+
+/** How a call ended, as the requests that waited for it read it. */
+export type Landing =
+  | { ok: true }
+  /** `name` is the key's object name, for the waiters' log lines. */
+  | { ok: false; reason: FailureReason; message: string; attempts: number; name: string };
+
+/** A call that failed, as the requests that waited for it share it. */
+export type Failure = Extract<Landing, { ok: false }>;
+
+/** The parts of a verdict that say what applied to the client. */
+export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier">;
+
+/** One refusal the isolate knows of, for one client key under one rule. */
+export class KnownRefusal {
+  private memo: { seconds: number; rules: readonly Rule[]; value: unknown } | null = null;
+  /** Isolate time (Unix ms) at which the object admits this key again, if nothing else is admitted. */
+  readonly retryAtMs: number;
+  /** Isolate time until which this entry answers: `retryAtMs`, or sooner under the cap. */
+  readonly untilMs: number;
+  /** The weighted count the object saw when it refused. */
+  readonly weighted: number;
+  /** The key's object name (SHA-256 hex), for log lines. */
+  readonly name: string;
+  /** What applied to this client when it was refused: the limit, and an override and its tier, if any. */
+  readonly applied: Applied;
+
+  constructor(retryAtMs: number, untilMs: number, weighted: number, name: string, applied: Applied) {
+    this.retryAtMs = retryAtMs;
+    this.untilMs = untilMs;
+    this.weighted = weighted;
+    this.name = name;
+    this.applied = applied;
+  }
+
+  /**
+   * A value derived from this refusal (the 429 sent again), made once and
+   * reused while the wait reads the same whole `seconds` and the request
+   * matched the same `rules`, the same objects in the same order.
+   */
+  reuse<T>(seconds: number, rules: readonly Rule[], make: () => T): T {
+    const memo = this.memo;
+    if (memo !== null && memo.seconds === seconds && sameRules(memo.rules, rules)) return memo.value as T;
+    const value = make();
+    this.memo = { seconds, rules, value };
+    return value;
+  }
+}
+
+/** Whether two lists hold the same rule objects in the same order. */
+export function sameRules(a: readonly Rule[], b: readonly Rule[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** A refusal the isolate knows of, for one rule of a group, and the group's key digest. */
+export type RuleRefusal = { rule: Rule; digest: string; refusal: KnownRefusal };
+
+/**
+ * A lease a spent unit came from, as the request that spent it sees it:
+ * where the unit was counted, and how to give it back. The key's state
+ * owns the lease; only it changes it.
+ */
+export interface LeaseSource {
+  readonly receipt: Receipt;
+  /** The key's object name, known once a call granted the lease. */
+  readonly name: string | null;
+  /** Gives `units` back to this lease, or, once it is retired, to its object. */
+  giveBack(units: number): void;
+}
+
+/** One request's units spent per rule of a key group (its cost): the verdicts to report, and where to give them back. */
+export type SpentUnits = { verdicts: RuleVerdict[]; leases: LeaseSource[]; costs: number[] };
+
+/** Gives a request's spent units back to the leases they came from: every rule's, or only those at `indexes`. */
+export function giveBackSpent(spent: SpentUnits, indexes?: number[]): void {
+  if (indexes === undefined) for (let j = 0; j < spent.leases.length; j++) spent.leases[j]!.giveBack(spent.costs[j]!);
+  else for (const j of indexes) spent.leases[j]!.giveBack(spent.costs[j]!);
+}
+
+/** How a key group was settled. */
+export type Settlement =
+  | { via: "lease"; spent: SpentUnits }
+  | { via: "known"; known: RuleRefusal[] }
+  | { via: "call"; call: KeyCall }
+  /**
+   * Another request's call for this key failed while this one waited for it: the failure is shared, not
+   * repeated. Or this request's time ran out while it waited for a call: then, when it was in the batch
+   * that call carries and its rules settle by the response, `late` is what the batch decides for it, if
+   * it does in time.
+   */
+  | { via: "shared"; failure: Failure; late?: Promise<CheckResult | undefined> }
+  /**
+   * The request's client hung up while it waited: it decides nothing more. (The runtime cancels such a
+   * request, unless it has work in the background: then it goes on, and must not send, or be served by,
+   * what it waited for.)
+   */
+  | { via: "gone" };
+
+export const GONE: Settlement = Object.freeze({ via: "gone" });
+
+// Reading a settlement: every file that needs a fact of one asks here.
+
+/** The key's object name, when the settlement knows it. */
+export function nameOf(settlement: Settlement): string | null {
+  switch (settlement.via) {
+    case "call":
+      return settlement.call.name;
+    case "shared":
+      return settlement.failure.name;
+    case "lease":
+      return settlement.spent.leases[0]?.name ?? null;
+    default:
+      return null;
+  }
+}
+
+/** Rule `j`'s verdict, when the settlement has one: from a lease unit, or from the object's answer. */
+export function verdictOf(settlement: Settlement, j: number): RuleVerdict | undefined {
+  if (settlement.via === "lease") return settlement.spent.verdicts[j];
+  if (settlement.via === "call" && settlement.call.outcome.ok) return settlement.call.outcome.result.verdicts[j];
+  return undefined;
+}
+
+/** Where rule `j`'s count for this request was taken, or null when it was not counted. */
+export function receiptOf(settlement: Settlement, j: number): Receipt | null {
+  if (settlement.via === "lease") return settlement.spent.leases[j]!.receipt;
+  if (settlement.via === "call" && settlement.call.outcome.ok)
+    return settlement.call.outcome.result.verdicts[j]?.counted ?? null;
+  return null;
+}
+
+/** Why the key could not be decided, when it could not: its own call's failure, or a shared one. */
+export function failureOf(settlement: Settlement): { reason: FailureReason; message: string; attempts: number } | null {
+  if (settlement.via === "shared") return settlement.failure;
+  if (settlement.via === "call" && !settlement.call.outcome.ok) return settlement.call.outcome;
+  return null;
+}
+
+/**
+ * The answer still to come of a call that timed out (its request went on
+ * under `on_error = "open"`), or of the batch it ran out waiting for: what
+ * it counts for the request, if it decides in time.
+ */
+export function lateAnswerOf(settlement: Settlement): Promise<CheckResult | undefined> | undefined {
+  if (settlement.via === "shared") return settlement.late;
+  if (settlement.via !== "call" || settlement.call.outcome.ok) return undefined;
+  return settlement.call.outcome.late;
+}
+
+/** What the object counted for this request, when its own answer admitted it: the counts to refund if it is turned away. */
+export function admittedBy(settlement: Settlement): { name: string; result: CheckResult } | null {
+  if (settlement.via !== "call" || !settlement.call.outcome.ok || !settlement.call.outcome.result.allowed) return null;
+  return { name: settlement.call.name, result: settlement.call.outcome.result };
+}
