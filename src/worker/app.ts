@@ -4,10 +4,9 @@
  * then proxies the allowed ones to the origin. The admin API, when on,
  * answers under its prefix before any rule is applied.
  *
- * A request the isolate refuses at once (a refusal it knows of: what every
- * request of a client over its limit meets) is answered before the Hono app
- * runs, with the same response the app would give; every other request goes
- * through the app, with the decision made for it.
+ * Every request but the admin API's (and HEAD) is decided and forwarded
+ * without the Hono app, with the same answer the app would give: its
+ * routing costs every request, and what it adds here is only the admin API.
  */
 import { Hono } from "hono";
 import { settingsFromEnv } from "../config/memo.ts";
@@ -19,12 +18,13 @@ import { fail, ok, type Result } from "../core/result.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
 import { forward, type Upstream } from "../http/proxy.ts";
 import { hasPassed, loopDetected } from "../http/upstream.ts";
+import type { Outcome } from "../isolate/answers.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import type { Env } from "./env.ts";
-import { type Decided, inBackground, rateLimitWith } from "./middleware.ts";
+import { admitted, type Decided, inBackground, rateLimitWith } from "./middleware.ts";
 
 /** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
 const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
@@ -62,7 +62,9 @@ function markOf(env: Env): string | undefined {
   return lastMark.mark;
 }
 
-/** Decisions made before the Hono app ran, for its `rateLimit()` to take (see {@link decideFirst}). */
+type Admission = Extract<Outcome, { kind: "allow" }>;
+
+/** Decisions that threw before the Hono app ran, for its `rateLimit()` to throw again (see {@link decideFirst}). */
 const decisions = new WeakMap<Request, Decided>();
 
 const hono = new Hono<{ Bindings: Env }>();
@@ -76,13 +78,17 @@ hono.use(
 
 hono.all("*", (c) => {
   const settings = settingsFromEnv(c.env);
-  const upstream = settings.ok ? upstreamOf(c.env, settings.value) : settings;
+  return forwarded(c.req.raw, settings.ok ? upstreamOf(c.env, settings.value) : settings);
+});
+
+/** The origin's answer to `request`, or the invalid configuration's 500 when there is no upstream to forward to. */
+function forwarded(request: Request, upstream: Result<Upstream>): Promise<Response> | Response {
   if (!upstream.ok) {
     logEvent({ event: "invalid_config", errors: upstream.errors }, "error");
     return invalidConfigResponse();
   }
-  return forward(c.req.raw, upstream.value);
-});
+  return forward(request, upstream.value);
+}
 
 /** The Worker's `fetch`. */
 export const app = {
@@ -95,14 +101,18 @@ export const app = {
 };
 
 /**
- * Decides a request as the app's `rateLimit()` would, where the app would
- * get to it: the refusal the isolate knows of, which is the whole answer; or
- * undefined, the decision (made, or under way) left for the app. Left to the
- * app undecided: HEAD (the app answers it with the GET's answer, bodiless),
- * the admin API's paths, and an invalid configuration, which the app
- * answers with a 500 and logs.
+ * Decides and answers a request without the Hono app, as the app would:
+ * the refusal, or the origin's answer finished by the decision. Left to the
+ * app (undefined): HEAD (the app answers it with the GET's answer,
+ * bodiless), the admin API's paths, and an invalid configuration, which the
+ * app answers with a 500 and logs; and a decision that threw, which the app's
+ * `rateLimit()` throws again where it always has.
  */
-function decideFirst(request: Request, env: Env, ctx: ExecutionContext | undefined): Response | undefined {
+function decideFirst(
+  request: Request,
+  env: Env,
+  ctx: ExecutionContext | undefined,
+): Response | Promise<Response> | undefined {
   const method = request.method;
   if (method === "HEAD") return undefined;
   const prefix = adminPrefix(env);
@@ -129,13 +139,33 @@ function decideFirst(request: Request, env: Env, ctx: ExecutionContext | undefin
       method,
     });
   } catch (error) {
-    // Thrown where the app's rateLimit() would have thrown it, so the app answers as it always has.
     decisions.set(request, () => {
       throw error;
     });
     return undefined;
   }
-  if (!(outcome instanceof Promise) && outcome.kind === "refuse") return outcome.response;
-  decisions.set(request, () => outcome);
-  return undefined;
+  if (!(outcome instanceof Promise)) {
+    if (outcome.kind === "refuse") return outcome.response;
+    return answered(request, outcome, upstreamOf(env, settings.value));
+  }
+  return outcome.then(
+    (decided) =>
+      decided.kind === "refuse" ? decided.response : answered(request, decided, upstreamOf(env, settings.value)),
+    internalError,
+  );
+}
+
+/** An admitted request forwarded, and the origin's answer finished by its decision (headers, `count`, `cost_header`). */
+async function answered(request: Request, outcome: Admission, upstream: Result<Upstream>): Promise<Response> {
+  try {
+    return admitted(await forwarded(request, upstream), outcome);
+  } catch (error) {
+    return internalError(error);
+  }
+}
+
+/** What the Hono app answers an error it did not expect with: logged, and a plain 500. */
+function internalError(error: unknown): Response {
+  console.error(error);
+  return new Response("Internal Server Error", { status: 500 });
 }

@@ -160,12 +160,30 @@ export const rateLimitWith = <E extends HonoEnv = any>(
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
     await next();
-    if (outcome.afterResponse === undefined) return addHeaders(c, outcome.headers);
-    const changes = outcome.afterResponse({ status: c.res.status, headers: c.res.headers });
-    if (changes.strip.some((name) => c.res.headers.has(name))) stripHeaders(c, changes.strip);
-    addHeaders(c, changes.headers);
+    const response = admitted(c.res, outcome);
+    if (response === c.res) return;
+    // Assigning a response to `c.res` makes Hono copy it and set every header of the old one on the copy;
+    // through `undefined` first, it is taken as it is.
+    c.res = undefined;
+    c.res = response;
   };
 };
+
+/**
+ * The response to an admitted request, as its decision finishes it: the
+ * rate-limit headers added, and, when a rule counts only some responses,
+ * what the response's status settles (given back, or charged) and the
+ * headers that settling strips. In place when the response's headers are
+ * mutable, as the proxy's are; otherwise copied once.
+ */
+export function admitted(response: Response, outcome: Extract<Outcome, { kind: "allow" }>): Response {
+  if (outcome.afterResponse === undefined) return withHeaders(response, outcome.headers);
+  const changes = outcome.afterResponse({ status: response.status, headers: response.headers });
+  const stripped = changes.strip.some((name) => response.headers.has(name))
+    ? withoutHeaders(response, changes.strip)
+    : response;
+  return withHeaders(stripped, changes.headers);
+}
 
 /** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */
 function settingsSource<E extends HonoEnv>(options: RateLimitOptions<E>): (env: SettingsInput) => Result<Settings> {
@@ -225,34 +243,15 @@ export const inBackground =
     void task;
   };
 
-/**
- * Sets headers on the response: in place when its headers are mutable, as
- * the proxy's are. Only a copy is assigned to `c.res`, and through
- * `undefined` first: assigning a response to `c.res` makes Hono copy it
- * again and set every header of the old one on the copy, which for the same
- * response doubled the work of every allowed request.
- */
-function addHeaders(c: Context, headers: Record<string, string>): void {
-  if (Object.keys(headers).length === 0) return;
-  const response = withHeaders(c.res, headers);
-  if (response === c.res) return;
-  c.res = undefined;
-  c.res = response;
-}
-
-/**
- * Removes headers from the response. A response straight from fetch() has
- * immutable headers, so it is copied; and Hono copies the old response's
- * headers onto a new one, so the old one is let go first.
- */
-function stripHeaders(c: Context, names: string[]): void {
+/** `response` without the headers `names`; a response straight from fetch() has immutable headers, so it is copied. */
+function withoutHeaders(response: Response, names: string[]): Response {
   try {
-    for (const name of names) c.res.headers.delete(name);
+    for (const name of names) response.headers.delete(name);
+    return response;
   } catch {
-    const copy = new Response(c.res.body, c.res);
+    const copy = new Response(response.body, response);
     for (const name of names) copy.headers.delete(name);
-    c.res = undefined;
-    c.res = copy;
+    return copy;
   }
 }
 
