@@ -114,6 +114,19 @@ describe("a burst of 5 against 2 per second, held up to 5 s", () => {
     expect(key.arrive(T0, [loose], 5_000)).toBe("held");
     expect(turns(key)).toEqual([1_001, 1_001]);
   });
+
+  it("tells which rules make a request wait: each rule's own earliest admission, behind its own bookings only", () => {
+    const key = new Key();
+    const tight = { row: "tight", window: perSecond(1) };
+    const loose = { row: "loose", window: perSecond(10) };
+    const other = { row: "other", window: perSecond(10) };
+    key.arrive(T0, [tight], 0);
+    key.arrive(T0, [tight, other], 5_000); // books "other" at 1 001 ms too
+    const turn = turnOf([tight, loose, other], T0 + 10, tailsOf(key.queue, key.stateOf), key.stateOf);
+    // "tight" waits for its next second; "loose" has room now; "other" waits behind its booking.
+    expect(turn.earliestMs.map((ms) => ms - T0)).toEqual([2_001, 10, 1_001]);
+    expect(turn.atMs - T0).toBe(2_001);
+  });
 });
 
 /**

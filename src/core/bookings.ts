@@ -59,17 +59,17 @@ export function countIn(tails: Map<string, Tail>, booking: Booking, stateOf: Sta
 /** A request's turn: the instant all its counts admit, and each count's own earliest instant. */
 export type Turn = {
   atMs: number;
-  /** Per count, in the order given: its own earliest admission; above `fromMs` when that row makes the request wait. */
+  /** Per count, in the order given: its own earliest admission in its row; above `fromMs` when that row makes the request wait. */
   earliestMs: number[];
 };
 
 /**
- * The turn of a request counting `counts`, no earlier than `fromMs` (now):
- * no earlier than the last booking of any of its rows, and the earliest
- * instant after that at which every one of them admits it, with every
- * booking ahead counted. Each row's admissible instants from there on are
- * one interval (nothing is booked after them), so the latest of the rows'
- * earliest instants is admissible for all.
+ * The turn of a request counting `counts`, no earlier than `fromMs` (now).
+ * In each row it counts in, its earliest admission no earlier than the
+ * row's last booking, with every booking ahead counted; from there on the
+ * row admits it at every instant (nothing is booked after, and the count
+ * never rises on its own), so the latest of those instants is admissible
+ * in every row, and is the turn.
  */
 export function turnOf(
   counts: readonly BookedCount[],
@@ -77,12 +77,12 @@ export function turnOf(
   tails: ReadonlyMap<string, Tail>,
   stateOf: StateOf,
 ): Turn {
-  let lowerMs = fromMs;
-  for (const count of counts) lowerMs = Math.max(lowerMs, tails.get(count.row)?.lastAtMs ?? fromMs);
-  const earliestMs = counts.map((count) =>
-    earliestAdmission(tails.get(count.row)?.state ?? startOf(stateOf, count), count.window, lowerMs),
-  );
-  return { atMs: Math.max(lowerMs, ...earliestMs), earliestMs };
+  const earliestMs = counts.map((count) => {
+    const tail = tails.get(count.row);
+    if (tail === undefined) return earliestAdmission(startOf(stateOf, count), count.window, fromMs);
+    return earliestAdmission(tail.state, count.window, Math.max(fromMs, tail.lastAtMs));
+  });
+  return { atMs: Math.max(fromMs, ...earliestMs), earliestMs };
 }
 
 /**
