@@ -92,7 +92,7 @@ export function turnOf(
  * places freed go to the next in line. Returns the queue in the same order,
  * with a new object for each booking that moved.
  */
-export function repack(queue: readonly Booking[], nowMs: number, stateOf: StateOf): Booking[] {
+export function repack<B extends Booking>(queue: readonly B[], nowMs: number, stateOf: StateOf): B[] {
   const tails = new Map<string, Tail>();
   return queue.map((booking) => {
     const turn = turnOf(booking.counts, nowMs, tails, stateOf);
@@ -106,9 +106,9 @@ export function repack(queue: readonly Booking[], nowMs: number, stateOf: StateO
 }
 
 /** The queue split at `nowMs`: the bookings whose turn has come, in order, and the rest. */
-export function dueBy(queue: readonly Booking[], nowMs: number): { due: Booking[]; ahead: Booking[] } {
-  const due: Booking[] = [];
-  const ahead: Booking[] = [];
+export function dueBy<B extends Booking>(queue: readonly B[], nowMs: number): { due: B[]; ahead: B[] } {
+  const due: B[] = [];
+  const ahead: B[] = [];
   for (const booking of queue) (booking.atMs <= nowMs ? due : ahead).push(booking);
   return { due, ahead };
 }
