@@ -1,6 +1,16 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { parseRules } from "../src/core/rules.ts";
+import {
+  acquirePlace,
+  awaitPlace,
+  awaitTurn,
+  cancelBooking,
+  cancelTicket,
+  checkKey,
+  releasePlaces,
+  renewPlaces,
+} from "../src/object/client.ts";
 import { type PlaceAcquired, type PlaceRequest, type PlaceWait, toPlaceRequest } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
@@ -255,5 +265,60 @@ describe("cleanup of places", () => {
         .toArray(),
     );
     expect(tables).toEqual([]);
+  });
+});
+
+describe("the typed client", () => {
+  it("holds a request, awaits its turn and cancels another through the object's calls, each under a deadline", async () => {
+    fakeClock(T0);
+    const name = `client-test-${Date.now()}`;
+    const rule = { id: "r", limit: 1, periodMs: 100, precision: 1, strict: false, enforce: true, maxDelayMs: 5_000 };
+    const check = { name, rules: [rule], leftMs: 1_000, timeoutMs: 1_000 };
+    await checkKey(env.RATE_LIMITER, check, { hold: true });
+    const [a, b] = [
+      await checkKey(env.RATE_LIMITER, check, { hold: true }),
+      await checkKey(env.RATE_LIMITER, check, { hold: true }),
+    ];
+    const first = a.ok ? a.result.held! : undefined;
+    const second = b.ok ? b.result.held! : undefined;
+    expect([first!.atMs - T0, second!.atMs - T0]).toEqual([101, 201]);
+    // A deadline shorter than the wait: a labelled failure, and the caller goes on its own timer.
+    expect(await awaitTurn(env.RATE_LIMITER, name, first!.bookingId, 20)).toEqual({
+      ok: false,
+      message: "no answer within 20ms",
+    });
+    expect(await cancelBooking(env.RATE_LIMITER, name, second!.bookingId, 1_000)).toEqual({
+      ok: true,
+      value: { status: "cancelled" },
+    });
+    vi.setSystemTime(T0 + 101);
+    expect(await awaitTurn(env.RATE_LIMITER, name, first!.bookingId, 1_000)).toMatchObject({
+      ok: true,
+      value: { status: "turn", atMs: T0 + 101 },
+    });
+  });
+
+  it("acquires, renews, waits for and releases places", async () => {
+    fakeClock(T0);
+    const name = `client-places-${Date.now()}`;
+    const request = three({ concurrency: 1, maxDelayMs: 5_000 });
+    const got = await acquirePlace(env.RATE_LIMITER, name, "ai", request, 1_000);
+    const placeId = got.ok && got.value.status === "acquired" ? got.value.placeId : "";
+    const queued = await acquirePlace(env.RATE_LIMITER, name, "ai", request, 1_000);
+    const ticketId = queued.ok && queued.value.status === "queued" ? queued.value.ticketId : "";
+    expect(await renewPlaces(env.RATE_LIMITER, name, [placeId], 1_000)).toMatchObject({
+      ok: true,
+      value: { renewed: [{ placeId }], unknown: [] },
+    });
+    const waited = awaitPlace(env.RATE_LIMITER, name, ticketId, 1_000);
+    expect(await releasePlaces(env.RATE_LIMITER, name, [placeId], 1_000)).toMatchObject({
+      ok: true,
+      value: { released: [placeId] },
+    });
+    expect(await waited).toMatchObject({ ok: true, value: { status: "acquired" } });
+    expect(await cancelTicket(env.RATE_LIMITER, name, ticketId, 1_000)).toEqual({
+      ok: true,
+      value: { status: "unknown" },
+    });
   });
 });

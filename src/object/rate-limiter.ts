@@ -820,9 +820,10 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const override of this.overrides.values()) {
       if (override.expiresAtMs !== null) latest = Math.max(latest ?? 0, override.expiresAtMs);
     }
-    for (const held of [this.books.lastExpiry(), this.places.lastExpiry()]) {
-      if (held !== null) latest = Math.max(latest ?? 0, held);
-    }
+    const booked = this.books.lastExpiry();
+    if (booked !== null) latest = Math.max(latest ?? 0, booked);
+    const placed = this.places.lastExpiry();
+    if (placed !== null) latest = Math.max(latest ?? 0, placed);
     return latest === null ? null : Math.min(latest, Math.max(LATEST_ALARM_MS, Date.now() + DAY_MS));
   }
 
