@@ -289,6 +289,33 @@ describe("a held request's client hanging up", () => {
   });
 });
 
+describe("counts taken back under held requests", () => {
+  it("move the held requests up: a refund gives its place to the next in line", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const results = await burst(stub, [smooth()], 5);
+    vi.setSystemTime(T0 + 10);
+    // The second request was refused by another key: its count comes back, so the first held one may go now,
+    // and the others take the places it leaves in the next second.
+    await stub.refund([{ receipt: results[1]!.verdicts[0]!.counted!, count: 1 }]);
+    expect(await storedBookings(stub)).toEqual([
+      { atMs: 10, counted: false },
+      { atMs: 1_001, counted: false },
+      { atMs: 1_501, counted: false },
+    ]);
+    expect(await stub.awaitTurn(results[2]!.held!.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 10 });
+  });
+
+  it("are not a way around a batch: a batch of several is decided as before, never held", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const batch = await stub.check([smooth()], { hold: true, batch: 4 });
+    expect(batch).toMatchObject({ allowed: true, admitted: 2 });
+    expect(batch.held).toBeUndefined();
+    expect(await storedBookings(stub)).toEqual([]);
+  });
+});
+
 describe("bookings survive", () => {
   it("eviction: the object reloads them, counts them at their turns, and queues new requests behind them", async () => {
     fakeClock(T0);
