@@ -7,12 +7,14 @@
  */
 /// <reference types="vite/client" />
 import { describe, expect, it } from "vitest";
+import adaptivePage from "../docs/adaptive.md?raw";
 import adminApiPage from "../docs/admin-api.md?raw";
 import configurationPage from "../docs/configuration.md?raw";
 import perClientPage from "../docs/per-client-limits.md?raw";
 import responsesPage from "../docs/responses.md?raw";
 import { JWT_FIELDS } from "../src/config/jwt.ts";
 import { RULE_GROUP, VARIABLES } from "../src/config/variables.ts";
+import { ADAPTIVE_FIELDS } from "../src/core/health.ts";
 import { OVERRIDE_FIELDS } from "../src/core/overrides.ts";
 import { NAMED_CHARACTERISTICS, namedForm, PLAIN_CHARACTERISTICS, RULE_FIELDS } from "../src/core/rules.ts";
 import { QUOTA_EXCEEDED } from "../src/http/problem.ts";
@@ -56,6 +58,13 @@ const TABLES: {
     page: "docs/configuration.md",
     markdown: configurationPage,
     accepted: () => RULE_FIELDS,
+    named: (cells) => codeSpans(cells[0]!),
+  },
+  {
+    table: "adaptive fields",
+    page: "docs/adaptive.md",
+    markdown: adaptivePage,
+    accepted: () => ADAPTIVE_FIELDS,
     named: (cells) => codeSpans(cells[0]!),
   },
   {
