@@ -41,6 +41,8 @@ import {
 } from "../core/sliding-window.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import { BookingBook } from "./booking-book.ts";
+import { ControllerBook } from "./controller-book.ts";
+import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import { PlaceBook } from "./place-book.ts";
 import {
   type Cancellation,
@@ -146,6 +148,13 @@ export class RateLimiter extends DurableObject<unknown> {
   private readonly places: PlaceBook;
   /** The one timer: the next turn or place a caller awaits. */
   private readonly wake = new Wake(() => this.onWake());
+  /**
+   * The controller of an adaptive rule, when this object is one (named
+   * `adaptive:<rule id>`, never a client's): loaded on first use.
+   */
+  private controller: ControllerBook | undefined;
+  /** Whether a controller is stored here, loaded or not. */
+  private hasController: boolean;
   /** A row's settled state, for the bookings' arithmetic. */
   private readonly stateOf = (row: string): WindowState | undefined => this.rows.get(row)?.state;
 
@@ -161,6 +170,7 @@ export class RateLimiter extends DurableObject<unknown> {
         .toArray()
         .map((t) => t.name),
     );
+    this.hasController = tables.has("controller");
     if (tables.has("bookings")) this.books.load();
     if (tables.has("places")) this.places.load();
     if (tables.has("overrides")) {
@@ -770,9 +780,46 @@ export class RateLimiter extends DurableObject<unknown> {
     if (this.nothingLeft()) await this.clear();
   }
 
-  /** Whether the object holds nothing: no counters, overrides, bookings or places. */
+  /** Whether the object holds nothing: no counters, overrides, bookings or places, and is no controller. */
   private nothingLeft(): boolean {
-    return this.rows.size === 0 && this.overrides.size === 0 && !this.books.active && this.places.empty;
+    return (
+      this.rows.size === 0 &&
+      this.overrides.size === 0 &&
+      !this.books.active &&
+      this.places.empty &&
+      !this.hasController
+    );
+  }
+
+  /**
+   * An isolate's report on an adaptive rule's health, to the rule's
+   * controller object: the controller decides on it (on this object's
+   * clock), and the answer is the factor its limit is multiplied by now.
+   */
+  reportHealth(report: HealthReport): FactorAnswer {
+    const nowMs = Date.now();
+    const name = this.ctx.id.name;
+    if (name !== undefined && name !== controllerName(report.rule)) {
+      // A bug in the caller: nothing is counted, and version 0 is never newer than what an isolate applies.
+      logEvent({ event: "adaptive_misdirected", object: name, rule: report.rule }, "error");
+      return { nowMs, factor: 1, version: 0, mode: "full", limit: report.limit, reportInMs: 1_000 };
+    }
+    return this.controllerOf(report.rule).report(report, nowMs);
+  }
+
+  /** The adaptive rule's controller and its history since `sinceMs`; null when this object is none. */
+  controllerView(sinceMs = 0): ControllerView | null {
+    const name = this.ctx.id.name;
+    if (this.controller === undefined && !this.hasController) return null;
+    const rule = this.controller === undefined && name?.startsWith("adaptive:") ? name.slice("adaptive:".length) : null;
+    const controller = this.controller ?? (rule === null ? undefined : this.controllerOf(rule));
+    return controller?.view(Date.now(), sinceMs) ?? null;
+  }
+
+  private controllerOf(rule: string): ControllerBook {
+    this.controller ??= new ControllerBook(this.sql, rule);
+    this.hasController = true;
+    return this.controller;
   }
 
   private forgetRow(key: string): void {
