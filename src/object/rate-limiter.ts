@@ -22,6 +22,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { BookedCount } from "../core/bookings.ts";
+import { scaledLimit } from "../core/controller.ts";
 import { limitUnder, type Override } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import {
@@ -45,6 +46,7 @@ import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import { PlaceBook } from "./place-book.ts";
 import {
+  ADAPTIVE_LEASE_MAX_MS,
   type Cancellation,
   type CheckOptions,
   type CheckResult,
@@ -92,9 +94,13 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
 /** A rule's override for this client (null once deleted), and the registry's version of that change. */
 const OVERRIDES_SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL)`;
 
-/** A rule as it applies to this client now: its check with the limit that applies, or lifted, or denied. */
+/**
+ * A rule as it applies to this client now: its check with the limit that
+ * applies, or lifted, or denied. `configured` is the limit before an
+ * adaptive rule's factor, when the factor lowered it.
+ */
 type Plan =
-  | { kind: "count"; rule: RuleCheck; override?: Override }
+  | { kind: "count"; rule: RuleCheck; override?: Override; configured?: number }
   | { kind: "unlimited"; expiresAtMs: number | null }
   | { kind: "deny"; expiresAtMs: number | null };
 
@@ -568,8 +574,18 @@ export class RateLimiter extends DurableObject<unknown> {
     this.save(row);
   }
 
-  /** How a rule applies to this client now, under its override if it has a live one. */
+  /** How a rule applies to this client now, under its override if it has a live one, and under its factor. */
   private plan(rule: RuleCheck, nowMs: number): Plan {
+    const plan = this.overridden(rule, nowMs);
+    const factor = rule.factor;
+    if (plan.kind !== "count" || factor === undefined || !(factor < 1)) return plan;
+    const configured = plan.rule.limit;
+    const limit = Math.max(scaledLimit(configured, Math.max(0, factor)), costOf(rule));
+    return limit === configured ? plan : { ...plan, rule: { ...plan.rule, limit }, configured };
+  }
+
+  /** How a rule applies to this client now, under its override if it has a live one. */
+  private overridden(rule: RuleCheck, nowMs: number): Plan {
     const override = this.overrides.get(rule.id);
     if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
       return { kind: "count", rule };
@@ -678,7 +694,9 @@ export class RateLimiter extends DurableObject<unknown> {
       const expiresInMs = Math.min(LEASE_MAX_MS, ...ends.map((at) => at - nowMs));
       return { units: wanted.units, receipts: plans.map(() => NOWHERE), expiresInMs } satisfies Lease;
     }
-    const expiresInMs = Math.min(LEASE_MAX_MS, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
+    // Under an adaptive rule, no longer than an isolate takes to learn a cut: units leased before it go unspent.
+    const longest = rules.some((rule) => rule.factor !== undefined) ? ADAPTIVE_LEASE_MAX_MS : LEASE_MAX_MS;
+    const expiresInMs = Math.min(longest, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
     const likely = Math.floor((wanted.seen * Math.min(expiresInMs, wanted.seenInMs)) / wanted.seenInMs);
@@ -903,7 +921,7 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   private verdict(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row, counted: boolean): RuleVerdict {
-    const { rule, override } = plan;
+    const { rule, override, configured } = plan;
     const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
     const decision = underPenalty(behindHeld(describe(ev, nowMs, rule, counted), ev.turnMs, nowMs), penaltyMs);
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
@@ -915,9 +933,20 @@ export class RateLimiter extends DurableObject<unknown> {
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
       holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
-      ...(override ? { limit: rule.limit, override: override.kind } : {}),
+      ...(override || configured !== undefined ? { limit: rule.limit } : {}),
+      ...(override ? { override: override.kind } : {}),
+      ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
       ...tierOf(rule, override),
     };
+  }
+
+  /**
+   * Whether a refusal is the factor's doing alone: the limit before it would
+   * have admitted the request now (no penalty, and no held request ahead).
+   */
+  private reducedOnly(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row): boolean {
+    if (plan.configured === undefined || ev.turnMs !== undefined) return false;
+    return evaluateRow({ ...row, state: ev.state }, nowMs, { ...plan.rule, limit: plan.configured }).allowed;
   }
 
   private save(row: Row): void {
