@@ -232,7 +232,7 @@ async function real(): Promise<void> {
   } finally {
     if (!process.env.ORIGIN_KEEP) rmSync(work, { recursive: true, force: true });
   }
-  report(scenario, rows, "npm run bench:origin");
+  report(scenario, rows, "npm run bench:origin", scenario.halveAtMs === null ? "results" : "results-halved");
 }
 
 /** The table, printed and written to tools/bench/origin/results.md and .json. */
