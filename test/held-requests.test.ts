@@ -91,8 +91,17 @@ describe("a request over its limit, from a caller that can hold it", () => {
     expect(late.held).toBeUndefined();
     // Behind the one held for 2 001 ms: the next second's two places are taken at 2 001 and 2 501.
     expect(late.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 2_501 });
-    // A caller that can hold remembers the refusal only until the wait is within the delay.
-    expect(late.verdicts[0]!.holdsForMs).toBe(501);
+    // Not to be remembered: a held request's client hanging up moves the queue up, and the wait with it.
+    expect(late.verdicts[0]!.holdsForMs).toBe(0);
+  });
+
+  it("once nobody is held ahead, is remembered only until the wait is within the delay", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth({ maxDelayMs: 200 })], 2);
+    const refused = await stub.check([smooth({ maxDelayMs: 200 })], { hold: true });
+    expect(refused.held).toBeUndefined();
+    expect(refused.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 1_001, holdsForMs: 801 });
   });
 
   it("is refused once max_held requests are held under the rule, however short its wait", async () => {
@@ -109,7 +118,8 @@ describe("a request over its limit, from a caller that can hold it", () => {
     const plainCaller = await stub.check([smooth()]);
     expect(plainCaller.held).toBeUndefined();
     expect(plainCaller.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 1_501 });
-    expect(plainCaller.verdicts[0]!.holdsForMs).toBe(1_501);
+    // Not remembered either: the wait behind a held request shrinks when its client hangs up.
+    expect(plainCaller.verdicts[0]!.holdsForMs).toBe(0);
   });
 
   it("queues a rule without a delay behind the requests held under it, though its window has room", async () => {

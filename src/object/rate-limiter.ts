@@ -867,7 +867,8 @@ export class RateLimiter extends DurableObject<unknown> {
       ...(penaltyMs > 0 ? { penaltyMs } : {}),
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
-      holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
+      // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
+      holdsForMs: ev.allowed || refundDue || ev.turnMs !== undefined ? 0 : Math.min(decision.retryAfterMs, untilChange),
       ...(override ? { limit: rule.limit, override: override.kind } : {}),
       ...tierOf(rule, override),
     };
