@@ -194,6 +194,13 @@ export class PlaceBook {
     return { nowMs, renewed, unknown: placeIds.filter((id) => !held.has(id)) };
   }
 
+  /** A rule's places held now (expired ones left out) and the requests waiting for one, without changing anything. */
+  peek(rule: string, nowMs: number): { inUse: number; waiting: number } {
+    const line = this.lines.get(rule);
+    if (line === undefined) return { inUse: 0, waiting: 0 };
+    return { inUse: liveAt(line.places, nowMs).length, waiting: line.tickets.filter((t) => t.deadlineMs > nowMs).length };
+  }
+
   /** Takes back expired places, drops lapsed tickets and serves the waiting ones, in every line (the timer, the alarm). */
   serveAll(nowMs: number, newId: () => string): void {
     for (const rule of [...this.lines.keys()]) this.serveLine(rule, nowMs, newId);

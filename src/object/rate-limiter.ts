@@ -57,6 +57,7 @@ import {
   NOWHERE,
   type PlaceAnswer,
   type PlaceRequest,
+  type PlacesNow,
   type PlaceWait,
   penalizes,
   type Receipt,
@@ -464,17 +465,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
     const nowMs = Date.now();
-    const check: RuleCheck = {
-      id: ruleId,
-      limit: request.concurrency,
-      periodMs: request.placeTimeoutMs,
-      precision: 1,
-      strict: false,
-      enforce: true,
-      ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
-      ...(request.tier === undefined ? {} : { tier: request.tier }),
-    };
-    const plan = this.plan(check, nowMs);
+    const plan = this.plan(placeCheck(ruleId, request), nowMs);
     if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
     const limit = plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : plan.rule.limit;
     const answer = this.places.acquire(
@@ -493,6 +484,20 @@ export class RateLimiter extends DurableObject<unknown> {
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
     return plan.override ? { ...answer, limit, override: plan.override.kind } : answer;
+  }
+
+  /**
+   * What a concurrency rule's places are for this client now, without taking
+   * one: how many its override (or tier) gives it (null when an override
+   * lifts or denies the rule), how many are held, and how many requests wait.
+   */
+  peekPlaces(ruleId: string, request: PlaceRequest): PlacesNow {
+    const nowMs = Date.now();
+    const plan = this.plan(placeCheck(ruleId, request), nowMs);
+    const { inUse, waiting } = this.places.peek(ruleId, nowMs);
+    if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
+    const limit = plan.rule.limit;
+    return { nowMs, limit, inUse, waiting, ...(plan.override ? { override: plan.override.kind } : {}) };
   }
 
   /** Answers a ticket with a place when one frees (first come, first served), or refused at its deadline; unknown if no such ticket. */
@@ -924,6 +929,18 @@ const windowOf = (rule: RuleCheck): WindowLimit => ({
   precision: rule.precision,
   strict: rule.strict,
   cost: costOf(rule),
+});
+
+/** A concurrency rule as a check, so that its overrides and tiers apply as to any rule: `limit` is its places. */
+const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
+  id: ruleId,
+  limit: request.concurrency,
+  periodMs: request.placeTimeoutMs,
+  precision: 1,
+  strict: false,
+  enforce: true,
+  ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
+  ...(request.tier === undefined ? {} : { tier: request.tier }),
 });
 
 /** A refusal behind held requests: admissible at the turn it would get behind them, not before. */
