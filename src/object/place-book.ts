@@ -198,7 +198,10 @@ export class PlaceBook {
   peek(rule: string, nowMs: number): { inUse: number; waiting: number } {
     const line = this.lines.get(rule);
     if (line === undefined) return { inUse: 0, waiting: 0 };
-    return { inUse: liveAt(line.places, nowMs).length, waiting: line.tickets.filter((t) => t.deadlineMs > nowMs).length };
+    return {
+      inUse: liveAt(line.places, nowMs).length,
+      waiting: line.tickets.filter((t) => t.deadlineMs > nowMs).length,
+    };
   }
 
   /** Takes back expired places, drops lapsed tickets and serves the waiting ones, in every line (the timer, the alarm). */

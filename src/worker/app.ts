@@ -24,7 +24,7 @@ import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import type { Env } from "./env.ts";
-import { admitted, type Decided, inBackground, rateLimitWith } from "./middleware.ts";
+import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith } from "./middleware.ts";
 
 /** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
 const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
@@ -155,11 +155,17 @@ function decideFirst(
   );
 }
 
-/** An admitted request forwarded, and the origin's answer finished by its decision (headers, `count`, `cost_header`). */
+/**
+ * An admitted request forwarded, and the origin's answer finished by its
+ * decision (headers, `count`, `cost_header`); a request holding places holds
+ * them until its response has ended, its client hangs up, or it fails.
+ */
 async function answered(request: Request, outcome: Admission, upstream: Result<Upstream>): Promise<Response> {
+  endOnHangUp(request, outcome);
   try {
     return admitted(await forwarded(request, upstream), outcome);
   } catch (error) {
+    outcome.inFlight?.end("origin failed");
     return internalError(error);
   }
 }

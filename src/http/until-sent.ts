@@ -1,0 +1,86 @@
+/**
+ * @module
+ * When a response has ended, as the client sees it: its body fully sent,
+ * the client gone before that, or the origin failing mid-body; a WebSocket
+ * when either side closes it. A request holding a concurrency rule's place
+ * holds it until then.
+ *
+ * The body goes through an `IdentityTransformStream`, whose writes complete
+ * only once the runtime has read them to send: the pipe into it ends when
+ * the last byte has left, and fails when the client hangs up (the runtime
+ * cancels the body) or the origin's body errors. The runtime pipes it
+ * natively; no JavaScript runs per chunk. A WebSocket is relayed through a
+ * pair of the Worker's own, so its close can be seen (frames then cost the
+ * Worker a little CPU each).
+ */
+
+/** How a response ended: sent in full, cut short (the client hung up, or the origin failed mid-body), or closed (a WebSocket). */
+export type Ending = "sent" | "cut short" | "closed";
+
+/**
+ * `response`, whose end `ended` is told of, once: at once for a response
+ * with no body. Keeps the status and headers (a copy, with mutable
+ * headers).
+ */
+export function untilSent(response: Response, ended: (how: Ending) => void): Response {
+  let told = false;
+  const tell = (how: Ending) => {
+    if (told) return;
+    told = true;
+    ended(how);
+  };
+  if (response.webSocket) return relayed(response, () => tell("closed"));
+  const { body } = response;
+  if (body === null) {
+    tell("sent");
+    return response;
+  }
+  const { readable, writable } = new IdentityTransformStream();
+  body.pipeTo(writable).then(
+    () => tell("sent"),
+    () => tell("cut short"),
+  );
+  return new Response(readable, {
+    status: response.status,
+    statusText: response.statusText,
+    headers: response.headers,
+  });
+}
+
+/** A WebSocket's upgrade, relayed through a pair of the Worker's own so that its close is seen; `closed` when either side closes or fails. */
+function relayed(response: Response, closed: () => void): Response {
+  const origin = response.webSocket!;
+  const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+  origin.accept();
+  server.accept();
+  const pipe = (from: WebSocket, to: WebSocket) => {
+    from.addEventListener("message", (event) => {
+      try {
+        to.send(event.data);
+      } catch {
+        closeQuietly(from, 1011, "relay failed");
+      }
+    });
+    from.addEventListener("close", (event) => {
+      closeQuietly(to, event.code, event.reason);
+      closed();
+    });
+    from.addEventListener("error", () => {
+      closeQuietly(to, 1011, "the other side failed");
+      closed();
+    });
+  };
+  pipe(origin, server);
+  pipe(server, origin);
+  return new Response(null, { status: 101, webSocket: client, headers: response.headers });
+}
+
+/** Closes a socket with the other side's code where a close frame may carry it (1005 and 1006 may not), else plainly; never throws. */
+function closeQuietly(socket: WebSocket, code: number, reason: string): void {
+  try {
+    if (code === 1000 || (code >= 3000 && code <= 4999)) socket.close(code, reason);
+    else socket.close(1000, reason);
+  } catch {
+    // already closed
+  }
+}
