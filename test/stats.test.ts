@@ -136,6 +136,19 @@ describe("the statistics object counts every decision, once", () => {
     ]);
   });
 
+  it("held requests as their own outcome: admitted after a wait, under the rule that held them", async () => {
+    const stats = ownStats();
+    const rules = [{ id: "smooth", limit: 1, period: "1s", max_delay: "2s", key: ["ip"] }];
+    const isolate = createIsolate();
+    const { send, settled } = deciding(isolate, stats, rules);
+    const ip = uniqueIp();
+    const statuses = await Promise.all([send(ip), send(ip)]);
+    expect(statuses.map((s) => s.status)).toEqual([200, 200]);
+    await settled();
+    await flushStats(isolate.stats, stats, { nowMs: Date.now(), force: true });
+    expect(totalsOf(await stats.view(), "smooth")).toMatchObject({ admitted: 1, held: 1, refused: 0 });
+  });
+
   it("stored before held requests existed, gains their column, and counts them from then on", async () => {
     const stats = ownStats();
     const stub = stats.get(stats.idFromName(STATS_OBJECT));

@@ -5,13 +5,14 @@
  * when either side closes it. A request holding a concurrency rule's place
  * holds it until then.
  *
- * The body goes through an `IdentityTransformStream`, whose writes complete
- * only once the runtime has read them to send: the pipe into it ends when
- * the last byte has left, and fails when the client hangs up (the runtime
- * cancels the body) or the origin's body errors. The runtime pipes it
- * natively; no JavaScript runs per chunk. A WebSocket is relayed through a
- * pair of the Worker's own, so its close can be seen (frames then cost the
- * Worker a little CPU each).
+ * The body is passed on through a stream of the Worker's own, which reads
+ * the origin's only as the client takes it (no chunk is queued ahead): its
+ * last read says the client has taken the last byte; its cancel says the
+ * client hung up (the runtime cancels the body); an error reading the
+ * origin's body says the origin failed. That costs one small step of
+ * JavaScript per chunk. A WebSocket is relayed through a pair of the
+ * Worker's own, so its close can be seen (frames then cost the Worker a
+ * little CPU each).
  */
 
 /** How a response ended: sent in full, cut short (the client hung up, or the origin failed mid-body), or closed (a WebSocket). */
@@ -35,16 +36,33 @@ export function untilSent(response: Response, ended: (how: Ending) => void): Res
     tell("sent");
     return response;
   }
-  const { readable, writable } = new IdentityTransformStream();
-  body.pipeTo(writable).then(
-    () => tell("sent"),
-    () => tell("cut short"),
+  const reader = body.getReader();
+  const passed = new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        let read: ReadableStreamReadResult<Uint8Array>;
+        try {
+          read = await reader.read();
+        } catch (error) {
+          tell("cut short");
+          controller.error(error);
+          return;
+        }
+        if (read.done) {
+          controller.close();
+          tell("sent");
+        } else {
+          controller.enqueue(read.value);
+        }
+      },
+      cancel(reason) {
+        tell("cut short");
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
   );
-  return new Response(readable, {
-    status: response.status,
-    statusText: response.statusText,
-    headers: response.headers,
-  });
+  return new Response(passed, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
 /** A WebSocket's upgrade, relayed through a pair of the Worker's own so that its close is seen; `closed` when either side closes or fails. */
