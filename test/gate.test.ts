@@ -11,7 +11,7 @@ import { IsolateCounters } from "../src/isolate/counters.ts";
 import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate, type Step, Visit } from "../src/isolate/gate.ts";
 import type { KeyCall, Settlement } from "../src/isolate/vocabulary.ts";
-import type { CheckResult, RuleVerdict } from "../src/object/protocol.ts";
+import type { CheckResult, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
 import { settingsFor } from "./support/isolate.ts";
 
 const TIMEOUT_MS = 1_000;
@@ -393,7 +393,7 @@ describe("held: a wait with no call, until the turn the object booked", () => {
     expect(gate.hangUp(visit)).toEqual({ kind: "booking", name: "object", id: "booking-1" });
     expect(woken.times).toBe(0);
     // The late answer of its turn (the object counted it meanwhile) changes nothing: its booking went back.
-    const late = { status: "turn", nowMs: 5_700, atMs: 5_700, counted: [RECEIPT] } as const;
+    const late: TurnAnswer = { status: "turn", nowMs: 5_700, atMs: 5_700, counted: [RECEIPT] };
     expect(endOf(gate.turned(visit, late, 740))).toEqual({ by: "gone" });
   });
 
