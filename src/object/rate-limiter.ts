@@ -315,8 +315,23 @@ export class RateLimiter extends DurableObject<unknown> {
   private see(row: Row, nowMs: number, rule: RuleCheck): Seen {
     const ev = evaluateRow(row, nowMs, rule);
     if (!this.books.anyAhead || !rule.enforce || this.books.heldIn(row.key) === 0) return ev;
+    if (ev.allowed && this.roomForAll(ev.state, row.key, rule, nowMs)) return ev;
     const tail = this.books.tailOf(row.key, this.stateOf)!;
     return { ...ev, allowed: false, turnMs: earliestAdmission(tail.state, rule, Math.max(nowMs, tail.lastAtMs)) };
+  }
+
+  /**
+   * Whether a row (its state brought to `nowMs`) has room for every unit
+   * booked ahead in it and this request, were they all counted now. Then
+   * the request takes no place promised to a held one: a count weighs no
+   * more at any later instant than it does now, so each booking still
+   * admits at its turn. A rule far from its limit beside one that holds
+   * requests (10 a second, 1 000 an hour) neither queues nor refuses them.
+   */
+  private roomForAll(state: WindowState, row: string, rule: RuleCheck, nowMs: number): boolean {
+    const counts = state.counts.slice();
+    counts[counts.length - 1]! += this.books.unitsIn(row);
+    return evaluate({ bucket: state.bucket, counts }, nowMs, rule).allowed;
   }
 
   /**
@@ -340,13 +355,26 @@ export class RateLimiter extends DurableObject<unknown> {
       slots.push(i);
     }
     if (counts.length === 0) return undefined;
+    // Every rule admits it now (its rows have room for those held, or none are): the ordinary path admits it.
+    if (
+      plans.every(
+        (plan, i) => plan.kind !== "count" || !plan.rule.enforce || this.see(rows[i]!, nowMs, plan.rule).allowed,
+      )
+    ) {
+      return undefined;
+    }
     const turn = this.books.turnOf(counts, nowMs, this.stateOf);
     if (turn.atMs === nowMs) return undefined;
     let delayMs = Number.POSITIVE_INFINITY;
     for (const [k, earliestMs] of turn.earliestMs.entries()) {
       if (earliestMs <= nowMs) continue;
       const rule = (plans[slots[k]!] as Plan & { kind: "count" }).rule;
-      if (rule.maxDelayMs === undefined) return undefined;
+      if (rule.maxDelayMs === undefined) {
+        // A rule without a delay that waits only for its place in line, with room for everyone held: not it.
+        const row = rows[slots[k]!]!;
+        if (this.roomForAll(evaluateRow(row, nowMs, rule).state, row.key, rule, nowMs)) continue;
+        return undefined;
+      }
       if (this.books.heldIn(counts[k]!.row) >= (rule.maxHeld ?? DEFAULT_MAX_HELD)) return undefined;
       delayMs = Math.min(delayMs, rule.maxDelayMs);
     }
