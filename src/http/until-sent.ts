@@ -8,7 +8,8 @@
  * The body is passed on through a stream of the Worker's own, which reads
  * the origin's only as the client takes it (no chunk is queued ahead): its
  * last read says the client has taken the last byte; its cancel says the
- * client hung up (the runtime cancels the body); an error reading the
+ * client hung up (the runtime cancels the body), told once the origin's
+ * body has been cancelled in turn; an error reading the
  * origin's body says the origin failed. That costs one small step of
  * JavaScript per chunk. A WebSocket is relayed through a pair of the
  * Worker's own, so its close can be seen (frames then cost the Worker a
@@ -21,9 +22,12 @@ export type Ending = "sent" | "cut short" | "closed";
 /**
  * `response`, whose end `ended` is told of, once: at once for a response
  * with no body. Keeps the status and headers (a copy, with mutable
- * headers).
+ * headers). `closeOrigin` closes the connection the body comes from: called
+ * first when the client hangs up, so that the origin sees it go before the
+ * end is told (the runtime would otherwise keep it open until the request's
+ * work in the background is done).
  */
-export function untilSent(response: Response, ended: (how: Ending) => void): Response {
+export function untilSent(response: Response, ended: (how: Ending) => void, closeOrigin?: () => void): Response {
   let told = false;
   const tell = (how: Ending) => {
     if (told) return;
@@ -55,9 +59,11 @@ export function untilSent(response: Response, ended: (how: Ending) => void): Res
           controller.enqueue(read.value);
         }
       },
+      // The origin's body is cancelled first: its connection is then gone before the end is told (and
+      // a place freed for another request to reach the origin).
       cancel(reason) {
-        tell("cut short");
-        return reader.cancel(reason);
+        closeOrigin?.();
+        return reader.cancel(reason).finally(() => tell("cut short"));
       },
     },
     { highWaterMark: 0 },

@@ -179,6 +179,16 @@ export function giveBack(cancel: Cancel, effects: Effects): void {
   );
 }
 
+/**
+ * How long a place whose request's client hung up is held after the
+ * request's connection to the origin was closed: the edge test saw the
+ * origin learn of the close up to a millisecond after the next request,
+ * sent on the freed place, reached it; 20 ms later it had always learnt.
+ */
+export const HANG_UP_GRACE_MS = 20;
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
 /** Why a request in flight ended, as its places are released. */
 export type EndedBy = "sent" | "hung up" | "origin failed" | "closed";
 
@@ -245,7 +255,7 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
     schedule(place, place.timeoutMs / 3);
   }
   return {
-    end(_why) {
+    end(why) {
       if (ended) return;
       ended = true;
       for (const timer of timers.values()) clearTimeout(timer);
@@ -256,9 +266,13 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
         ids.push(place.placeId);
         byName.set(place.name, ids);
       }
+      // A client gone mid-request: its connection to the origin was closed just now; the origin sees that
+      // before another request, sent on the place freed, reaches it.
+      const closing = why === "hung up" ? pause(HANG_UP_GRACE_MS) : undefined;
       for (const [name, ids] of byName) {
+        const release = () => releasePlaces(effects.ns, name, ids, effects.settings.timeoutMs);
         effects.background(
-          releasePlaces(effects.ns, name, ids, effects.settings.timeoutMs).then((answered) => {
+          (closing === undefined ? release() : closing.then(release)).then((answered) => {
             if (!answered.ok) effects.isolate.counters.writeOff("release failed", ids.length);
           }),
         );

@@ -31,6 +31,8 @@ export type CountingOrigin = {
   maxOpen: (key: string) => number;
   /** Per client key, the `/stream/` answers it has open now. */
   openNow: (key: string) => number;
+  /** Per client key, every `/stream/` answer opening (+1) and closing (−1), in order, with the count after it. */
+  openings: (key: string) => { atMs: number; tag: string; change: 1 | -1; open: number }[];
   close: () => Promise<void>;
 };
 
@@ -43,6 +45,12 @@ export async function startOrigin(): Promise<CountingOrigin> {
   const arrivals: Arrival[] = [];
   const open = new Map<string, number>();
   const maxOpen = new Map<string, number>();
+  const openings = new Map<string, { atMs: number; tag: string; change: 1 | -1; open: number }[]>();
+  const note = (key: string, tag: string, change: 1 | -1, open: number) => {
+    const list = openings.get(key) ?? [];
+    list.push({ atMs: performance.timeOrigin + performance.now(), tag, change, open });
+    openings.set(key, list);
+  };
   let total = 0;
   const server = createServer({ keepAliveTimeout: 60_000 }, (req, res) => {
     // Counted on arrival, not after the body: what matters is that the limiter let it through.
@@ -60,7 +68,12 @@ export async function startOrigin(): Promise<CountingOrigin> {
       const now = (open.get(key) ?? 0) + 1;
       open.set(key, now);
       maxOpen.set(key, Math.max(maxOpen.get(key) ?? 0, now));
-      res.once("close", () => open.set(key, (open.get(key) ?? 1) - 1));
+      note(key, String(tag), 1, now);
+      res.once("close", () => {
+        const left = (open.get(key) ?? 1) - 1;
+        open.set(key, left);
+        note(key, String(tag), -1, left);
+      });
       res.writeHead(200, { "content-type": "text/plain" });
       res.write("first\n");
       setTimeout(() => {
@@ -88,6 +101,7 @@ export async function startOrigin(): Promise<CountingOrigin> {
     arrivals: () => [...arrivals],
     maxOpen: (key) => maxOpen.get(key) ?? 0,
     openNow: (key) => open.get(key) ?? 0,
+    openings: (key) => [...(openings.get(key) ?? [])],
     close: () =>
       new Promise<void>((done) => {
         server.close(() => done());
