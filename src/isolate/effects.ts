@@ -227,10 +227,6 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
     }
     const answered = await renewPlaces(effects.ns, place.name, due, effects.settings.timeoutMs);
     if (answered.ok) {
-      place.state.renewed(
-        answered.value.renewed.map((r) => r.placeId),
-        nowMs,
-      );
       for (const lost of answered.value.unknown) {
         const held = place.state.dropPlace(lost);
         if (held === undefined) continue;

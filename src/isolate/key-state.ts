@@ -479,13 +479,19 @@ export class KeyState {
    * every place held here whose last renewal is a sixth of its timeout old
    * or more (so the key's requests in flight share one call), or null when
    * `placeId`'s own was renewed less than a third of its timeout ago (another
-   * request's call renewed it).
+   * request's call renewed it). They count as renewed now: a request whose
+   * renewal comes due while that call is on its way does not send another
+   * (one that fails is sent again a third later, two thirds before expiry).
    */
   placesToRenew(placeId: string, nowMs: number): string[] | null {
     const own = this.places?.get(placeId);
     if (own === undefined || nowMs - own.renewedAtMs < own.timeoutMs / 3) return null;
     const due: string[] = [];
-    for (const [id, held] of this.places!) if (nowMs - held.renewedAtMs >= held.timeoutMs / 6) due.push(id);
+    for (const [id, held] of this.places!) {
+      if (nowMs - held.renewedAtMs < held.timeoutMs / 6) continue;
+      due.push(id);
+      held.renewedAtMs = nowMs;
+    }
     return due;
   }
 
@@ -493,14 +499,6 @@ export class KeyState {
   nextRenewalMs(placeId: string, nowMs: number): number {
     const held = this.places?.get(placeId);
     return held === undefined ? nowMs : held.renewedAtMs + held.timeoutMs / 3;
-  }
-
-  /** These places were renewed by a call sent at `sentAtMs`. */
-  renewed(placeIds: string[], sentAtMs: number): void {
-    for (const id of placeIds) {
-      const held = this.places?.get(id);
-      if (held !== undefined) held.renewedAtMs = sentAtMs;
-    }
   }
 
   // Gates.
