@@ -231,6 +231,22 @@ describe("a request that may wait for a place (max_delay)", () => {
     });
   });
 
+  it("after a crash and restart, forgets the line: its callers' calls went with the object, and a freed place goes to a live request", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const ids = placeIds(await acquireAll(stub, 3, waiting));
+    const queued = await acquireAll(stub, 2, waiting);
+    expect(queued.map((a) => a.status)).toEqual(["queued", "queued"]);
+    await abortAllDurableObjects(); // a kill -9: the calls awaiting places are cut, and their requests with them
+    const again = env.RATE_LIMITER.get(stub.id);
+    await again.release([ids[0]!]);
+    expect(await again.acquire("ai", waiting)).toMatchObject({ status: "acquired", free: 0 });
+    // A caller that does come back for its ticket learns it is gone, and asks again.
+    expect(await again.awaitPlace(queued[0]!.status === "queued" ? queued[0]!.ticketId : "")).toMatchObject({
+      status: "unknown",
+    });
+  });
+
   it("gives its ticket back when its client hangs up, and the next in line moves up", async () => {
     fakeClock(T0);
     const stub = freshObject();

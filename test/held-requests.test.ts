@@ -91,8 +91,17 @@ describe("a request over its limit, from a caller that can hold it", () => {
     expect(late.held).toBeUndefined();
     // Behind the one held for 2 001 ms: the next second's two places are taken at 2 001 and 2 501.
     expect(late.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 2_501 });
-    // A caller that can hold remembers the refusal only until the wait is within the delay.
-    expect(late.verdicts[0]!.holdsForMs).toBe(501);
+    // Not to be remembered: a held request's client hanging up moves the queue up, and the wait with it.
+    expect(late.verdicts[0]!.holdsForMs).toBe(0);
+  });
+
+  it("once nobody is held ahead, is remembered only until the wait is within the delay", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth({ maxDelayMs: 200 })], 2);
+    const refused = await stub.check([smooth({ maxDelayMs: 200 })], { hold: true });
+    expect(refused.held).toBeUndefined();
+    expect(refused.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 1_001, holdsForMs: 801 });
   });
 
   it("is refused once max_held requests are held under the rule, however short its wait", async () => {
@@ -109,20 +118,41 @@ describe("a request over its limit, from a caller that can hold it", () => {
     const plainCaller = await stub.check([smooth()]);
     expect(plainCaller.held).toBeUndefined();
     expect(plainCaller.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 1_501 });
-    expect(plainCaller.verdicts[0]!.holdsForMs).toBe(1_501);
+    // Not remembered either: the wait behind a held request shrinks when its client hangs up.
+    expect(plainCaller.verdicts[0]!.holdsForMs).toBe(0);
   });
 
-  it("queues a rule without a delay behind the requests held under it, though its window has room", async () => {
+  it("lets a rule without a delay that has room for everyone held admit a request now: no place promised is taken", async () => {
     fakeClock(T0);
     const stub = freshObject();
     await burst(stub, [smooth(), plain()], 3); // the third is held for 1 001 ms, and counts under "plain" then
     vi.setSystemTime(T0 + 500);
+    // "plain" has 8 of 10 left now, and 7 with the held one counted: a request of it alone goes on at once.
     const other = await stub.check([plain()], { hold: true });
-    // "plain" has 8 of 10 left now, but its next place is promised for 1 001 ms: a later request goes after.
     expect(other.held).toBeUndefined();
-    expect(other.verdicts[0]).toMatchObject({ ruleAllows: false, retryAfterMs: 501 });
-    vi.setSystemTime(T0 + 1_001);
-    expect((await stub.check([plain()], { hold: true })).allowed).toBe(true);
+    expect(other.allowed).toBe(true);
+    expect((await stub.peek([plain()])).verdicts[0]!.weighted).toBe(3);
+  });
+
+  it("holds requests under a rule beside one far from its limit, in order, as if that one were not there", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const hourly = plain({ id: "hourly", limit: 1_000, periodMs: 3_600_000 });
+    const results = await burst(stub, [smooth(), hourly], 5);
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1501", "held 2001"]);
+  });
+
+  it("queues a rule without a delay behind the requests held under it when its window has no room for them all", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const four = plain({ id: "four", limit: 4 });
+    await burst(stub, [smooth(), four], 4); // two held, at 1 001 and 1 501 ms, each counting under "four" then
+    vi.setSystemTime(T0 + 500);
+    // "four" has 2 of 4 left now, but both are promised to the held ones: a later request goes after them.
+    const other = await stub.check([four], { hold: true });
+    expect(other.held).toBeUndefined();
+    expect(other.verdicts[0]).toMatchObject({ ruleAllows: false });
+    expect(other.verdicts[0]!.retryAfterMs).toBeGreaterThanOrEqual(1_001);
   });
 
   it("is refused, all or nothing, when a rule without a delay makes it wait: nothing is booked", async () => {
@@ -415,6 +445,62 @@ describe("a burst for one key against 10 per second, held up to 5 s, with a quar
     const weighted = (await stub.peek([rule])).verdicts[0]!.weighted;
     expect(weighted).toBeCloseTo(weightedAt(all, lastMs, rule), 9);
   });
+});
+
+describe("held requests beside a rule without a delay that other requests count in too", () => {
+  it.each([
+    { mode: "the seeds' window", over: {} },
+    { mode: "strict, precision 10", over: { strict: true, precision: 10 } },
+  ])(
+    "never has a window of either rule over its limit, whichever rule's room lets a request go now ($mode)",
+    async ({ over }) => {
+      fakeClock(T0);
+      const stub = freshObject();
+      const held = smooth({ limit: 10, maxDelayMs: 3_000, ...over });
+      const beside = plain({ id: "beside", limit: 25, ...over });
+      const inBeside: { atMs: number; cost: number }[] = [];
+      const inHeld: { atMs: number; cost: number }[] = [];
+      const bookings: string[] = [];
+      let step = 11;
+      const next = (n: number) => {
+        step = (step * 48_271) % 2_147_483_647;
+        return step % n;
+      };
+      let besideAdmittedNow = 0;
+      for (let t = 0; t < 3_000; t += 50) {
+        vi.setSystemTime(T0 + t);
+        const both = Array.from({ length: next(4) }, () => stub.check([held, beside], { hold: true }));
+        const alone = Array.from({ length: next(4) }, () => stub.check([beside], { hold: true }));
+        for (const r of await Promise.all(both)) {
+          if (r.held) bookings.push(r.held.bookingId);
+          else if (r.allowed) {
+            inHeld.push({ atMs: r.nowMs, cost: 1 });
+            inBeside.push({ atMs: r.nowMs, cost: 1 });
+          }
+        }
+        for (const r of await Promise.all(alone)) {
+          if (!r.allowed) continue;
+          inBeside.push({ atMs: r.nowMs, cost: 1 });
+          besideAdmittedNow++;
+        }
+        if (next(4) === 0 && bookings.length > 0) await stub.cancelBooking(bookings[next(bookings.length)]!);
+      }
+      vi.setSystemTime(T0 + 60_000);
+      await stub.peek([held, beside]);
+      const turns = await runInDurableObject(stub, (_i, state) =>
+        state.storage.sql.exec<{ at_ms: number }>("SELECT at_ms FROM bookings ORDER BY seq").toArray(),
+      );
+      for (const { at_ms } of turns) {
+        inHeld.push({ atMs: at_ms, cost: 1 });
+        inBeside.push({ atMs: at_ms, cost: 1 });
+      }
+      // The run did what it meant to: requests were held, and requests of the rule beside went on meanwhile.
+      expect(turns.length).toBeGreaterThan(10);
+      expect(besideAdmittedNow).toBeGreaterThan(20);
+      expect(firstOverLimit(inHeld, held)).toBeNull();
+      expect(firstOverLimit(inBeside, beside)).toBeNull();
+    },
+  );
 });
 
 /** The weighted count at `atMs` of a list of admissions, from first principles (for display, as the object's). */

@@ -69,6 +69,8 @@ export class BookingBook {
   private readonly byId = new Map<string, HeldBooking>();
   /** Bookings ahead per row. */
   private readonly perRow = new Map<string, number>();
+  /** Units booked ahead per row (a booking counts its rule's cost). */
+  private readonly unitsPerRow = new Map<string, number>();
   /** The rows' tails, or null when they must be worked out again (after anything but a new booking). */
   private tails: Map<string, Tail> | null = null;
   /** Callers awaiting their turn, by booking. */
@@ -120,6 +122,11 @@ export class BookingBook {
   /** Requests held under a row: bookings ahead that count in it. */
   heldIn(row: string): number {
     return this.perRow.get(row) ?? 0;
+  }
+
+  /** The units the bookings ahead count in a row. */
+  unitsIn(row: string): number {
+    return this.unitsPerRow.get(row) ?? 0;
   }
 
   get(id: string): HeldBooking | undefined {
@@ -273,6 +280,7 @@ export class BookingBook {
     this.ahead = [];
     this.byId.clear();
     this.perRow.clear();
+    this.unitsPerRow.clear();
     this.tails = null;
     this.schemaReady = false;
     this.nextDueMs = Number.POSITIVE_INFINITY;
@@ -287,14 +295,20 @@ export class BookingBook {
   private enqueue(booking: HeldBooking): void {
     this.ahead.push(booking);
     this.nextDueMs = Math.min(this.nextDueMs, booking.atMs);
-    for (const { row } of booking.counts) this.perRow.set(row, (this.perRow.get(row) ?? 0) + 1);
+    for (const { row, window } of booking.counts) {
+      this.perRow.set(row, (this.perRow.get(row) ?? 0) + 1);
+      this.unitsPerRow.set(row, (this.unitsPerRow.get(row) ?? 0) + (window.cost ?? 1));
+    }
   }
 
   private unqueue(booking: HeldBooking): void {
-    for (const { row } of booking.counts) {
+    for (const { row, window } of booking.counts) {
       const left = (this.perRow.get(row) ?? 1) - 1;
       if (left > 0) this.perRow.set(row, left);
       else this.perRow.delete(row);
+      const units = (this.unitsPerRow.get(row) ?? 0) - (window.cost ?? 1);
+      if (units > 0) this.unitsPerRow.set(row, units);
+      else this.unitsPerRow.delete(row);
     }
   }
 

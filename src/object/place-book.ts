@@ -3,7 +3,8 @@
  * A key's concurrent-request places, per concurrency rule: the places held
  * and the requests waiting for one (see `core/places.ts`), stored in SQLite
  * so that after a crash and restart every place is still counted until it
- * expires, and the callers awaiting a place.
+ * expires, and the callers awaiting a place. The line of waiting requests
+ * does not outlive a restart: each waits through a call the restart cuts.
  *
  * A place given to a waiting request whose caller is not there to take it
  * (it has not called `awaitPlace` yet, or it vanished) is kept for that
@@ -66,7 +67,7 @@ export class PlaceBook {
     this.sql = sql;
   }
 
-  /** Reads the stored places and tickets (the object's constructor calls it when the tables exist). */
+  /** Reads the stored places (the object's constructor calls it when the tables exist); the line of tickets is dropped. */
   load(): void {
     this.schemaReady = true;
     const places = this.sql.exec<Record<string, string | number | null>>("SELECT * FROM places");
@@ -83,18 +84,11 @@ export class PlaceBook {
       this.ruleOf.set(place.id, rule);
       if (row.ticket !== null) this.unclaimed.set(String(row.ticket), { rule, place, free: 0 });
     }
-    const tickets = this.sql.exec<Record<string, string | number>>("SELECT * FROM tickets ORDER BY seq");
-    for (const row of tickets) {
-      const rule = String(row.rule);
-      const ticket = {
-        id: String(row.id),
-        deadlineMs: Number(row.deadline),
-        limit: Number(row.limit_n),
-        timeoutMs: Number(row.timeout_ms),
-      };
-      lineOf(rule).tickets.push(ticket);
-      this.ruleOf.set(ticket.id, rule);
-      this.lastSeq = Math.max(this.lastSeq, Number(row.seq));
+    // The line is not kept: a request waits in it through a call to `awaitPlace`, and a restart of the
+    // object cuts every such call (a place given to a ticket nobody came for would sit idle until it
+    // expired). A caller that comes back for its ticket is answered `unknown`, and asks again.
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'tickets'").toArray().length > 0) {
+      this.sql.exec("DELETE FROM tickets");
     }
     for (const [rule, line] of byRule) this.lines.set(rule, line);
   }
@@ -198,6 +192,16 @@ export class PlaceBook {
     }
     const held = new Set(renewed.map((r) => r.placeId));
     return { nowMs, renewed, unknown: placeIds.filter((id) => !held.has(id)) };
+  }
+
+  /** A rule's places held now (expired ones left out) and the requests waiting for one, without changing anything. */
+  peek(rule: string, nowMs: number): { inUse: number; waiting: number } {
+    const line = this.lines.get(rule);
+    if (line === undefined) return { inUse: 0, waiting: 0 };
+    return {
+      inUse: liveAt(line.places, nowMs).length,
+      waiting: line.tickets.filter((t) => t.deadlineMs > nowMs).length,
+    };
   }
 
   /** Takes back expired places, drops lapsed tickets and serves the waiting ones, in every line (the timer, the alarm). */

@@ -195,6 +195,18 @@ export type PlaceAnswer = PlaceAcquired | PlaceRefused | PlaceQueued;
 /** What `awaitPlace` answers: a place, none by the deadline, or no such ticket (cancelled, lapsed, or lost). */
 export type PlaceWait = PlaceAcquired | PlaceRefused | { status: "unknown"; nowMs: number };
 
+/** What `peekPlaces` answers: a concurrency rule's places for one client, read without taking one. */
+export type PlacesNow = {
+  nowMs: number;
+  /** The places this client has: the rule's, or an override's or a tier's; null when an override lifts or denies the rule. */
+  limit: number | null;
+  /** Places held now. */
+  inUse: number;
+  /** Requests waiting for a place. */
+  waiting: number;
+  override?: OverrideSetting["kind"];
+};
+
 /** What `renew` answers: each place still held, to its new expiry; and the ids not held (released, or taken back). */
 export type Renewal = { nowMs: number; renewed: { placeId: string; expiresAtMs: number }[]; unknown: string[] };
 

@@ -61,6 +61,7 @@ import {
   NOWHERE,
   type PlaceAnswer,
   type PlaceRequest,
+  type PlacesNow,
   type PlaceWait,
   penalizes,
   type Receipt,
@@ -330,8 +331,23 @@ export class RateLimiter extends DurableObject<unknown> {
   private see(row: Row, nowMs: number, rule: RuleCheck): Seen {
     const ev = evaluateRow(row, nowMs, rule);
     if (!this.books.anyAhead || !rule.enforce || this.books.heldIn(row.key) === 0) return ev;
+    if (ev.allowed && this.roomForAll(ev.state, row.key, rule, nowMs)) return ev;
     const tail = this.books.tailOf(row.key, this.stateOf)!;
     return { ...ev, allowed: false, turnMs: earliestAdmission(tail.state, rule, Math.max(nowMs, tail.lastAtMs)) };
+  }
+
+  /**
+   * Whether a row (its state brought to `nowMs`) has room for every unit
+   * booked ahead in it and this request, were they all counted now. Then
+   * the request takes no place promised to a held one: a count weighs no
+   * more at any later instant than it does now, so each booking still
+   * admits at its turn. A rule far from its limit beside one that holds
+   * requests (10 a second, 1 000 an hour) neither queues nor refuses them.
+   */
+  private roomForAll(state: WindowState, row: string, rule: RuleCheck, nowMs: number): boolean {
+    const counts = state.counts.slice();
+    counts[counts.length - 1]! += this.books.unitsIn(row);
+    return evaluate({ bucket: state.bucket, counts }, nowMs, rule).allowed;
   }
 
   /**
@@ -355,13 +371,26 @@ export class RateLimiter extends DurableObject<unknown> {
       slots.push(i);
     }
     if (counts.length === 0) return undefined;
+    // Every rule admits it now (its rows have room for those held, or none are): the ordinary path admits it.
+    if (
+      plans.every(
+        (plan, i) => plan.kind !== "count" || !plan.rule.enforce || this.see(rows[i]!, nowMs, plan.rule).allowed,
+      )
+    ) {
+      return undefined;
+    }
     const turn = this.books.turnOf(counts, nowMs, this.stateOf);
     if (turn.atMs === nowMs) return undefined;
     let delayMs = Number.POSITIVE_INFINITY;
     for (const [k, earliestMs] of turn.earliestMs.entries()) {
       if (earliestMs <= nowMs) continue;
       const rule = (plans[slots[k]!] as Plan & { kind: "count" }).rule;
-      if (rule.maxDelayMs === undefined) return undefined;
+      if (rule.maxDelayMs === undefined) {
+        // A rule without a delay that waits only for its place in line, with room for everyone held: not it.
+        const row = rows[slots[k]!]!;
+        if (this.roomForAll(evaluateRow(row, nowMs, rule).state, row.key, rule, nowMs)) continue;
+        return undefined;
+      }
       if (this.books.heldIn(counts[k]!.row) >= (rule.maxHeld ?? DEFAULT_MAX_HELD)) return undefined;
       delayMs = Math.min(delayMs, rule.maxDelayMs);
     }
@@ -480,17 +509,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
     const nowMs = Date.now();
-    const check: RuleCheck = {
-      id: ruleId,
-      limit: request.concurrency,
-      periodMs: request.placeTimeoutMs,
-      precision: 1,
-      strict: false,
-      enforce: true,
-      ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
-      ...(request.tier === undefined ? {} : { tier: request.tier }),
-    };
-    const plan = this.plan(check, nowMs);
+    const plan = this.plan(placeCheck(ruleId, request), nowMs);
     if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
     const limit = plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : plan.rule.limit;
     const answer = this.places.acquire(
@@ -509,6 +528,20 @@ export class RateLimiter extends DurableObject<unknown> {
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
     return plan.override ? { ...answer, limit, override: plan.override.kind } : answer;
+  }
+
+  /**
+   * What a concurrency rule's places are for this client now, without taking
+   * one: how many its override (or tier) gives it (null when an override
+   * lifts or denies the rule), how many are held, and how many requests wait.
+   */
+  peekPlaces(ruleId: string, request: PlaceRequest): PlacesNow {
+    const nowMs = Date.now();
+    const plan = this.plan(placeCheck(ruleId, request), nowMs);
+    const { inUse, waiting } = this.places.peek(ruleId, nowMs);
+    if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
+    const limit = plan.rule.limit;
+    return { nowMs, limit, inUse, waiting, ...(plan.override ? { override: plan.override.kind } : {}) };
   }
 
   /** Answers a ticket with a place when one frees (first come, first served), or refused at its deadline; unknown if no such ticket. */
@@ -932,7 +965,8 @@ export class RateLimiter extends DurableObject<unknown> {
       ...(penaltyMs > 0 ? { penaltyMs } : {}),
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
-      holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
+      // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
+      holdsForMs: ev.allowed || refundDue || ev.turnMs !== undefined ? 0 : Math.min(decision.retryAfterMs, untilChange),
       ...(override || configured !== undefined ? { limit: rule.limit } : {}),
       ...(override ? { override: override.kind } : {}),
       ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
@@ -999,6 +1033,18 @@ const windowOf = (rule: RuleCheck): WindowLimit => ({
   precision: rule.precision,
   strict: rule.strict,
   cost: costOf(rule),
+});
+
+/** A concurrency rule as a check, so that its overrides and tiers apply as to any rule: `limit` is its places. */
+const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
+  id: ruleId,
+  limit: request.concurrency,
+  periodMs: request.placeTimeoutMs,
+  precision: 1,
+  strict: false,
+  enforce: true,
+  ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
+  ...(request.tier === undefined ? {} : { tier: request.tier }),
 });
 
 /** A refusal behind held requests: admissible at the turn it would get behind them, not before. */
