@@ -52,7 +52,8 @@ function placeReport(rule: Rule, answer: PlaceAcquired | PlaceRefused, nowMs: nu
     resetMs: 0,
     counted: null,
     holdsForMs: 0,
-    ...(acquired && answer.limit !== undefined ? { limit: answer.limit } : {}),
+    ...(answer.limit !== undefined ? { limit: answer.limit } : {}),
+    ...(!acquired && answer.reduced === true ? { reduced: true } : {}),
     ...(answer.override !== undefined ? { override: answer.override } : {}),
   };
   return report(rule, verdict, nowMs);

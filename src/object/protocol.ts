@@ -161,6 +161,13 @@ export type PlaceRequest = {
   tiers?: Readonly<Record<string, number>>;
   /** The tier whose limit `concurrency` is, when a token's claim chose it. */
   tier?: string;
+  /**
+   * An adaptive rule's factor, as the caller last learned it: the places
+   * that apply to the client (the rule's, a tier's, an override's) are
+   * multiplied by it (`scaledLimit`), at least 1. Places already held stay
+   * until their requests end. Absent on a rule that is not adaptive.
+   */
+  factor?: number;
 };
 
 /** A place given: hold it while the request is in flight, renew it every third of the timeout, release it at the end. */
@@ -177,8 +184,20 @@ export type PlaceAcquired = {
   override?: OverrideSetting["kind"];
 };
 
-/** No place: every one is held (or an override denies the client). */
-export type PlaceRefused = { status: "refused"; nowMs: number; free: 0; inUse: number; override?: "deny" };
+/**
+ * No place: every one is held (or an override denies the client).
+ * `reduced`: only the factor of an adaptive rule refused it (fewer places
+ * are held than the limit before it), and `limit` is the current number.
+ */
+export type PlaceRefused = {
+  status: "refused";
+  nowMs: number;
+  free: 0;
+  inUse: number;
+  override?: "deny";
+  reduced?: true;
+  limit?: number;
+};
 
 /** The request waits for a place until `deadlineMs`: `awaitPlace(ticketId)` answers when it gets one, or at the deadline. */
 export type PlaceQueued = {

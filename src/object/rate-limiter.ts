@@ -525,9 +525,14 @@ export class RateLimiter extends DurableObject<unknown> {
     );
     this.rearm(nowMs);
     this.scheduleCleanup();
+    if (answer.status === "refused" && plan.kind === "count" && plan.configured !== undefined) {
+      // Fewer held than the places before the factor: the reduction alone refused it.
+      return answer.inUse < plan.configured ? { ...answer, reduced: true, limit } : { ...answer, limit };
+    }
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
-    return plan.override ? { ...answer, limit, override: plan.override.kind } : answer;
+    if (plan.override) return { ...answer, limit, override: plan.override.kind };
+    return plan.configured !== undefined ? { ...answer, limit } : answer;
   }
 
   /**
@@ -1045,6 +1050,7 @@ const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
   enforce: true,
   ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
   ...(request.tier === undefined ? {} : { tier: request.tier }),
+  ...(request.factor === undefined ? {} : { factor: request.factor }),
 });
 
 /** A refusal behind held requests: admissible at the turn it would get behind them, not before. */
