@@ -40,6 +40,8 @@ export type RuleView = {
   /** The rule's IP ranges as written, when it has them. */
   ips?: string[];
   exclude_ips?: string[];
+  /** An adaptive rule's health target as wrangler.toml spells it, when it has one. */
+  adaptive?: { latency: string; percentile: number; errors: string; floor: number };
 };
 
 export const ruleView = (rule: Rule): RuleView => ({
@@ -65,6 +67,16 @@ export const ruleView = (rule: Rule): RuleView => ({
   blockForMs: rule.blockForMs,
   ...(rule.ips === undefined ? {} : { ips: rule.ips.map((range) => range.source) }),
   ...(rule.excludeIps === undefined ? {} : { exclude_ips: rule.excludeIps.map((range) => range.source) }),
+  ...(rule.adaptive === undefined
+    ? {}
+    : {
+        adaptive: {
+          latency: formatDuration(rule.adaptive.latencyMs),
+          percentile: rule.adaptive.percentile,
+          errors: `${Math.round(rule.adaptive.errorShare * 1000) / 10}%`,
+          floor: rule.adaptive.floor,
+        },
+      }),
 });
 
 /** The body of `GET {prefix}/rules`. */
