@@ -4,13 +4,13 @@
  * against the limiter in a standalone `workerd serve`, one variant after
  * another in front of a fresh simulated origin, and one table of figures.
  *
- * Variants (ORIGIN_VARIANTS, default "none,fixed"):
+ * Variants (ORIGIN_VARIANTS, default "none,fixed,adaptive"):
  * - `none`: the bare proxy, no limiter;
  * - `fixed`: the limiter with one count for all clients (`key = ["host"]`), C a second;
  * - `adaptive`: the limiter with an adaptive rule per client, ten times C a
- *   second, far above C (ADAPTIVE_RULE below). It runs today, but until the
- *   isolate reports to the rule's controller and applies its factor
- *   (ADAPTIVE_WIRED), it is the fixed per-client limit it is configured with.
+ *   second, far above C (ADAPTIVE_RULE below), its isolate reporting to the
+ *   rule's controller (ADAPTIVE_WIRED); its factor over the run is read from
+ *   the controller's history through the admin API's /stats.
  *
  * `-- --simulate` plays the same scenario in virtual time with the limiter
  * modelled in Node (simulate.ts), the adaptive rule run by the product's own
@@ -37,13 +37,16 @@ import {
   ROOT,
   startWorkerd,
 } from "../../workerd.ts";
-import { type Figures, figures, figuresTable, type Outcome, type RequestRecord } from "./metrics.ts";
+import { type FactorPoint, type Figures, figures, figuresTable, type Outcome, type RequestRecord } from "./metrics.ts";
 import { arrivals, type Scenario, scenarioFromEnv } from "./scenario.ts";
 import { startOrigin } from "./server.ts";
 import { type Limiter, simulate } from "./simulate.ts";
 
 /** Whether the isolate reports to an adaptive rule's controller and applies its factor: the hook for issue 28's isolate half. */
-const ADAPTIVE_WIRED = false;
+const ADAPTIVE_WIRED = true;
+
+/** The admin API's token in the benchmark's workerd: the adaptive variant reads its controller's history through /stats. */
+const ADMIN_TOKEN = "bench-origin-admin-token";
 
 const REDUCED = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
 
@@ -94,6 +97,8 @@ function workerdConfig(
   disk: string,
 ) {
   const limiter = rules.length > 0;
+  // Only the adaptive variant has the admin API and statistics on: the others run as they always have.
+  const adaptive = rules.some((rule) => (rule as { adaptive?: unknown }).adaptive !== undefined);
   return `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -110,10 +115,18 @@ const config :Workerd.Config = (
         (name = "RULES", json = ${capnpString(JSON.stringify(rules))}),
         (name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter")`
           : ""
+      }${
+        adaptive
+          ? `,
+        (name = "ADMIN_TOKEN", text = ${capnpString(ADMIN_TOKEN)}),
+        (name = "STATS", durableObjectNamespace = "StatsObject")`
+          : ""
       } ],${
         limiter
           ? `
-      durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "bench-origin", enableSql = true) ],
+      durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "bench-origin", enableSql = true)${
+        adaptive ? `, (className = "StatsObject", uniqueKey = "bench-origin-stats", enableSql = true)` : ""
+      } ],
       durableObjectStorage = (localDisk = "disk"),`
           : ""
       }
@@ -122,6 +135,23 @@ const config :Workerd.Config = (
   sockets = [ (name = "edge", address = "127.0.0.1:${port}", http = (), service = "edge") ],
 );
 `;
+}
+
+/**
+ * The adaptive rule's factor over the run, from its controller's history as
+ * the admin API's /stats shows it: a point at every change (and every 10 s),
+ * on the run's clock.
+ */
+async function factorHistory(port: number, wallAtStartMs: number): Promise<FactorPoint[]> {
+  const res = await fetch(`http://127.0.0.1:${port}/__ratelimit/stats?minutes=10`, {
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "cf-connecting-ip": "127.0.0.1" },
+  });
+  if (!res.ok) throw new Error(`/stats answered ${res.status}: ${await res.text()}`);
+  const body = (await res.json()) as {
+    adaptive: { rule: string; controller: { history: { atMs: number; factor: number }[] } | null }[];
+  };
+  const history = body.adaptive.find((a) => a.rule === "per-client")?.controller?.history ?? [];
+  return history.map((p) => ({ atMs: p.atMs - wallAtStartMs, factor: p.factor }));
 }
 
 /** What a response says happened to the request, as its client sees it. */
@@ -187,9 +217,23 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
     origin.start(startMs);
     origin.served.length = 0;
     origin.refusedAtMs.length = 0;
+    const wallAtStartMs = Date.now() - (performance.now() - startMs);
     const load = loadavg();
     const requests = await play(scenario, `http://127.0.0.1:${port}/api/x`, startMs, origin.halve);
-    return { requests, served: origin.served, refusedAtMs: origin.refusedAtMs, load: `${load} → ${loadavg()}` };
+    const factors =
+      variant.id === "adaptive"
+        ? await factorHistory(port, wallAtStartMs).catch((error: Error) => {
+            console.warn(`    the controller's history could not be read: ${error.message}`);
+            return null;
+          })
+        : null;
+    return {
+      requests,
+      served: origin.served,
+      refusedAtMs: origin.refusedAtMs,
+      load: `${load} → ${loadavg()}`,
+      factors,
+    };
   } finally {
     await workerd.close();
     await origin.close();
@@ -199,11 +243,8 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
 async function real(): Promise<void> {
   process.env.ORIGIN_C ??= "100";
   const scenario = scenarioFromEnv();
-  const wanted = (process.env.ORIGIN_VARIANTS ?? "none,fixed").split(",");
+  const wanted = (process.env.ORIGIN_VARIANTS ?? "none,fixed,adaptive").split(",");
   const variants = variantsFor(scenario).filter((v) => wanted.includes(v.id));
-  if (wanted.includes("adaptive") && !ADAPTIVE_WIRED) {
-    console.warn("adaptive: the isolate does not report to the controller yet; it runs at its configured limit");
-  }
   const work = mkdtempSync(join(tmpdir(), "bench-origin-"));
   console.log("building bundles with wrangler …");
   const bundles: Record<string, string> = {};
@@ -224,7 +265,7 @@ async function real(): Promise<void> {
       const run = await runVariant(variant, scenario, bundles, work);
       rows.push({
         variant: variant.label,
-        figures: figures(scenario, run.requests, run.served, run.refusedAtMs, null),
+        figures: figures(scenario, run.requests, run.served, run.refusedAtMs, run.factors),
         load: run.load,
       });
       console.log(`    load ${run.load}`);
