@@ -6,7 +6,7 @@
  * more than the bound within which isolates learn one.
  */
 import { describe, expect, it } from "vitest";
-import type { RuleCheck } from "../src/object/protocol.ts";
+import type { PlaceRequest, RuleCheck } from "../src/object/protocol.ts";
 import { ADAPTIVE_LEASE_MAX_MS } from "../src/object/protocol.ts";
 import { env } from "./support/env.ts";
 
@@ -87,5 +87,56 @@ describe("a factor on a rule's check", () => {
     const adaptive = await stub.check([rule(100_000, { id: "adaptive", factor: 1 })], { lease });
     expect(adaptive.lease!.units).toBeGreaterThan(0);
     expect(adaptive.lease!.expiresInMs).toBeLessThanOrEqual(ADAPTIVE_LEASE_MAX_MS);
+  });
+});
+
+describe("a factor on a concurrency rule's places", () => {
+  const places = (concurrency: number, factor?: number): PlaceRequest => ({
+    concurrency,
+    placeTimeoutMs: 30_000,
+    ...(factor === undefined ? {} : { factor }),
+  });
+
+  it("multiplies its places: 4 × 0.5 gives 2, and the 3rd is refused by the reduction, at 2 places", async () => {
+    const stub = freshObject();
+    const answers = [];
+    for (let i = 0; i < 3; i++) answers.push(await stub.acquire("streams", places(4, 0.5)));
+    expect(answers.map((a) => a.status)).toEqual(["acquired", "acquired", "refused"]);
+    expect(answers[0]).toMatchObject({ free: 1, limit: 2 });
+    expect(answers[2]).toMatchObject({ inUse: 2, reduced: true, limit: 2 });
+  });
+
+  it("refuses as before once the places as configured are all held: not the reduction's doing", async () => {
+    const stub = freshObject();
+    for (let i = 0; i < 4; i++) expect((await stub.acquire("streams", places(4))).status).toBe("acquired");
+    const refused = await stub.acquire("streams", places(4, 0.5));
+    expect(refused).toMatchObject({ status: "refused", inUse: 4, limit: 2 });
+    expect(refused).not.toHaveProperty("reduced");
+  });
+
+  it("keeps places held before a cut until their requests end, and gives new ones under the reduced count", async () => {
+    const stub = freshObject();
+    const held = [];
+    for (let i = 0; i < 4; i++) held.push(await stub.acquire("streams", places(4)));
+    // Cut to 1: the 4 held stay; no new place until 3 of them have ended.
+    const ids = held.map((a) => (a.status === "acquired" ? a.placeId : ""));
+    await stub.release(ids.slice(0, 2));
+    expect(await stub.acquire("streams", places(4, 0.25))).toMatchObject({ status: "refused", reduced: true });
+    await stub.release([ids[2]!]);
+    expect(await stub.acquire("streams", places(4, 0.25))).toMatchObject({ status: "refused", reduced: true });
+    await stub.release([ids[3]!]);
+    expect(await stub.acquire("streams", places(4, 0.25))).toMatchObject({ status: "acquired", free: 0, limit: 1 });
+  });
+
+  it.each([
+    ["absent", undefined],
+    ["1", 1],
+  ])("changes nothing when it is %s", async (_, factor) => {
+    const stub = freshObject();
+    const answers = [];
+    for (let i = 0; i < 3; i++) answers.push(await stub.acquire("streams", places(2, factor)));
+    expect(answers.map((a) => a.status)).toEqual(["acquired", "acquired", "refused"]);
+    expect(answers[0]).not.toHaveProperty("limit");
+    expect(answers[2]).not.toHaveProperty("reduced");
   });
 });
