@@ -6,7 +6,7 @@
  * limit comes back once the origin is healthy; too few answers change
  * nothing; and a rule that does not ask never moves.
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { defaultIsolate } from "../src/isolate/isolate.ts";
 import { readController } from "../src/object/client.ts";
 import type { ControllerView } from "../src/object/controller-protocol.ts";
@@ -92,12 +92,14 @@ describe("an adaptive rule in front of a real origin", () => {
     expect((await send("/slow/80", from(light))).status).toBe(200);
   });
 
-  it("recovers once the origin is healthy again: the limit is back at the configured one within 10 s", async () => {
+  it("recovers once the origin is healthy again: the limit is back at the configured one within 10 s, each change of mode logged once", async () => {
+    const lines = [vi.spyOn(console, "log"), vi.spyOn(console, "warn")];
     const id = uniqueRule("recovers");
-    const send = limiter([adaptiveRule(id)]);
+    // At the 95th percentile: a healthy answer here now and then takes tens of ms while other tests run.
+    const send = limiter([adaptiveRule(id, { adaptive: { latency: "100ms", percentile: 95 } })]);
     const startedAt = Date.now();
     while (learned(id).factor === 1 && Date.now() - startedAt < 8_000) {
-      await burst(8, () => send("/slow/80", from(uniqueIp())));
+      await burst(8, () => send("/slow/200", from(uniqueIp())));
     }
     expect(learned(id).factor).toBeLessThan(1);
     const healthyAt = Date.now();
@@ -114,6 +116,24 @@ describe("an adaptive rule in front of a real origin", () => {
     const limits = view.history.map((p) => p.limit);
     expect(Math.min(...limits)).toBeLessThan(200);
     expect(limits.at(-1)).toBe(200);
+    // Each change of the controller's mode is logged once: full → reducing → … → full, none twice in a row.
+    const changes = lines
+      .flatMap((spy) =>
+        spy.mock.calls.map(([line], i) => ({ line: String(line), at: spy.mock.invocationCallOrder[i]! })),
+      )
+      .sort((a, b) => a.at - b.at)
+      .map(({ line }) => line)
+      .filter((line) => line.includes('"adaptive_changed"'))
+      .map((line) => JSON.parse(line) as { rule: string; from: string; to: string; limit: number })
+      .filter((change) => change.rule === id);
+    for (const spy of lines) spy.mockRestore();
+    expect(changes.length).toBeGreaterThanOrEqual(2);
+    expect(changes[0]).toMatchObject({ from: "full", to: "reducing" });
+    expect(changes.at(-1)).toMatchObject({ to: "full", limit: 200 });
+    changes.forEach((change, i) => {
+      expect(change.from).not.toBe(change.to);
+      if (i > 0) expect(change.from).toBe(changes[i - 1]!.to);
+    });
   });
 
   it.each([
