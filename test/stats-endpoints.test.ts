@@ -470,6 +470,25 @@ describe("an adaptive rule in /stats and /metrics", () => {
     expect(gauge("ratelimit_adaptive_factor")).toBeCloseTo(cut.factor, 4);
   });
 
+  it("counts a request only the reduction refused as shed (503), apart from refused", async () => {
+    const id = ruleId("adaptive-shed");
+    const { send, admin } = withAdmin([{ id, limit: 10, period: "1h", adaptive: { latency: "100ms", floor: 1 } }]);
+    // The origin kept up with half of what it was sent, slowly: the limit is cut by half, to 5.
+    const target = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 1 };
+    const seen = { forwarded: 100, answered: 50, slow: 50, errors: 0, shed: 1, peak: 1 };
+    const report = () =>
+      reportHealth(env.RATE_LIMITER, { rule: id, limit: 10, target, version: 0, counts: seen }, 5_000);
+    await report();
+    await new Promise((resolve) => setTimeout(resolve, 550));
+    const cut = await report();
+    expect(cut.ok && cut.value.limit).toBe(5);
+    const ip = uniqueIp();
+    // The first request reports what it saw and learns the factor; the 6th of the client is over 5.
+    const answers = await statuses(7, () => send("/x", from(ip)));
+    expect(answers).toEqual([200, 200, 200, 200, 200, 503, 503]);
+    expect(ruleIn(await readStats(admin, 1), id).totals).toEqual(counts({ admitted: 5, shed: 2 }));
+  });
+
   it("shows a rule that has not reported yet as null, and no gauge for it", async () => {
     const id = ruleId("adaptive-quiet");
     const { raw, admin } = withAdmin([{ id, limit: 50, period: "1m", adaptive: { latency: "1s" } }]);
