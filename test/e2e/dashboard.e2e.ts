@@ -322,6 +322,21 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       await Promise.all(runs.map((run) => run.stop()));
     }
   }, 150_000);
+  it("shows an adaptive rule's limit now against the configured one, and a chart of both", async () => {
+    // A request under the rule makes the isolate report to its controller: the limit is then known.
+    const ip = uniqueIp();
+    for (let i = 0; i < 3; i++) expect((await send("/adaptive/x", from(ip))).status).toBe(200);
+    await signIn();
+    const card = page.locator('.rule[data-rule="e2e-adaptive"]');
+    await card.waitFor({ state: "visible" });
+    expect(await card.locator(".badge.adaptive").textContent()).toBe("adaptive");
+    await expect
+      .poll(() => card.locator(".limit-now").textContent(), { timeout: 20_000 })
+      .toBe("Limit now 100 of 100 configured (as configured, factor 1.00)");
+    await card.locator(".limit-chart canvas").first().waitFor({ state: "visible" });
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
   it("deletes exactly the override it lists, for every shape of key, and shows each client as key= names it", async () => {
     const ip = () => uniqueIp();
     const tag = (name: string) => uniqueTag(name);

@@ -276,7 +276,7 @@
     const chartBox = el("div", { class: "chart" });
     // An adaptive rule: its current limit against the configured one over time (the controller's history).
     const limitText = rule.adaptive ? el("p", { class: "limit-now" }) : null;
-    const limitBox = rule.adaptive ? el("div", { class: "chart limit-chart" }) : null;
+    const limitBox = rule.adaptive ? el("div", { class: "chart limit-chart", hidden: true }) : null;
     const topBody = el("tbody");
     const topEmpty = el("p", { class: "empty", text: "No client refused yet." });
     const card = el(
@@ -436,8 +436,10 @@
     if (entry.limitText === null) return;
     if (!controller || controller.limit === null) {
       entry.limitText.textContent = "Limit as configured: no report from the origin's health yet.";
+      entry.limitBox.hidden = true;
       return;
     }
+    entry.limitBox.hidden = false;
     const mode = { full: "as configured", reducing: "reduced", recovering: "recovering" }[controller.mode] ?? "";
     entry.limitText.textContent = `Limit now ${fmt(controller.limit)} of ${fmt(controller.configured)} configured (${mode}, factor ${controller.factor.toFixed(2)})`;
     entry.limitText.classList.toggle("is-reduced", controller.limit < controller.configured);
