@@ -7,11 +7,12 @@
  * nothing; and a rule that does not ask never moves.
  */
 import { describe, expect, it, vi } from "vitest";
-import { defaultIsolate } from "../src/isolate/isolate.ts";
-import { readController } from "../src/object/client.ts";
+import { createIsolate, defaultIsolate } from "../src/isolate/isolate.ts";
+import { type LimiterNamespace, readController } from "../src/object/client.ts";
 import type { ControllerView } from "../src/object/controller-protocol.ts";
 import type { Env } from "../src/worker/env.ts";
 import { env } from "./support/env.ts";
+import { decider, requestFrom, settingsFor } from "./support/isolate.ts";
 import { downOriginUrl, from, limiter, uniqueIp } from "./support/limiter.ts";
 import { expectErrorLogs, expectOriginDownReports } from "./support/logs.ts";
 
@@ -182,5 +183,57 @@ describe("an adaptive rule in front of a real origin", () => {
     expect(answers.filter((s) => s === 200)).toHaveLength(48);
     expect(defaultIsolate().adaptive.get(id)).toBeUndefined();
     expect(await controllerOf(id)).toBeNull();
+  });
+});
+
+describe("an isolate's reports to a controller that fails to answer", () => {
+  it("lose nothing: the counts of a failed report reach the controller with the next, and the failure is logged once", async () => {
+    const warnings = vi.spyOn(console, "warn");
+    const id = uniqueRule("failing-reports");
+    let failing = true;
+    // The real namespace, whose controller calls fail while `failing` is set.
+    const ns: LimiterNamespace = {
+      idFromName: (name) => env.RATE_LIMITER.idFromName(name),
+      get: (objectId) => {
+        const real = env.RATE_LIMITER.get(objectId);
+        return new Proxy(real, {
+          get: (target, property) =>
+            property === "reportHealth" && failing
+              ? () => Promise.reject(new Error("induced failure"))
+              : Reflect.get(target, property),
+        });
+      },
+    };
+    const isolate = createIsolate();
+    const { run, background } = decider(settingsFor([adaptiveRule(id)]), ns, isolate);
+    /** `n` requests admitted, each answered by the origin with a fast 503, as the Worker tells it. */
+    const failures = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        const outcome = await run(requestFrom(uniqueIp()));
+        if (outcome.kind !== "allow" || outcome.health === undefined) throw new Error("not forwarded under the rule");
+        outcome.health.answered(503);
+      }
+      await background.settled();
+    };
+    // 20 failures: the first is reported at once and the report fails; the rest wait for the next interval.
+    await failures(20);
+    await pause(1_050);
+    await failures(1); // the next report, failing too
+    const logged = warnings.mock.calls
+      .map(([line]) => String(line))
+      .filter((l) => l.includes("adaptive_report_failed"));
+    expect(logged).toHaveLength(1);
+    expect(JSON.parse(logged[0]!)).toMatchObject({ event: "adaptive_report_failed", rule: id });
+    // The controller answers again: the next report carries all 21 answers, then one more decides on them.
+    failing = false;
+    await pause(1_050);
+    await failures(1);
+    expect(isolate.adaptive.get(id)!.factor).toBe(1); // gathering: a decision rests on 500 ms of reports
+    await pause(1_050);
+    await failures(1);
+    warnings.mockRestore();
+    // 23 answers, all failures, over more than 500 ms: a cut. Had the failed reports' counts been lost, 2 answers
+    // would have decided nothing.
+    expect(isolate.adaptive.get(id)!.factor).toBeLessThan(1);
   });
 });
