@@ -8,11 +8,11 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import { createIsolate, defaultIsolate } from "../src/isolate/isolate.ts";
-import { type LimiterNamespace, readController } from "../src/object/client.ts";
+import { type LimiterNamespace, readController, reportHealth } from "../src/object/client.ts";
 import type { ControllerView } from "../src/object/controller-protocol.ts";
 import type { Env } from "../src/worker/env.ts";
 import { env } from "./support/env.ts";
-import { decider, requestFrom, settingsFor } from "./support/isolate.ts";
+import { decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { downOriginUrl, from, limiter, uniqueIp } from "./support/limiter.ts";
 import { expectErrorLogs, expectOriginDownReports } from "./support/logs.ts";
 
@@ -235,5 +235,39 @@ describe("an isolate's reports to a controller that fails to answer", () => {
     // 23 answers, all failures, over more than 500 ms: a cut. Had the failed reports' counts been lost, 2 answers
     // would have decided nothing.
     expect(isolate.adaptive.get(id)!.factor).toBeLessThan(1);
+  });
+});
+
+describe("a change of factor in an isolate", () => {
+  it("drops the rule's leases at once: a client over the reduced limit is refused by its next request, not admitted from a lease granted before the cut", async () => {
+    const id = uniqueRule("leases");
+    const rule = adaptiveRule(id, { limit: 100, adaptive: { latency: "1s", floor: 1 } });
+    const isolate = createIsolate();
+    const { run, background } = decider(settingsFor([rule]), env.RATE_LIMITER, isolate);
+    const heavy = uniqueIp();
+    const send = async (ip: string, status = 200) => {
+      const outcome = await run(requestFrom(ip));
+      if (outcome.kind === "allow") outcome.health?.answered(status);
+      await background.settled();
+      return statusOf(outcome);
+    };
+    // 60 admitted: the client's key leases units ahead, each lease lasting up to 1 s.
+    for (let i = 0; i < 60; i++) expect(await send(heavy)).toBe(200);
+    const leasedAtMs = Date.now();
+    expect([...isolate.keys.digests()].some((d) => isolate.keys.heldUnits(d) > 0)).toBe(true);
+    // The controller cuts the limit by half (to 50), as reports of a slow origin from elsewhere would make it.
+    const target = { latencyMs: 1_000, percentile: 99, errorShare: 0.05, floor: 1 };
+    const counts = { forwarded: 100, answered: 50, slow: 50, errors: 0, shed: 1, peak: 1 };
+    const report = () => reportHealth(env.RATE_LIMITER, { rule: id, limit: 100, target, version: 0, counts }, 5_000);
+    await report();
+    await pause(520);
+    const cut = await report();
+    expect(cut.ok && cut.value.limit).toBe(50);
+    // This isolate sees failures (10 fast 503s: it reports early) and learns the cut.
+    for (let i = 0; i < 10; i++) await send(uniqueIp(), 503);
+    expect(isolate.adaptive.get(id)!.factor).toBe(0.5);
+    // Within the second a lease would have lasted, the client's next request is refused by the reduction.
+    expect(Date.now() - leasedAtMs).toBeLessThan(1_000);
+    expect(await send(heavy)).toBe(503);
   });
 });
