@@ -456,7 +456,10 @@ describe("a place under a concurrency rule: acquiring, and queued in line for on
     });
     const f = asking();
     const failed = { ok: false as const, message: "no answer within 1000ms" };
-    expect(endOf(f.gate.acquired(f.visit, failed, "object", 20))).toEqual({ by: "place failure", message: failed.message });
+    expect(endOf(f.gate.acquired(f.visit, failed, "object", 20))).toEqual({
+      by: "place failure",
+      message: failed.message,
+    });
   });
 
   it("queued: sleeps until the end of its wait on this isolate's clock and one timeout more, asking for its place once", () => {
