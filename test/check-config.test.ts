@@ -87,7 +87,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
@@ -453,6 +453,82 @@ describe("two rules counting the same requests", () => {
     ["different case sensitivity", { path: "/login" }, { path: "/login", case_sensitive: true }],
   ])("leaves %s alone", (_, a, b) => {
     expect(pair(a, b)).toEqual([]);
+  });
+});
+
+describe("held requests and concurrency limits", () => {
+  const concurrent = (fields: Record<string, unknown>) => ({ id: "c", concurrency: 2, ...fields });
+
+  it("validates the new fields through the Worker's parser, naming the rule and the field", () => {
+    expect(
+      findings({
+        RULES: [
+          rule({ max_delay: "2m" }),
+          rule({ id: "s", path: "/s", max_held: 5 }),
+          concurrent({ limit: 5, period: "1m", place_timeout: "1s" }),
+        ],
+      }),
+    ).toEqual([
+      error('RULES[0] "r": field "max_delay": must be more than 0 and at most 60s; got "2m"'),
+      error(
+        'RULES[1] "s": field "max_held": needs "max_delay": it bounds how many requests are held, and without max_delay none is',
+      ),
+      error(
+        'RULES[2] "c": field "limit": a rule has either "limit" and "period" (requests per period) or "concurrency" (requests in flight at once), not both',
+      ),
+      error(
+        'RULES[2] "c": field "period": a rule has either "limit" and "period" (requests per period) or "concurrency" (requests in flight at once), not both',
+      ),
+      error('RULES[2] "c": field "place_timeout": must be from 5s to 1h; got "1s"'),
+    ]);
+  });
+
+  it.each([
+    ["a delay within the period", rule({ period: "10s", max_delay: "2s" })],
+    ["a delay as long as the period", rule({ period: "1s", limit: 10, max_delay: 1 })],
+    ["a concurrency rule", concurrent({})],
+    ["a concurrency rule whose requests may wait for a place", concurrent({ max_delay: "30s", max_held: 10 })],
+    ["a place timeout shorter than a long request: the Worker renews the place", concurrent({ place_timeout: "5s" })],
+    [
+      "a shadow concurrency rule: it logs who would be over, and counts like the real one",
+      concurrent({ action: "log" }),
+    ],
+  ])("passes %s with no finding", (_, input) => {
+    expect(findings({ RULES: [input] })).toEqual([]);
+  });
+
+  it("warns of a delay longer than the period: the rule queues a sustained overload instead of refusing it", () => {
+    expect(findings({ RULES: [rule({ limit: 10, period: "1s", max_delay: "5s" })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "max_delay": "5s" is longer than the period (1s), so a client keeps about 5 periods\' worth of requests held (up to 50 at this limit) with their connections open, and a sustained overload is queued rather than refused; make it at most the period, unless that is meant',
+      ),
+    ]);
+  });
+
+  it.each([
+    ["a rate rule", rule({ action: "log", max_delay: "2s" }), '"2s"'],
+    ["a concurrency rule", concurrent({ action: "log", max_delay: 10 }), "10"],
+  ])("warns of a delay on a shadow rule (%s): it never refuses, so never holds a request", (_, input, written) => {
+    const label = input.id === "r" ? 'RULES[0] "r"' : 'RULES[0] "c"';
+    expect(findings({ RULES: [input] })).toEqual([
+      warning(
+        `${label}: field "max_delay": ${written} has no effect on a shadow rule (action = "log"), which never refuses a request and so never holds one`,
+      ),
+    ]);
+  });
+
+  it("does not take a rate rule and a concurrency rule on the same requests for one limit twice", () => {
+    expect(findings({ RULES: [rule({ id: "a" }), concurrent({ id: "b", place_timeout: "1m" })] })).toEqual([]);
+  });
+
+  it("reports the looser of two concurrency rules on the same requests and key", () => {
+    expect(
+      findings({ RULES: [concurrent({ id: "a" }), concurrent({ id: "b", concurrency: 5, place_timeout: "5m" })] }),
+    ).toEqual([
+      warning(
+        'RULES[0] "a" and RULES[1] "b": limit the same requests in flight with the same key, so RULES[1] "b", the looser, never refuses anything; remove it',
+      ),
+    ]);
   });
 });
 

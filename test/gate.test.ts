@@ -11,8 +11,8 @@ import { IsolateCounters } from "../src/isolate/counters.ts";
 import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate, type Step, Visit } from "../src/isolate/gate.ts";
 import type { KeyCall, Settlement } from "../src/isolate/vocabulary.ts";
-import type { CheckResult, RuleVerdict } from "../src/object/protocol.ts";
-import { settingsFor } from "./support/isolate.ts";
+import type { CheckResult, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
+import { createIsolate, settingsFor } from "./support/isolate.ts";
 
 const TIMEOUT_MS = 1_000;
 /** Before any call has landed, a call is presumed lost after 4 typical calls of 50 ms. */
@@ -78,7 +78,7 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     const { visit } = arrive(1_000);
     expect(gate.enter(visit, 0)).toEqual({ do: "call" });
     expect(visit.at.at).toBe("calling");
-    const step = gate.called(visit, answered(batchResult(1)));
+    const step = gate.called(visit, answered(batchResult(1)), 20);
     expect(allowedBy(step)).toBe(true);
     expect(visit.at.at).toBe("done");
   });
@@ -319,5 +319,244 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     expect(() => gate.tried(visit, null, 0)).toThrow(/tried while calling/);
     expect(() => gate.woke(visit, 0)).toThrow(/woke while calling/);
     expect(() => gate.sent(visit, "timeout", 0)).toThrow(/sent while calling/);
+  });
+});
+
+// Held requests and places: states of the same gate, on the same clock of the test's own.
+
+const smoothRules = settingsFor([{ id: "smooth", limit: 2, period: "1s", max_delay: "5s" }]).rules;
+const capRules = settingsFor([{ id: "cap", concurrency: 3, max_delay: "10s" }]).rules;
+const RECEIPT = { row: "smooth|1000|1", epoch: 7, bucket: 3 };
+
+/** What the object answers a request it books for its turn, `waitMs` after its clock's `nowMs`. */
+const heldCall = (waitMs: number, nowMs = 5_000): KeyCall => ({
+  name: "object",
+  sentAtMs: 0,
+  outcome: {
+    ok: true,
+    attempts: 1,
+    result: {
+      nowMs,
+      allowed: false,
+      verdicts: [{ ...verdict(true), counted: RECEIPT }],
+      held: { bookingId: "booking-1", atMs: nowMs + waitMs, waitMs },
+    },
+  },
+});
+
+/** A request at a rate gate whose rule holds, calling alone; its call answered at `nowMs`, booked `waitMs` ahead. */
+function heldAt(waitMs: number, nowMs: number) {
+  const gate = new Gate(smoothRules, new CallTimes(), new IsolateCounters());
+  const { visit, woken } = arrive(nowMs + TIMEOUT_MS, { batching: false });
+  expect(gate.enter(visit, nowMs - 10)).toEqual({ do: "call" });
+  const step = gate.called(visit, heldCall(waitMs), nowMs);
+  return { gate, visit, woken, step };
+}
+
+describe("held: a wait with no call, until the turn the object booked", () => {
+  it("sleeps on its own timer until the wait the object said, counted from the answer on this isolate's clock, and asks for its turn once", () => {
+    const { visit, step } = heldAt(700, 40);
+    expect(step).toEqual({ do: "hold", untilMs: 740, ask: true, bookingId: "booking-1", name: "object" });
+    expect(visit.at.at).toBe("held");
+  });
+
+  it("goes when the object says its turn has come (cancellations ahead moved it up), with the receipts of its turn", () => {
+    const { gate, visit } = heldAt(700, 40);
+    const moved = { ...RECEIPT, bucket: 2 };
+    const step = gate.turned(visit, { status: "turn", nowMs: 5_300, atMs: 5_300, counted: [moved] }, 340);
+    expect(endOf(step)).toMatchObject({ by: "turn", held: { bookingId: "booking-1" }, counted: [moved] });
+  });
+
+  it("goes at its own timer when the object's answer has not come (the call never lands): its receipts are still to come", () => {
+    const { gate, visit } = heldAt(700, 40);
+    expect(endOf(gate.turned(visit, null, 740))).toMatchObject({ by: "turn", counted: null });
+  });
+
+  it.each([
+    ["the object's answer says no such booking", { status: "unknown", nowMs: 5_100 } as const],
+    ["the call to await its turn failed", "failed" as const],
+    ["it woke early for no reason", null],
+  ])("never goes early: when %s, it sleeps on to its own timer, without asking again", (_, answer) => {
+    const { gate, visit } = heldAt(700, 40);
+    expect(gate.turned(visit, answer, 100)).toEqual({
+      do: "hold",
+      untilMs: 740,
+      ask: false,
+      bookingId: "booking-1",
+      name: "object",
+    });
+    expect(endOf(gate.turned(visit, answer, 740))).toMatchObject({ by: "turn", counted: null });
+  });
+
+  it("a client that hangs up while held gives its booking back at once, and is not woken again: its next step ends it", () => {
+    const { gate, visit, woken } = heldAt(700, 40);
+    expect(gate.hangUp(visit)).toEqual({ kind: "booking", name: "object", id: "booking-1" });
+    expect(woken.times).toBe(0);
+    // The late answer of its turn (the object counted it meanwhile) changes nothing: its booking went back.
+    const late: TurnAnswer = { status: "turn", nowMs: 5_700, atMs: 5_700, counted: [RECEIPT] };
+    expect(endOf(gate.turned(visit, late, 740))).toEqual({ by: "gone" });
+  });
+
+  it("a client that hangs up while its call is on its way: when the call comes back held, the booking goes back", () => {
+    const gate = new Gate(smoothRules, new CallTimes(), new IsolateCounters());
+    const { visit } = arrive(TIMEOUT_MS, { batching: false });
+    gate.enter(visit, 0);
+    expect(gate.hangUp(visit)).toBeNull(); // nothing booked yet
+    expect(endOf(gate.called(visit, heldCall(700), 30))).toEqual({
+      by: "gone",
+      cancel: { kind: "booking", name: "object", id: "booking-1" },
+    });
+  });
+
+  it("is never a refusal: a held answer is not an answer step, and what it reports is its admission at its turn", () => {
+    const { gate, visit } = heldAt(700, 40);
+    const step = gate.turned(visit, null, 740);
+    if (step.do !== "done" || step.end.by !== "turn") throw new Error("expected its turn");
+    expect(step.end.call.outcome.result.verdicts[0]).toMatchObject({ allowed: true, ruleAllows: true });
+  });
+
+  it("refuses a transition the request is not in the state for", () => {
+    const { gate, visit } = heldAt(700, 40);
+    expect(() => gate.woke(visit, 100)).toThrow(/woke while held/);
+    const other = arrive(1_000);
+    gate.enter(other.visit, 0);
+    expect(() => gate.turned(other.visit, null, 0)).toThrow(/turned while calling/);
+  });
+});
+
+/** A request asking for a place under a concurrency rule of 3, at a gate of its own. */
+function asking(marginMs = TIMEOUT_MS) {
+  const gate = new Gate(capRules, new CallTimes(), new IsolateCounters());
+  const { visit, woken } = arrive(TIMEOUT_MS, { batching: false });
+  visit.marginMs = marginMs;
+  expect(gate.enterPlace(visit)).toEqual({ do: "acquire" });
+  expect(visit.at.at).toBe("acquiring");
+  return { gate, visit, woken };
+}
+
+const acquiredAnswer = (placeId = "place-1") =>
+  ({ status: "acquired", nowMs: 5_000, placeId, expiresAtMs: 65_000, free: 0 }) as const;
+const refusedAnswer = { status: "refused", nowMs: 5_000, free: 0, inUse: 3 } as const;
+/** The object's line: waiting until its clock's 15 000 (10 s from 5 000). */
+const queuedAnswer = { status: "queued", nowMs: 5_000, ticketId: "ticket-1", deadlineMs: 15_000, ahead: 2 } as const;
+const ok = <T>(value: T) => ({ ok: true as const, value });
+
+describe("a place under a concurrency rule: acquiring, and queued in line for one", () => {
+  it("acquiring: a place at once, or a refusal with the places in use, or the object's failure", () => {
+    const a = asking();
+    expect(endOf(a.gate.acquired(a.visit, ok(acquiredAnswer()), "object", 20))).toEqual({
+      by: "place",
+      place: acquiredAnswer(),
+      waited: false,
+    });
+    const r = asking();
+    expect(endOf(r.gate.acquired(r.visit, ok(refusedAnswer), "object", 20))).toEqual({
+      by: "no place",
+      refusal: refusedAnswer,
+    });
+    const f = asking();
+    const failed = { ok: false as const, message: "no answer within 1000ms" };
+    expect(endOf(f.gate.acquired(f.visit, failed, "object", 20))).toEqual({
+      by: "place failure",
+      message: failed.message,
+    });
+  });
+
+  it("queued: sleeps until the end of its wait on this isolate's clock and one timeout more, asking for its place once", () => {
+    const { gate, visit } = asking();
+    expect(gate.acquired(visit, ok(queuedAnswer), "object", 20)).toEqual({
+      do: "queue",
+      untilMs: 20 + 10_000 + TIMEOUT_MS,
+      ask: true,
+      ticketId: "ticket-1",
+    });
+    expect(visit.at.at).toBe("queued");
+    // Woken early for no reason: it sleeps on, without asking again.
+    expect(gate.placed(visit, null, "object", 500)).toMatchObject({ do: "queue", ask: false });
+  });
+
+  it("queued: the place that frees comes to it, or the object's refusal at the end of its wait", () => {
+    const a = asking();
+    a.gate.acquired(a.visit, ok(queuedAnswer), "object", 20);
+    expect(endOf(a.gate.placed(a.visit, ok(acquiredAnswer()), "object", 3_000))).toEqual({
+      by: "place",
+      place: acquiredAnswer(),
+      waited: true,
+    });
+    const r = asking();
+    r.gate.acquired(r.visit, ok(queuedAnswer), "object", 20);
+    expect(endOf(r.gate.placed(r.visit, ok(refusedAnswer), "object", 10_020))).toEqual({
+      by: "no place",
+      refusal: refusedAnswer,
+    });
+  });
+
+  it("queued, and the call that awaits its place never lands: refused at its own timer, and its ticket goes back in case a place comes to it later", () => {
+    const { gate, visit } = asking();
+    gate.acquired(visit, ok(queuedAnswer), "object", 20);
+    expect(endOf(gate.placed(visit, null, "object", 11_020))).toEqual({
+      by: "no place",
+      refusal: { status: "refused", nowMs: 11_020, free: 0, inUse: 3 },
+      cancel: { kind: "ticket", name: "object", id: "ticket-1" },
+    });
+  });
+
+  it("queued, and the object forgot its ticket (it restarted): asks again once, at the end of the new line; a second time, it is refused", () => {
+    const { gate, visit } = asking();
+    gate.acquired(visit, ok(queuedAnswer), "object", 20);
+    expect(gate.placed(visit, ok({ status: "unknown", nowMs: 6_000 } as const), "object", 1_000)).toEqual({
+      do: "acquire",
+    });
+    expect(gate.acquired(visit, ok({ ...queuedAnswer, ticketId: "ticket-2" }), "object", 1_010)).toMatchObject({
+      do: "queue",
+      ticketId: "ticket-2",
+    });
+    const broken = { ok: false as const, message: "the object restarted" };
+    expect(endOf(gate.placed(visit, broken, "object", 2_000))).toMatchObject({
+      by: "no place",
+      cancel: { kind: "ticket", id: "ticket-2" },
+    });
+  });
+
+  it("a client that hangs up in line gives its ticket back at once; a place that comes for it afterwards goes back too", () => {
+    const { gate, visit, woken } = asking();
+    gate.acquired(visit, ok(queuedAnswer), "object", 20);
+    expect(gate.hangUp(visit)).toEqual({ kind: "ticket", name: "object", id: "ticket-1" });
+    expect(woken.times).toBe(0);
+    expect(endOf(gate.placed(visit, ok(acquiredAnswer("late-place")), "object", 3_000))).toEqual({
+      by: "gone",
+      cancel: { kind: "place", name: "object", id: "late-place" },
+    });
+  });
+
+  it.each([
+    ["a place", ok(acquiredAnswer()), { kind: "place", name: "object", id: "place-1" }],
+    ["a ticket", ok(queuedAnswer), { kind: "ticket", name: "object", id: "ticket-1" }],
+    ["a refusal", ok(refusedAnswer), undefined],
+  ] as const)("a client that hangs up while it asks: %s that comes back is handed back", (_, answer, cancel) => {
+    const { gate, visit } = asking();
+    expect(gate.hangUp(visit)).toBeNull();
+    const ended = endOf(gate.acquired(visit, answer, "object", 20));
+    expect(ended).toEqual(cancel === undefined ? { by: "gone" } : { by: "gone", cancel });
+  });
+});
+
+describe("a key's places in flight, renewed together", () => {
+  it("one call renews every place of the key due within a sixth of its timeout; the others' timers then find theirs fresh", () => {
+    const state = createIsolate().keys.use("digest", 0);
+    for (const id of ["a", "b", "c"]) state.holdPlace(id, "cap", 3_000, 0);
+    state.holdPlace("late", "cap", 3_000, 800);
+    expect(state.placesToRenew("a", 999)).toBeNull(); // a third of 3 s is 1 s
+    // At a's third: a, b and c (a third old), not "late" (200 ms old, under a sixth).
+    expect(state.placesToRenew("a", 1_000)).toEqual(["a", "b", "c"]);
+    // b's and c's timers, a moment later, while a's call is on its way: theirs count as renewed.
+    expect(state.placesToRenew("b", 1_001)).toBeNull();
+    expect(state.nextRenewalMs("b", 1_001)).toBe(2_000);
+    // "late"'s third: the others are 800 ms from theirs, within a sixth, and go with it.
+    expect(state.placesToRenew("late", 1_800)).toEqual(["a", "b", "c", "late"]);
+    // A place whose request ended is no longer renewed, nor held.
+    expect(state.dropPlace("c")).toEqual({ rule: "cap", timeoutMs: 3_000, renewedAtMs: 1_800 });
+    expect(state.holdsPlace("c")).toBe(false);
+    expect(state.placesToRenew("a", 2_800)).toEqual(["a", "b", "late"]);
   });
 });

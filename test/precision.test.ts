@@ -1,12 +1,16 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  admit,
+  admitAt,
   bucketIndex,
   bucketStartMs,
   check,
+  earliestAdmission,
   emptyState,
   evaluate,
   retryAfterMs,
+  rotate,
   type WindowLimit,
   type WindowState,
 } from "../src/core/sliding-window.ts";
@@ -186,6 +190,77 @@ describe("Retry-After and reset are exact in every mode", () => {
       expect(check(emptyState(at, l), at, l).decision).toMatchObject({ allowed: true, resetMs });
     },
   );
+});
+
+describe("the earliest admission from any instant, and a count at any instant", () => {
+  it("is the instant a request would be admitted, from now or from later, over random states and modes", () => {
+    fc.assert(
+      fc.property(scenario, fc.integer({ min: 0, max: 3_000_000 }), ({ l, nowMs, state }, ahead) => {
+        // From an instant up to two periods ahead: a booking's, not only now.
+        const fromMs = nowMs + (ahead % (2 * l.periodMs + 1));
+        const atMs = earliestAdmission(state, l, fromMs);
+        expect(atMs).toBeGreaterThanOrEqual(fromMs);
+        expect(exactOracle(state, atMs, l).allowed).toBe(true);
+        if (atMs > fromMs) expect(exactOracle(state, atMs - 1, l).allowed).toBe(false);
+        // The same arithmetic as Retry-After, not a second copy: from now, it is now + retryAfter.
+        expect(earliestAdmission(state, l, nowMs)).toBe(nowMs + retryAfterMs(state, nowMs, l));
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it("is the first instant a search millisecond by millisecond admits, for short periods and every cost", () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          limit: fc.integer({ min: 1, max: 12 }),
+          periodMs: fc.integer({ min: 1, max: 120 }),
+          precision: fc.integer({ min: 1, max: 6 }),
+          strict: fc.boolean(),
+        }),
+        fc.array(fc.integer({ min: 0, max: 12 }), { minLength: 7, maxLength: 7 }),
+        fc.integer({ min: 0, max: 400 }),
+        fc.integer({ min: 1, max: 12 }),
+        (mode, someCounts, into, someCost) => {
+          const l: WindowLimit = mode;
+          const cost = Math.min(someCost, l.limit);
+          const nowMs = EPOCH_MS + into;
+          const state: WindowState = {
+            bucket: bucketIndex(nowMs, l),
+            counts: someCounts.slice(0, l.precision + 1).map((c) => Math.min(c, l.limit)),
+          };
+          let searched = nowMs;
+          while (!exactOracle(state, searched, { ...l, cost }).allowed) searched++;
+          expect(earliestAdmission(state, l, nowMs, cost)).toBe(searched);
+        },
+      ),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it.each([
+    // One-minute window 1000 of the seeds' layout (k = 1); the state holds prev 3, curr 5 there.
+    { case: "in the current bucket, as an admission would", atMs: 1000 * 60_000 + 10, counts: [3, 7], bucket: 1000 },
+    { case: "in a later bucket, rotating to it", atMs: 1001 * 60_000 + 10, counts: [5, 2], bucket: 1001 },
+    { case: "past every kept bucket, on zeros", atMs: 1003 * 60_000, counts: [0, 2], bucket: 1003 },
+    { case: "in a bucket already passed but still kept", atMs: 999 * 60_000 + 10, counts: [5, 5], bucket: 1000 },
+    { case: "not at all, in a bucket rotated out", atMs: 998 * 60_000, counts: [3, 5], bucket: 1000 },
+  ])("counts a request of cost 2 $case", ({ atMs, counts, bucket }) => {
+    const l: WindowLimit = { limit: 10, periodMs: 60_000, precision: 1, strict: false };
+    expect(admitAt({ bucket: 1000, counts: [3, 5] }, l, atMs, 2)).toEqual({ bucket, counts });
+  });
+
+  it("counts at an instant exactly as an admission there would, whatever it would decide", () => {
+    fc.assert(
+      fc.property(scenario, fc.integer({ min: 0, max: 3_000_000 }), ({ l, nowMs, state }, ahead) => {
+        const atMs = nowMs + (ahead % (3 * l.periodMs + 1));
+        const rotated = rotate(state, atMs, l);
+        if (bucketIndex(atMs, l) < rotated.bucket) return; // a clock that stepped back: the table above
+        expect(admitAt(state, l, atMs)).toEqual(admit(rotated, l.cost));
+      }),
+      { numRuns: 2_000 },
+    );
+  });
 });
 
 describe("precision 1 is exactly the seeds' algorithm", () => {

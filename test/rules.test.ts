@@ -194,7 +194,7 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "a misspelt field",
       { ...base, limt: 5 },
-      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips',
+      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout',
     ],
     [
       "a block_for under a second",
@@ -259,6 +259,138 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
   ])("reports a bad variable: %o", (vars, message) => {
     const parsed = parseSettings({ RULES: [base], ...vars });
     expect(!parsed.ok && parsed.errors).toEqual([message]);
+  });
+});
+
+describe("held requests (max_delay, max_held) and concurrency limits (concurrency, place_timeout)", () => {
+  const parsedRule = (input: Record<string, unknown>) => {
+    const parsed = parseRules([input]);
+    if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+    return parsed.value[0]!;
+  };
+  const errorsOf = (input: Record<string, unknown>) => {
+    const parsed = parseRules([input]);
+    return parsed.ok ? [] : parsed.errors;
+  };
+  const concurrent = { id: "ai", concurrency: 2 };
+
+  it.each([
+    ["2s", 2_000],
+    [0.5, 500],
+    ["60s", 60_000],
+    ["1m", 60_000],
+    ["1ms", 1],
+  ])("holds a request for at most max_delay = %o (%i ms), up to 1000 held by default", (maxDelay, ms) => {
+    expect(parsedRule({ ...base, max_delay: maxDelay })).toMatchObject({ maxDelayMs: ms, maxHeld: 1_000 });
+  });
+
+  it("holds none without max_delay: a rule without it has neither field", () => {
+    const rule = parsedRule(base);
+    expect("maxDelayMs" in rule || "maxHeld" in rule || "concurrency" in rule || "placeTimeoutMs" in rule).toBe(false);
+  });
+
+  it("reads max_held", () => {
+    expect(parsedRule({ ...base, max_delay: "2s", max_held: 50 })).toMatchObject({ maxDelayMs: 2_000, maxHeld: 50 });
+  });
+
+  it("reads a concurrency rule: its places as its limit (tiers and overrides give other numbers), its place timeout", () => {
+    expect(parsedRule(concurrent)).toMatchObject({ concurrency: 2, limit: 2, placeTimeoutMs: 60_000 });
+    expect(parsedRule({ ...concurrent, place_timeout: "30s", max_delay: "10s", max_held: 20 })).toMatchObject({
+      concurrency: 2,
+      placeTimeoutMs: 30_000,
+      maxDelayMs: 10_000,
+      maxHeld: 20,
+    });
+  });
+
+  const cases: [string, Record<string, unknown>, string[]][] = [
+    [
+      "a max_delay of 0",
+      { ...base, max_delay: 0 },
+      ['RULES[0] "api": field "max_delay": must be more than 0 and at most 60s; got 0'],
+    ],
+    [
+      "a max_delay over a minute",
+      { ...base, max_delay: "61s" },
+      ['RULES[0] "api": field "max_delay": must be more than 0 and at most 60s; got "61s"'],
+    ],
+    [
+      "a max_delay with an unknown unit",
+      { ...base, max_delay: "2w" },
+      [
+        'RULES[0] "api": field "max_delay": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "2w"',
+      ],
+    ],
+    [
+      "a max_held of 0",
+      { ...base, max_delay: "1s", max_held: 0 },
+      ['RULES[0] "api": field "max_held": must be an integer from 1 to 10000; got 0'],
+    ],
+    [
+      "a max_held over 10000",
+      { ...base, max_delay: "1s", max_held: 10_001 },
+      ['RULES[0] "api": field "max_held": must be an integer from 1 to 10000; got 10001'],
+    ],
+    [
+      "a max_held without max_delay",
+      { ...base, max_held: 10 },
+      [
+        'RULES[0] "api": field "max_held": needs "max_delay": it bounds how many requests are held, and without max_delay none is',
+      ],
+    ],
+    [
+      "a concurrency of 0",
+      { ...concurrent, concurrency: 0 },
+      ['RULES[0] "ai": field "concurrency": must be an integer from 1 to 10000; got 0'],
+    ],
+    [
+      "a concurrency as a string",
+      { ...concurrent, concurrency: "2" },
+      ['RULES[0] "ai": field "concurrency": must be an integer from 1 to 10000; got "2"'],
+    ],
+    [
+      "a concurrency rule with a limit and a period",
+      { ...concurrent, limit: 10, period: "1m" },
+      [
+        'RULES[0] "ai": field "limit": a rule has either "limit" and "period" (requests per period) or "concurrency" (requests in flight at once), not both',
+        'RULES[0] "ai": field "period": a rule has either "limit" and "period" (requests per period) or "concurrency" (requests in flight at once), not both',
+      ],
+    ],
+    ...(["precision", "strict", "cost", "cost_header", "count", "block_for"] as const).map(
+      (field): [string, Record<string, unknown>, string[]] => [
+        `a concurrency rule with ${field}`,
+        {
+          ...concurrent,
+          [field]: { precision: 10, strict: true, cost: 1, cost_header: "x-cost", count: "failed", block_for: "1m" }[
+            field
+          ],
+        },
+        [
+          `RULES[0] "ai": field "${field}": does not apply to a concurrency rule, which counts requests in flight, each holding one place until it ends; remove it`,
+        ],
+      ],
+    ),
+    [
+      "a place_timeout under 5 s",
+      { ...concurrent, place_timeout: "4s" },
+      ['RULES[0] "ai": field "place_timeout": must be from 5s to 1h; got "4s"'],
+    ],
+    [
+      "a place_timeout over an hour",
+      { ...concurrent, place_timeout: "61m" },
+      ['RULES[0] "ai": field "place_timeout": must be from 5s to 1h; got "61m"'],
+    ],
+    [
+      "a place_timeout on a rate rule",
+      { ...base, place_timeout: "30s" },
+      [
+        'RULES[0] "api": field "place_timeout": only a concurrency rule has places; add "concurrency" (and remove "limit" and "period"), or remove it',
+      ],
+    ],
+  ];
+
+  it.each(cases)("is a clear error: %s", (_, input, messages) => {
+    expect(errorsOf(input)).toEqual(messages);
   });
 });
 

@@ -4,6 +4,7 @@
  * and failures; and a statistics object that throws or hangs changes no
  * request's answer and delays none.
  */
+import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { hashKey } from "../src/core/keys.ts";
 import { decide, type Outcome } from "../src/isolate/decide.ts";
@@ -16,7 +17,7 @@ import {
   StatsRecorder,
 } from "../src/isolate/stats.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
-import type { StatsView } from "../src/object/stats-protocol.ts";
+import { OUTCOMES, type StatsView } from "../src/object/stats-protocol.ts";
 import { flakyNamespace } from "./support/chaos.ts";
 import { env } from "./support/env.ts";
 import { requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
@@ -87,6 +88,7 @@ describe("the statistics object counts every decision, once", () => {
       shadow_refused: 0,
       failed_open: 0,
       failed_closed: 0,
+      held: 0,
     });
     // Each client's first request is within the shadow limit; its next two would be refused, and go on.
     expect(totalsOf(view, "shadow-one")).toEqual({
@@ -96,6 +98,7 @@ describe("the statistics object counts every decision, once", () => {
       shadow_refused: 6,
       failed_open: 0,
       failed_closed: 0,
+      held: 0,
     });
     expect(view.health).toMatchObject({ flushes: 2, lostFlushes: 0, lostDecisions: 0, failures: {} });
     expect(view.latency.counts.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
@@ -131,6 +134,39 @@ describe("the statistics object counts every decision, once", () => {
       ["opens", "error", "forwarded"],
       ["closes", "error", "refused"],
     ]);
+  });
+
+  it("held requests as their own outcome: admitted after a wait, under the rule that held them", async () => {
+    const stats = ownStats();
+    const rules = [{ id: "smooth", limit: 1, period: "1s", max_delay: "2s", key: ["ip"] }];
+    const isolate = createIsolate();
+    const { send, settled } = deciding(isolate, stats, rules);
+    const ip = uniqueIp();
+    const statuses = await Promise.all([send(ip), send(ip)]);
+    expect(statuses.map((s) => s.status)).toEqual([200, 200]);
+    await settled();
+    await flushStats(isolate.stats, stats, { nowMs: Date.now(), force: true });
+    expect(totalsOf(await stats.view(), "smooth")).toMatchObject({ admitted: 1, held: 1, refused: 0 });
+  });
+
+  it("stored before held requests existed, gains their column, and counts them from then on", async () => {
+    const stats = ownStats();
+    const stub = stats.get(stats.idFromName(STATS_OBJECT));
+    const old = OUTCOMES.filter((o) => o !== "held");
+    await runInDurableObject(stub, (_instance, state) => {
+      for (const table of ["series", "lifetime"]) state.storage.sql.exec(`DROP TABLE ${table}`);
+      const columns = old.map((o) => `${o} INTEGER NOT NULL DEFAULT 0`).join(", ");
+      state.storage.sql.exec(
+        `CREATE TABLE series (minute INTEGER NOT NULL, rule TEXT NOT NULL, ${columns}, PRIMARY KEY (minute, rule))`,
+      );
+      state.storage.sql.exec(`CREATE TABLE lifetime (rule TEXT PRIMARY KEY, ${columns})`);
+    });
+    await abortAllDurableObjects(); // the next call starts the object afresh on the old tables
+    const minute = Math.floor(Date.now() / 60_000);
+    const counts = OUTCOMES.map((o) => (o === "held" ? 4 : o === "admitted" ? 1 : 0));
+    const batch = { counts: [{ minute, rule: "smooth", counts }], latency: [], refused: [], failures: {} };
+    await stats.get(stats.idFromName(STATS_OBJECT)).record({ ...batch, lost: { flushes: 0, decisions: 0 } });
+    expect(totalsOf(await stats.view(), "smooth")).toMatchObject({ admitted: 1, held: 4 });
   });
 
   it("flushes at most every 10 s per isolate, in the background, one call each", async () => {

@@ -439,6 +439,7 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
     ...methodWarnings(rule),
     ...shadowWarnings(rule),
     ...blockForWarnings(rule, raw.block_for),
+    ...delayWarnings(rule, raw.max_delay),
     ...countingWarnings(rule),
     ...rangeWarnings(rule),
     ...claimKeyWarnings(rule),
@@ -587,6 +588,30 @@ function blockForWarnings(rule: Rule, blockFor: unknown): string[] {
   return [];
 }
 
+/**
+ * A delay on a shadow rule, which never refuses and so never holds anything;
+ * or, on a rate, one longer than the period: a client then keeps more than a
+ * period's worth of requests held, and an overload that lasts is queued,
+ * connections open, where a limit would refuse it.
+ */
+function delayWarnings(rule: Rule, maxDelay: unknown): string[] {
+  if (rule.maxDelayMs === undefined) return [];
+  if (rule.action === "log") {
+    return [
+      `field "max_delay": ${show(maxDelay)} has no effect on a shadow rule (action = "log"), which never refuses a request and so never holds one`,
+    ];
+  }
+  if (rule.concurrency !== undefined || rule.maxDelayMs <= rule.periodMs) return [];
+  const periods = rule.maxDelayMs / rule.periodMs;
+  const held = Math.min(
+    rule.maxHeld ?? Number.POSITIVE_INFINITY,
+    Math.floor((rule.limit / (rule.cost ?? 1)) * periods),
+  );
+  return [
+    `field "max_delay": ${show(maxDelay)} is longer than the period (${formatDuration(rule.periodMs)}), so a client keeps about ${Number(periods.toFixed(1))} periods' worth of requests held (up to ${held} at this limit) with their connections open, and a sustained overload is queued rather than refused; make it at most the period, unless that is meant`,
+  ];
+}
+
 /** IP ranges wider than /8 (IPv4) or /32 (IPv6): one rule over a whole carrier or region is rarely what was meant. */
 function rangeWarnings(rule: Rule): string[] {
   const fields: [string, IpRange[] | undefined][] = [
@@ -668,7 +693,9 @@ function signature(rule: Rule): string {
   // GET covers HEAD, so ["GET"] and ["GET", "HEAD"] count the same requests.
   const methods =
     rule.methods === null ? null : [...new Set([...rule.methods, ...(rule.methods.has("GET") ? ["HEAD"] : [])])].sort();
-  return JSON.stringify([paths, sources(rule.exclude), methods, key, rule.caseSensitive, rule.periodMs]);
+  // Concurrency rules count requests in flight, whatever their place timeout: they compare only with each other.
+  const measure = rule.concurrency === undefined ? rule.periodMs : "in flight";
+  return JSON.stringify([paths, sources(rule.exclude), methods, key, rule.caseSensitive, measure]);
 }
 
 /**
@@ -692,12 +719,17 @@ function sameRequestsWarnings(rules: ValidRule[]): Finding[] {
     const a = `${first.where} "${first.rule.id}"`;
     const b = `${where} "${rule.id}"`;
     const looser = first.rule.limit >= rule.limit ? a : b;
+    const same = first.rule.limit === rule.limit;
     out.push({
       level: "warning",
       message:
-        first.rule.limit === rule.limit
-          ? `${a} and ${b}: are the same limit on the same requests, key and period; remove one`
-          : `${a} and ${b}: count the same requests with the same key and period, so ${looser}, the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit`,
+        rule.concurrency !== undefined
+          ? same
+            ? `${a} and ${b}: are the same limit on the same requests in flight and key; remove one`
+            : `${a} and ${b}: limit the same requests in flight with the same key, so ${looser}, the looser, never refuses anything; remove it`
+          : same
+            ? `${a} and ${b}: are the same limit on the same requests, key and period; remove one`
+            : `${a} and ${b}: count the same requests with the same key and period, so ${looser}, the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit`,
     });
   }
   return out;

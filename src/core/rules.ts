@@ -4,7 +4,7 @@
  * compiled rules. Every problem is reported, each naming the rule and field.
  */
 import { COUNT_ALL, type CountWhen, parseCount } from "./count.ts";
-import { type Duration, parseDurationMs } from "./duration.ts";
+import { type Duration, formatDuration, parseDurationMs } from "./duration.ts";
 import type { Address } from "./ip.ts";
 import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
 import {
@@ -20,8 +20,8 @@ import { fail, mapAll, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
 import type { WindowLimit } from "./sliding-window.ts";
 
-/** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
-export type RuleInput = {
+/** What every rule may have, whatever it limits. */
+type RuleCommonInput = {
   /** Unique name, `[a-z0-9_-]`, at most 64 characters. Shown in headers and logs. */
   id: string;
   /**
@@ -36,16 +36,35 @@ export type RuleInput = {
   exclude?: string | string[];
   /** Tell paths that differ only in case apart when matching `path` and in the `path` key. Default false. */
   case_sensitive?: boolean;
-  /** Requests admitted per period; an integer ≥ 1. */
-  limit: number;
-  /** Seconds as a number, or `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
-  period: Duration;
   /** Characteristics that make the client key, combined; `"a|b"` uses the first one present. Default `["ip"]`. */
   key?: string | string[];
   /** `"block"` (default) answers 429 over the limit; `"log"` only logs what it would have done. */
   action?: "block" | "log";
   /** When the limiter cannot decide: `"open"` (default) forwards, `"closed"` answers 503. */
   on_error?: "open" | "closed";
+  /** Let the client see `cost_header`. Default false: it is stripped. */
+  keep_cost_header?: boolean;
+  /** CIDRs: the rule applies only to clients in them. IPv4 and IPv6; `::ffff:a.b.c.d` is matched as IPv4. */
+  ips?: string[];
+  /** CIDRs: the rule skips clients in them, such as your own monitoring. */
+  exclude_ips?: string[];
+  /**
+   * Hold a request over the limit for at most this long, written like
+   * `period`, more than 0 and at most 60 s: it is sent on at the instant it
+   * would be admitted instead of refused. On a concurrency rule, how long a
+   * request may wait for a place. Absent: refused at once.
+   */
+  max_delay?: Duration;
+  /** With `max_delay`: how many of a client's requests may be held (or wait for a place) at once, 1–10 000. Default 1000. */
+  max_held?: number;
+};
+
+/** A rule that limits requests per period. */
+export type RateRuleInput = RuleCommonInput & {
+  /** Requests admitted per period; an integer ≥ 1. */
+  limit: number;
+  /** Seconds as a number, or `"500ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`. */
+  period: Duration;
   /** Buckets per period, 1–60. Default 1: the seeds' two-counter sliding window. */
   precision?: number;
   /** Never admit more than `limit` in any window of length `period`. Default false. */
@@ -54,8 +73,6 @@ export type RuleInput = {
   cost?: number;
   /** A response header that says what the request really cost, such as `"x-tokens-used"`. */
   cost_header?: string;
-  /** Let the client see `cost_header`. Default false: it is stripped. */
-  keep_cost_header?: boolean;
   /** Which responses count: `"all"` (default), `"failed"`, `"successful"`, or statuses and classes (`[401, "5xx"]`). */
   count?: "all" | "failed" | "successful" | (number | `${1 | 2 | 3 | 4 | 5}xx`)[];
   /**
@@ -64,11 +81,25 @@ export type RuleInput = {
    * from 1 s to 365 d; absent or 0 for none (the default).
    */
   block_for?: Duration;
-  /** CIDRs: the rule applies only to clients in them. IPv4 and IPv6; `::ffff:a.b.c.d` is matched as IPv4. */
-  ips?: string[];
-  /** CIDRs: the rule skips clients in them, such as your own monitoring. */
-  exclude_ips?: string[];
+  concurrency?: undefined;
+  place_timeout?: undefined;
 };
+
+/** A rule that limits how many of a client's requests are in flight at once. */
+export type ConcurrencyRuleInput = RuleCommonInput & {
+  /** Requests of a client in flight at once, from forwarding until the response has been sent; 1–10 000. */
+  concurrency: number;
+  /**
+   * How long a place whose holder stopped renewing it (an isolate that
+   * vanished) stays counted, written like `period`, from 5 s to 1 h. Default `"60s"`.
+   */
+  place_timeout?: Duration;
+  limit?: undefined;
+  period?: undefined;
+};
+
+/** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
+export type RuleInput = RateRuleInput | ConcurrencyRuleInput;
 
 /** Where one part of a client key comes from. */
 export type Source =
@@ -114,6 +145,19 @@ export type Rule = WindowLimit & {
   tiers?: Readonly<Record<string, number>>;
   /** The tier a verified token's `tier_claim` put this request in; `limit` is then that tier's. */
   tier?: string;
+  /** How long a request over the limit may be held until its turn (`max_delay`); absent: refused at once. */
+  maxDelayMs?: number;
+  /** With `maxDelayMs`: how many of a client's requests may be held at once under the rule (`max_held`). */
+  maxHeld?: number;
+  /**
+   * A concurrency rule's places (`concurrency`): requests of a client in
+   * flight at once. `limit` is the same number (a tier or an override gives
+   * a client another through it, as for a rate), `periodMs` is
+   * `placeTimeoutMs`; the window fields count nothing for such a rule.
+   */
+  concurrency?: number;
+  /** With `concurrency`: how long a place not renewed stays counted (`place_timeout`). */
+  placeTimeoutMs?: number;
 };
 
 export const RULE_FIELDS = [
@@ -136,6 +180,10 @@ export const RULE_FIELDS = [
   "block_for",
   "ips",
   "exclude_ips",
+  "max_delay",
+  "max_held",
+  "concurrency",
+  "place_timeout",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
@@ -145,6 +193,19 @@ export const MAX_LIMIT = 1_000_000_000;
 const MAX_PRECISION = 60;
 /** The shortest penalty: anything shorter is over before a client could notice. */
 const MIN_BLOCK_FOR_MS = 1_000;
+/** The longest a request may be held: a held request keeps its client's connection open. */
+export const MAX_DELAY_MS = 60_000;
+/** The most requests of one client held (or waiting for a place) at once under a rule, and the default. */
+export const MAX_HELD = 10_000;
+export const DEFAULT_MAX_HELD = 1_000;
+/** The most places a concurrency rule may give one client. */
+export const MAX_CONCURRENCY = 10_000;
+/** A place not renewed is taken back after this long by default, and within these bounds. */
+export const DEFAULT_PLACE_TIMEOUT_MS = 60_000;
+const MIN_PLACE_TIMEOUT_MS = 5_000;
+const MAX_PLACE_TIMEOUT_MS = 3_600_000;
+/** The fields of a rate that a concurrency rule has no use for. */
+const RATE_ONLY_FIELDS = ["precision", "strict", "cost", "cost_header", "count", "block_for"] as const;
 
 /**
  * Validates rules. Returns the compiled rules, or every problem found.
@@ -215,11 +276,25 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     take("path", fail("must name at least one path glob"), null);
   }
   const methods = take("methods", parseMethods(fields.methods), null);
-  const limit = take("limit", parseIntegerFrom1(fields.limit, MAX_LIMIT), 0);
-  const periodMs = take("period", parsePeriod(fields.period), 0);
+  // A concurrency rule: `concurrency` instead of `limit` and `period`, and none of a rate's other fields.
+  const concurrent = fields.concurrency !== undefined;
+  if (concurrent) {
+    for (const field of ["limit", "period"] as const) {
+      if (fields[field] !== undefined) take(field, fail(BOTH_KINDS), null);
+    }
+  }
+  const concurrency = concurrent ? take("concurrency", parseIntegerFrom1(fields.concurrency, MAX_CONCURRENCY), 1) : 0;
+  const placeTimeoutMs = take("place_timeout", parsePlaceTimeout(fields.place_timeout, concurrent), 0);
+  const limit = concurrent ? concurrency : take("limit", parseIntegerFrom1(fields.limit, MAX_LIMIT), 0);
+  const periodMs = concurrent ? placeTimeoutMs : take("period", parsePeriod(fields.period), 0);
   const key = take("key", parseKey(fields.key ?? ["ip"], caseSensitive), []);
   const action = take("action", parseChoice(fields.action ?? "block", ["block", "log"]), "block");
   const onError = take("on_error", parseChoice(fields.on_error ?? "open", ["open", "closed"]), "open");
+  if (concurrent) {
+    for (const field of RATE_ONLY_FIELDS) {
+      if (fields[field] !== undefined) take(field, fail(NOT_CONCURRENT), null);
+    }
+  }
   const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
   const strict = take("strict", parseFlag(fields.strict ?? false), false);
   const count = take("count", parseCount(fields.count), COUNT_ALL);
@@ -233,7 +308,13 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     fields.exclude_ips === undefined ? ok([]) : parseRanges(fields.exclude_ips),
     [],
   );
-  const window = { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
+  const maxDelayMs = take("max_delay", parseMaxDelay(fields.max_delay), null);
+  const maxHeld = take("max_held", parseMaxHeld(fields.max_held, fields.max_delay !== undefined), DEFAULT_MAX_HELD);
+  const window = concurrent
+    ? { limit, periodMs, precision: 1, strict: false }
+    : { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
+  const held = maxDelayMs === null ? {} : { maxDelayMs, maxHeld };
+  const places = concurrent ? { concurrency, placeTimeoutMs } : {};
   const charged = costHeader === null ? {} : { costHeader, keepCostHeader };
   const ranges = { ...(ips === null ? {} : { ips }), ...(excludeIps.length === 0 ? {} : { excludeIps }) };
   return {
@@ -250,8 +331,15 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     ...charged,
     blockForMs,
     ...ranges,
+    ...held,
+    ...places,
   };
 }
+
+const BOTH_KINDS =
+  'a rule has either "limit" and "period" (requests per period) or "concurrency" (requests in flight at once), not both';
+const NOT_CONCURRENT =
+  "does not apply to a concurrency rule, which counts requests in flight, each holding one place until it ends; remove it";
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
 
@@ -301,6 +389,40 @@ const parseCost = (value: unknown, limit: number): Result<number> =>
 
 const parsePeriod = (value: unknown): Result<number> =>
   value === undefined ? fail('is required: seconds, or a string like "10s", "1m", "1h", "1d"') : parseDurationMs(value);
+
+/** How long a request may be held (`max_delay`): null when absent; otherwise more than 0 and at most 60 s. */
+function parseMaxDelay(value: unknown): Result<number | null> {
+  if (value === undefined) return ok(null);
+  const outOfRange = fail(`must be more than 0 and at most 60s; got ${show(value)}`);
+  if (isZero(value) || (typeof value === "number" && value < 0)) return outOfRange;
+  const parsed = parseDurationMs(value);
+  return parsed.ok && parsed.value > MAX_DELAY_MS ? outOfRange : parsed;
+}
+
+/** How many requests may be held at once (`max_held`), which only `max_delay` gives a meaning. */
+function parseMaxHeld(value: unknown, delayed: boolean): Result<number> {
+  if (value === undefined) return ok(DEFAULT_MAX_HELD);
+  if (!delayed) return fail('needs "max_delay": it bounds how many requests are held, and without max_delay none is');
+  return parseIntegerFrom1(value, MAX_HELD);
+}
+
+/** A concurrency rule's `place_timeout`: 60 s when absent, from 5 s to 1 h; no other rule has one. */
+function parsePlaceTimeout(value: unknown, concurrent: boolean): Result<number> {
+  if (!concurrent) {
+    return value === undefined
+      ? ok(0)
+      : fail('only a concurrency rule has places; add "concurrency" (and remove "limit" and "period"), or remove it');
+  }
+  if (value === undefined) return ok(DEFAULT_PLACE_TIMEOUT_MS);
+  const outOfRange = fail(
+    `must be from ${formatDuration(MIN_PLACE_TIMEOUT_MS)} to ${formatDuration(MAX_PLACE_TIMEOUT_MS)}; got ${show(value)}`,
+  );
+  if (typeof value === "number" && value < 0) return outOfRange;
+  const parsed = parseDurationMs(value);
+  return parsed.ok && (parsed.value < MIN_PLACE_TIMEOUT_MS || parsed.value > MAX_PLACE_TIMEOUT_MS)
+    ? outOfRange
+    : parsed;
+}
 
 /** A penalty's length: absent or zero is none (0); otherwise a duration of at least 1 s. */
 function parseBlockFor(value: unknown): Result<number> {

@@ -178,6 +178,43 @@ export function retryAfterMs(state: WindowState, nowMs: number, window: WindowLi
   return Math.max(nowMs, bucketStartMs(bucket + counts.length, window)) - nowMs;
 }
 
+/**
+ * The earliest instant, not before `fromMs`, at which a request of `cost`
+ * would be admitted if nothing else were admitted meanwhile: the wait of
+ * {@link retryAfterMs} read from any instant, not only now. A held
+ * request's turn is this instant on the state with every earlier booking
+ * counted (see `core/bookings.ts`). From this instant on, every later one
+ * admits too (the count never rises on its own).
+ */
+export function earliestAdmission(
+  state: WindowState,
+  window: WindowLimit,
+  fromMs: number,
+  cost: number = window.cost ?? 1,
+): number {
+  return fromMs + retryAfterMs(state, fromMs, cost === (window.cost ?? 1) ? window : { ...window, cost });
+}
+
+/**
+ * The state with a request of `cost` counted at `atMs`, whatever it would
+ * be decided: rotated forward to `atMs`, or, for an instant in a bucket the
+ * state has passed, counted in that bucket while the state still keeps it
+ * (a bucket older than that weighs nothing any more).
+ */
+export function admitAt(
+  state: WindowState,
+  window: WindowLimit,
+  atMs: number,
+  cost: number = window.cost ?? 1,
+): WindowState {
+  const rotated = rotate(state, atMs, window);
+  const index = bucketIndex(atMs, window) - (rotated.bucket - window.precision);
+  if (index < 0) return rotated;
+  const counts = rotated.counts.slice();
+  counts[index] = (counts[index] ?? 0) + cost;
+  return { bucket: rotated.bucket, counts };
+}
+
 /** One bucket of a wait being worked out (see {@link earliestInBucket}). */
 type BucketWait = {
   /** The bucket's index, b. */

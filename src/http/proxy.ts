@@ -90,9 +90,10 @@ export type Upstream = {
 
 /**
  * Forwards `request` upstream and returns its response, or a 502 problem
- * when it cannot be reached.
+ * when it cannot be reached. Aborting `signal` closes the connection to the
+ * origin at once (the request, or its response's body, is then cut short).
  */
-export async function forward(request: Request, upstream: Upstream): Promise<Response> {
+export async function forward(request: Request, upstream: Upstream, signal?: AbortSignal): Promise<Response> {
   const webSocket = isWebSocketUpgrade(request.headers);
   const target = originUrl(request.url, upstream.origin);
   const headers = stripHopByHop(request.headers, webSocket, upstream.keyHeaders ?? NONE);
@@ -106,6 +107,7 @@ export async function forward(request: Request, upstream: Upstream): Promise<Res
       headers,
       body: request.body,
       redirect: "manual",
+      signal: signal ?? null,
     });
   } catch (error) {
     logEvent(

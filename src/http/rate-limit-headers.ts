@@ -4,8 +4,12 @@
  */
 import type { RuleVerdict } from "../object/protocol.ts";
 
-/** What a `RateLimit-Policy` entry says of a rule. */
-export type Policy = { id: string; limit: number; periodMs: number };
+/**
+ * What a `RateLimit-Policy` entry says of a rule. `concurrency`: the rule
+ * limits requests in flight, not a rate (its quota unit is
+ * `concurrent-requests`, and it has no window).
+ */
+export type Policy = { id: string; limit: number; periodMs: number; concurrency?: number | undefined };
 
 /** A rule's verdict, with what the headers need of the rule. */
 export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
@@ -13,19 +17,32 @@ export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
 /**
- * `RateLimit-Policy`, listing every policy that applied.
+ * `RateLimit-Policy`, listing every policy that applied: a rate's quota and
+ * window, or a concurrency rule's places with the draft's quota unit
+ * `concurrent-requests` and no window (its quota does not renew with time).
  * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
- * @example `"api-per-ip";q=100;w=60, "login";q=5;w=60`
+ * @example `"api-per-ip";q=100;w=60, "completions";q=2;qu="concurrent-requests"`
  */
 export const rateLimitPolicy = (policies: Policy[]): string =>
-  policies.map((p) => `"${p.id}";q=${p.limit};w=${Math.max(1, seconds(p.periodMs))}`).join(", ");
+  policies
+    .map((p) =>
+      p.concurrency !== undefined
+        ? `"${p.id}";q=${p.limit};qu="concurrent-requests"`
+        : `"${p.id}";q=${p.limit};w=${Math.max(1, seconds(p.periodMs))}`,
+    )
+    .join(", ");
 
 /**
- * `RateLimit` for one policy: remaining quota and seconds until it resets.
+ * `RateLimit` for one policy: remaining quota and seconds until it resets;
+ * for a concurrency rule the places free, and no reset (a place frees when
+ * a request ends, not at a time the limiter knows).
  * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
- * @example `"api-per-ip";r=42;t=17`
+ * @example `"api-per-ip";r=42;t=17`, `"completions";r=1`
  */
-export const rateLimit = (r: Reported): string => `"${r.id}";r=${r.verdict.remaining};t=${seconds(r.verdict.resetMs)}`;
+export const rateLimit = (r: Reported): string =>
+  r.concurrency !== undefined
+    ? `"${r.id}";r=${r.verdict.remaining}`
+    : `"${r.id}";r=${r.verdict.remaining};t=${seconds(r.verdict.resetMs)}`;
 
 /**
  * The policy closest to its limit: a refusing one first (the longest wait),
@@ -59,6 +76,15 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
   const closest = closestToLimit(reports);
   if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
   if (!legacy) return { "RateLimit-Policy": rateLimitPolicy(policies), RateLimit: rateLimit(closest) };
+  if (closest.concurrency !== undefined) {
+    // A concurrency rule's places free when requests end, at no time the limiter knows: no reset to say.
+    return {
+      "RateLimit-Policy": rateLimitPolicy(policies),
+      RateLimit: rateLimit(closest),
+      "X-RateLimit-Limit": String(closest.limit),
+      "X-RateLimit-Remaining": String(closest.verdict.remaining),
+    };
+  }
   return {
     "RateLimit-Policy": rateLimitPolicy(policies),
     RateLimit: rateLimit(closest),

@@ -23,7 +23,7 @@ export const tooManyRequests = (policies: Policy[], reports: Reported[], legacy 
 export function tooManyRequestsParts(policies: Policy[], reports: Reported[], legacy = true): ProblemParts {
   const violated = reports.filter((r) => !r.verdict.ruleAllows);
   const wait = retryAfter(violated);
-  const names = violated.map((r) => `"${r.id}" (${r.limit} per ${describePeriod(r.periodMs)}${tierOf(r)})`).join(", ");
+  const names = violated.map((r) => `"${r.id}" (${quotaOf(r)}${tierOf(r)})`).join(", ");
   return problemParts(
     {
       type: QUOTA_EXCEEDED,
@@ -36,6 +36,12 @@ export function tooManyRequestsParts(policies: Policy[], reports: Reported[], le
     { ...rateLimitHeaders(policies, reports, legacy), "Retry-After": String(wait) },
   );
 }
+
+/** A rule's quota in words: a rate, or requests in flight at once. */
+const quotaOf = (r: Reported): string =>
+  r.concurrency !== undefined
+    ? `${r.limit} request${r.limit === 1 ? "" : "s"} in flight at once`
+    : `${r.limit} per ${describePeriod(r.periodMs)}`;
 
 const tierOf = (r: Reported): string => (r.verdict.tier === undefined ? "" : `, tier "${r.verdict.tier}"`);
 

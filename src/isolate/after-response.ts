@@ -9,7 +9,8 @@
  *   the header is stripped unless the rule keeps it;
  * - a request forwarded when its call, or the batch it waited in, timed out
  *   (`on_error = "open"`) is settled the same way once the late answer says
- *   where it was counted, if it does in time.
+ *   where it was counted, if it does in time; so is a held request that went
+ *   on its own timer before the object said where its turn counted it.
  * The rate-limit headers then say what is left after both.
  */
 import type { Settings } from "../config/settings.ts";
@@ -97,6 +98,12 @@ function settleLate(
   whenLate(
     late,
     (result) => {
+      if (result === undefined && settlement.via === "held") {
+        // Held and gone on its own timer, and the object never said where its turn took its counts.
+        const units = moves.reduce((sum, { delta }) => sum + Math.abs(delta), 0);
+        options.isolate.counters.writeOff("turn unknown", units);
+        return;
+      }
       if (!result?.allowed) return; // refused late, or never answered: nothing was counted for the request
       for (const { index, delta } of moves) {
         const receipt = result.verdicts[index]?.counted ?? null;

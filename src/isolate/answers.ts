@@ -18,6 +18,7 @@ import {
 } from "../http/refusals.ts";
 import { type AfterContext, type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
 import type { ClientKeys } from "./client-keys.ts";
+import type { InFlight } from "./effects.ts";
 import { knownReport, logKnown } from "./reports.ts";
 import type { KeyGroup, RuleRefusal, Settlement } from "./vocabulary.ts";
 
@@ -26,9 +27,13 @@ export type Outcome =
    * Go on to the origin, then add these headers to its response; when a rule
    * counts only some responses, call `afterResponse` with the response's
    * status instead: it gives back what that status does not count, and
-   * returns the headers.
+   * returns the headers. `inFlight`: the request holds places under
+   * concurrency rules until it ends; end it when its response body has been
+   * sent, its client hangs up, or the origin fails (a WebSocket: when it
+   * closes). A `Server-Timing` header is appended, not set: the origin's
+   * own entries stay.
    */
-  | { kind: "allow"; headers: Record<string, string>; afterResponse?: AfterResponse }
+  | { kind: "allow"; headers: Record<string, string>; afterResponse?: AfterResponse; inFlight?: InFlight }
   /** Answer this instead (429, or 503 from a rule that fails closed); the origin is not contacted. */
   | { kind: "refuse"; response: Response };
 
@@ -41,11 +46,42 @@ export function allowed(
   settlements: Settlement[],
   headers: { policies: Policy[]; reports: Reported[] },
   context: AfterContext,
+  heldMs?: number,
+  inFlight?: InFlight,
 ): Outcome {
   const now = rateLimitHeaders(headers.policies, headers.reports, context.settings.legacyHeaders);
-  if (!settlesAfter(groups)) return { kind: "allow", headers: now };
-  return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, context) };
+  if (heldMs === undefined && inFlight === undefined) {
+    if (!settlesAfter(groups)) return { kind: "allow", headers: now };
+    return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, context) };
+  }
+  const timing = heldMs === undefined ? undefined : serverTiming(heldMs);
+  const outcome: Extract<Outcome, { kind: "allow" }> = {
+    kind: "allow",
+    headers: timing === undefined ? now : { ...now, "Server-Timing": timing },
+  };
+  if (inFlight !== undefined) outcome.inFlight = inFlight;
+  if (settlesAfter(groups)) {
+    const after = afterResponse(groups, settlements, headers, context);
+    outcome.afterResponse =
+      timing === undefined
+        ? after
+        : (response) => {
+            const changes = after(response);
+            return { ...changes, headers: { ...changes.headers, "Server-Timing": timing } };
+          };
+  }
+  return outcome;
 }
+
+/**
+ * `Server-Timing` for a request the limiter held (until its turn, or in line
+ * for a place) before it went on: how long, in milliseconds. A registered
+ * field made for a server's own durations, which clients and browsers'
+ * developer tools read as they are.
+ * @see https://www.w3.org/TR/server-timing/
+ * @example `ratelimit;desc="held";dur=523`
+ */
+export const serverTiming = (heldMs: number): string => `ratelimit;desc="held";dur=${heldMs}`;
 
 /** 403 when an override denies the client, else 429. */
 export function refused(policies: Policy[], reports: Reported[], legacy: boolean): Outcome {

@@ -1,7 +1,8 @@
 /**
  * @module
  * One call to a key's object, and what the isolate keeps of its answer: it
- * hands back what is owed, asks for a lease sized by this isolate's demand,
+ * hands back what is owed, asks for a lease sized by this isolate's demand
+ * (or, for a rule with `max_delay`, asks the object to hold the request),
  * tells the object how long its counts may be taken back, and keeps the
  * lease and the refusals that come back in the key's state before the call
  * lands at its gate, so that a request woken by the landing finds them.
@@ -35,21 +36,31 @@ export type CallContext = Effects & {
  * (with them off, every request makes its own call).
  */
 export const batchable = (group: KeyGroup, keys: ClientKeys): boolean =>
-  keys.leasing && group.rules.every((rule) => rule.action === "block");
+  keys.leasing && group.rules.every((rule) => rule.action === "block") && !holds(group);
+
+/**
+ * Whether the object may hold a request of this group until its turn: an
+ * enforcing rule has `max_delay`. Such a group's requests each call alone,
+ * with no lease: a unit leased ahead would let a later request go before
+ * the held ones, which must go in the order they came.
+ */
+export const holds = (group: KeyGroup): boolean =>
+  group.rules.some((rule) => rule.action === "block" && rule.maxDelayMs !== undefined);
 
 /**
  * How long what a call counts under every rule of the group may still be
  * taken back, in milliseconds, or 0 when it will not be: when another key
- * may refuse the request, or the call times out under a rule that fails
- * closed (the 503 means the request was not served), one more timeout
- * after the answer. Until then the object's refusals of the key rest on a
+ * (or a concurrency rule's place) may refuse the request, or the call times
+ * out under a rule that fails closed (the 503 means the request was not
+ * served), one more timeout after the answer, and `waitMs` more when the
+ * request may be held, or wait for a place, before that is known. Until then the object's refusals of the key rest on a
  * count that may go, so no isolate remembers them. (A rule whose count the
  * origin's answer settles may give its own back for longer: see
  * {@link refundWindows}.)
  */
-export function refundableForMs(group: KeyGroup, otherKeys: boolean, timeoutMs: number): number {
+export function refundableForMs(group: KeyGroup, otherKeys: boolean, timeoutMs: number, waitMs = 0): number {
   const refunds = otherKeys || group.rules.some((rule) => rule.action === "block" && rule.onError === "closed");
-  return refunds ? 2 * timeoutMs : 0;
+  return refunds ? 2 * timeoutMs + waitMs : 0;
 }
 
 /**
@@ -101,7 +112,8 @@ export async function callObject(
   // A batch asks for no lease: it carries the demand that waited, which it serves; units leased on top of it
   // would sit unspent here once a burst is over, counted against the key in every isolate. The next call
   // alone asks, if requests keep coming.
-  const lease = caller.alone ? state?.leaseRequest(sentAtMs) : undefined;
+  const hold = caller.alone && holds(group);
+  const lease = caller.alone && !hold ? state?.leaseRequest(sentAtMs) : undefined;
   let flight: Flight | null = null;
   if (!caller.alone) flight = caller.flight;
   else if ((lease && (state?.leasable ?? true)) || batchable(group, keys))
@@ -121,6 +133,7 @@ export async function callObject(
     ...(returns ? { returns: returns.refunds } : {}),
     ...refundable,
     ...(size > 1 ? { batch: size } : {}),
+    ...(hold ? { hold: true } : {}),
   });
   if (returns) returns.state.landed(returns, outcome.ok && outcome.attempts === 1);
   if (outcome.ok) {
@@ -129,10 +142,12 @@ export async function callObject(
     const asked = lease !== undefined && lease.seen >= LEASE_MIN_UNITS;
     keys.use(group.digest, sentAtMs).keep({ name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked });
     const refusal = refused ?? verdicts;
-    group.rules.forEach((rule, i) => {
-      const verdict = refusal[i]!;
-      if (rule.action === "block" && !verdict.ruleAllows) keys.remember(group.digest, rule, name, sentAtMs, verdict);
-    });
+    // Held: booked for its turn, never a refusal to remember.
+    if (outcome.result.held === undefined)
+      group.rules.forEach((rule, i) => {
+        const verdict = refusal[i]!;
+        if (rule.action === "block" && !verdict.ruleAllows) keys.remember(group.digest, rule, name, sentAtMs, verdict);
+      });
   }
   const call = { name, outcome, sentAtMs };
   if (!caller.alone) {

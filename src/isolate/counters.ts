@@ -1,8 +1,8 @@
 /**
  * @module
  * What an isolate counts about itself: units written off on purpose, by
- * reason: leased units, and counts of refused requests it could not hand
- * back. A unit is never lost silently: it is spent, handed back, or written
+ * reason: leased units, counts of refused requests it could not hand back,
+ * bookings and places it could not give back. A unit is never lost silently: it is spent, handed back, or written
  * off here, with a log line.
  */
 import { logEvent } from "../observe/log.ts";
@@ -21,7 +21,13 @@ export type WriteOffReason =
   /** Admitted by a batch for requests that had stopped waiting for it (they decided on their own). */
   | "batch abandoned"
   /** Units of a key whose object was never named (cannot happen: a lease comes from a call). */
-  | "unnamed";
+  | "unnamed"
+  /** A held request's booking, or a ticket in line for a place, that could not be given back: it lapses by itself. */
+  | "cancel failed"
+  /** A place that could not be released: it is taken back when it expires (its rule's place_timeout). */
+  | "release failed"
+  /** A held request's count to settle by its response (`count`, `cost_header`) whose turn's receipts never came. */
+  | "turn unknown";
 
 export class IsolateCounters {
   /** Units written off, by reason. */
@@ -33,6 +39,9 @@ export class IsolateCounters {
     "call lost": 0,
     "batch abandoned": 0,
     unnamed: 0,
+    "cancel failed": 0,
+    "release failed": 0,
+    "turn unknown": 0,
   };
 
   writeOff(reason: WriteOffReason, units: number): void {

@@ -4,25 +4,43 @@
  * keys (match.ts); the synchronous fast path, where a lease unit for every
  * key, or a refusal this isolate knows of, decides at once; `settle()` for
  * the keys left (settle.ts); the verdict read from the settlements
- * (reports.ts); what the decision leaves to the background (effects.ts);
- * and the answer (answers.ts). A request refused by one key counts nowhere:
- * the other keys' counts and lease units are given back.
+ * (reports.ts); a place under each concurrency rule once the rate rules
+ * admit it (settle.ts); what the decision leaves to the background
+ * (effects.ts); and the answer (answers.ts). A request refused by one key
+ * counts nowhere: the other keys' counts and lease units are given back,
+ * and so are a held request's booking and the places it was given.
  */
 import type { Settings } from "../config/settings.ts";
 import type { Claims } from "../core/claims.ts";
 import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import type { Rule } from "../core/rules.ts";
-import type { Policy } from "../http/rate-limit-headers.ts";
+import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { allowed, clientGone, knownRefusal, NO_HEADERS, type Outcome, refused, unavailable } from "./answers.ts";
-import { flushStatsIfDue, giveBackAll, sendOutbox, watchLate } from "./effects.ts";
+import { holds } from "./call.ts";
+import {
+  flushStatsIfDue,
+  giveBack,
+  giveBackAll,
+  type HeldPlace,
+  holdPlaces,
+  sendOutbox,
+  watchLate,
+} from "./effects.ts";
 import type { Isolate } from "./isolate.ts";
 import { claimsFor, inClaimedTier, keyGroups, matchingRules } from "./match.ts";
-import { readSettlements } from "./reports.ts";
-import { knownRefusals, settle } from "./settle.ts";
+import { readPlaces, readSettlements } from "./reports.ts";
+import { knownRefusals, settle, settlePlace } from "./settle.ts";
 import type { StatsNamespace } from "./stats.ts";
-import { type AnalyticsSink, type TallyContext, tallyKnown, tallySettled } from "./tally.ts";
-import { giveBackSpent, type KeyGroup, type RuleRefusal, type Settlement, type SpentUnits } from "./vocabulary.ts";
+import { type AnalyticsSink, type TallyContext, tallyKnown, tallyPlaces, tallySettled } from "./tally.ts";
+import {
+  giveBackSpent,
+  type KeyGroup,
+  type PlaceSettlement,
+  type RuleRefusal,
+  type Settlement,
+  type SpentUnits,
+} from "./vocabulary.ts";
 
 export type { Outcome } from "./answers.ts";
 
@@ -98,8 +116,11 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
   const { settings, isolate } = options;
   const { keys } = isolate;
   const rules = inClaimedTier(request.matched, request.claims, settings);
-  const groups = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
+  const all = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
   const policies = rules.filter((rule) => rule.action === "block");
+  // The groups with rate rules: every group, unless concurrency rules are among the rules.
+  const placed = hasPlaces(all);
+  const groups = placed ? all.filter((group) => group.rules.length > 0) : all;
   const nowMs = isolate.clock();
   // The fast path: a lease unit for every key, or a refusal this isolate knows of.
   const spent = groups.map((group) => keys.peek(group.digest)?.spend(group.rules, nowMs));
@@ -112,15 +133,26 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
   }
   for (const group of groups) keys.noteRequest(group.digest, nowMs);
   sendOutbox(options);
+  const startedAtMs = request.startedAtMs ?? nowMs;
   if (spent.every((s) => s !== undefined)) {
     const settlements = spent.map((s): Settlement => ({ via: "lease", spent: s! }));
+    if (placed) {
+      const { reports } = readSettlements(groups, settlements, keys, nowMs);
+      const rated: Rated = { settlements, reports };
+      return takePlaces({ request: request.request, groups, all, policies, startedAtMs }, rated, options);
+    }
     const tally = tallyContext(request.request, options, nowMs);
     if (tally) tallySettled(groups, settlements, true, tally);
     const { reports } = readSettlements(groups, settlements, keys, nowMs);
     return allowed(groups, settlements, { policies, reports }, options);
   }
-  const startedAtMs = request.startedAtMs ?? nowMs;
-  return settleRest({ request: request.request, groups, spent, policies, startedAtMs }, options);
+  return settleRest({ request: request.request, groups, all, spent, policies, startedAtMs }, options);
+}
+
+/** Whether any group has concurrency rules. */
+function hasPlaces(groups: KeyGroup[]): boolean {
+  for (const group of groups) if (group.places.length > 0) return true;
+  return false;
 }
 
 /** The refusals this isolate knows of for the groups no lease unit covered. */
@@ -157,50 +189,192 @@ function tallyContext(request: Request, options: DecideOptions, nowMs: number): 
   };
 }
 
-/** A request's key groups, the lease units already spent for some, and when its decision started. */
-type Pending = {
+/** A request's key groups and its policies, and when its decision started. */
+type Grouped = {
   request: Request;
+  /** The groups with rate rules. */
   groups: KeyGroup[];
-  /** Per group: the lease units spent for it, or undefined when it still needs settling. */
-  spent: (SpentUnits | undefined)[];
+  /** Every group, those with concurrency rules only included. */
+  all: KeyGroup[];
   policies: Policy[];
   /** Isolate time; the request's deadline counts from here. */
   startedAtMs: number;
 };
 
+/** A request's key groups, the lease units already spent for some, and when its decision started. */
+type Pending = Grouped & {
+  /** Per group: the lease units spent for it, or undefined when it still needs settling. */
+  spent: (SpentUnits | undefined)[];
+};
+
 /** Settles the key groups no lease covered, reads the verdict, and leaves the rest to the background. */
-async function settleRest(
-  { request, groups, spent, policies, startedAtMs }: Pending,
-  options: DecideOptions,
-): Promise<Outcome> {
+async function settleRest(pending: Pending, options: DecideOptions): Promise<Outcome> {
+  const { request, groups, all, spent, policies, startedAtMs } = pending;
   const { settings, isolate } = options;
   const deadlineMs = startedAtMs + settings.timeoutMs;
-  const context = { ...options, otherKeys: groups.length > 1, gone: request.signal };
+  const placed = all.length > groups.length || hasPlaces(groups);
+  const waitMs = placed || groups.length > 1 ? longestWaitMs(all) : 0;
+  const context = {
+    ...options,
+    otherKeys: groups.length > 1 || placed,
+    ...(waitMs > 0 ? { waitMs } : {}),
+    gone: goneSignal(request.signal, groups),
+  };
   const settlements = await Promise.all(
     groups.map((group, i): Settlement | Promise<Settlement> => {
       const s = spent[i];
-      return s ? { via: "lease", spent: s } : settle(group, deadlineMs, context);
+      if (s) return { via: "lease", spent: s };
+      const settled = settle(group, deadlineMs, context);
+      // Another key's refusal ends a wait for a held turn: its booking goes back at once.
+      return context.gone === request.signal ? settled : settled.then((r) => stopHoldsIfRefused(r, context.gone));
     }),
   );
   // Its client hung up while it waited (it goes on only because it has work in the background): it counts
   // nowhere, like a request turned away, and nothing of it is logged or tallied; its answer reaches nobody.
-  if (settlements.some((s) => s.via === "gone")) {
+  if (request.signal?.aborted || (context.gone === request.signal && settlements.some((s) => s.via === "gone"))) {
     leaveBehind(groups, settlements, true, options);
     return clientGone();
   }
   const nowMs = isolate.clock();
   const { reports, refused: isRefused, closedBy } = readSettlements(groups, settlements, isolate.keys, nowMs);
   const turnedAway = isRefused || closedBy.length > 0;
+  if (placed && !turnedAway) return takePlaces(pending, { settlements, reports }, options);
   const tally = tallyContext(request, options, nowMs);
   if (tally) {
     tallySettled(groups, settlements, !turnedAway, tally);
-    if (tally.stats && settlements.some((s) => s.via === "call")) isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
+    if (tally.stats && settlements.some(calledObject)) isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
   }
   leaveBehind(groups, settlements, turnedAway, options);
   const legacy = settings.legacyHeaders;
   if (isRefused) return refused(policies, reports, legacy);
   if (closedBy.length > 0) return unavailable(closedBy, policies, reports, legacy);
-  return allowed(groups, settlements, { policies, reports }, options);
+  return allowed(groups, settlements, { policies, reports }, options, heldFor(settlements, [], startedAtMs, nowMs));
+}
+
+/** Whether a settlement took a call to the object (its latency is worth counting). */
+const calledObject = (s: Settlement): boolean => s.via === "call" || s.via === "held";
+
+/**
+ * The longest a request of these groups may wait before every key has
+ * decided: held under a rate rule, then in line for a place.
+ */
+function longestWaitMs(groups: KeyGroup[]): number {
+  let held = 0;
+  let inLine = 0;
+  for (const group of groups) {
+    for (const rule of group.rules) if (rule.action === "block") held = Math.max(held, rule.maxDelayMs ?? 0);
+    for (const rule of group.places) if (rule.action === "block") inLine = Math.max(inLine, rule.maxDelayMs ?? 0);
+  }
+  return held + inLine;
+}
+
+/**
+ * What tells the request's key groups to stop waiting: its client hanging
+ * up; and, when a held turn may be waited for beside another key's
+ * decision, that key refusing it too.
+ */
+function goneSignal(signal: AbortSignal | undefined, groups: KeyGroup[]): AbortSignal | undefined {
+  if (groups.length < 2 || !groups.some(holds)) return signal;
+  const stop = new AbortController();
+  stoppers.set(stop.signal, stop);
+  if (signal?.aborted) stop.abort();
+  else signal?.addEventListener("abort", () => stop.abort(), { once: true });
+  return stop.signal;
+}
+
+/** Stops the request's other keys' waits when this key refuses it. */
+function stopHoldsIfRefused(settlement: Settlement, stop: AbortSignal | undefined): Settlement {
+  if (stop === undefined || stop.aborted) return settlement;
+  const refusing =
+    settlement.via === "known" ||
+    (settlement.via === "call" && settlement.call.outcome.ok && !settlement.call.outcome.result.allowed);
+  if (refusing) stoppers.get(stop)?.abort();
+  return settlement;
+}
+
+/** The controller behind each stop signal made by {@link goneSignal}. */
+const stoppers = new WeakMap<AbortSignal, AbortController>();
+
+/** A request's rate rules as settled: each group's settlement, and the verdicts its headers report. */
+type Rated = { settlements: Settlement[]; reports: Reported[] };
+
+/**
+ * The request's rate rules admitted it: a place under each concurrency rule
+ * of its groups, asked for in parallel. All of them, and it goes on holding
+ * them until it ends; otherwise the places it got go back, and so does what
+ * its rate rules counted, and it is refused (or, where the object could not
+ * be asked, its rule's `on_error` applies).
+ */
+async function takePlaces(pending: Grouped, rated: Rated, options: DecideOptions): Promise<Outcome> {
+  const { request, groups, all, policies, startedAtMs } = pending;
+  const { settings, isolate } = options;
+  const { settlements } = rated;
+  const deadlineMs = isolate.clock() + settings.timeoutMs;
+  const context = { ...options, otherKeys: true, gone: request.signal };
+  const asked = all.flatMap((group) => group.places.map((rule) => ({ group, rule })));
+  const places = await Promise.all(asked.map(({ group, rule }) => settlePlace(group, rule, deadlineMs, context)));
+  const taken = placesTaken(asked, places, isolate);
+  if (request.signal?.aborted || places.some((p) => p.via === "gone")) {
+    for (const place of taken) giveBack({ kind: "place", name: place.name, id: place.placeId }, options);
+    leaveBehind(groups, settlements, true, options);
+    return clientGone();
+  }
+  const nowMs = isolate.clock();
+  const placed = readPlaces(places, isolate.keys, asked, nowMs);
+  const reports = [...rated.reports, ...placed.reports];
+  const turnedAway = placed.refused || placed.closedBy.length > 0;
+  const tally = tallyContext(request, options, nowMs);
+  if (tally) {
+    tallySettled(groups, settlements, !turnedAway, tally);
+    tallyPlaces(asked, places, !turnedAway, tally);
+    isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
+  }
+  leaveBehind(groups, settlements, turnedAway, options);
+  const legacy = settings.legacyHeaders;
+  if (turnedAway) {
+    for (const place of taken) giveBack({ kind: "place", name: place.name, id: place.placeId }, options);
+    if (placed.refused) return refused(policies, reports, legacy);
+    return unavailable(placed.closedBy, policies, reports, legacy);
+  }
+  const inFlight = taken.length > 0 ? holdPlaces(taken, options) : undefined;
+  const headers = { policies, reports };
+  return allowed(groups, settlements, headers, options, heldFor(settlements, places, startedAtMs, nowMs), inFlight);
+}
+
+/** The places a request was given, as it holds them while in flight. */
+function placesTaken(
+  asked: { group: KeyGroup; rule: Rule }[],
+  places: PlaceSettlement[],
+  isolate: Isolate,
+): HeldPlace[] {
+  const taken: HeldPlace[] = [];
+  places.forEach((p, i) => {
+    if (p.via !== "place") return;
+    const { group, rule } = asked[i]!;
+    taken.push({
+      state: isolate.keys.use(group.digest, isolate.clock()),
+      name: p.name,
+      placeId: p.place.placeId,
+      rule: rule.id,
+      timeoutMs: p.place.expiresAtMs - p.place.nowMs,
+    });
+  });
+  return taken;
+}
+
+/**
+ * How long the request was held before it went on, in milliseconds: since
+ * its decision started, when a rule held it until its turn or it waited in
+ * line for a place; undefined when it did neither.
+ */
+function heldFor(
+  settlements: Settlement[],
+  places: PlaceSettlement[],
+  startedAtMs: number,
+  nowMs: number,
+): number | undefined {
+  const waited = settlements.some((s) => s.via === "held") || places.some((p) => p.via === "place" && p.waited);
+  return waited ? Math.max(0, Math.round(nowMs - startedAtMs)) : undefined;
 }
 
 /**

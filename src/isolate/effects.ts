@@ -6,18 +6,30 @@
  * a call's counts to its object); units of keys the isolate no longer keeps
  * are handed back; a call that timed out is watched for its late answer; a
  * call other requests wait for goes on when its own request's client hangs
- * up; a `cost_header` charge is sent. Everything sent in the background
- * that does not arrive is written off and counted.
+ * up; a `cost_header` charge is sent; a held request's booking, a ticket
+ * in line for a place, a place, is given back; the places of a request in
+ * flight are renewed while it is, and released when it ends. Everything sent
+ * in the background that does not arrive is written off and counted.
  */
 import type { Settings } from "../config/settings.ts";
 import type { Rule } from "../core/rules.ts";
-import { chargeKey, type LimiterNamespace, refundKey } from "../object/client.ts";
+import {
+  cancelBooking,
+  cancelTicket,
+  chargeKey,
+  type LimiterNamespace,
+  refundKey,
+  releasePlaces,
+  renewPlaces,
+} from "../object/client.ts";
 import { type CheckResult, costOf, type LimiterOutcome, type Refund, unitsOf } from "../object/protocol.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { Batch } from "./batch.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import type { IsolateCounters } from "./counters.ts";
+import type { KeyState } from "./key-state.ts";
 import { flushStats, type StatsNamespace, type StatsRecorder } from "./stats.ts";
-import { admittedBy, giveBackSpent, type KeyCall, type KeyGroup, type Settlement } from "./vocabulary.ts";
+import { admittedBy, type Cancel, giveBackSpent, type KeyCall, type KeyGroup, type Settlement } from "./vocabulary.ts";
 
 /** What the effects need: a decision's options carry them. */
 export type Effects = {
@@ -38,11 +50,24 @@ export function keepGoing(call: Promise<unknown>, effects: Effects): void {
   effects.background(call);
 }
 
-/** A refused request counts nowhere: lease units go back to their leases, and counts to their objects. */
+/**
+ * A refused request counts nowhere: lease units go back to their leases,
+ * counts to their objects, a held request's booking to its object (taken
+ * back before its turn, refunded after), and so does a booking a request
+ * had when its client hung up.
+ */
 export function giveBackAll(groups: KeyGroup[], settlements: Settlement[], effects: Effects): void {
   settlements.forEach((s, i) => {
     if (s.via === "lease") {
       giveBackSpent(s.spent);
+      return;
+    }
+    if (s.via === "held") {
+      giveBack({ kind: "booking", name: s.call.name, id: s.held.bookingId }, effects);
+      return;
+    }
+    if (s.via === "gone") {
+      if (s.cancel !== undefined) giveBack(s.cancel, effects);
       return;
     }
     const admitted = admittedBy(s);
@@ -129,4 +154,125 @@ export function whenLate(
 /** Sends the isolate's statistics to the statistics object, in the background, when a flush is due. */
 export function flushStatsIfDue(recorder: StatsRecorder, ns: StatsNamespace, nowMs: number, effects: Effects): void {
   if (recorder.due(nowMs)) effects.background(flushStats(recorder, ns, { nowMs }));
+}
+
+/**
+ * Hands back, in the background, what a request held at its key's object:
+ * a held request's booking (the next in line moves up), its ticket in line
+ * for a place, or a place. What does not arrive is written off and counted:
+ * a booking or a place then comes back on its own (at its turn's window's
+ * end, at the place's timeout), a ticket at its deadline.
+ */
+export function giveBack(cancel: Cancel, effects: Effects): void {
+  const { ns, settings, isolate } = effects;
+  const { timeoutMs } = settings;
+  const sent =
+    cancel.kind === "booking"
+      ? cancelBooking(ns, cancel.name, cancel.id, timeoutMs)
+      : cancel.kind === "ticket"
+        ? cancelTicket(ns, cancel.name, cancel.id, timeoutMs)
+        : releasePlaces(ns, cancel.name, [cancel.id], timeoutMs);
+  effects.background(
+    sent.then((answered) => {
+      if (!answered.ok) isolate.counters.writeOff(cancel.kind === "booking" ? "cancel failed" : "release failed", 1);
+    }),
+  );
+}
+
+/**
+ * How long a place whose request's client hung up is held after the
+ * request's connection to the origin was closed: the edge test saw the
+ * origin learn of the close up to a millisecond after the next request,
+ * sent on the freed place, reached it; 20 ms later it had always learnt.
+ */
+export const HANG_UP_GRACE_MS = 20;
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Why a request in flight ended, as its places are released. */
+export type EndedBy = "sent" | "hung up" | "origin failed" | "closed";
+
+/** A request in flight at the origin with places: renewed while it is, released when it ends. */
+export type InFlight = {
+  /** Ends it: its places are released, once; later calls do nothing. */
+  end(why: EndedBy): void;
+};
+
+/** A place a request holds: its key's state (for renewals shared by the key's requests), object, id and timeout. */
+export type HeldPlace = { state: KeyState; name: string; placeId: string; rule: string; timeoutMs: number };
+
+/**
+ * Holds a request's places while it is in flight: each is renewed every
+ * third of its timeout, by a timer of the request's own (the key's other
+ * requests' places due within a sixth of theirs go with the same call), and
+ * all are released, in the background, when the request ends.
+ */
+export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { clock: () => number } }): InFlight {
+  const { clock } = effects.isolate;
+  const timers = new Map<HeldPlace, ReturnType<typeof setTimeout>>();
+  let ended = false;
+  const schedule = (place: HeldPlace, inMs: number) => {
+    timers.set(
+      place,
+      setTimeout(() => void renew(place), Math.max(0, inMs)),
+    );
+  };
+  const renew = async (place: HeldPlace) => {
+    if (ended) return;
+    const nowMs = clock();
+    const due = place.state.placesToRenew(place.placeId, nowMs);
+    if (due === null) {
+      schedule(place, place.state.nextRenewalMs(place.placeId, nowMs) - nowMs);
+      return;
+    }
+    const answered = await renewPlaces(effects.ns, place.name, due, effects.settings.timeoutMs);
+    if (answered.ok) {
+      for (const lost of answered.value.unknown) {
+        const held = place.state.dropPlace(lost);
+        if (held === undefined) continue;
+        logEvent(
+          {
+            event: "place_lost",
+            rule: held.rule,
+            key: keyHashPrefix(place.name),
+            message: "the object took the place back (it was not renewed in time): the request is no longer counted",
+          },
+          "warn",
+        );
+      }
+    }
+    if (!ended && place.state.holdsPlace(place.placeId)) {
+      schedule(place, place.state.nextRenewalMs(place.placeId, clock()) - clock());
+    }
+  };
+  const nowMs = clock();
+  for (const place of places) {
+    place.state.holdPlace(place.placeId, place.rule, place.timeoutMs, nowMs);
+    schedule(place, place.timeoutMs / 3);
+  }
+  return {
+    end(why) {
+      if (ended) return;
+      ended = true;
+      for (const timer of timers.values()) clearTimeout(timer);
+      const byName = new Map<string, string[]>();
+      for (const place of places) {
+        place.state.dropPlace(place.placeId);
+        const ids = byName.get(place.name) ?? [];
+        ids.push(place.placeId);
+        byName.set(place.name, ids);
+      }
+      // A client gone mid-request: its connection to the origin was closed just now; the origin sees that
+      // before another request, sent on the place freed, reaches it.
+      const closing = why === "hung up" ? pause(HANG_UP_GRACE_MS) : undefined;
+      for (const [name, ids] of byName) {
+        const release = () => releasePlaces(effects.ns, name, ids, effects.settings.timeoutMs);
+        effects.background(
+          (closing === undefined ? release() : closing.then(release)).then((answered) => {
+            if (!answered.ok) effects.isolate.counters.writeOff("release failed", ids.length);
+          }),
+        );
+      }
+    },
+  };
 }

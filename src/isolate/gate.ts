@@ -28,13 +28,32 @@
  * - `sending` the batch it is in, as the first of it to find nothing;
  * - `reading` its answer from the batch another request sent with it in;
  * - `calling` the object alone;
+ * - `held` until the turn the object booked for it (a rule's `max_delay`):
+ *   a wait with no call, on a timer of its own at the turn, and on the
+ *   object's answer to `awaitTurn`, whichever comes first;
+ * - `acquiring` a concurrency rule's place, once the rate rules admit it;
+ * - `queued` for a place (`max_delay` on a concurrency rule): a wait on a
+ *   timer of its own at the end of its wait, and on `awaitPlace`;
  * - `done`.
+ *
+ * A visit is either for a rate rule set (arriving … calling, held) or for one
+ * concurrency rule (acquiring, queued): each is a gate of the same key state.
  */
 import type { Rule } from "../core/rules.ts";
+import type { Answered } from "../object/client.ts";
+import type {
+  Held,
+  PlaceAcquired,
+  PlaceAnswer,
+  PlaceRefused,
+  PlaceWait,
+  Receipt,
+  TurnAnswer,
+} from "../object/protocol.ts";
 import { answerOf, Batch, type Ticket } from "./batch.ts";
 import type { IsolateCounters } from "./counters.ts";
 import { type CallTimes, Flight, STALE_AFTER_TYPICAL } from "./flight.ts";
-import type { Failure, KeyCall, Landing, Settlement } from "./vocabulary.ts";
+import type { AnsweredCall, Cancel, Failure, KeyCall, Landing, Settlement } from "./vocabulary.ts";
 
 /** What a request at the gate does next. */
 export type Step =
@@ -46,6 +65,20 @@ export type Step =
   | { do: "try" }
   /** Send the batch, this request in it ({@link Gate.sendBatch}), then report with {@link Gate.sent}. */
   | { do: "send"; batch: Batch }
+  /**
+   * Held: sleep on a timer of its own until `untilMs`, its turn by this
+   * isolate's clock; with `ask`, call `awaitTurn` too (once: its answer wakes
+   * the request). Then report with {@link Gate.turned}.
+   */
+  | { do: "hold"; untilMs: number; ask: boolean; bookingId: string; name: string }
+  /** Ask the key's object for a place, then report with {@link Gate.acquired}. */
+  | { do: "acquire" }
+  /**
+   * Wait in line for a place: sleep on a timer of its own until `untilMs`;
+   * with `ask`, call `awaitPlace` too (once: its answer wakes the request).
+   * Then report with {@link Gate.placed}.
+   */
+  | { do: "queue"; untilMs: number; ask: boolean; ticketId: string }
   /** Nothing more: how the gate settled the request. */
   | { do: "done"; end: End };
 
@@ -59,8 +92,19 @@ export type End =
   | { by: "failure"; failure: Failure }
   /** Its time ran out while it waited; `batch` and `ticket` when it was in a batch that was sent. */
   | { by: "ran out"; batch?: Batch; ticket?: Ticket }
-  /** Its client hung up. */
-  | { by: "gone" };
+  /** Held, its turn has come: where its counts were taken, or null when its own timer came first. */
+  | { by: "turn"; call: AnsweredCall; held: Held; counted: TurnCounted }
+  /** A place; `waited` when it waited in line for it. */
+  | { by: "place"; place: PlaceAcquired; waited: boolean }
+  /** No place: none free, none by the end of its wait (then `cancel` gives its ticket back), or the client is denied. */
+  | { by: "no place"; refusal: PlaceRefused; cancel?: Cancel }
+  /** The object could not be asked for a place. */
+  | { by: "place failure"; message: string }
+  /** Its client hung up; `cancel`: what it had that must be handed back. */
+  | { by: "gone"; cancel?: Cancel };
+
+/** Where a turn's counts were taken, per rule; null when the request's own timer came before the object's answer. */
+export type TurnCounted = (Receipt | null)[] | null;
 
 /** Where a request is at the gate. */
 export type At =
@@ -70,11 +114,16 @@ export type At =
   | { at: "sending"; batch: Batch }
   | { at: "reading"; flight: Flight; untilMs: number }
   | { at: "calling" }
+  | { at: "held"; call: AnsweredCall; held: Held; untilMs: number; name: string }
+  | { at: "acquiring" }
+  | { at: "queued"; ticketId: string; name: string; deadlineMs: number; untilMs: number }
   | { at: "done" };
 
 const ARRIVING: At = Object.freeze({ at: "arriving" });
 const TRYING: At = Object.freeze({ at: "trying" });
 const CALLING: At = Object.freeze({ at: "calling" });
+const ACQUIRING: At = Object.freeze({ at: "acquiring" });
+const ACQUIRE: Step = Object.freeze({ do: "acquire" });
 const DONE: At = Object.freeze({ at: "done" });
 const CALL: Step = Object.freeze({ do: "call" });
 const TRY: Step = Object.freeze({ do: "try" });
@@ -96,6 +145,10 @@ export class Visit {
   giveUpAtMs = 0;
   /** Its client hung up. */
   gone = false;
+  /** For a place: it asked again once already, after the object forgot its ticket (a restart). */
+  askedAgain = false;
+  /** For a place: how long past its deadline in line it waits for the object's answer (a call's timeout). */
+  marginMs = 0;
   /** Wakes the request from its current sleep; set by whoever carries out a `wait`. */
   wake: () => void = () => {};
   /** What a landing calls: the request's current {@link wake}. */
@@ -223,9 +276,19 @@ export class Gate {
     return this.end(visit, { do: "done", end: { by: "ran out", batch, ticket } });
   }
 
-  /** What the request's own call answered. */
-  called(visit: Visit, call: KeyCall): Step {
+  /** What the request's own call answered, at `nowMs`. */
+  called(visit: Visit, call: KeyCall, nowMs: number): Step {
     if (visit.at.at !== "calling") throw new Error(`gate: called while ${visit.at.at}`);
+    const held = call.outcome.ok ? call.outcome.result.held : undefined;
+    if (held !== undefined) {
+      // Booked for its turn. Gone meanwhile: the booking is given back, so the next in line moves up.
+      const cancel: Cancel = { kind: "booking", name: call.name, id: held.bookingId };
+      if (visit.gone) return this.end(visit, { do: "done", end: { by: "gone", cancel } });
+      // Its own timer counts the wait from the answer, on this isolate's clock: late is safe, early is not.
+      const untilMs = nowMs + held.waitMs;
+      visit.at = { at: "held", call: call as AnsweredCall, held, untilMs, name: call.name };
+      return { do: "hold", untilMs, ask: true, bookingId: held.bookingId, name: call.name };
+    }
     // Gone while its call went on for the others: what the call counted for it stands, as for any request
     // cancelled once its call has answered.
     if (visit.gone) return this.end(visit, GONE);
@@ -233,15 +296,109 @@ export class Gate {
   }
 
   /**
+   * A held request woke: `answer` is the object's answer to `awaitTurn` if
+   * it came (its turn, or no such booking), "failed" if the call failed, or
+   * null (its own timer). It goes at its turn as the object says it has
+   * come, or at its own timer, whichever is first; never before either.
+   */
+  turned(visit: Visit, answer: TurnAnswer | "failed" | null, nowMs: number): Step {
+    const { at } = visit;
+    if (at.at !== "held") throw new Error(`gate: turned while ${at.at}`);
+    // Gone: its booking was given back when it hung up (see hangUp).
+    if (visit.gone) return this.end(visit, GONE);
+    const { call, held } = at;
+    if (answer !== null && answer !== "failed" && answer.status === "turn") {
+      return this.end(visit, { do: "done", end: { by: "turn", call, held, counted: answer.counted } });
+    }
+    if (nowMs >= at.untilMs) return this.end(visit, { do: "done", end: { by: "turn", call, held, counted: null } });
+    // The object forgot the booking, or could not say: its own timer decides, as safely.
+    return { do: "hold", untilMs: at.untilMs, ask: false, bookingId: held.bookingId, name: at.name };
+  }
+
+  // A place under a concurrency rule (a gate whose rule set is that one rule).
+
+  /** A request asks for a place: its rate rules admitted it. */
+  enterPlace(visit: Visit): Step {
+    if (visit.gone) return this.end(visit, GONE);
+    visit.at = ACQUIRING;
+    return ACQUIRE;
+  }
+
+  /** What `acquire` answered at `nowMs` (of the object's key `name`), or why it did not. */
+  acquired(visit: Visit, answer: Answered<PlaceAnswer>, name: string, nowMs: number): Step {
+    if (visit.at.at !== "acquiring") throw new Error(`gate: acquired while ${visit.at.at}`);
+    if (!answer.ok) {
+      if (visit.gone) return this.end(visit, GONE);
+      return this.end(visit, { do: "done", end: { by: "place failure", message: answer.message } });
+    }
+    const got = answer.value;
+    if (visit.gone) {
+      if (got.status === "acquired") return this.goneWith(visit, { kind: "place", name, id: got.placeId });
+      if (got.status === "queued") return this.goneWith(visit, { kind: "ticket", name, id: got.ticketId });
+      return this.end(visit, GONE);
+    }
+    if (got.status === "acquired")
+      return this.end(visit, { do: "done", end: { by: "place", place: got, waited: false } });
+    if (got.status === "refused") return this.end(visit, { do: "done", end: { by: "no place", refusal: got } });
+    // In line until its deadline, by this isolate's clock from the answer, and one timeout more for the
+    // object's own answer at the deadline to arrive: past that, it gives its ticket back and is refused.
+    const untilMs = nowMs + (got.deadlineMs - got.nowMs) + visit.marginMs;
+    const deadlineMs = nowMs + (got.deadlineMs - got.nowMs);
+    visit.at = { at: "queued", ticketId: got.ticketId, name, deadlineMs, untilMs };
+    return { do: "queue", untilMs, ask: true, ticketId: got.ticketId };
+  }
+
+  /**
+   * A request in line woke: `answer` is the object's answer to `awaitPlace`
+   * if it came, or why not; null: its own timer (or a spurious wake).
+   */
+  placed(visit: Visit, answer: Answered<PlaceWait> | null, name: string, nowMs: number): Step {
+    const { at } = visit;
+    if (at.at !== "queued") throw new Error(`gate: placed while ${at.at}`);
+    if (visit.gone) {
+      // Its ticket was given back when it hung up; a place that came meanwhile goes back too.
+      if (answer?.ok && answer.value.status === "acquired") {
+        return this.goneWith(visit, { kind: "place", name, id: answer.value.placeId });
+      }
+      return this.end(visit, GONE);
+    }
+    if (answer?.ok && answer.value.status === "acquired") {
+      return this.end(visit, { do: "done", end: { by: "place", place: answer.value, waited: true } });
+    }
+    if (answer?.ok && answer.value.status === "refused") {
+      return this.end(visit, { do: "done", end: { by: "no place", refusal: answer.value } });
+    }
+    if (answer !== null && nowMs < at.deadlineMs && !visit.askedAgain) {
+      // The object no longer knows the ticket, or the call broke: the object restarted, and its line with
+      // it. Once, it asks again, at the end of the new line.
+      visit.askedAgain = true;
+      visit.at = ACQUIRING;
+      return ACQUIRE;
+    }
+    if (nowMs >= at.untilMs || answer !== null) {
+      // No place by the end of its wait: refused, its ticket given back in case a place comes to it later.
+      const refusal: PlaceRefused = { status: "refused", nowMs, free: 0, inUse: this.rules[0]?.limit ?? 0 };
+      const cancel: Cancel = { kind: "ticket", name, id: at.ticketId };
+      return this.end(visit, { do: "done", end: { by: "no place", refusal, cancel } });
+    }
+    return { do: "queue", untilMs: at.untilMs, ask: false, ticketId: at.ticketId };
+  }
+
+  /**
    * The request's client hung up: it leaves its batch, or has what the batch
    * admits for it written off, and is no longer woken (woken, a cancelled
    * request's promise makes the runtime print a warning). Its next step ends it.
+   * Returns what it held that goes back at once: a booking, or a ticket.
    */
-  hangUp(visit: Visit): void {
+  hangUp(visit: Visit): Cancel | null {
     visit.gone = true;
     if (visit.ticket !== null) visit.batch!.hangUp(visit.ticket);
     const { at } = visit;
     if (at.at === "waiting" || at.at === "reading") at.flight.waiters.delete(visit.wakeUp);
+    // Held, or in line: what it waits for goes back at once, to the next in line.
+    if (at.at === "held") return { kind: "booking", name: at.name, id: at.held.bookingId };
+    if (at.at === "queued") return { kind: "ticket", name: at.name, id: at.ticketId };
+    return null;
   }
 
   /** Looks at the gate: waits for the call in flight, or calls. */
@@ -338,6 +495,11 @@ export class Gate {
     visit.batch!.abandon(visit.ticket!);
     // If the call answered already; else the call does when it does.
     visit.batch!.writeOffAbandoned(this.rules, this.counters);
+  }
+
+  /** Ends a request whose client hung up, with what it had that must be handed back. */
+  private goneWith(visit: Visit, cancel: Cancel): Step {
+    return this.end(visit, { do: "done", end: { by: "gone", cancel } });
   }
 
   private end(visit: Visit, step: Step): Step {

@@ -127,6 +127,9 @@ export type Grant = {
   asked: boolean;
 };
 
+/** A place a request in flight holds: its rule, its timeout, and when it was last renewed (isolate time). */
+type PlaceHeld = { rule: string; timeoutMs: number; renewedAtMs: number };
+
 /** When a line was last logged for a key and rule, and the lines held back since. */
 type Logged = { atMs: number; repeats: number };
 
@@ -160,6 +163,8 @@ export class KeyState {
   private costLogged: Map<Rule, Logged> | null = null;
   /** One gate per rule set: the calls in flight for it, and the requests that wait. */
   private gates: Gate[] | null = null;
+  /** Places this isolate's requests in flight hold at the key's object, by id. */
+  private places: Map<string, PlaceHeld> | null = null;
 
   constructor(host: KeyHost, nowMs: number) {
     this.host = host;
@@ -445,6 +450,55 @@ export class KeyState {
     }
     lines.set(rule, { atMs: nowMs, repeats: 0 });
     return { repeats: logged?.repeats ?? 0 };
+  }
+
+  // Places of requests in flight.
+
+  /** A request in flight holds this place, renewed at `nowMs` (when it was given). */
+  holdPlace(placeId: string, rule: string, timeoutMs: number, nowMs: number): void {
+    this.places ??= new Map();
+    this.places.set(placeId, { rule, timeoutMs, renewedAtMs: nowMs });
+  }
+
+  /** Whether a request in flight still holds this place. */
+  holdsPlace(placeId: string): boolean {
+    return this.places?.has(placeId) ?? false;
+  }
+
+  /** The request that held this place ended (or the object took it back): what was kept of it. */
+  dropPlace(placeId: string): { rule: string } | undefined {
+    const held = this.places?.get(placeId);
+    if (held === undefined) return undefined;
+    this.places!.delete(placeId);
+    if (this.places!.size === 0) this.places = null;
+    return held;
+  }
+
+  /**
+   * The places to renew with one call now that `placeId`'s renewal is due:
+   * every place held here whose last renewal is a sixth of its timeout old
+   * or more (so the key's requests in flight share one call), or null when
+   * `placeId`'s own was renewed less than a third of its timeout ago (another
+   * request's call renewed it). They count as renewed now: a request whose
+   * renewal comes due while that call is on its way does not send another
+   * (one that fails is sent again a third later, two thirds before expiry).
+   */
+  placesToRenew(placeId: string, nowMs: number): string[] | null {
+    const own = this.places?.get(placeId);
+    if (own === undefined || nowMs - own.renewedAtMs < own.timeoutMs / 3) return null;
+    const due: string[] = [];
+    for (const [id, held] of this.places!) {
+      if (nowMs - held.renewedAtMs < held.timeoutMs / 6) continue;
+      due.push(id);
+      held.renewedAtMs = nowMs;
+    }
+    return due;
+  }
+
+  /** When `placeId` is next due for renewal: a third of its timeout after its last one. */
+  nextRenewalMs(placeId: string, nowMs: number): number {
+    const held = this.places?.get(placeId);
+    return held === undefined ? nowMs : held.renewedAtMs + held.timeoutMs / 3;
   }
 
   // Gates.

@@ -59,7 +59,8 @@ export type Client = { request: Request; method: string; path: RequestPath; clai
 
 /**
  * The rules grouped by their client key, in the order they first appear;
- * digested by `digest`. `clientKey`, the key the caller named
+ * digested by `digest`; in each group its rate rules apart from its
+ * concurrency rules. `clientKey`, the key the caller named
  * (`rateLimit({ key })`), is every rule's key when given.
  */
 export function keyGroups(
@@ -71,15 +72,28 @@ export function keyGroups(
 ): KeyGroup[] {
   if (clientKey !== undefined) {
     const canonical = customCanonicalKey(clientKey);
-    return [{ canonical, digest: digest(canonical), rules }];
+    if (!rules.some(isConcurrency)) return [{ canonical, digest: digest(canonical), rules, places: NO_PLACES }];
+    const rates = rules.filter((rule) => !isConcurrency(rule));
+    return [{ canonical, digest: digest(canonical), rules: rates, places: rules.filter(isConcurrency) }];
   }
   const facts: RequestFacts = requestFacts(client.request, client.path, settings, client.claims, client.method);
   const groups: KeyGroup[] = [];
   for (const rule of rules) {
     const canonical = canonicalKey(rule.key, facts);
-    const group = groups.find((g) => g.canonical === canonical);
-    if (group) group.rules.push(rule);
-    else groups.push({ canonical, digest: digest(canonical), rules: [rule] });
+    let group = groups.find((g) => g.canonical === canonical);
+    if (group === undefined) {
+      group = { canonical, digest: digest(canonical), rules: [], places: NO_PLACES };
+      groups.push(group);
+    }
+    if (!isConcurrency(rule)) group.rules.push(rule);
+    else if (group.places === NO_PLACES) group.places = [rule];
+    else group.places.push(rule);
   }
   return groups;
 }
+
+/** Whether a rule limits requests in flight (`concurrency`) rather than a rate. */
+export const isConcurrency = (rule: Rule): boolean => rule.concurrency !== undefined;
+
+/** A group's concurrency rules when it has none: shared, never written to. */
+const NO_PLACES: Rule[] = [];

@@ -1,25 +1,98 @@
 /**
  * @module
- * Reading how a request's key groups were settled: the verdict each rule
- * reports in the rate-limit headers, whether the request is refused, and the
- * rules that fail closed. Refusals, retries and failures are logged here
- * (a refusal at most once per key and rule per interval).
+ * Reading how a request's key groups were settled, and its places: the
+ * verdict each rule reports in the rate-limit headers, whether the request
+ * is refused, and the rules that fail closed. Refusals, retries and
+ * failures are logged here (a refusal at most once per key and rule per
+ * interval).
  */
 import type { Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
-import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
+import type { FailureReason, PlaceAcquired, PlaceRefused, RuleVerdict } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import { type Applied, failureOf, type KeyGroup, nameOf, type RuleRefusal, type Settlement } from "./vocabulary.ts";
+import {
+  type Applied,
+  failureOf,
+  type KeyGroup,
+  nameOf,
+  type PlaceSettlement,
+  type RuleRefusal,
+  type Settlement,
+} from "./vocabulary.ts";
 
 /** A rule's verdict as the rate-limit headers report it. */
 const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   id: rule.id,
   limit: verdict.limit ?? rule.limit,
   periodMs: rule.periodMs,
+  // Always present (undefined for a rate rule): one object shape on the hot path, no spread.
+  concurrency: rule.concurrency,
   verdict,
   nowMs,
 });
+
+/**
+ * How long a request refused a place is told to wait, in milliseconds: a
+ * place frees whenever a request of the client ends, which nothing here
+ * can foresee, so the shortest wait `Retry-After` can say (1 second) is
+ * the honest one; a client that comes back sooner is refused again, at
+ * the cost of one call.
+ */
+export const PLACE_RETRY_MS = 1_000;
+
+/** A concurrency rule's place, or its refusal, as the rate-limit headers report it: `remaining` is the places free. */
+function placeReport(rule: Rule, answer: PlaceAcquired | PlaceRefused, nowMs: number): Reported {
+  const acquired = answer.status === "acquired";
+  const verdict: RuleVerdict = {
+    allowed: acquired,
+    ruleAllows: acquired,
+    weighted: acquired ? (answer.limit ?? rule.limit) - answer.free : answer.inUse,
+    remaining: acquired ? answer.free : 0,
+    retryAfterMs: acquired ? 0 : PLACE_RETRY_MS,
+    resetMs: 0,
+    counted: null,
+    holdsForMs: 0,
+    ...(acquired && answer.limit !== undefined ? { limit: answer.limit } : {}),
+    ...(answer.override !== undefined ? { override: answer.override } : {}),
+  };
+  return report(rule, verdict, nowMs);
+}
+
+/**
+ * Reads a request's places: the verdicts for the headers, whether a rule
+ * refuses it (none free, or the client denied), and the rules that refuse it
+ * because their object could not be asked (`on_error = "closed"`). A shadow
+ * rule's would-be refusal is logged; the request goes on without its place.
+ */
+export function readPlaces(
+  places: PlaceSettlement[],
+  keys: ClientKeys,
+  asked: { group: KeyGroup }[],
+  nowMs: number,
+): { reports: Reported[]; refused: boolean; closedBy: string[] } {
+  const reports: Reported[] = [];
+  const closedBy: string[] = [];
+  let refused = false;
+  places.forEach((p, i) => {
+    if (p.via === "gone") return;
+    const { rule, name } = p;
+    const group = asked[i]!.group;
+    if (p.via === "failed") {
+      closedBy.push(...failed({ ...group, rules: [rule] }, name, { ...p, attempts: 1 }));
+      return;
+    }
+    const answer = p.via === "place" ? p.place : p.refusal;
+    const denied = answer.override === "deny";
+    if (p.via === "no place") {
+      if (rule.action === "block" || denied) refused = true;
+      const weighted = p.refusal.inUse;
+      logRefusal({ rule, digest: group.digest, name, weighted, applied: p.refusal }, keys, nowMs);
+    }
+    if (rule.action === "block" || denied) reports.push(placeReport(rule, answer, nowMs));
+  });
+  return { reports, refused, closedBy };
+}
 
 /** A known refusal as the object's verdict, with the wait that is left. */
 export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Reported {
@@ -74,6 +147,12 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], k
       }
     } else if (s.via === "gone") {
       refused = true; // its client hung up: nothing of it is reported (decide answers it before this)
+    } else if (s.via === "held") {
+      // Held until its turn, which has come: its verdicts are its admission then.
+      const { verdicts } = s.call.outcome.result;
+      group.rules.forEach((rule, j) => {
+        if (rule.action === "block") reports.push(report(rule, verdicts[j]!, nowMs));
+      });
     } else if (s.via === "call" && s.call.outcome.ok) {
       const { result, attempts, retriedAfter } = s.call.outcome;
       if (retriedAfter !== undefined) {

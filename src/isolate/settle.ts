@@ -4,26 +4,43 @@
  * covered when it came in: takes it through its key's gate (gate.ts),
  * carrying out each step the gate returns: a call of its own, a sleep on
  * its own timer, a look for a lease unit or a known refusal, the batch it
- * sends. The only `await`s are on the request's own promises and calls,
- * and it listens for its client hanging up once.
+ * sends, a hold until its booked turn. And, once the rate rules admit it,
+ * a place under each concurrency rule: asked for, or waited for in line.
+ * The only `await`s are on the request's own promises and calls, and it
+ * listens for its client hanging up once per gate.
  */
 import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
-import { settledByAnswer } from "../core/rules.ts";
-import { deadline } from "../object/client.ts";
-import type { CheckResult } from "../object/protocol.ts";
+import { type Rule, settledByAnswer } from "../core/rules.ts";
+import { type Answered, acquirePlace, awaitPlace, awaitTurn, deadline } from "../object/client.ts";
+import {
+  type CheckResult,
+  type PlaceRequest,
+  type PlaceWait,
+  type Receipt,
+  toPlaceRequest,
+} from "../object/protocol.ts";
 import type { Batch, Ticket } from "./batch.ts";
 import { batchable, type CallContext, callObject, refundableForMs } from "./call.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import { keepGoing } from "./effects.ts";
+import { giveBack, keepGoing } from "./effects.ts";
 import { type End, type Gate, type Step, Visit } from "./gate.ts";
-import { GONE, type KeyCall, type KeyGroup, type RuleRefusal, type Settlement } from "./vocabulary.ts";
+import {
+  GONE,
+  type KeyCall,
+  type KeyGroup,
+  type PlaceSettlement,
+  type RuleRefusal,
+  type Settlement,
+} from "./vocabulary.ts";
 
 /** What settling needs besides the group. */
 export type SettleContext = CallContext & {
   settings: Settings;
-  /** Whether the request has other key groups, which may refuse it: then counts taken here may be refunded. */
+  /** Whether the request has other key groups, or places to take, which may refuse it: then counts taken here may be refunded. */
   otherKeys: boolean;
+  /** How long the request may wait (held, or in line for a place) before the others have decided, at most. */
+  waitMs?: number;
   /** Aborts when the request's client hangs up (with `enable_request_signal`): a waiter is then no longer woken. */
   gone?: AbortSignal | undefined;
 };
@@ -67,14 +84,18 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
   const visit = new Visit(
     deadlineMs,
     batchable(group, keys),
-    refundableForMs(group, ctx.otherKeys, ctx.settings.timeoutMs),
+    refundableForMs(group, ctx.otherKeys, ctx.settings.timeoutMs, ctx.waitMs ?? 0),
   );
   // The call this request is making, while it makes one: it goes on if the client hangs up.
   let calling: Promise<unknown> | null = null;
+  // Held: the object's answer to awaitTurn once it came, and its receipts still to come.
+  let turnAnswer: TurnAnswerOrFailed | null = null;
+  let later: Promise<(Receipt | null)[] | null> | undefined;
   // An event listener returns nothing: the runtime warns of any value returned.
   const hungUp = () => {
-    gate.hangUp(visit);
+    const cancel = gate.hangUp(visit);
     if (calling !== null) keepGoing(calling, ctx);
+    if (cancel !== null) giveBack(cancel, ctx);
   };
   if (gone?.aborted) gate.hangUp(visit);
   else gone?.addEventListener("abort", hungUp);
@@ -83,7 +104,20 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     for (;;) {
       switch (step.do) {
         case "done":
-          return await ended(step.end, group, ctx);
+          return await ended(step.end, group, ctx, later);
+        case "hold":
+          if (step.ask) {
+            // A deadline past the turn: the object answers then. Its answer wakes the request early.
+            const waitMs = Math.max(0, step.untilMs - clock()) + 2 * ctx.settings.timeoutMs;
+            later = awaitTurn(ctx.ns, step.name, step.bookingId, waitMs).then((answered) => {
+              turnAnswer = answered.ok ? answered.value : "failed";
+              visit.wake();
+              return answered.ok && answered.value.status === "turn" ? answered.value.counted : null;
+            });
+          }
+          await sleep(visit, step.untilMs - clock());
+          step = gate.turned(visit, turnAnswer, clock());
+          break;
         case "wait":
           await sleep(visit, step.untilMs - clock());
           step = gate.woke(visit, clock());
@@ -96,7 +130,7 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
           calling = call;
           const answered = await call;
           calling = null;
-          step = gate.called(visit, answered);
+          step = gate.called(visit, answered, clock());
           break;
         }
         case "send": {
@@ -114,6 +148,9 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
           step = gate.sent(visit, answered, clock());
           break;
         }
+        case "acquire":
+        case "queue":
+          throw new Error(`settle: a rate rule set's gate asked to ${step.do}`);
       }
     }
   } finally {
@@ -176,11 +213,27 @@ async function sendBatch(
   }
 }
 
-/** The settlement a request leaves the gate with. */
-async function ended(end: End, group: KeyGroup, ctx: SettleContext): Promise<Settlement> {
+type TurnAnswerOrFailed = Parameters<Gate["turned"]>[1];
+
+/** The settlement a request leaves the gate with; `later`, a held request's receipts still to come. */
+async function ended(
+  end: End,
+  group: KeyGroup,
+  ctx: SettleContext,
+  later?: Promise<(Receipt | null)[] | null>,
+): Promise<Settlement> {
   switch (end.by) {
     case "gone":
-      return GONE;
+      return end.cancel === undefined ? GONE : { via: "gone", cancel: end.cancel };
+    case "turn": {
+      const { call, held, counted } = end;
+      const turn = counted === null && later !== undefined ? { counted, later } : { counted };
+      return { via: "held", call, held, turn };
+    }
+    case "place":
+    case "no place":
+    case "place failure":
+      throw new Error(`settle: a rate rule set's gate ended with ${end.by}`);
     case "found":
       return end.settlement;
     case "answer":
@@ -238,4 +291,104 @@ async function ranOut(
   const message = `no decision within ${ctx.settings.timeoutMs}ms`;
   const failure = { ok: false, reason: "timeout", message, attempts: 0, name } as const;
   return late === undefined ? { via: "shared", failure } : { via: "shared", failure, late };
+}
+
+/**
+ * A place for the request under one concurrency rule of its group, once
+ * its rate rules admitted it (or its held turn came): asked for, and, when
+ * none is free and the rule has `max_delay`, waited for in line, on a timer
+ * of its own at the end of the wait and on the object's answer to
+ * `awaitPlace`. A client that hangs up gives its ticket, or the place that
+ * came, back. `deadlineMs`: the asking call's, in isolate time.
+ */
+export async function settlePlace(
+  group: KeyGroup,
+  rule: Rule,
+  deadlineMs: number,
+  ctx: SettleContext,
+): Promise<PlaceSettlement> {
+  const { isolate, gone, settings } = ctx;
+  const { keys, clock } = isolate;
+  const gate = keys.use(group.digest, clock()).gate([rule]);
+  const visit = new Visit(deadlineMs, false, 0);
+  visit.marginMs = settings.timeoutMs;
+  const name = await hashKey(group.canonical);
+  let calling: Promise<unknown> | null = null;
+  let waited: Answered<PlaceWait> | null = null;
+  const hungUp = () => {
+    const cancel = gate.hangUp(visit);
+    if (calling !== null) keepGoing(calling, ctx);
+    if (cancel !== null) giveBack(cancel, ctx);
+  };
+  if (gone?.aborted) gate.hangUp(visit);
+  else gone?.addEventListener("abort", hungUp);
+  try {
+    let step: Step = gate.enterPlace(visit);
+    for (;;) {
+      switch (step.do) {
+        case "done":
+          return placeEnded(step.end, rule, name, ctx);
+        case "acquire": {
+          const leftMs = Math.max(1, Math.max(deadlineMs, clock() + settings.timeoutMs / 2) - clock());
+          const call = acquirePlace(ctx.ns, name, rule.id, placeRequestOf(rule), leftMs);
+          calling = call;
+          const answered = await call;
+          calling = null;
+          step = gate.acquired(visit, answered, name, clock());
+          break;
+        }
+        case "queue":
+          if (step.ask) {
+            waited = null;
+            const waitMs = Math.max(0, step.untilMs - clock()) + settings.timeoutMs;
+            void awaitPlace(ctx.ns, name, step.ticketId, waitMs).then((answered) => {
+              waited = answered;
+              visit.wake();
+            });
+          }
+          await sleep(visit, step.untilMs - clock());
+          step = gate.placed(visit, waited, name, clock());
+          break;
+        default:
+          throw new Error(`settle: a concurrency rule's gate asked to ${step.do}`);
+      }
+    }
+  } finally {
+    gone?.removeEventListener("abort", hungUp);
+  }
+}
+
+/** How a place was settled, from how the request left its gate; what it must hand back goes back now. */
+function placeEnded(end: End, rule: Rule, name: string, ctx: SettleContext): PlaceSettlement {
+  switch (end.by) {
+    case "place":
+      return { via: "place", rule, name, place: end.place, waited: end.waited };
+    case "no place":
+      if (end.cancel !== undefined) giveBack(end.cancel, ctx);
+      return { via: "no place", rule, name, refusal: end.refusal };
+    case "place failure": {
+      const reason = end.message.startsWith("no answer within") ? "timeout" : "error";
+      return { via: "failed", rule, name, reason, message: end.message };
+    }
+    case "gone":
+      if (end.cancel !== undefined) giveBack(end.cancel, ctx);
+      return { via: "gone" };
+    default:
+      throw new Error(`settle: a concurrency rule's gate ended with ${end.by}`);
+  }
+}
+
+const placeRequests = new WeakMap<Rule, PlaceRequest>();
+/**
+ * What `acquire` asks for a rule, made once per rule: a shadow rule
+ * (`action = "log"`) never waits in line, as it never refuses.
+ */
+function placeRequestOf(rule: Rule): PlaceRequest {
+  let request = placeRequests.get(rule);
+  if (request === undefined) {
+    const { maxDelayMs: _delay, maxHeld: _held, ...now } = toPlaceRequest(rule);
+    request = rule.action === "log" ? now : toPlaceRequest(rule);
+    placeRequests.set(rule, request);
+  }
+  return request;
 }

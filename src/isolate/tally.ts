@@ -10,7 +10,15 @@ import type { Rule } from "../core/rules.ts";
 import type { StatsOutcome } from "../object/stats-protocol.ts";
 import { keyHashPrefix } from "../observe/log.ts";
 import type { StatsRecorder } from "./stats.ts";
-import { failureOf, type KeyGroup, nameOf, type RuleRefusal, type Settlement, verdictOf } from "./vocabulary.ts";
+import {
+  failureOf,
+  type KeyGroup,
+  nameOf,
+  type PlaceSettlement,
+  type RuleRefusal,
+  type Settlement,
+  verdictOf,
+} from "./vocabulary.ts";
 
 /** A Workers Analytics Engine dataset, as far as the limiter writes to it. */
 export type AnalyticsSink = {
@@ -45,9 +53,10 @@ export function tallyKnown(groups: KeyGroup[], known: RuleRefusal[], context: Ta
 
 /**
  * Counts a settled request: per rule, admitted (when the request went on),
- * refused by its object or from what the isolate knew, a shadow rule's
- * would-be refusal, or a failure, open or closed. A rule that admitted a
- * request another rule refused counts nothing.
+ * held (admitted at its turn, after a wait), refused by its object or from
+ * what the isolate knew, a shadow rule's would-be refusal, or a failure,
+ * open or closed. A rule that admitted a request another rule refused
+ * counts nothing.
  */
 export function tallySettled(
   groups: KeyGroup[],
@@ -76,7 +85,42 @@ function settledOutcome(rule: Rule, s: Settlement, j: number, admitted: boolean)
   // A shadow rule's would-be refusal is counted when the request went on: had another rule refused it, it counts nothing.
   if (verdict !== undefined && !verdict.ruleAllows)
     return rule.action === "block" ? "refused" : admitted ? "shadow_refused" : null;
-  return admitted ? "admitted" : null;
+  if (!admitted) return null;
+  // Held until its turn: under the rules that hold (a shadow rule counted it as it came).
+  return s.via === "held" && rule.action === "block" ? "held" : "admitted";
+}
+
+/**
+ * Counts a request's places, per concurrency rule: admitted (a place at
+ * once), held (a place after a wait in line), refused (none), a shadow
+ * rule's would-be refusal, or a failure. A rule that gave a place to a
+ * request another rule refused counts nothing.
+ */
+export function tallyPlaces(
+  asked: { group: KeyGroup; rule: Rule }[],
+  places: PlaceSettlement[],
+  admitted: boolean,
+  context: TallyContext,
+): void {
+  places.forEach((p, i) => {
+    if (p.via === "gone") return;
+    const { group, rule } = asked[i]!;
+    const outcome: StatsOutcome | null =
+      p.via === "failed"
+        ? failure(rule, p.reason, context)
+        : p.via === "no place"
+          ? rule.action === "block" || p.refusal.override === "deny"
+            ? "refused"
+            : admitted
+              ? "shadow_refused"
+              : null
+          : admitted
+            ? p.waited
+              ? "held"
+              : "admitted"
+            : null;
+    if (outcome !== null) count({ rule, outcome, group, name: p.name }, context);
+  });
 }
 
 function failure(rule: Rule, reason: string, context: TallyContext): StatsOutcome {

@@ -7,18 +7,50 @@
  * import from here.
  */
 import type { Rule } from "../core/rules.ts";
-import type { CheckResult, FailureReason, LimiterOutcome, Receipt, RuleVerdict } from "../object/protocol.ts";
+import type {
+  CheckResult,
+  FailureReason,
+  Held,
+  LimiterOutcome,
+  PlaceAcquired,
+  PlaceRefused,
+  Receipt,
+  RuleVerdict,
+} from "../object/protocol.ts";
 
 /** The rules of one request that share a client key, and so one Durable Object. */
 export type KeyGroup = {
   canonical: string;
   /** The isolate's digest of `canonical`. */
   digest: string;
+  /** Its rate rules: one check decides them all. */
   rules: Rule[];
+  /** Its concurrency rules (`concurrency`): a place under each, once the rate rules admit the request. */
+  places: Rule[];
 };
 
 /** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */
 export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number };
+
+/** A call the object answered. */
+export type AnsweredCall = KeyCall & { outcome: Extract<LimiterOutcome, { ok: true }> };
+
+/** What is to be handed back for a request whose client hung up or that was turned away once it had it. */
+export type Cancel =
+  /** A held request's booking: taken back before its turn, refunded after it. */
+  | { kind: "booking"; name: string; id: string }
+  /** A request's place in the line for a place (or the place given to it and not collected). */
+  | { kind: "ticket"; name: string; id: string }
+  /** A place it holds. */
+  | { kind: "place"; name: string; id: string };
+
+/**
+ * A held request's turn, as the request reads it once it has come: where
+ * each rule's count was taken (per rule, in the order checked; null for one
+ * not counted), or null when the request went on its own timer before the
+ * object said; then `later` is what the object says, if it does.
+ */
+export type Turn = { counted: (Receipt | null)[] | null; later?: Promise<(Receipt | null)[] | null> };
 
 /** How a call ended, as the requests that waited for it read it. */
 export type Landing =
@@ -114,11 +146,16 @@ export type Settlement =
    */
   | { via: "shared"; failure: Failure; late?: Promise<CheckResult | undefined> }
   /**
+   * Held until its turn (the object booked it, and it has come): the call's verdicts are its admission
+   * then; its counts were taken where `turn` says.
+   */
+  | { via: "held"; call: AnsweredCall; held: Held; turn: Turn }
+  /**
    * The request's client hung up while it waited: it decides nothing more. (The runtime cancels such a
    * request, unless it has work in the background: then it goes on, and must not send, or be served by,
-   * what it waited for.)
+   * what it waited for.) `cancel`: a booking it had, to give back.
    */
-  | { via: "gone" };
+  | { via: "gone"; cancel?: Cancel };
 
 export const GONE: Settlement = Object.freeze({ via: "gone" });
 
@@ -128,6 +165,7 @@ export const GONE: Settlement = Object.freeze({ via: "gone" });
 export function nameOf(settlement: Settlement): string | null {
   switch (settlement.via) {
     case "call":
+    case "held":
       return settlement.call.name;
     case "shared":
       return settlement.failure.name;
@@ -142,6 +180,7 @@ export function nameOf(settlement: Settlement): string | null {
 export function verdictOf(settlement: Settlement, j: number): RuleVerdict | undefined {
   if (settlement.via === "lease") return settlement.spent.verdicts[j];
   if (settlement.via === "call" && settlement.call.outcome.ok) return settlement.call.outcome.result.verdicts[j];
+  if (settlement.via === "held") return settlement.call.outcome.result.verdicts[j];
   return undefined;
 }
 
@@ -150,6 +189,8 @@ export function receiptOf(settlement: Settlement, j: number): Receipt | null {
   if (settlement.via === "lease") return settlement.spent.leases[j]!.receipt;
   if (settlement.via === "call" && settlement.call.outcome.ok)
     return settlement.call.outcome.result.verdicts[j]?.counted ?? null;
+  // A held request's counts: where its turn took them (a cancellation ahead may have moved it to another bucket).
+  if (settlement.via === "held") return settlement.turn.counted?.[j] ?? null;
   return null;
 }
 
@@ -167,8 +208,21 @@ export function failureOf(settlement: Settlement): { reason: FailureReason; mess
  */
 export function lateAnswerOf(settlement: Settlement): Promise<CheckResult | undefined> | undefined {
   if (settlement.via === "shared") return settlement.late;
+  if (settlement.via === "held") return heldLater(settlement);
   if (settlement.via !== "call" || settlement.call.outcome.ok) return undefined;
   return settlement.call.outcome.late;
+}
+
+/** A held request that went on its own timer: its turn's receipts, as a late answer reads them, once the object says. */
+function heldLater(settlement: Extract<Settlement, { via: "held" }>): Promise<CheckResult | undefined> | undefined {
+  const { later } = settlement.turn;
+  if (settlement.turn.counted !== null || later === undefined) return undefined;
+  const result = settlement.call.outcome.result;
+  return later.then((counted) =>
+    counted === null
+      ? undefined
+      : { ...result, allowed: true, verdicts: result.verdicts.map((v, j) => ({ ...v, counted: counted[j] ?? null })) },
+  );
 }
 
 /** What the object counted for this request, when its own answer admitted it: the counts to refund if it is turned away. */
@@ -176,3 +230,14 @@ export function admittedBy(settlement: Settlement): { name: string; result: Chec
   if (settlement.via !== "call" || !settlement.call.outcome.ok || !settlement.call.outcome.result.allowed) return null;
   return { name: settlement.call.name, result: settlement.call.outcome.result };
 }
+
+/** A concurrency rule's place for one request: how it was settled. */
+export type PlaceSettlement =
+  /** A place: hold it while the request is in flight. `waited`: it waited in line for it. */
+  | { via: "place"; rule: Rule; name: string; place: PlaceAcquired; waited: boolean }
+  /** None free (or none by the end of its wait), or an override denies the client. */
+  | { via: "no place"; rule: Rule; name: string; refusal: PlaceRefused }
+  /** The object could not be asked: the rule's `on_error` applies. */
+  | { via: "failed"; rule: Rule; name: string; reason: FailureReason; message: string }
+  /** Its client hung up while it waited. */
+  | { via: "gone" };

@@ -4,7 +4,19 @@
  * runtime says a retry is safe. Failures come back as labelled results.
  */
 
-import type { CheckOptions, CheckResult, LimiterOutcome, Refund, RuleCheck } from "./protocol.ts";
+import type {
+  Cancellation,
+  CheckOptions,
+  CheckResult,
+  LimiterOutcome,
+  PlaceAnswer,
+  PlaceRequest,
+  PlaceWait,
+  Refund,
+  Renewal,
+  RuleCheck,
+  TurnAnswer,
+} from "./protocol.ts";
 import type { RateLimiter } from "./rate-limiter.ts";
 
 /** What the client needs of a namespace; a real `DurableObjectNamespace<RateLimiter>` fits. */
@@ -147,3 +159,62 @@ async function sendToKey(
     return false; // the stub itself could not be made
   }
 }
+
+/** A call's answer within its deadline, or why there was none. */
+export type Answered<T> = { ok: true; value: T } | { ok: false; message: string };
+
+/** One call to a key's object, within `timeoutMs`; no retry (each of these is either safe to repeat by hand or not). */
+async function callKey<T>(
+  ns: LimiterNamespace,
+  name: string,
+  call: (stub: ReturnType<LimiterNamespace["get"]>) => Promise<unknown>,
+  timeoutMs: number,
+): Promise<Answered<T>> {
+  try {
+    return await withDeadline(call(stubFor(ns, name)) as Promise<T>, timeoutMs);
+  } catch (error) {
+    return { ok: false, message: String((error as Error)?.message ?? error) }; // the stub itself could not be made
+  }
+}
+
+/**
+ * Awaits a held request's turn (`CheckResult.held`). `timeoutMs` should
+ * reach past the turn: the answer comes then. When the call fails, the
+ * caller goes on its own timer at `held.atMs`, which is as safe.
+ */
+export const awaitTurn = (ns: LimiterNamespace, name: string, bookingId: string, timeoutMs: number) =>
+  callKey<TurnAnswer>(ns, name, (stub) => stub.awaitTurn(bookingId), timeoutMs);
+
+/** Gives a held request's place back: its client hung up, or another key refused it. */
+export const cancelBooking = (ns: LimiterNamespace, name: string, bookingId: string, timeoutMs: number) =>
+  callKey<Cancellation>(ns, name, (stub) => stub.cancelBooking(bookingId), timeoutMs);
+
+/** Asks for a place under a concurrency rule (see `RateLimiter.acquire`). */
+export const acquirePlace = (
+  ns: LimiterNamespace,
+  name: string,
+  ruleId: string,
+  request: PlaceRequest,
+  timeoutMs: number,
+) => callKey<PlaceAnswer>(ns, name, (stub) => stub.acquire(ruleId, request), timeoutMs);
+
+/** Awaits a place for a queued request; `timeoutMs` should reach past its deadline. */
+export const awaitPlace = (ns: LimiterNamespace, name: string, ticketId: string, timeoutMs: number) =>
+  callKey<PlaceWait>(ns, name, (stub) => stub.awaitPlace(ticketId), timeoutMs);
+
+/** Drops a queued request's ticket: its client hung up. */
+export const cancelTicket = (ns: LimiterNamespace, name: string, ticketId: string, timeoutMs: number) =>
+  callKey<Cancellation>(ns, name, (stub) => stub.cancelTicket(ticketId), timeoutMs);
+
+/** Frees places: their requests ended. A lost release costs a place until it expires (its timeout). */
+export const releasePlaces = (ns: LimiterNamespace, name: string, placeIds: string[], timeoutMs: number) =>
+  callKey<{ nowMs: number; released: string[]; unknown: string[] }>(
+    ns,
+    name,
+    (stub) => stub.release(placeIds),
+    timeoutMs,
+  );
+
+/** Renews places still in flight; the answer's `unknown` were taken back (their requests no longer count). */
+export const renewPlaces = (ns: LimiterNamespace, name: string, placeIds: string[], timeoutMs: number) =>
+  callKey<Renewal>(ns, name, (stub) => stub.renew(placeIds), timeoutMs);

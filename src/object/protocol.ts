@@ -1,11 +1,12 @@
 /**
  * @module
  * What the Worker and a key's Durable Object say to each other: the rules
- * to check, the verdicts, leases, receipts and refunds. Types and pure
+ * to check, the verdicts, leases, receipts and refunds; held requests'
+ * bookings; concurrency rules' places. Types and pure
  * helpers only, so Node-side tools can use them too.
  */
 import type { OverrideSetting } from "../core/overrides.ts";
-import type { Rule } from "../core/rules.ts";
+import { DEFAULT_MAX_HELD, type Rule } from "../core/rules.ts";
 import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 
 /** One rule to check, as the Worker sends it. */
@@ -19,7 +20,18 @@ export type RuleCheck = WindowLimit & {
   blockForMs?: number;
   /** The tier whose limit `limit` is, when a verified token's claim chose it; an override still comes first. */
   tier?: string;
+  /**
+   * How long a request this rule makes wait may be held until its turn
+   * (`max_delay`), when the caller can hold it ({@link CheckOptions.hold});
+   * absent: refused at once.
+   */
+  maxDelayMs?: number;
+  /** With `maxDelayMs`: how many of the key's requests may be held at once under the rule; {@link DEFAULT_MAX_HELD} when absent. */
+  maxHeld?: number;
 };
+
+/** How many of a key's requests a rule holds at once when it names no `maxHeld`. */
+export { DEFAULT_MAX_HELD };
 
 /** Whether a rule's refusals start a penalty, and a running one is honoured: an enforcing rule with `block_for`. */
 export const penalizes = (rule: RuleCheck): boolean => rule.enforce && (rule.blockForMs ?? 0) > 0;
@@ -81,7 +93,104 @@ export type CheckResult = {
   admitted?: number;
   /** With `batch` > 1, when some of its requests were admitted and the rest refused: the refusal's verdicts. */
   refused?: RuleVerdict[];
+  /**
+   * When the request is held ({@link CheckOptions.hold}): booked for its turn.
+   * `allowed` is then false (it may not go now), and the verdicts are its
+   * admission at `held.atMs`: what it counted where (`counted`), and what it
+   * leaves there (`remaining`, `resetMs` from `atMs`).
+   */
+  held?: Held;
 };
+
+/** A held request's booking: send it on at `atMs`; its counts are taken there. */
+export type Held = {
+  /** Names the booking to the object's `awaitTurn` and `cancelBooking`. */
+  bookingId: string;
+  /** Its turn, in Unix milliseconds of the object's clock. Going later is safe; going earlier is not. */
+  atMs: number;
+  /** `atMs` − `nowMs`. */
+  waitMs: number;
+};
+
+/**
+ * What `awaitTurn` answers: the turn has come (at `atMs`, its counts taken
+ * where `counted` says, per rule in the order the check gave, null for a
+ * rule not counted), or the object knows no such booking (cancelled, or
+ * counted long ago).
+ */
+export type TurnAnswer =
+  | { status: "turn"; nowMs: number; atMs: number; counted: (Receipt | null)[] }
+  | { status: "unknown"; nowMs: number };
+
+/**
+ * What `cancelBooking` did: took back the counts of a booking whose turn had
+ * not come (`cancelled`; those after it moved up), refunded those of one
+ * already counted (`refunded`), or found none (`unknown`).
+ */
+export type Cancellation = { status: "cancelled" | "refunded" | "unknown" };
+
+/** What `acquire` asks for a concurrency rule's place. */
+export type PlaceRequest = {
+  /** Places under the rule: its `limit` (a tier's, where a token's claim chose one); an override comes first. */
+  concurrency: number;
+  /** A place not renewed for this long is taken back. */
+  placeTimeoutMs: number;
+  /** How long the request may wait for a place; absent: refused at once when none is free. */
+  maxDelayMs?: number;
+  /** With `maxDelayMs`: how many of the key's requests may wait at once; {@link DEFAULT_MAX_HELD} when absent. */
+  maxHeld?: number;
+  /** The rule's limit per tier, for a client an override puts in a tier. */
+  tiers?: Readonly<Record<string, number>>;
+  /** The tier whose limit `concurrency` is, when a token's claim chose it. */
+  tier?: string;
+};
+
+/** A place given: hold it while the request is in flight, renew it every third of the timeout, release it at the end. */
+export type PlaceAcquired = {
+  status: "acquired";
+  nowMs: number;
+  placeId: string;
+  /** When it is taken back unless renewed, in Unix milliseconds. */
+  expiresAtMs: number;
+  /** Places left free after this one. */
+  free: number;
+  /** The limit an override (or its tier) gave this client, when one did. */
+  limit?: number;
+  override?: OverrideSetting["kind"];
+};
+
+/** No place: every one is held (or an override denies the client). */
+export type PlaceRefused = { status: "refused"; nowMs: number; free: 0; inUse: number; override?: "deny" };
+
+/** The request waits for a place until `deadlineMs`: `awaitPlace(ticketId)` answers when it gets one, or at the deadline. */
+export type PlaceQueued = {
+  status: "queued";
+  nowMs: number;
+  ticketId: string;
+  deadlineMs: number;
+  /** Requests waiting ahead of this one. */
+  ahead: number;
+};
+
+export type PlaceAnswer = PlaceAcquired | PlaceRefused | PlaceQueued;
+
+/** What `awaitPlace` answers: a place, none by the deadline, or no such ticket (cancelled, lapsed, or lost). */
+export type PlaceWait = PlaceAcquired | PlaceRefused | { status: "unknown"; nowMs: number };
+
+/** What `peekPlaces` answers: a concurrency rule's places for one client, read without taking one. */
+export type PlacesNow = {
+  nowMs: number;
+  /** The places this client has: the rule's, or an override's or a tier's; null when an override lifts or denies the rule. */
+  limit: number | null;
+  /** Places held now. */
+  inUse: number;
+  /** Requests waiting for a place. */
+  waiting: number;
+  override?: OverrideSetting["kind"];
+};
+
+/** What `renew` answers: each place still held, to its new expiry; and the ids not held (released, or taken back). */
+export type Renewal = { nowMs: number; renewed: { placeId: string; expiresAtMs: number }[]; unknown: string[] };
 
 /**
  * Admissions counted now, up front, for the caller to spend on its next
@@ -128,6 +237,15 @@ export type CheckOptions = {
    * no per-rule windows applies to every row).
    */
   refundableByRuleMs?: number[];
+  /**
+   * The caller can hold a request until its turn and send it on then. A
+   * request that rules with `maxDelayMs` make wait, no longer than the
+   * smallest of their delays and with fewer than `maxHeld` held under each,
+   * is then booked and answered `held`, not refused. A caller that cannot
+   * hold leaves it out and is refused as before (its `Retry-After` counting
+   * the bookings ahead). Only with `batch` 1.
+   */
+  hold?: boolean;
   /**
    * How many requests of the key this check decides, one after another in
    * one turn, each all or nothing as if each had called alone; default 1.
@@ -199,6 +317,16 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
   enforce: rule.action === "block",
   ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
   ...(rule.blockForMs > 0 ? { blockForMs: rule.blockForMs } : {}),
+  ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
+  ...(rule.maxDelayMs !== undefined ? { maxDelayMs: rule.maxDelayMs, maxHeld: rule.maxHeld ?? DEFAULT_MAX_HELD } : {}),
+});
+
+/** What `acquire` needs of a concurrency rule (one with `concurrency`), with `limit` as its places (a tier's, if chosen). */
+export const toPlaceRequest = (rule: Rule): PlaceRequest => ({
+  concurrency: rule.limit,
+  placeTimeoutMs: rule.placeTimeoutMs ?? rule.periodMs,
+  ...(rule.maxDelayMs !== undefined ? { maxDelayMs: rule.maxDelayMs, maxHeld: rule.maxHeld ?? DEFAULT_MAX_HELD } : {}),
+  ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
   ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
 });
 

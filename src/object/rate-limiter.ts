@@ -13,15 +13,26 @@
  * a receipt from an earlier epoch (before an admin reset) are ignored. A row
  * also keeps when its rule's penalty (`block_for`) ends, if one was started:
  * stored with the counts, so a restart and every caller honour it.
+ *
+ * A request over its limit may be held instead of refused, when the caller
+ * can hold it: its counts are booked for its turn (`booking-book.ts`), and a
+ * later request under the same rule queues behind it, from any isolate. A
+ * concurrency rule's places live here too (`place-book.ts`). One timer
+ * (`wake.ts`) answers the callers awaiting a turn or a place.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { BookedCount } from "../core/bookings.ts";
 import { limitUnder, type Override } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import {
   admit,
+  admitAt,
+  bucketIndex,
   bucketStartMs,
+  type Decision,
   describe,
   type Evaluation,
+  earliestAdmission,
   emptyState,
   evaluate,
   msToBucketEnd,
@@ -29,10 +40,14 @@ import {
   type WindowState,
 } from "../core/sliding-window.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
+import { BookingBook } from "./booking-book.ts";
+import { PlaceBook } from "./place-book.ts";
 import {
+  type Cancellation,
   type CheckOptions,
   type CheckResult,
   costOf,
+  DEFAULT_MAX_HELD,
   LEASE_HARMLESS_SHARE,
   LEASE_MAX_MS,
   LEASE_MIN_UNITS,
@@ -40,13 +55,20 @@ import {
   type Lease,
   type LeaseRequest,
   NOWHERE,
+  type PlaceAnswer,
+  type PlaceRequest,
+  type PlacesNow,
+  type PlaceWait,
   penalizes,
   type Receipt,
   type Refund,
+  type Renewal,
   type RuleCheck,
   type RuleVerdict,
   rowOf,
+  type TurnAnswer,
 } from "./protocol.ts";
+import { Wake } from "./wake.ts";
 
 /** What the layout of a rule's buckets depends on. */
 type Shape = Pick<WindowLimit, "periodMs" | "precision">;
@@ -92,6 +114,12 @@ const expiresAtMs = ({ shape, state, penaltyUntilMs }: Row): number =>
 /** A fresh row's epoch: never 0, which rows stored before epochs existed have. */
 const newEpoch = (): number => (crypto.getRandomValues(new Uint32Array(1))[0]! % 0x7fffffff) + 1;
 
+/** A name for a booking, a place or a ticket: unguessable, so one caller cannot cancel another's. */
+const newId = (): string => crypto.randomUUID();
+
+/** An evaluation now, and, when held requests wait ahead under an enforcing rule, the turn a request would get behind them. */
+type Seen = Evaluation & { turnMs?: number };
+
 export class RateLimiter extends DurableObject<unknown> {
   private readonly sql: SqlStorage;
   private readonly rows = new Map<string, Row>();
@@ -113,9 +141,20 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Overrides found below their rule's cost and logged, by rule id, change time and cost: each is logged once. */
   private readonly warnedBelowCost = new Set<string>();
 
+  /** Held requests' bookings. */
+  private readonly books: BookingBook;
+  /** Concurrency rules' places. */
+  private readonly places: PlaceBook;
+  /** The one timer: the next turn or place a caller awaits. */
+  private readonly wake = new Wake(() => this.onWake());
+  /** A row's settled state, for the bookings' arithmetic. */
+  private readonly stateOf = (row: string): WindowState | undefined => this.rows.get(row)?.state;
+
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    this.books = new BookingBook(this.sql);
+    this.places = new PlaceBook(this.sql);
     // A fresh or cleaned-up object has no tables: reading them must not create one.
     const tables = new Set(
       this.sql
@@ -123,6 +162,8 @@ export class RateLimiter extends DurableObject<unknown> {
         .toArray()
         .map((t) => t.name),
     );
+    if (tables.has("bookings")) this.books.load();
+    if (tables.has("places")) this.places.load();
     if (tables.has("overrides")) {
       const stored = this.sql.exec<{ rule: string; value: string | null; version: number }>("SELECT * FROM overrides");
       for (const row of stored) {
@@ -176,12 +217,19 @@ export class RateLimiter extends DurableObject<unknown> {
   check(rules: RuleCheck[], options: CheckOptions = {}): CheckResult {
     if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
+    if (this.books.active) this.countTurnsDue(nowMs);
     const plans = rules.map((rule) => this.plan(rule, nowMs));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
-    const first = this.decideOne(plans, rows, nowMs);
     const batch = Math.max(1, Math.floor(options.batch ?? 1));
+    // Booking work only for a caller that can hold, and a rule that allows a delay.
+    if (options.hold && batch === 1 && rules.some((rule) => rule.enforce && rule.maxDelayMs !== undefined)) {
+      const held = this.hold(plans, rows, nowMs);
+      if (held) return held;
+    }
+    const first = this.decideOne(plans, rows, nowMs);
     if (!first.allowed) {
       this.scheduleCleanup(); // a penalty started may keep a row past its counts
+      if (options.hold) holdLess(rules, first.verdicts);
       const refusal = { nowMs, allowed: false, verdicts: first.verdicts };
       return batch > 1 ? { ...refusal, admitted: 0 } : refusal;
     }
@@ -238,7 +286,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   private decideOne(plans: Plan[], rows: (Row | undefined)[], nowMs: number) {
     const evaluations = plans.map((plan, i) =>
-      plan.kind === "count" ? evaluateRow(rows[i]!, nowMs, plan.rule) : undefined,
+      plan.kind === "count" ? this.see(rows[i]!, nowMs, plan.rule) : undefined,
     );
     const allowed = plans.every(
       (plan, i) =>
@@ -249,11 +297,284 @@ export class RateLimiter extends DurableObject<unknown> {
       const ev = evaluations[i]!;
       const row = rows[i]!;
       const counted = allowed && ev.allowed;
+      // A shadow rule counts now even where requests are held ahead: their tails must count it too.
+      if (counted && this.books.anyAhead && this.books.heldIn(row.key) > 0) this.books.invalidate();
       row.state = counted ? admit(ev.state, costOf(plan.rule)) : ev.state;
       if (!ev.allowed) this.penalize(plan.rule, row, nowMs);
       return this.verdict(ev, nowMs, plan, row, counted);
     });
     return { allowed, verdicts };
+  }
+
+  /**
+   * What a request now would see of a row: the window's evaluation, refused
+   * while the rule's penalty lasts, and, under an enforcing rule, refused
+   * while held requests wait ahead in the row, with the turn it would get
+   * behind them. A later request never takes a place promised to an earlier one.
+   */
+  private see(row: Row, nowMs: number, rule: RuleCheck): Seen {
+    const ev = evaluateRow(row, nowMs, rule);
+    if (!this.books.anyAhead || !rule.enforce || this.books.heldIn(row.key) === 0) return ev;
+    if (ev.allowed && this.roomForAll(ev.state, row.key, rule, nowMs)) return ev;
+    const tail = this.books.tailOf(row.key, this.stateOf)!;
+    return { ...ev, allowed: false, turnMs: earliestAdmission(tail.state, rule, Math.max(nowMs, tail.lastAtMs)) };
+  }
+
+  /**
+   * Whether a row (its state brought to `nowMs`) has room for every unit
+   * booked ahead in it and this request, were they all counted now. Then
+   * the request takes no place promised to a held one: a count weighs no
+   * more at any later instant than it does now, so each booking still
+   * admits at its turn. A rule far from its limit beside one that holds
+   * requests (10 a second, 1 000 an hour) neither queues nor refuses them.
+   */
+  private roomForAll(state: WindowState, row: string, rule: RuleCheck, nowMs: number): boolean {
+    const counts = state.counts.slice();
+    counts[counts.length - 1]! += this.books.unitsIn(row);
+    return evaluate({ bucket: state.bucket, counts }, nowMs, rule).allowed;
+  }
+
+  /**
+   * Books a request for its turn instead of refusing it, when every
+   * enforcing rule admits it now or makes it wait at most the smallest
+   * `maxDelayMs` of the rules that make it wait, each with fewer than its
+   * `maxHeld` held; undefined otherwise (admitted now, or refused: the
+   * ordinary path decides). All or nothing: the turn is the instant every
+   * enforcing rule admits it, with everything booked before counted, and
+   * each of them counts it there. Shadow rules count it now, as they would.
+   */
+  private hold(plans: Plan[], rows: (Row | undefined)[], nowMs: number): CheckResult | undefined {
+    const counts: BookedCount[] = [];
+    const slots: number[] = [];
+    for (const [i, plan] of plans.entries()) {
+      if (plan.kind === "deny") return undefined;
+      if (plan.kind !== "count" || !plan.rule.enforce) continue;
+      const row = rows[i]!;
+      if (penalizes(plan.rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0) return undefined;
+      counts.push({ row: row.key, window: windowOf(plan.rule) });
+      slots.push(i);
+    }
+    if (counts.length === 0) return undefined;
+    // Every rule admits it now (its rows have room for those held, or none are): the ordinary path admits it.
+    if (
+      plans.every(
+        (plan, i) => plan.kind !== "count" || !plan.rule.enforce || this.see(rows[i]!, nowMs, plan.rule).allowed,
+      )
+    ) {
+      return undefined;
+    }
+    const turn = this.books.turnOf(counts, nowMs, this.stateOf);
+    if (turn.atMs === nowMs) return undefined;
+    let delayMs = Number.POSITIVE_INFINITY;
+    for (const [k, earliestMs] of turn.earliestMs.entries()) {
+      if (earliestMs <= nowMs) continue;
+      const rule = (plans[slots[k]!] as Plan & { kind: "count" }).rule;
+      if (rule.maxDelayMs === undefined) {
+        // A rule without a delay that waits only for its place in line, with room for everyone held: not it.
+        const row = rows[slots[k]!]!;
+        if (this.roomForAll(evaluateRow(row, nowMs, rule).state, row.key, rule, nowMs)) continue;
+        return undefined;
+      }
+      if (this.books.heldIn(counts[k]!.row) >= (rule.maxHeld ?? DEFAULT_MAX_HELD)) return undefined;
+      delayMs = Math.min(delayMs, rule.maxDelayMs);
+    }
+    if (turn.atMs - nowMs > delayMs) return undefined;
+    // The verdicts are the admission at the turn: each row as it will be then, before this request.
+    const before = counts.map(({ row }) => this.books.tailOf(row, this.stateOf)?.state ?? this.rows.get(row)!.state);
+    const booking = this.books.book({ id: newId(), atMs: turn.atMs, counts, rules: plans.length, slots }, this.stateOf);
+    const verdicts = plans.map((plan, i): RuleVerdict => {
+      if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
+      const row = rows[i]!;
+      const k = slots.indexOf(i);
+      if (k >= 0) {
+        this.save(row); // its epoch is in the receipt: stored now, so a restart keeps it
+        return this.verdict(evaluate(before[k]!, booking.atMs, plan.rule), booking.atMs, plan, row, true);
+      }
+      const ev = evaluateRow(row, nowMs, plan.rule);
+      if (ev.allowed && this.books.heldIn(row.key) > 0) this.books.invalidate();
+      row.state = ev.allowed ? admit(ev.state, costOf(plan.rule)) : ev.state;
+      if (ev.allowed) this.save(row);
+      return this.verdict(ev, nowMs, plan, row, ev.allowed);
+    });
+    this.scheduleCleanup();
+    return {
+      nowMs,
+      allowed: false,
+      verdicts,
+      held: { bookingId: booking.id, atMs: booking.atMs, waitMs: booking.atMs - nowMs },
+    };
+  }
+
+  /**
+   * Counts every booking whose turn has come into its rows, at its turn, in
+   * order, and answers the callers awaiting those turns. A row reset (or
+   * cleaned up) since is made afresh: the held request went on, so it counts.
+   */
+  private countTurnsDue(nowMs: number): void {
+    for (const booking of this.books.takeDue(nowMs)) {
+      const receipts = new Array<Receipt | null>(booking.rules).fill(null);
+      booking.counts.forEach((count, k) => {
+        const row = this.rowFor(count, booking.atMs);
+        row.state = admitAt(row.state, count.window, booking.atMs);
+        this.save(row);
+        receipts[booking.slots[k]!] = {
+          row: row.key,
+          epoch: row.epoch,
+          bucket: bucketIndex(booking.atMs, count.window),
+        };
+      });
+      this.books.counted(booking, receipts, nowMs);
+    }
+  }
+
+  /** The row a booked count goes into: the row, or a fresh one if it was reset or cleaned up since. */
+  private rowFor(count: BookedCount, atMs: number): Row {
+    const row = this.rows.get(count.row);
+    if (row) return row;
+    const fresh: Row = {
+      key: count.row,
+      id: count.row.slice(0, count.row.indexOf("|")),
+      shape: { periodMs: count.window.periodMs, precision: count.window.precision },
+      epoch: newEpoch(),
+      state: emptyState(atMs, count.window),
+      penaltyUntilMs: 0,
+    };
+    this.rows.set(count.row, fresh);
+    return fresh;
+  }
+
+  /**
+   * Answers when a held request's turn has come: at once if it has, at its
+   * turn (or earlier, if cancellations moved it up) otherwise, or unknown
+   * if there is no such booking (cancelled, or counted long ago). The
+   * caller's own timer at the turn stands in if this call is lost.
+   */
+  awaitTurn(bookingId: string): TurnAnswer | Promise<TurnAnswer> {
+    const nowMs = Date.now();
+    if (this.books.active) this.countTurnsDue(nowMs);
+    const booking = this.books.get(bookingId);
+    if (booking === undefined) return { status: "unknown", nowMs };
+    if (booking.counted !== null) return { status: "turn", nowMs, atMs: booking.atMs, counted: booking.counted };
+    const answer = this.books.wait(bookingId);
+    this.rearm(nowMs);
+    return answer;
+  }
+
+  /**
+   * A held request's client hung up: its counts are taken back, and the
+   * bookings after it move up. Once its turn has come, its counts are
+   * refunded instead, never below zero.
+   */
+  cancelBooking(bookingId: string): Cancellation {
+    const nowMs = Date.now();
+    if (this.books.active) this.countTurnsDue(nowMs);
+    const booking = this.books.get(bookingId);
+    if (booking === undefined) return { status: "unknown" };
+    if (booking.counted !== null) {
+      const refunds = booking.counts.flatMap((count, k): Refund[] => {
+        const receipt = booking.counted![booking.slots[k]!];
+        return receipt ? [{ receipt, count: costOf(count.window) }] : [];
+      });
+      this.books.forget(bookingId);
+      this.refund(refunds);
+      return { status: "refunded" };
+    }
+    this.books.cancel(bookingId, nowMs, this.stateOf);
+    this.rearm(nowMs);
+    this.scheduleCleanup();
+    return { status: "cancelled" };
+  }
+
+  /**
+   * A place under a concurrency rule for a request about to be forwarded: a
+   * place, or a ticket to wait for one (`awaitPlace`) when it may wait, or a
+   * refusal. An override gives the client another number of places, or none
+   * to count (`unlimited`), or refuses it (`deny`).
+   */
+  acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
+    const nowMs = Date.now();
+    const plan = this.plan(placeCheck(ruleId, request), nowMs);
+    if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
+    const limit = plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : plan.rule.limit;
+    const answer = this.places.acquire(
+      ruleId,
+      {
+        limit,
+        timeoutMs: request.placeTimeoutMs,
+        maxHeld: request.maxHeld ?? DEFAULT_MAX_HELD,
+        ...(request.maxDelayMs === undefined ? {} : { maxDelayMs: request.maxDelayMs }),
+      },
+      nowMs,
+      newId,
+    );
+    this.rearm(nowMs);
+    this.scheduleCleanup();
+    if (answer.status !== "acquired") return answer;
+    if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
+    return plan.override ? { ...answer, limit, override: plan.override.kind } : answer;
+  }
+
+  /**
+   * What a concurrency rule's places are for this client now, without taking
+   * one: how many its override (or tier) gives it (null when an override
+   * lifts or denies the rule), how many are held, and how many requests wait.
+   */
+  peekPlaces(ruleId: string, request: PlaceRequest): PlacesNow {
+    const nowMs = Date.now();
+    const plan = this.plan(placeCheck(ruleId, request), nowMs);
+    const { inUse, waiting } = this.places.peek(ruleId, nowMs);
+    if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
+    const limit = plan.rule.limit;
+    return { nowMs, limit, inUse, waiting, ...(plan.override ? { override: plan.override.kind } : {}) };
+  }
+
+  /** Answers a ticket with a place when one frees (first come, first served), or refused at its deadline; unknown if no such ticket. */
+  awaitPlace(ticketId: string): PlaceWait | Promise<PlaceWait> {
+    const nowMs = Date.now();
+    const answer = this.places.wait(ticketId, nowMs, newId);
+    this.rearm(nowMs);
+    return answer;
+  }
+
+  /** A request waiting for a place hung up: its ticket is dropped (or the place it got and never took is freed). */
+  cancelTicket(ticketId: string): Cancellation {
+    const nowMs = Date.now();
+    const done = this.places.cancelTicket(ticketId, nowMs, newId);
+    this.rearm(nowMs);
+    return { status: done === "unknown" ? "unknown" : "cancelled" };
+  }
+
+  /** Frees places: their requests ended (the response was sent, the client hung up, the origin failed). */
+  release(placeIds: string[]): { nowMs: number; released: string[]; unknown: string[] } {
+    const nowMs = Date.now();
+    const released = this.places.release(placeIds, nowMs, newId);
+    this.rearm(nowMs);
+    return { nowMs, ...released };
+  }
+
+  /** Extends places still held to now plus their timeout; answers the ids no longer held (released, or taken back). */
+  renew(placeIds: string[]): Renewal {
+    const nowMs = Date.now();
+    const renewal = this.places.renew(placeIds, nowMs, newId);
+    this.rearm(nowMs);
+    this.scheduleCleanup();
+    return renewal;
+  }
+
+  /** The timer: turns that have come, places taken back, deadlines passed. */
+  private onWake(): void {
+    const nowMs = Date.now();
+    if (this.books.active) this.countTurnsDue(nowMs);
+    this.places.serveAll(nowMs, newId);
+    this.rearm(nowMs);
+  }
+
+  /** Sets the one timer for the next turn or place change a caller awaits. */
+  private rearm(nowMs: number): void {
+    const turn = this.books.nextWakeMs();
+    const place = this.places.nextWakeMs();
+    const next = turn === null ? place : place === null ? turn : Math.min(turn, place);
+    this.wake.set(next, nowMs);
   }
 
   /**
@@ -402,11 +723,12 @@ export class RateLimiter extends DurableObject<unknown> {
   /** What a request now would see, without counting it. */
   peek(rules: RuleCheck[]): CheckResult {
     const nowMs = Date.now();
+    if (this.books.active) this.countTurnsDue(nowMs);
     const verdicts = rules.map((rule) => {
       const plan = this.plan(rule, nowMs);
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = this.current(plan.rule, nowMs);
-      return this.verdict(evaluateRow(row, nowMs, plan.rule), nowMs, plan, row, false);
+      return this.verdict(this.see(row, nowMs, plan.rule), nowMs, plan, row, false);
     });
     const allowed = verdicts.every((v, i) => v.ruleAllows || (!rules[i]!.enforce && v.override !== "deny"));
     return { nowMs, allowed, verdicts };
@@ -430,6 +752,13 @@ export class RateLimiter extends DurableObject<unknown> {
       this.liftTentativePenalty(row);
       this.save(row);
     }
+    // The counts taken back were under any bookings ahead: they move up, and their callers wake sooner.
+    if (this.books.anyAhead) {
+      const nowMs = Date.now();
+      this.countTurnsDue(nowMs);
+      this.books.moveUp(nowMs, this.stateOf);
+      this.rearm(nowMs);
+    }
   }
 
   /**
@@ -450,6 +779,8 @@ export class RateLimiter extends DurableObject<unknown> {
       row.state = { bucket: row.state.bucket, counts };
       this.save(row);
     }
+    // Bookings ahead keep their turns (they were promised); the next ones are worked out with the charge.
+    this.books.invalidate();
     this.scheduleCleanup();
   }
 
@@ -467,7 +798,14 @@ export class RateLimiter extends DurableObject<unknown> {
       if (ruleIds && !ruleIds.includes(row.id)) continue;
       this.forgetRow(key);
     }
-    if (this.rows.size === 0 && this.overrides.size === 0) await this.clear();
+    // Held requests still go at their turns: their bookings stay, and count in the rows made afresh.
+    this.books.invalidate();
+    if (this.nothingLeft()) await this.clear();
+  }
+
+  /** Whether the object holds nothing: no counters, overrides, bookings or places. */
+  private nothingLeft(): boolean {
+    return this.rows.size === 0 && this.overrides.size === 0 && !this.books.active && this.places.empty;
   }
 
   private forgetRow(key: string): void {
@@ -483,8 +821,13 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   override async alarm(): Promise<void> {
     const nowMs = Date.now();
+    if (this.books.active) {
+      this.countTurnsDue(nowMs);
+      this.books.purge(nowMs);
+    }
+    this.places.serveAll(nowMs, newId);
     for (const [key, row] of this.rows) {
-      if (nowMs < expiresAtMs(row)) continue;
+      if (nowMs < expiresAtMs(row) || this.books.heldIn(key) > 0) continue;
       this.forgetRow(key);
     }
     for (const [rule, override] of this.overrides) {
@@ -492,7 +835,8 @@ export class RateLimiter extends DurableObject<unknown> {
       this.overrides.delete(rule);
       this.sql.exec("UPDATE overrides SET value = NULL WHERE rule = ?", rule);
     }
-    if (this.rows.size === 0 && this.overrides.size === 0) return this.clear();
+    if (this.nothingLeft()) return this.clear();
+    this.rearm(nowMs);
     this.alarmAtMs = this.lastExpiry();
     if (this.alarmAtMs === null) await this.ctx.storage.deleteAlarm();
     else await this.ctx.storage.setAlarm(this.alarmAtMs);
@@ -509,6 +853,10 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const override of this.overrides.values()) {
       if (override.expiresAtMs !== null) latest = Math.max(latest ?? 0, override.expiresAtMs);
     }
+    const booked = this.books.lastExpiry();
+    if (booked !== null) latest = Math.max(latest ?? 0, booked);
+    const placed = this.places.lastExpiry();
+    if (placed !== null) latest = Math.max(latest ?? 0, placed);
     return latest === null ? null : Math.min(latest, Math.max(LATEST_ALARM_MS, Date.now() + DAY_MS));
   }
 
@@ -540,16 +888,10 @@ export class RateLimiter extends DurableObject<unknown> {
     return fresh;
   }
 
-  private verdict(
-    ev: Evaluation,
-    nowMs: number,
-    plan: Plan & { kind: "count" },
-    row: Row,
-    counted: boolean,
-  ): RuleVerdict {
+  private verdict(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row, counted: boolean): RuleVerdict {
     const { rule, override } = plan;
     const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
-    const decision = underPenalty(describe(ev, nowMs, rule, counted), penaltyMs);
+    const decision = underPenalty(behindHeld(describe(ev, nowMs, rule, counted), ev.turnMs, nowMs), penaltyMs);
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
     // A refusal under an override holds no longer than the override.
     const untilChange = override?.expiresAtMs != null ? override.expiresAtMs - nowMs : Number.POSITIVE_INFINITY;
@@ -558,7 +900,8 @@ export class RateLimiter extends DurableObject<unknown> {
       ...(penaltyMs > 0 ? { penaltyMs } : {}),
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
-      holdsForMs: ev.allowed || refundDue ? 0 : Math.min(decision.retryAfterMs, untilChange),
+      // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
+      holdsForMs: ev.allowed || refundDue || ev.turnMs !== undefined ? 0 : Math.min(decision.retryAfterMs, untilChange),
       ...(override ? { limit: rule.limit, override: override.kind } : {}),
       ...tierOf(rule, override),
     };
@@ -592,6 +935,10 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   private async clear(): Promise<void> {
+    const nowMs = Date.now();
+    this.books.clear(nowMs);
+    this.places.clear(nowMs);
+    this.wake.set(null, nowMs);
     this.rows.clear();
     this.overrideVersions.clear();
     this.refundsDue.clear();
@@ -601,6 +948,46 @@ export class RateLimiter extends DurableObject<unknown> {
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
   }
+}
+
+/** How a rule counts a request, for a booking: its window, with its cost. */
+const windowOf = (rule: RuleCheck): WindowLimit => ({
+  limit: rule.limit,
+  periodMs: rule.periodMs,
+  precision: rule.precision,
+  strict: rule.strict,
+  cost: costOf(rule),
+});
+
+/** A concurrency rule as a check, so that its overrides and tiers apply as to any rule: `limit` is its places. */
+const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
+  id: ruleId,
+  limit: request.concurrency,
+  periodMs: request.placeTimeoutMs,
+  precision: 1,
+  strict: false,
+  enforce: true,
+  ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
+  ...(request.tier === undefined ? {} : { tier: request.tier }),
+});
+
+/** A refusal behind held requests: admissible at the turn it would get behind them, not before. */
+function behindHeld(decision: Decision, turnMs: number | undefined, nowMs: number): Decision {
+  if (turnMs === undefined) return decision;
+  const waitMs = Math.max(decision.retryAfterMs, turnMs - nowMs);
+  return { ...decision, allowed: false, remaining: 0, retryAfterMs: waitMs, resetMs: waitMs };
+}
+
+/**
+ * For a caller that can hold: a refusal under a rule with a delay is to be
+ * remembered only until its wait is within that delay; a request then may
+ * be held, which only the object can decide.
+ */
+function holdLess(rules: RuleCheck[], verdicts: RuleVerdict[]): void {
+  verdicts.forEach((verdict, i) => {
+    const delayMs = rules[i]!.maxDelayMs;
+    if (delayMs !== undefined) verdict.holdsForMs = Math.max(0, verdict.holdsForMs - delayMs);
+  });
 }
 
 /** What a request now would see of a row: the window's evaluation, refused while the rule's penalty lasts. */

@@ -24,6 +24,11 @@ export const OUTCOMES = [
   "failed_open",
   /** The rule's object could not decide, and the rule fails closed: 503. */
   "failed_closed",
+  /**
+   * The request was held until its turn (`max_delay`), or waited in line for
+   * a concurrency rule's place, and then went on: admitted, after a wait.
+   */
+  "held",
 ] as const;
 export type StatsOutcome = (typeof OUTCOMES)[number];
 

@@ -52,10 +52,23 @@ export class StatsObject extends DurableObject<unknown> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     for (const statement of SCHEMA) this.sql.exec(statement);
+    this.addMissingOutcomes();
     for (const row of this.sql.exec<{ name: string; value: number }>("SELECT name, value FROM meta")) {
       if (row.name in this.meta) this.meta[row.name as keyof Meta] = row.value;
     }
     this.restoreSketches();
+  }
+
+  /** Tables stored before an outcome existed (`held`) gain its column, at 0. */
+  private addMissingOutcomes(): void {
+    for (const table of ["series", "lifetime"]) {
+      const columns = this.sql.exec(`SELECT * FROM ${table} LIMIT 0`).columnNames;
+      for (const outcome of OUTCOMES) {
+        if (!columns.includes(outcome)) {
+          this.sql.exec(`ALTER TABLE ${table} ADD COLUMN ${outcome} INTEGER NOT NULL DEFAULT 0`);
+        }
+      }
+    }
   }
 
   /** Adds one isolate's flush. */

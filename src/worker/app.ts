@@ -24,7 +24,7 @@ import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import type { Env } from "./env.ts";
-import { admitted, type Decided, inBackground, rateLimitWith } from "./middleware.ts";
+import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith } from "./middleware.ts";
 
 /** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
 const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
@@ -82,12 +82,12 @@ hono.all("*", (c) => {
 });
 
 /** The origin's answer to `request`, or the invalid configuration's 500 when there is no upstream to forward to. */
-function forwarded(request: Request, upstream: Result<Upstream>): Promise<Response> | Response {
+function forwarded(request: Request, upstream: Result<Upstream>, signal?: AbortSignal): Promise<Response> | Response {
   if (!upstream.ok) {
     logEvent({ event: "invalid_config", errors: upstream.errors }, "error");
     return invalidConfigResponse();
   }
-  return forward(request, upstream.value);
+  return forward(request, upstream.value, signal);
 }
 
 /** The Worker's `fetch`. */
@@ -155,11 +155,19 @@ function decideFirst(
   );
 }
 
-/** An admitted request forwarded, and the origin's answer finished by its decision (headers, `count`, `cost_header`). */
+/**
+ * An admitted request forwarded, and the origin's answer finished by its
+ * decision (headers, `count`, `cost_header`); a request holding places holds
+ * them until its response has ended, its client hangs up, or it fails.
+ */
 async function answered(request: Request, outcome: Admission, upstream: Result<Upstream>): Promise<Response> {
+  // With places, the forwarded request can be cut off, so that the origin sees it go before its places do.
+  const origin = outcome.inFlight === undefined ? undefined : new AbortController();
+  endOnHangUp(request, outcome, origin);
   try {
-    return admitted(await forwarded(request, upstream), outcome);
+    return admitted(await forwarded(request, upstream, origin?.signal), outcome, origin);
   } catch (error) {
+    outcome.inFlight?.end("origin failed");
     return internalError(error);
   }
 }

@@ -9,7 +9,9 @@ import { parseSettings, type Settings, type SettingsInput } from "../config/sett
 import type { Result } from "../core/result.ts";
 import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
+import { type Ending, untilSent } from "../http/until-sent.ts";
 import { decide, type Outcome } from "../isolate/decide.ts";
+import type { InFlight } from "../isolate/effects.ts";
 import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
@@ -159,7 +161,13 @@ export const rateLimitWith = <E extends HonoEnv = any>(
       const { response } = outcome;
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
-    await next();
+    if (outcome.inFlight !== undefined) endOnHangUp(c.req.raw, outcome);
+    try {
+      await next();
+    } catch (error) {
+      outcome.inFlight?.end("origin failed");
+      throw error;
+    }
     const response = admitted(c.res, outcome);
     if (response === c.res) return;
     // Assigning a response to `c.res` makes Hono copy it and set every header of the old one on the copy;
@@ -176,13 +184,58 @@ export const rateLimitWith = <E extends HonoEnv = any>(
  * headers that settling strips. In place when the response's headers are
  * mutable, as the proxy's are; otherwise copied once.
  */
-export function admitted(response: Response, outcome: Extract<Outcome, { kind: "allow" }>): Response {
+export function admitted(
+  response: Response,
+  outcome: Extract<Outcome, { kind: "allow" }>,
+  origin?: AbortController,
+): Response {
+  const finished = finish(response, outcome);
+  const { inFlight } = outcome;
+  if (inFlight === undefined) return finished;
+  // Its places are held until the response has ended: its body sent, the client gone, the origin failed mid-body.
+  answering.add(inFlight);
+  const ended = (how: Ending) => inFlight.end(how === "sent" ? "sent" : how === "closed" ? "closed" : "hung up");
+  return untilSent(finished, ended, origin && (() => origin.abort()));
+}
+
+/** Requests in flight whose response is on its way: its end ends them, a hang-up included (see {@link endOnHangUp}). */
+const answering = new WeakSet<InFlight>();
+
+function finish(response: Response, outcome: Extract<Outcome, { kind: "allow" }>): Response {
   if (outcome.afterResponse === undefined) return withHeaders(response, outcome.headers);
   const changes = outcome.afterResponse({ status: response.status, headers: response.headers });
   const stripped = changes.strip.some((name) => response.headers.has(name))
     ? withoutHeaders(response, changes.strip)
     : response;
   return withHeaders(stripped, changes.headers);
+}
+
+/**
+ * Ends an admitted request that holds places when its client hangs up
+ * before its response has ended (with `enable_request_signal`), so that
+ * its places go back at once; its response's end ends it otherwise.
+ * `origin`, the forwarded request's own: aborted first, so that the origin
+ * sees the request go before another may take its place.
+ */
+export function endOnHangUp(
+  request: Request,
+  outcome: Extract<Outcome, { kind: "allow" }>,
+  origin?: AbortController,
+): void {
+  const { inFlight } = outcome;
+  const signal = request.signal as AbortSignal | undefined;
+  if (inFlight === undefined || signal === undefined) return;
+  // A WebSocket's request is over once upgraded: the socket's close ends it.
+  if (request.headers.get("upgrade")?.toLowerCase() === "websocket") return;
+  // Once its response is on its way, the response's end says when the client went, after the origin's body
+  // was cancelled: a place freed before would let another request reach the origin while this one is open there.
+  const hungUp = () => {
+    if (answering.has(inFlight)) return;
+    origin?.abort(); // the origin sees the request go before its places do
+    inFlight.end("hung up");
+  };
+  if (signal.aborted) hungUp();
+  else signal.addEventListener("abort", hungUp, { once: true });
 }
 
 /** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */
@@ -260,11 +313,17 @@ function withHeaders(response: Response, headers: Record<string, string>): Respo
   const entries = Object.entries(headers);
   if (entries.length === 0) return response;
   try {
-    for (const [name, value] of entries) response.headers.set(name, value);
+    for (const [name, value] of entries) setHeader(response.headers, name, value);
     return response;
   } catch {
     const copy = new Response(response.body, response);
-    for (const [name, value] of entries) copy.headers.set(name, value);
+    for (const [name, value] of entries) setHeader(copy.headers, name, value);
     return copy;
   }
+}
+
+/** Sets a header; `Server-Timing` is appended, so that the origin's own entries stay. */
+function setHeader(headers: Headers, name: string, value: string): void {
+  if (name === "Server-Timing") headers.append(name, value);
+  else headers.set(name, value);
 }

@@ -97,4 +97,29 @@ describe("WebSockets through the limiter", () => {
     expect(refused).toBe("upgrade refused with 429");
     expect(await originHits(tag)).toBe(0);
   });
+
+  it("holds its place under a concurrency rule until it closes, relaying frames both ways meanwhile", async () => {
+    const ip = uniqueIp();
+    const first = await connect("/ws-one/echo", { "cf-connecting-ip": ip, "x-test-tag": uniqueTag("ws-one") });
+    expect(first.handshake.headers.ratelimit).toBe('"e2e-ws-one";r=0');
+    expect(first.handshake.headers["ratelimit-policy"]).toContain('"e2e-ws-one";q=1;qu="concurrent-requests"');
+    expect((await first.next()).data.toString("utf8")).toBe("hello from the origin");
+    // Its one place is held: a second socket of the client is refused while it is open.
+    const second = await connect("/ws-one/echo", { "cf-connecting-ip": ip }).then(
+      () => "opened",
+      (error: Error) => error.message,
+    );
+    expect(second).toBe("upgrade refused with 429");
+    first.ws.send("still here");
+    expect((await first.next()).data.toString("utf8")).toBe("still here");
+    expect(await first.close()).toBe(1000);
+    // Closed: the place is free again (the release goes in the background; give it a moment).
+    let third: Awaited<ReturnType<typeof connect>> | null = null;
+    for (let i = 0; i < 20 && third === null; i++) {
+      third = await connect("/ws-one/echo", { "cf-connecting-ip": ip }).catch(() => null);
+      if (third === null) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(third).not.toBeNull();
+    await third!.close();
+  });
 });

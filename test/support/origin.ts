@@ -55,6 +55,16 @@ export function startOrigin(
       json(res, 200, { from: "origin", slow: true });
       return;
     }
+    const stream = /^\/stream\/(\d+)$/.exec(url.pathname);
+    if (stream) {
+      // A streamed answer, as an AI completion's: its first part at once, the last after that many ms.
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.write("first\n");
+      setTimeout(() => {
+        if (!res.destroyed) res.end("last\n");
+      }, Number(stream[1]));
+      return;
+    }
     const tokens = /^\/tokens\/([^/]*)$/.exec(url.pathname);
     if (tokens) {
       // An AI-style API: the answer says what it cost, in a header the limiter reads and strips.

@@ -37,7 +37,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import type { RuleInput } from "../../src/core/rules.ts";
+import type { RateRuleInput, RuleInput } from "../../src/core/rules.ts";
 import { check, emptyState, type WindowLimit, type WindowState } from "../../src/core/sliding-window.ts";
 import { buildBundle, freePorts, ROOT, startWorkerd, type Workerd, writeEdgeConfig } from "../workerd.ts";
 import { startNodeOrigin } from "./node-origin.ts";
@@ -493,7 +493,7 @@ export async function hotKeyBench(options: HotKeyOptions = {}): Promise<string> 
     const atLimit = rate * periodS;
     const overLimit = Math.max(1, Math.round(atLimit / 10));
     const window = (limit: number): WindowLimit => ({ limit, periodMs, precision: 10, strict: true });
-    const rule = (id: string, limit: number, extra: Partial<RuleInput> = {}): RuleInput => ({
+    const rule = (id: string, limit: number, extra: Partial<RateRuleInput> = {}): RuleInput => ({
       id,
       path: `/${id}/*`,
       limit,

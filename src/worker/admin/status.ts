@@ -2,7 +2,8 @@
  * @module
  * `GET` and `DELETE {prefix}/status?rule=<id>&key=<client>`: one client's
  * count under one rule (and its penalty, while one lasts), read without
- * counting, or reset to unblock it (a reset lifts the penalty too).
+ * counting, or reset to unblock it (a reset lifts the penalty too). Under a
+ * concurrency rule, `GET` reads its places: held, free, and requests waiting.
  *
  * `hash=<64 lowercase hex digits>` names the client in place of `key=`: its
  * object's name, the SHA-256 of its canonical key, as the statistics show a
@@ -27,7 +28,7 @@ import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
 import { forgetClient, forgetClientNamed, type Isolate } from "../../isolate/isolate.ts";
 import { type LimiterNamespace, withDeadline } from "../../object/client.ts";
-import { toRuleCheck } from "../../object/protocol.ts";
+import { toPlaceRequest, toRuleCheck } from "../../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
 import { adminKey } from "./key.ts";
 import { json } from "./views.ts";
@@ -116,7 +117,9 @@ async function reset({ rule, name, canonical, stub, about }: Client, { settings,
   return json({ ...about, reset: true, forgotten: forgetClientNamed(isolate, rule, name) });
 }
 
-async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<Response> {
+async function peek(client: Client, timeoutMs: number): Promise<Response> {
+  const { rule, stub, about } = client;
+  if (rule.concurrency !== undefined) return peekPlaces(client, timeoutMs);
   const peeked = await withDeadline(stub.peek([toRuleCheck(rule)]), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
   const verdict = peeked.value.verdicts[0]!;
@@ -136,6 +139,22 @@ async function peek({ rule, stub, about }: Client, timeoutMs: number): Promise<R
     retryAfterMs: verdict.retryAfterMs,
     resetSeconds: Math.ceil(verdict.resetMs / 1000),
     resetMs: verdict.resetMs,
+  });
+}
+
+/** A concurrency rule's places for the client: how many it has, how many are held, how many requests wait. */
+async function peekPlaces({ rule, stub, about }: Client, timeoutMs: number): Promise<Response> {
+  const peeked = await withDeadline(stub.peekPlaces(rule.id, toPlaceRequest(rule)), timeoutMs);
+  if (!peeked.ok) return unavailable(about, peeked.message);
+  const { limit, inUse, waiting, override } = peeked.value;
+  return json({
+    ...about,
+    limit,
+    ...(override ? { override } : {}),
+    placeTimeoutMs: rule.placeTimeoutMs,
+    inUse,
+    free: limit === null ? null : Math.max(0, limit - inUse),
+    waiting,
   });
 }
 

@@ -37,7 +37,7 @@ export type RequestRecord = {
   body: string;
   /** Why no whole answer came: a socket error, or the driver's own hang-up or give-up. */
   error: string | null;
-  /** True when the driver hung up before the answer came, as asked. */
+  /** True when the driver hung up before the answer came (or, with `cutAfterMs`, before its body ended), as asked. */
   aborted: boolean;
   /** True when no answer came within the driver's timeout, and it hung up. */
   gaveUp: boolean;
@@ -57,6 +57,8 @@ export type SendOptions = {
   headers?: Record<string, string>;
   /** Hang up this many ms after sending, unless the answer came first. */
   abortAfterMs?: number;
+  /** Hang up this many ms after the answer began to come, before its body has ended: a client leaving mid-stream. */
+  cutAfterMs?: number;
   /** How to hang up, for `abortAfterMs`, `abort()` and giving up; default `reset`. */
   hangUp?: HangUp;
   /** Give up (and hang up) when no answer came this long after sending; default the driver's. */
@@ -156,6 +158,7 @@ export class Driver {
       record.aborted = true;
       hangUp("aborted by the driver");
     };
+    let cutTimer: ReturnType<typeof setTimeout> | undefined;
     const done = new Promise<RequestRecord>((resolve) => {
       finish = (error?: Error) => {
         if (record.endedAtMs !== null) return;
@@ -163,12 +166,20 @@ export class Driver {
         if (error && record.error === null) record.error = error.message;
         clearTimeout(abortTimer);
         clearTimeout(giveUpTimer);
+        clearTimeout(cutTimer);
         resolve(record);
       };
       req.on("error", finish);
       req.on("response", (res) => {
         record.status = res.statusCode ?? null;
         record.headers = res.headers;
+        if (options.cutAfterMs !== undefined) {
+          cutTimer = setTimeout(() => {
+            if (record.endedAtMs !== null) return;
+            record.aborted = true;
+            hangUp("cut off mid-body by the driver");
+          }, options.cutAfterMs);
+        }
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => {
           if (record.body.length < BODY_CHARS) record.body += chunk.slice(0, BODY_CHARS - record.body.length);

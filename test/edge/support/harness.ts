@@ -43,6 +43,10 @@ export type AdminStatus = {
   weighted: number;
   allowed: boolean;
   remaining: number;
+  /** Under a concurrency rule: its places held now, free, and the requests waiting for one. */
+  inUse?: number;
+  free?: number | null;
+  waiting?: number;
 };
 
 export type Edge = {

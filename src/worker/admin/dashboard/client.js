@@ -502,6 +502,7 @@
     const lost = stats ? stats.health.lostFlushes : null;
     tiles.replaceChildren(
       tile("Admitted", stats ? fmt(sum((t) => t.admitted)) : null, `${period}, all rules`, "good"),
+      tile("Held", stats ? fmt(sum((t) => t.held ?? 0)) : null, "admitted after a wait", "good"),
       tile("Refused", stats ? fmt(sum(refusedOf)) : null, `${period}, all rules`, "bad"),
       tile("Would refuse", stats ? fmt(sum((t) => t.shadow_refused)) : null, "shadow rules", "warn"),
       tile("Latency p50", stats ? ms(stats.latency.p50Ms) : null, "object calls"),
@@ -521,7 +522,8 @@
     const xs = minutes.map((m) => m * 60);
     // A minute with none is null rather than 0: no bar at all, rather than a sliver on the axis.
     const orNull = (n) => (n > 0 ? n : null);
-    const admitted = minutes.map((m) => orNull(byMinute.get(m)?.admitted ?? 0));
+    // Held requests went on too, after a wait: they are part of the admitted bar (the totals tell them apart).
+    const admitted = minutes.map((m) => orNull((byMinute.get(m)?.admitted ?? 0) + (byMinute.get(m)?.held ?? 0)));
     const second = minutes.map((m) => {
       const c = byMinute.get(m);
       return orNull(c ? (entry.shadow ? c.shadow_refused : refusedOf(c)) : 0);
@@ -535,6 +537,7 @@
     fill(
       entry.totals,
       pill("admitted", totals.admitted, "good"),
+      (totals.held ?? 0) > 0 ? pill("held", totals.held, "good") : null,
       entry.shadow ? pill("would refuse", totals.shadow_refused, "warn") : pill("refused", refusedOf(totals), "bad"),
       failedOf(totals) > 0 ? pill("failed", failedOf(totals), "bad") : null,
       el("span", { class: "total muted", text: `in the last ${duration(state.minutes * 60)}` }),

@@ -1,0 +1,41 @@
+/**
+ * @module
+ * One timer for the next instant an object has something due: the head of
+ * its held requests' queue, a place taken back, a waiting request's
+ * deadline. Never one timer per waiter, and never polling: whoever changes
+ * what is due sets it again.
+ */
+
+export class Wake {
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private atMs: number | null = null;
+
+  private readonly fire: () => void;
+
+  /** `fire` runs at (or just after) the instant set; it should set the next one. */
+  constructor(fire: () => void) {
+    this.fire = fire;
+  }
+
+  /** The one timer, for `atMs` (null: none), replacing the one set before. */
+  set(atMs: number | null, nowMs: number): void {
+    if (atMs === this.atMs) return;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.atMs = atMs;
+    if (atMs === null) return;
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.atMs = null;
+        this.fire();
+      },
+      Math.max(0, atMs - nowMs),
+    );
+  }
+
+  /** The instant the timer is set for, or null. */
+  get dueAtMs(): number | null {
+    return this.atMs;
+  }
+}

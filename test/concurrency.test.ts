@@ -1,0 +1,179 @@
+/**
+ * Concurrency rules through the Worker, with real objects and the real
+ * origin: a request holds a place from when it is forwarded until its
+ * response body has been sent, its client hangs up, or the origin fails;
+ * over the limit it is refused with the draft's `concurrent-requests`
+ * headers, or, with `max_delay`, waits in line for a place.
+ */
+import { describe, expect, it, vi } from "vitest";
+import { downOriginUrl, from, limiter, uniqueIp } from "./support/limiter.ts";
+import { expectErrorLogs, expectOriginDownReports } from "./support/logs.ts";
+
+const TOKEN = "concurrency-test-admin-token";
+
+/** The Worker under `rules`, with the admin API on to read a client's places. */
+function worker(rules: unknown[], vars: Record<string, string> = {}) {
+  const send = limiter(rules, { ADMIN_TOKEN: TOKEN, ...vars });
+  const places = async (rule: string, ip: string) => {
+    const res = await send(`/__ratelimit/status?rule=${rule}&key=${ip}`, {
+      headers: { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    return (await res.json()) as { inUse: number; free: number | null; waiting: number; limit: number | null };
+  };
+  /** The client's places in use once every release sent has landed (they go in the background). */
+  const settledInUse = async (rule: string, ip: string, expected: number) => {
+    for (let i = 0; i < 50; i++) {
+      const { inUse } = await places(rule, ip);
+      if (inUse === expected) return inUse;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    return (await places(rule, ip)).inUse;
+  };
+  return { send, places, settledInUse };
+}
+
+const ONE = [{ id: "cap", path: "/stream/*", concurrency: 1, key: ["ip"] }];
+
+describe("a concurrency rule's place", () => {
+  it("is held while the response body streams, and freed once the body has been sent", async () => {
+    const { send, places, settledInUse } = worker(ONE);
+    const ip = uniqueIp();
+    const first = await send("/stream/200", from(ip));
+    expect(first.status).toBe(200);
+    expect(first.headers.get("ratelimit-policy")).toBe('"cap";q=1;qu="concurrent-requests"');
+    expect(first.headers.get("ratelimit")).toBe('"cap";r=0');
+    expect(await places("cap", ip)).toMatchObject({ limit: 1, inUse: 1, free: 0, waiting: 0 });
+    // The body has not been read: the place is held.
+    const second = await send("/stream/0", from(ip));
+    expect(second.status).toBe(429);
+    await second.arrayBuffer();
+    expect(await first.text()).toBe("first\nlast\n");
+    expect(await settledInUse("cap", ip, 0)).toBe(0);
+    const third = await send("/stream/0", from(ip));
+    expect(third.status).toBe(200);
+    await third.arrayBuffer();
+    expect(await settledInUse("cap", ip, 0)).toBe(0);
+  });
+
+  it("over the limit: 429 problem+json, RateLimit with no place free, the concurrent-requests policy, and Retry-After 1", async () => {
+    const { send } = worker(ONE);
+    const ip = uniqueIp();
+    const holding = await send("/stream/100", from(ip));
+    const refused = await send("/stream/0", from(ip));
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("content-type")).toBe("application/problem+json");
+    expect({
+      policy: refused.headers.get("ratelimit-policy"),
+      rateLimit: refused.headers.get("ratelimit"),
+      retryAfter: refused.headers.get("retry-after"),
+      legacyReset: refused.headers.get("x-ratelimit-reset"),
+    }).toEqual({
+      policy: '"cap";q=1;qu="concurrent-requests"',
+      rateLimit: '"cap";r=0',
+      retryAfter: "1",
+      legacyReset: null,
+    });
+    expect(await refused.json()).toMatchObject({
+      status: 429,
+      detail: 'Rate limit exceeded: "cap" (1 request in flight at once). Retry in 1 second.',
+      retry_after: 1,
+      "violated-policies": ["cap"],
+    });
+    await holding.arrayBuffer();
+  });
+
+  it("is freed when the client hangs up mid-body", async () => {
+    const { send, settledInUse } = worker(ONE);
+    const ip = uniqueIp();
+    const first = await send("/stream/5000", from(ip));
+    const reader = first.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("first\n");
+    await reader.cancel();
+    expect(await settledInUse("cap", ip, 0)).toBe(0);
+    const next = await send("/stream/0", from(ip));
+    expect(next.status).toBe(200);
+    await next.arrayBuffer();
+  });
+
+  it("is freed when the origin cannot be reached (502)", async () => {
+    const { send, settledInUse } = worker(ONE, { ORIGIN_URL: downOriginUrl() });
+    const ip = uniqueIp();
+    const res = await send("/stream/0", from(ip));
+    expect(res.status).toBe(502);
+    await res.arrayBuffer();
+    await expectOriginDownReports(1);
+    expectErrorLogs("origin_unreachable");
+    expect(await settledInUse("cap", ip, 0)).toBe(0);
+  });
+
+  it("refused, gives back what the request's rate rules counted for it", async () => {
+    // A limit too small to lease from: the object's count is the requests it admitted.
+    const rules = [{ id: "rate", path: "/stream/*", limit: 3, period: "1h", key: ["ip"] }, ...ONE];
+    const { send } = worker(rules);
+    const ip = uniqueIp();
+    const holding = await send("/stream/100", from(ip));
+    expect((await send("/stream/0", from(ip))).status).toBe(429);
+    await holding.arrayBuffer();
+    const status = await send(`/__ratelimit/status?rule=rate&key=${ip}`, {
+      headers: { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    // Only the request that went on is counted: the refused one's count came back.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(((await status.json()) as { weighted: number }).weighted).toBe(1);
+  });
+
+  it("under a shadow rule, is never refused: what it would refuse is logged", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    try {
+      const rules = [{ id: "shadow-cap", path: "/stream/*", concurrency: 1, key: ["ip"], action: "log" }];
+      const { send } = worker(rules);
+      const ip = uniqueIp();
+      const holding = await send("/stream/100", from(ip));
+      const over = await send("/stream/0", from(ip));
+      expect(over.status).toBe(200);
+      // A shadow rule sends no rate-limit headers, as for a rate.
+      expect(over.headers.get("ratelimit")).toBeNull();
+      await Promise.all([holding.arrayBuffer(), over.arrayBuffer()]);
+      const lines = log.mock.calls.map(([line]) => JSON.parse(String(line)));
+      const shadow = lines.filter((l) => l.event === "ratelimit_shadow");
+      expect(shadow.map((l) => [l.rule, l.decision, l.limit])).toEqual([["shadow-cap", "would_block", 1]]);
+    } finally {
+      log.mockRestore();
+    }
+  });
+});
+
+describe("with max_delay, a request waits in line for a place", () => {
+  const WAITING = [{ id: "cap", path: "/stream/*", concurrency: 1, key: ["ip"], max_delay: "2s" }];
+
+  it("and goes when one frees, saying how long it was held", async () => {
+    const { send } = worker(WAITING);
+    const ip = uniqueIp();
+    const first = await send("/stream/300", from(ip));
+    const started = Date.now();
+    const waiting = send("/stream/0", from(ip));
+    const read = first.text();
+    const second = await waiting;
+    const waitedMs = Date.now() - started;
+    expect(second.status).toBe(200);
+    await read;
+    const held = /^ratelimit;desc="held";dur=(\d+)$/.exec(second.headers.get("server-timing") ?? "");
+    expect(held, `Server-Timing: ${second.headers.get("server-timing")}`).not.toBeNull();
+    expect(Number(held![1])).toBeGreaterThanOrEqual(250);
+    expect(Number(held![1])).toBeLessThanOrEqual(waitedMs);
+    expect(first.headers.get("server-timing")).toBeNull();
+    await second.arrayBuffer();
+  });
+
+  it("and is refused at the end of its wait when no place frees", async () => {
+    const { send } = worker([{ ...WAITING[0], max_delay: "300ms" }]);
+    const ip = uniqueIp();
+    const first = await send("/stream/2000", from(ip));
+    const started = Date.now();
+    const refused = await send("/stream/0", from(ip));
+    expect(refused.status).toBe(429);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+    await refused.arrayBuffer();
+    await first.body!.cancel();
+  });
+});

@@ -1,0 +1,520 @@
+import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { CheckResult, RuleCheck, TurnAnswer } from "../src/object/protocol.ts";
+import type { RateLimiter } from "../src/object/rate-limiter.ts";
+import { env } from "./support/env.ts";
+import { firstOverLimit } from "./support/window-oracle.ts";
+
+/** 2 per second, held up to 5 s: the core's table (test/bookings.test.ts) in a real object. */
+const smooth = (over: Partial<RuleCheck> = {}): RuleCheck => ({
+  id: "smooth",
+  limit: 2,
+  periodMs: 1_000,
+  precision: 1,
+  strict: false,
+  enforce: true,
+  maxDelayMs: 5_000,
+  maxHeld: 1_000,
+  ...over,
+});
+const plain = (over: Partial<RuleCheck> = {}): RuleCheck => ({
+  id: "plain",
+  limit: 10,
+  periodMs: 1_000,
+  precision: 1,
+  strict: false,
+  enforce: true,
+  ...over,
+});
+
+let objects = 0;
+const freshObject = () => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`held-test-${++objects}-${Date.now()}`));
+
+/**
+ * The object reads the test's clock, so instants are exact; they lie years
+ * ahead, so no alarm fires on its own. Only `Date` is faked: the object's own
+ * timer is real (a faked one would run outside the object), so a test that
+ * awaits a turn waits the real milliseconds to it.
+ */
+const T0 = Date.UTC(2031, 0, 1, 0, 0, 0);
+const fakeClock = (ms: number) => {
+  vi.useFakeTimers({ toFake: ["Date"] });
+  vi.setSystemTime(ms);
+};
+afterEach(() => {
+  vi.useRealTimers();
+});
+const realMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const outcome = (r: CheckResult) => (r.held ? `held ${r.held.atMs - T0}` : r.allowed ? "admitted" : "refused");
+
+/** `n` checks in a row, each able to hold. */
+async function burst(stub: DurableObjectStub<RateLimiter>, rules: RuleCheck[], n: number) {
+  const results: CheckResult[] = [];
+  for (let i = 0; i < n; i++) results.push(await stub.check(rules, { hold: true }));
+  return results;
+}
+
+/** The bookings an object has stored, by turn. */
+const storedBookings = (stub: DurableObjectStub<RateLimiter>) =>
+  runInDurableObject(stub, (_instance, state) => {
+    const table = state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = 'bookings'").toArray();
+    if (table.length === 0) return [];
+    return state.storage.sql
+      .exec<{ at_ms: number; counted: string | null }>("SELECT at_ms, counted FROM bookings ORDER BY seq")
+      .toArray()
+      .map((b) => ({ atMs: b.at_ms - T0, counted: b.counted !== null }));
+  });
+
+describe("a request over its limit, from a caller that can hold it", () => {
+  it("is held until its exact turn, in arrival order, as the core's table says (2 per second, 5 at once)", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const results = await burst(stub, [smooth()], 5);
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1501", "held 2001"]);
+    expect(results[2]!.held).toMatchObject({ waitMs: 1_001 });
+    // The verdicts are its admission at its turn: counted in the bucket of 1 001 ms, 0 left there.
+    expect(results[4]!.verdicts[0]).toMatchObject({ allowed: true, remaining: 0, holdsForMs: 0 });
+    expect(results[2]!.verdicts[0]!.counted).toMatchObject({ row: "smooth|1000|1" });
+    expect(await storedBookings(stub)).toEqual([
+      { atMs: 1_001, counted: false },
+      { atMs: 1_501, counted: false },
+      { atMs: 2_001, counted: false },
+    ]);
+  });
+
+  it("is refused, with the exact Retry-After behind those held, when its turn is past its delay", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth()], 5);
+    const late = await stub.check([smooth({ maxDelayMs: 2_000 })], { hold: true });
+    expect(late.held).toBeUndefined();
+    // Behind the one held for 2 001 ms: the next second's two places are taken at 2 001 and 2 501.
+    expect(late.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 2_501 });
+    // Not to be remembered: a held request's client hanging up moves the queue up, and the wait with it.
+    expect(late.verdicts[0]!.holdsForMs).toBe(0);
+  });
+
+  it("once nobody is held ahead, is remembered only until the wait is within the delay", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth({ maxDelayMs: 200 })], 2);
+    const refused = await stub.check([smooth({ maxDelayMs: 200 })], { hold: true });
+    expect(refused.held).toBeUndefined();
+    expect(refused.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 1_001, holdsForMs: 801 });
+  });
+
+  it("is refused once max_held requests are held under the rule, however short its wait", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const results = await burst(stub, [smooth({ maxHeld: 2 })], 5);
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1501", "refused"]);
+  });
+
+  it("is refused as before by a caller that cannot hold, with a Retry-After that counts those held", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth()], 3); // one held, for 1 001 ms
+    const plainCaller = await stub.check([smooth()]);
+    expect(plainCaller.held).toBeUndefined();
+    expect(plainCaller.verdicts[0]).toMatchObject({ allowed: false, retryAfterMs: 1_501 });
+    // Not remembered either: the wait behind a held request shrinks when its client hangs up.
+    expect(plainCaller.verdicts[0]!.holdsForMs).toBe(0);
+  });
+
+  it("lets a rule without a delay that has room for everyone held admit a request now: no place promised is taken", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth(), plain()], 3); // the third is held for 1 001 ms, and counts under "plain" then
+    vi.setSystemTime(T0 + 500);
+    // "plain" has 8 of 10 left now, and 7 with the held one counted: a request of it alone goes on at once.
+    const other = await stub.check([plain()], { hold: true });
+    expect(other.held).toBeUndefined();
+    expect(other.allowed).toBe(true);
+    expect((await stub.peek([plain()])).verdicts[0]!.weighted).toBe(3);
+  });
+
+  it("holds requests under a rule beside one far from its limit, in order, as if that one were not there", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const hourly = plain({ id: "hourly", limit: 1_000, periodMs: 3_600_000 });
+    const results = await burst(stub, [smooth(), hourly], 5);
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1501", "held 2001"]);
+  });
+
+  it("queues a rule without a delay behind the requests held under it when its window has no room for them all", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const four = plain({ id: "four", limit: 4 });
+    await burst(stub, [smooth(), four], 4); // two held, at 1 001 and 1 501 ms, each counting under "four" then
+    vi.setSystemTime(T0 + 500);
+    // "four" has 2 of 4 left now, but both are promised to the held ones: a later request goes after them.
+    const other = await stub.check([four], { hold: true });
+    expect(other.held).toBeUndefined();
+    expect(other.verdicts[0]).toMatchObject({ ruleAllows: false });
+    expect(other.verdicts[0]!.retryAfterMs).toBeGreaterThanOrEqual(1_001);
+  });
+
+  it("is refused, all or nothing, when a rule without a delay makes it wait: nothing is booked", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const tight = plain({ id: "tight", limit: 2 });
+    await burst(stub, [smooth(), tight], 2);
+    const third = await stub.check([smooth(), tight], { hold: true });
+    expect(outcome(third)).toBe("refused");
+    expect(await storedBookings(stub)).toEqual([]);
+    expect((await stub.peek([smooth(), tight])).verdicts.map((v) => v.weighted)).toEqual([2, 2]);
+  });
+
+  it("waits for the later of two delayed rules, no longer than the smaller delay of those that make it wait", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const slow = smooth({ id: "slow", limit: 1, periodMs: 10_000, maxDelayMs: 30_000 });
+    const quick = smooth({ limit: 1, maxDelayMs: 1_500 });
+    const roomy = smooth({ id: "roomy", limit: 10, maxDelayMs: 100 });
+    await stub.check([slow, quick, roomy], { hold: true });
+    // "slow" admits at 10 001 ms, "quick" at 1 001 ms: past 1.5 s, the smaller delay of the two that make it
+    // wait. "roomy" admits it now, so its 100 ms do not count.
+    expect(outcome(await stub.check([slow, quick, roomy], { hold: true }))).toBe("refused");
+    expect(outcome(await stub.check([slow, roomy], { hold: true }))).toBe("held 10001");
+  });
+
+  it("counts a shadow rule now, as it would, and never lets it make a request wait", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const shadow = plain({ id: "shadow", limit: 1, enforce: false });
+    const results = await burst(stub, [smooth(), shadow], 3);
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001"]);
+    expect(results[2]!.verdicts[1]).toMatchObject({ ruleAllows: false });
+    expect((await stub.peek([shadow])).verdicts[0]!.weighted).toBe(1);
+  });
+
+  it("is refused, not held, while the rule's penalty lasts", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const penal = smooth({ maxDelayMs: 100, blockForMs: 60_000 });
+    const results = await burst(stub, [penal], 4);
+    // The third waits 1 001 ms, past its delay: refused, and the penalty starts; the fourth is refused by it.
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "refused", "refused"]);
+    expect(results[3]!.verdicts[0]).toMatchObject({ penaltyMs: 60_000 });
+  });
+
+  it("uses the limit an override gives the client, and never holds a client it lets through unlimited", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const now = Date.now();
+    await stub.setOverride(
+      "smooth",
+      { kind: "limit", limit: 1, expiresAtMs: null, note: "", updatedAtMs: now, by: "t" },
+      1,
+    );
+    expect((await burst(stub, [smooth()], 2)).map(outcome)).toEqual(["admitted", "held 1001"]);
+    await stub.setOverride("smooth", { kind: "unlimited", expiresAtMs: null, note: "", updatedAtMs: now, by: "t" }, 2);
+    expect((await burst(stub, [smooth()], 3)).map(outcome)).toEqual(["admitted", "admitted", "admitted"]);
+  });
+
+  it("holds with strict mode and precision too, at the turns the core works out", async () => {
+    fakeClock(T0);
+    const strict = await burst(freshObject(), [smooth({ strict: true })], 5);
+    expect(strict.map(outcome)).toEqual(["admitted", "admitted", "held 2000", "held 2000", "held 4000"]);
+    const fine = await burst(freshObject(), [smooth({ precision: 10 })], 5);
+    expect(fine.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1051", "held 2001"]);
+  });
+
+  it("holds a request of several units at the turn its cost fits", async () => {
+    fakeClock(T0);
+    const results = await burst(freshObject(), [smooth({ limit: 4, cost: 2 })], 3);
+    // 4 units in the first second: 2 × 2. The third needs 4 × (1 − f) + 2 − 1 < 4: f > 0.25.
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1251"]);
+  });
+});
+
+describe("a held request's turn", () => {
+  it("comes at its instant: awaitTurn answers then, not before, with where its counts were taken", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 1, periodMs: 100 });
+    await stub.check([rule], { hold: true });
+    const held = (await stub.check([rule], { hold: true })).held!;
+    expect(held.atMs - T0).toBe(101);
+    let answer: TurnAnswer | undefined;
+    const turn = stub.awaitTurn(held.bookingId).then((a) => {
+      answer = a;
+    });
+    // The object's timer fires after 101 real ms, reads the clock, and finds the turn 1 ms ahead.
+    vi.setSystemTime(T0 + 100);
+    await realMs(250);
+    expect(answer).toBeUndefined();
+    vi.setSystemTime(T0 + 101);
+    await turn;
+    expect(answer).toMatchObject({ status: "turn", atMs: T0 + 101, nowMs: T0 + 101 });
+    expect(answer!.status === "turn" && answer!.counted).toEqual([
+      { row: "smooth|100|1", epoch: expect.any(Number), bucket: T0 / 100 + 1 },
+    ]);
+    expect((await stub.peek([rule])).verdicts[0]!.weighted).toBeGreaterThan(0.98);
+  });
+
+  it("is answered at once when it has passed, and unknown for a booking that does not exist", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await stub.check([smooth()], { hold: true });
+    await stub.check([smooth()], { hold: true });
+    const held = (await stub.check([smooth()], { hold: true })).held!;
+    vi.setSystemTime(T0 + 5_000);
+    expect(await stub.awaitTurn(held.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 1_001, nowMs: T0 + 5_000 });
+    expect(await stub.awaitTurn("no-such-booking")).toEqual({ status: "unknown", nowMs: T0 + 5_000 });
+  });
+
+  it("is counted at its instant even when nobody awaits it: the next call counts it there first", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth()], 3); // the third held for 1 001 ms
+    vi.setSystemTime(T0 + 1_200);
+    // Prev second's 2 weigh 2 × 0.8 = 1.6, and the held one counts 1 in this second: 2.6, over the limit.
+    expect((await stub.peek([smooth()])).verdicts[0]!.weighted).toBeCloseTo(2.6, 9);
+    expect(await storedBookings(stub)).toEqual([{ atMs: 1_001, counted: true }]);
+  });
+});
+
+describe("a held request's client hanging up", () => {
+  it("gives its place to the next in line: the bookings after it move up, and their callers wake sooner", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const results = await burst(stub, [smooth()], 5);
+    const [first, second, third] = results.slice(2).map((r) => r.held!);
+    expect(await stub.cancelBooking(first!.bookingId)).toEqual({ status: "cancelled" });
+    expect(await storedBookings(stub)).toEqual([
+      { atMs: 1_001, counted: false },
+      { atMs: 1_501, counted: false },
+    ]);
+    vi.setSystemTime(T0 + 1_001);
+    expect(await stub.awaitTurn(second!.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 1_001 });
+    expect(third!.atMs - T0).toBe(2_001); // promised 2 001 ms, now 1 501 ms (stored above)
+    // The cancelled one is gone: its caller's awaitTurn answers unknown, and so does a second cancellation.
+    expect(await stub.awaitTurn(first!.bookingId)).toMatchObject({ status: "unknown" });
+    expect(await stub.cancelBooking(first!.bookingId)).toEqual({ status: "unknown" });
+  });
+
+  it("wakes the caller awaiting the next turn at its new, earlier instant", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 1, periodMs: 100 });
+    const [, a, b] = await burst(stub, [rule], 3);
+    expect([a!.held!.atMs - T0, b!.held!.atMs - T0]).toEqual([101, 201]);
+    const turn = stub.awaitTurn(b!.held!.bookingId);
+    await stub.cancelBooking(a!.held!.bookingId);
+    vi.setSystemTime(T0 + 101);
+    expect(await turn).toMatchObject({ status: "turn", atMs: T0 + 101 });
+  });
+
+  it("after its turn, has its counts refunded, once and never below zero", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const [, , held] = await burst(stub, [smooth()], 3);
+    vi.setSystemTime(T0 + 1_100);
+    expect(await stub.cancelBooking(held!.held!.bookingId)).toEqual({ status: "refunded" });
+    expect(await stub.cancelBooking(held!.held!.bookingId)).toEqual({ status: "unknown" });
+    // Only the first second's two are left, weighing 2 × 0.9.
+    expect((await stub.peek([smooth()])).verdicts[0]!.weighted).toBeCloseTo(1.8, 9);
+  });
+});
+
+describe("counts taken back under held requests", () => {
+  it("move the held requests up: a refund gives its place to the next in line", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const results = await burst(stub, [smooth()], 5);
+    vi.setSystemTime(T0 + 10);
+    // The second request was refused by another key: its count comes back, so the first held one may go now,
+    // and the others take the places it leaves in the next second.
+    await stub.refund([{ receipt: results[1]!.verdicts[0]!.counted!, count: 1 }]);
+    expect(await storedBookings(stub)).toEqual([
+      { atMs: 10, counted: false },
+      { atMs: 1_001, counted: false },
+      { atMs: 1_501, counted: false },
+    ]);
+    expect(await stub.awaitTurn(results[2]!.held!.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 10 });
+  });
+
+  it("are not a way around a batch: a batch of several is decided as before, never held", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const batch = await stub.check([smooth()], { hold: true, batch: 4 });
+    expect(batch).toMatchObject({ allowed: true, admitted: 2 });
+    expect(batch.held).toBeUndefined();
+    expect(await storedBookings(stub)).toEqual([]);
+  });
+});
+
+describe("bookings survive", () => {
+  it("eviction: the object reloads them, counts them at their turns, and queues new requests behind them", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const results = await burst(stub, [smooth()], 4);
+    await evictDurableObject(stub);
+    expect(outcome(await stub.check([smooth()], { hold: true }))).toBe("held 2001");
+    vi.setSystemTime(T0 + 1_600);
+    expect(await stub.awaitTurn(results[3]!.held!.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 1_501 });
+  });
+
+  it("a crash of every object (a deploy, a kill): still counted at their turns, though their callers are gone", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth()], 3);
+    await abortAllDurableObjects();
+    const again = env.RATE_LIMITER.get(stub.id);
+    vi.setSystemTime(T0 + 1_200);
+    expect((await again.peek([smooth()])).verdicts[0]!.weighted).toBeCloseTo(2.6, 9);
+  });
+
+  it("the cleanup alarm, which counts them at their turns and deletes the key's storage only after", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    await burst(stub, [smooth()], 3);
+    const alarm = await runInDurableObject(stub, (_i, state) => state.storage.getAlarm());
+    // The held count, at 1 001 ms, weighs until the end of the second after its own: 3 000 ms.
+    expect(alarm).toBe(T0 + 3_000);
+    vi.setSystemTime(T0 + 2_000);
+    expect(await runDurableObjectAlarm(stub)).toBe(true); // early: counts the booking, keeps everything
+    expect(await storedBookings(stub)).toEqual([{ atMs: 1_001, counted: true }]);
+    vi.setSystemTime(T0 + 3_000);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const left = await runInDurableObject(stub, (_i, state) =>
+      state.storage.sql
+        .exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'")
+        .toArray(),
+    );
+    expect(left).toEqual([]);
+    expect(await runDurableObjectAlarm(stub)).toBe(false);
+  });
+});
+
+describe("a burst for one key against 10 per second, held up to 5 s, with a quarter of the held hanging up", () => {
+  it.each([
+    { mode: "the seeds' window", over: {} },
+    { mode: "strict, precision 10", over: { strict: true, precision: 10 } },
+  ])("never has a window over its limit, keeps arrival order, and loses no count ($mode)", async ({ over }) => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 10, maxDelayMs: 5_000, ...over });
+    const admitted: { atMs: number; cost: number }[] = [];
+    const held: { bookingId: string; atMs: number }[] = [];
+    let refusedAtOnce = 0;
+    let step = 7;
+    // 300 requests over 1.5 s, in bursts of up to 10 at once, every 50 ms.
+    for (let t = 0, sent = 0; sent < 300; t += 50) {
+      vi.setSystemTime(T0 + t);
+      step = (step * 48_271) % 2_147_483_647;
+      const n = Math.min(300 - sent, 1 + (step % 10), 300);
+      sent += n;
+      const results = await Promise.all(Array.from({ length: n }, () => stub.check([rule], { hold: true })));
+      for (const r of results) {
+        if (r.held) held.push({ bookingId: r.held.bookingId, atMs: r.held.atMs });
+        else if (r.allowed) admitted.push({ atMs: r.nowMs, cost: 1 });
+        else {
+          refusedAtOnce++;
+          // Refused at once, with a wait past the delay: exact, behind those held.
+          expect(r.verdicts[0]!.retryAfterMs).toBeGreaterThan(5_000);
+        }
+      }
+      // A quarter of those held so far, still waiting, hang up.
+      for (const h of held.filter((_, i) => i % 4 === 3)) {
+        if (h.atMs > T0 + t) await stub.cancelBooking(h.bookingId);
+      }
+    }
+    expect(held.length).toBeGreaterThan(30);
+    expect(refusedAtOnce).toBeGreaterThan(0);
+    // Everyone's turn has come: the last call counts every booking at its turn.
+    vi.setSystemTime(T0 + 60_000);
+    await stub.peek([rule]);
+    const bookings = await runInDurableObject(stub, (_i, state) =>
+      state.storage.sql
+        .exec<{ seq: number; at_ms: number; counted: string }>("SELECT seq, at_ms, counted FROM bookings ORDER BY seq")
+        .toArray(),
+    );
+    // Held requests go in the order they arrived: turns never go down in arrival order.
+    const turns = bookings.map((b) => b.at_ms);
+    expect(turns).toEqual([...turns].sort((a, b) => a - b));
+    expect(bookings.every((b) => b.counted !== null)).toBe(true);
+    // Replaying everything admitted, now and at its turn, finds no window over the limit.
+    const all = [...admitted, ...turns.map((atMs) => ({ atMs, cost: 1 }))];
+    expect(firstOverLimit(all, rule)).toBeNull();
+    // Nothing counted twice or lost: what the object holds at the last turn is what the replay counts there.
+    const lastMs = Math.max(...all.map((a) => a.atMs));
+    vi.setSystemTime(lastMs);
+    const weighted = (await stub.peek([rule])).verdicts[0]!.weighted;
+    expect(weighted).toBeCloseTo(weightedAt(all, lastMs, rule), 9);
+  });
+});
+
+describe("held requests beside a rule without a delay that other requests count in too", () => {
+  it.each([
+    { mode: "the seeds' window", over: {} },
+    { mode: "strict, precision 10", over: { strict: true, precision: 10 } },
+  ])(
+    "never has a window of either rule over its limit, whichever rule's room lets a request go now ($mode)",
+    async ({ over }) => {
+      fakeClock(T0);
+      const stub = freshObject();
+      const held = smooth({ limit: 10, maxDelayMs: 3_000, ...over });
+      const beside = plain({ id: "beside", limit: 25, ...over });
+      const inBeside: { atMs: number; cost: number }[] = [];
+      const inHeld: { atMs: number; cost: number }[] = [];
+      const bookings: string[] = [];
+      let step = 11;
+      const next = (n: number) => {
+        step = (step * 48_271) % 2_147_483_647;
+        return step % n;
+      };
+      let besideAdmittedNow = 0;
+      for (let t = 0; t < 3_000; t += 50) {
+        vi.setSystemTime(T0 + t);
+        const both = Array.from({ length: next(4) }, () => stub.check([held, beside], { hold: true }));
+        const alone = Array.from({ length: next(4) }, () => stub.check([beside], { hold: true }));
+        for (const r of await Promise.all(both)) {
+          if (r.held) bookings.push(r.held.bookingId);
+          else if (r.allowed) {
+            inHeld.push({ atMs: r.nowMs, cost: 1 });
+            inBeside.push({ atMs: r.nowMs, cost: 1 });
+          }
+        }
+        for (const r of await Promise.all(alone)) {
+          if (!r.allowed) continue;
+          inBeside.push({ atMs: r.nowMs, cost: 1 });
+          besideAdmittedNow++;
+        }
+        if (next(4) === 0 && bookings.length > 0) await stub.cancelBooking(bookings[next(bookings.length)]!);
+      }
+      vi.setSystemTime(T0 + 60_000);
+      await stub.peek([held, beside]);
+      const turns = await runInDurableObject(stub, (_i, state) =>
+        state.storage.sql.exec<{ at_ms: number }>("SELECT at_ms FROM bookings ORDER BY seq").toArray(),
+      );
+      for (const { at_ms } of turns) {
+        inHeld.push({ atMs: at_ms, cost: 1 });
+        inBeside.push({ atMs: at_ms, cost: 1 });
+      }
+      // The run did what it meant to: requests were held, and requests of the rule beside went on meanwhile.
+      expect(turns.length).toBeGreaterThan(10);
+      expect(besideAdmittedNow).toBeGreaterThan(20);
+      expect(firstOverLimit(inHeld, held)).toBeNull();
+      expect(firstOverLimit(inBeside, beside)).toBeNull();
+    },
+  );
+});
+
+/** The weighted count at `atMs` of a list of admissions, from first principles (for display, as the object's). */
+function weightedAt(admissions: { atMs: number; cost: number }[], atMs: number, window: RuleCheck): number {
+  const k = window.precision;
+  const bucket = (t: number) => Math.floor((t * k) / window.periodMs);
+  const now = bucket(atMs);
+  let oldest = 0;
+  let newer = 0;
+  for (const a of admissions) {
+    const b = bucket(a.atMs);
+    if (b === now - k) oldest += a.cost;
+    else if (b > now - k && b <= now) newer += a.cost;
+  }
+  const kept = window.strict ? window.periodMs : window.periodMs - ((atMs * k) % window.periodMs);
+  return (oldest * kept) / window.periodMs + newer;
+}
