@@ -107,7 +107,7 @@ export async function forward(request: Request, upstream: Upstream, signal?: Abo
       headers,
       body: request.body,
       redirect: "manual",
-      ...(signal === undefined ? {} : { signal }),
+      signal: signal ?? null,
     });
   } catch (error) {
     logEvent(

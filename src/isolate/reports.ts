@@ -26,7 +26,8 @@ const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   id: rule.id,
   limit: verdict.limit ?? rule.limit,
   periodMs: rule.periodMs,
-  ...(rule.concurrency !== undefined ? { concurrency: rule.concurrency } : {}),
+  // Always present (undefined for a rate rule): one object shape on the hot path, no spread.
+  concurrency: rule.concurrency,
   verdict,
   nowMs,
 });
