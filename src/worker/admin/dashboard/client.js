@@ -251,9 +251,13 @@
     state.observer.observe(root);
   }
 
-  /** "50 per 1d · per ip · /* · every method". */
+  /** "50 per 1d · per ip · /* · every method", or "2 in flight at once · …" for a concurrency rule. */
   function ruleSummary(rule) {
-    const parts = [`${fmt(rule.limit)} per ${rule.period}`, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
+    const quota =
+      rule.concurrency !== undefined && rule.concurrency !== null
+        ? `${fmt(rule.concurrency)} in flight at once`
+        : `${fmt(rule.limit)} per ${rule.period}`;
+    const parts = [quota, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
     parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
     if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
     if (rule.count !== "all") parts.push(`counts ${JSON.stringify(rule.count)}`);
@@ -686,6 +690,11 @@
       return;
     }
     const extra = status.override ? " · override" : status.tier ? ` · tier ${status.tier}` : "";
+    if (status.inUse !== undefined) {
+      // A concurrency rule: its places, not a count in a window.
+      paintPlaces(node, status, extra);
+      return;
+    }
     if (status.blockedUntil) {
       node.classList.add("refused");
       node.textContent = `blocked until ${time(new Date(status.blockedUntil))}${extra}`;
@@ -704,6 +713,16 @@
           : `admitted · ${fmt(status.remaining)} left${extra}`;
     }
     node.title = `count ${status.weighted ?? "?"} of ${status.limit ?? "no limit"}`;
+  }
+
+  /** A client's places under a concurrency rule: how many are in use, and how many requests wait for one. */
+  function paintPlaces(node, status, extra) {
+    const full = status.free !== null && status.free <= 0;
+    node.classList.add(full ? (node.dataset.shadow ? "shadow" : "refused") : "admitted");
+    const limit = status.limit === null ? "no limit" : fmt(status.limit);
+    const waiting = status.waiting > 0 ? ` · ${fmt(status.waiting)} waiting` : "";
+    node.textContent = `${fmt(status.inUse)} of ${limit} in flight${waiting}${extra}`;
+    node.title = `${status.free === null ? "no limit" : `${fmt(status.free)} free`}; a place not renewed is taken back after ${duration(status.placeTimeoutMs / 1000)}`;
   }
 
   async function loadStatus(rule, client) {
