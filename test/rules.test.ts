@@ -778,3 +778,26 @@ describe("adaptive rules (adaptive)", () => {
     expect(errorsOf(input)).toEqual(messages);
   });
 });
+
+describe("a number JSON cannot hold, in any numeric field", () => {
+  // JSON.parse reads 1e400 as Infinity, which JSON.stringify writes as null: the message must say what was written.
+  const huge = JSON.parse("1e400") as number;
+  const cases: [string, Record<string, unknown>][] = [
+    ["limit", { limit: huge, period: 60 }],
+    ["period", { limit: 10, period: huge }],
+    ["cost", { limit: 10, period: 60, cost: huge }],
+    ["precision", { limit: 10, period: 60, precision: huge }],
+    ["max_delay", { limit: 10, period: 60, max_delay: huge }],
+    ["max_held", { limit: 10, period: 60, max_delay: "1s", max_held: huge }],
+    ["concurrency", { concurrency: huge }],
+    ["place_timeout", { concurrency: 2, place_timeout: huge }],
+  ];
+  it.each(cases)("%s: is an error that shows Infinity, not null", (field, fields) => {
+    const parsed = parseRules([{ id: "big", path: "/*", key: ["ip"], ...fields }]);
+    expect(parsed.ok).toBe(false);
+    const message = parsed.ok ? "" : parsed.errors.join("\n");
+    expect(message).toContain(`field "${field}"`);
+    expect(message).toContain("Infinity");
+    expect(message).not.toMatch(/got null/);
+  });
+});
