@@ -177,3 +177,47 @@ describe("with max_delay, a request waits in line for a place", () => {
     await first.body!.cancel();
   });
 });
+
+describe("a refusal under an override or a tier shows the client's own number of places", () => {
+  const CONC = { id: "conc", path: "/stream/*", concurrency: 2, key: ["header:x-k"] };
+  const cases: { name: string; rule: Record<string, unknown>; override: Record<string, unknown> }[] = [
+    { name: "an override's limit", rule: CONC, override: { limit: 1 } },
+    { name: "an override's tier", rule: CONC, override: { tier: "pro" } },
+    {
+      name: "an override's limit, to a request refused at the end of its wait",
+      rule: { ...CONC, max_delay: "200ms" },
+      override: { limit: 1 },
+    },
+  ];
+  for (const { name, rule, override } of cases) {
+    it(`${name}: q=1, X-RateLimit-Limit 1 and "1 request in flight at once", as the admitted request shows`, async () => {
+      const { send } = worker([rule], { TIERS: JSON.stringify({ pro: { conc: 1 } }) });
+      const client = `OW-${uniqueIp()}`;
+      const put = await send(`/__ratelimit/overrides?rule=conc&key=header:x-k=${client}`, {
+        method: "PUT",
+        headers: {
+          authorization: `Bearer ${TOKEN}`,
+          "content-type": "application/json",
+          "cf-connecting-ip": "198.51.100.1",
+        },
+        body: JSON.stringify(override),
+      });
+      expect(put.status).toBe(200);
+      const admitted = await send("/stream/2000", from(uniqueIp(), { "x-k": client }));
+      expect(admitted.status).toBe(200);
+      expect(admitted.headers.get("ratelimit-policy")).toBe('"conc";q=1;qu="concurrent-requests"');
+      const refused = await send("/stream/0", from(uniqueIp(), { "x-k": client }));
+      expect(refused.status).toBe(429);
+      expect({
+        policy: refused.headers.get("ratelimit-policy"),
+        legacyLimit: refused.headers.get("x-ratelimit-limit"),
+        detail: ((await refused.json()) as { detail: string }).detail,
+      }).toEqual({
+        policy: '"conc";q=1;qu="concurrent-requests"',
+        legacyLimit: "1",
+        detail: expect.stringContaining('"conc" (1 request in flight at once'),
+      });
+      await admitted.body!.cancel();
+    });
+  }
+});

@@ -252,7 +252,8 @@ export class PlaceBook {
     this.commit(rule, line, served.line);
     for (const ticket of served.lapsed) {
       const inUse = liveAt(served.line.places, nowMs).length;
-      this.answer(ticket.id, { status: "refused", nowMs, free: 0, inUse } satisfies PlaceRefused);
+      // The places it waited for, which an override, a tier or a factor may have made other than the rule's.
+      this.answer(ticket.id, { status: "refused", nowMs, free: 0, inUse, limit: ticket.limit } satisfies PlaceRefused);
     }
     for (const grant of served.granted) this.give(rule, grant, nowMs);
   }

@@ -186,15 +186,17 @@ export type PlaceAcquired = {
 
 /**
  * No place: every one is held (or an override denies the client).
- * `reduced`: only the factor of an adaptive rule refused it (fewer places
- * are held than the limit before it), and `limit` is the current number.
+ * `limit`: the number of places that refused it, when an override, a tier
+ * or a factor made it other than the rule's. `reduced`: only the factor of
+ * an adaptive rule refused it (fewer places are held than the limit before
+ * it), and `limit` is the current number.
  */
 export type PlaceRefused = {
   status: "refused";
   nowMs: number;
   free: 0;
   inUse: number;
-  override?: "deny";
+  override?: "deny" | "limit" | "tier";
   reduced?: true;
   limit?: number;
 };
@@ -207,6 +209,8 @@ export type PlaceQueued = {
   deadlineMs: number;
   /** Requests waiting ahead of this one. */
   ahead: number;
+  /** The places it waits for, when an override, a tier or a factor made them other than the rule's: its refusal at the deadline says so. */
+  limit?: number;
 };
 
 export type PlaceAnswer = PlaceAcquired | PlaceRefused | PlaceQueued;

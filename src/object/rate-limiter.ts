@@ -525,10 +525,20 @@ export class RateLimiter extends DurableObject<unknown> {
     );
     this.rearm(nowMs);
     this.scheduleCleanup();
-    if (answer.status === "refused" && plan.kind === "count" && plan.configured !== undefined) {
+    // The limit that applied, when an override or a factor made it other than the rule's: a refusal says it too.
+    const own = plan.kind === "count" && (plan.override !== undefined || plan.configured !== undefined);
+    if (answer.status === "refused" && own) {
       // Fewer held than the places before the factor: the reduction alone refused it.
-      return answer.inUse < plan.configured ? { ...answer, reduced: true, limit } : { ...answer, limit };
+      const reduced = plan.configured !== undefined && answer.inUse < plan.configured;
+      const kind = plan.override?.kind;
+      return {
+        ...answer,
+        limit,
+        ...(kind === "limit" || kind === "tier" ? { override: kind } : {}),
+        ...(reduced ? { reduced: true } : {}),
+      };
     }
+    if (answer.status === "queued" && own) return { ...answer, limit };
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
     if (plan.override) return { ...answer, limit, override: plan.override.kind };
