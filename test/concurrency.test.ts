@@ -221,3 +221,52 @@ describe("a refusal under an override or a tier shows the client's own number of
     });
   }
 });
+
+describe("a reset of a client under a concurrency rule (DELETE /status)", () => {
+  const TWO = [{ id: "two", path: "/stream/*", concurrency: 2, key: ["ip"] }];
+
+  it("frees its places at once: the next request goes, and the reset requests' ends free nothing twice", async () => {
+    const { send, places, settledInUse } = worker(TWO);
+    const ip = uniqueIp();
+    const [a, b] = [await send("/stream/5000", from(ip)), await send("/stream/5000", from(ip))];
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect((await send("/stream/0", from(ip))).status).toBe(429);
+    const reset = await send(`/__ratelimit/status?rule=two&key=${ip}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    expect(await reset.json()).toMatchObject({ rule: "two", reset: true, freed: 2 });
+    expect(await places("two", ip)).toMatchObject({ inUse: 0, free: 2 });
+    const c = await send("/stream/5000", from(ip));
+    expect(c.status).toBe(200);
+    // The reset requests end: their places are gone already, so nothing of c's is freed.
+    await Promise.all([a.body!.cancel(), b.body!.cancel()]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await settledInUse("two", ip, 1)).toBe(1);
+    const d = await send("/stream/5000", from(ip));
+    expect(d.status).toBe(200);
+    const e = await send("/stream/0", from(ip));
+    expect(e.status).toBe(429);
+    await e.arrayBuffer();
+    await Promise.all([c.body!.cancel(), d.body!.cancel()]);
+    expect(await settledInUse("two", ip, 0)).toBe(0);
+  });
+
+  it("gives the freed place to a request waiting in line for one (max_delay)", async () => {
+    const { send } = worker([{ id: "one-held", path: "/stream/*", concurrency: 1, key: ["ip"], max_delay: "5s" }]);
+    const ip = uniqueIp();
+    const holding = await send("/stream/5000", from(ip));
+    const started = Date.now();
+    const waiting = send("/stream/0", from(ip));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const reset = await send(`/__ratelimit/status?rule=one-held&key=${ip}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    expect(await reset.json()).toMatchObject({ reset: true, freed: 1 });
+    const went = await waiting;
+    expect(went.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    await Promise.all([went.arrayBuffer(), holding.body!.cancel()]);
+  });
+});

@@ -180,6 +180,21 @@ export class PlaceBook {
     return { released, unknown: placeIds.filter((id) => !released.includes(id)) };
   }
 
+  /**
+   * Frees every place held under `rule` (an operator's reset of the client);
+   * the waiting requests get them, oldest first. A place just given to a
+   * waiting request is its, and stays. The requests that held the freed
+   * places release or renew ids no longer known, which changes nothing.
+   * Returns how many were freed.
+   */
+  releaseAll(rule: string, nowMs: number, newId: () => string): number {
+    const line = this.lines.get(rule);
+    if (line === undefined) return 0;
+    const given = new Set([...this.unclaimed.values()].map(({ place }) => place.id));
+    const held = line.places.filter((place) => !given.has(place.id)).map((place) => place.id);
+    return this.release(held, nowMs, newId).released.length;
+  }
+
   /** Extends each place still held to `nowMs` plus its timeout; the rest are unknown (released, or taken back). */
   renew(placeIds: readonly string[], nowMs: number, newId: () => string): Renewal {
     const renewed: Renewal["renewed"] = [];

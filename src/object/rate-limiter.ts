@@ -836,14 +836,25 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /** Forgets the given rules' counters (and penalties) for this key (every layout of each id), or all of them. */
-  async reset(ruleIds?: string[]): Promise<void> {
+  async reset(ruleIds?: string[]): Promise<{ freed: number }> {
     for (const [key, row] of this.rows) {
       if (ruleIds && !ruleIds.includes(row.id)) continue;
       this.forgetRow(key);
     }
     // Held requests still go at their turns: their bookings stay, and count in the rows made afresh.
     this.books.invalidate();
+    const freed = ruleIds === undefined ? 0 : this.freePlaces(ruleIds);
     if (this.nothingLeft()) await this.clear();
+    return { freed };
+  }
+
+  /** Frees every place this client holds under these concurrency rules: the requests waiting for one get them. */
+  private freePlaces(ruleIds: string[]): number {
+    const nowMs = Date.now();
+    let freed = 0;
+    for (const ruleId of ruleIds) freed += this.places.releaseAll(ruleId, nowMs, newId);
+    this.rearm(nowMs);
+    return freed;
   }
 
   /** Whether the object holds nothing: no counters, overrides, bookings or places, and is no controller. */
