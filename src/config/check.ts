@@ -39,7 +39,7 @@ import {
   variableSizeFindings,
 } from "./platform.ts";
 import { parseSettings, ruleVariables, type SettingsInput } from "./settings.ts";
-import { limitsBelowCost, parseTiers, type Tiers, unknownRules } from "./tiers.ts";
+import { parseTiers, type Tiers, tierLimitErrors, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -117,7 +117,7 @@ export type FileFacts = {
 function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>, valid: ValidRule[]): Finding[] {
   const parsed = parseSettings(vars as SettingsInput);
   const settings = errorsOf(parsed);
-  const tierErrors = tiers.ok ? limitsBelowCost(tiers.value, valid) : tiers.errors;
+  const tierErrors = tiers.ok ? tierLimitErrors(tiers.value, valid) : tiers.errors;
   const unreported = tierErrors.filter((message) => !settings.includes(message));
   const keyHeaders = parsed.ok ? parsed.value.keyHeaders : new Set<string>();
   const others = [
