@@ -180,17 +180,23 @@ describe("with max_delay, a request waits in line for a place", () => {
 
 describe("a refusal under an override or a tier shows the client's own number of places", () => {
   const CONC = { id: "conc", path: "/stream/*", concurrency: 2, key: ["header:x-k"] };
-  const cases: { name: string; rule: Record<string, unknown>; override: Record<string, unknown> }[] = [
-    { name: "an override's limit", rule: CONC, override: { limit: 1 } },
-    { name: "an override's tier", rule: CONC, override: { tier: "pro" } },
+  const cases: { name: string; rule: Record<string, unknown>; override: Record<string, unknown>; quota: string }[] = [
+    { name: "an override's limit", rule: CONC, override: { limit: 1 }, quota: "1 request in flight at once" },
+    {
+      name: "an override's tier, named as a rate rule's is",
+      rule: CONC,
+      override: { tier: "pro" },
+      quota: '1 request in flight at once, tier "pro"',
+    },
     {
       name: "an override's limit, to a request refused at the end of its wait",
       rule: { ...CONC, max_delay: "200ms" },
       override: { limit: 1 },
+      quota: "1 request in flight at once",
     },
   ];
-  for (const { name, rule, override } of cases) {
-    it(`${name}: q=1, X-RateLimit-Limit 1 and "1 request in flight at once", as the admitted request shows`, async () => {
+  for (const { name, rule, override, quota } of cases) {
+    it(`${name}: q=1, X-RateLimit-Limit 1 and "${quota}", as the admitted request shows`, async () => {
       const { send } = worker([rule], { TIERS: JSON.stringify({ pro: { conc: 1 } }) });
       const client = `OW-${uniqueIp()}`;
       const put = await send(`/__ratelimit/overrides?rule=conc&key=header:x-k=${client}`, {
@@ -215,7 +221,7 @@ describe("a refusal under an override or a tier shows the client's own number of
       }).toEqual({
         policy: '"conc";q=1;qu="concurrent-requests"',
         legacyLimit: "1",
-        detail: expect.stringContaining('"conc" (1 request in flight at once'),
+        detail: `Rate limit exceeded: "conc" (${quota}). Retry in 1 second.`,
       });
       await admitted.body!.cancel();
     });

@@ -182,6 +182,8 @@ export type PlaceAcquired = {
   /** The limit an override (or its tier) gave this client, when one did. */
   limit?: number;
   override?: OverrideSetting["kind"];
+  /** The tier whose limit applied (an override's, or a token's `tier_claim`), when one did. */
+  tier?: string;
 };
 
 /**
@@ -199,6 +201,8 @@ export type PlaceRefused = {
   override?: "deny" | "limit" | "tier";
   reduced?: true;
   limit?: number;
+  /** The tier whose limit refused it, when one did. */
+  tier?: string;
 };
 
 /** The request waits for a place until `deadlineMs`: `awaitPlace(ticketId)` answers when it gets one, or at the deadline. */

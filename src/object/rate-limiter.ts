@@ -536,13 +536,16 @@ export class RateLimiter extends DurableObject<unknown> {
         limit,
         ...(kind === "limit" || kind === "tier" ? { override: kind } : {}),
         ...(reduced ? { reduced: true } : {}),
+        ...tierOf(plan.rule, plan.override),
       };
     }
     if (answer.status === "queued" && own) return { ...answer, limit };
+    if (answer.status === "refused" && plan.kind === "count") return { ...answer, ...tierOf(plan.rule, undefined) };
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
-    if (plan.override) return { ...answer, limit, override: plan.override.kind };
-    return plan.configured !== undefined ? { ...answer, limit } : answer;
+    const tier = tierOf(plan.rule, plan.override);
+    if (plan.override) return { ...answer, limit, override: plan.override.kind, ...tier };
+    return plan.configured !== undefined ? { ...answer, limit, ...tier } : { ...answer, ...tier };
   }
 
   /**
