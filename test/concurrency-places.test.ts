@@ -201,11 +201,13 @@ describe("a request that may wait for a place (max_delay)", () => {
     await acquireAll(stub, 3, waiting);
     const ticket = await stub.acquire("ai", waiting);
     vi.setSystemTime(T0 + 10_000);
+    // All 3 places it waited for are held.
     expect(await stub.awaitPlace(ticket.status === "queued" ? ticket.ticketId : "")).toEqual({
       status: "refused",
       nowMs: T0 + 10_000,
       free: 0,
       inUse: 3,
+      limit: 3,
     });
   });
 

@@ -129,12 +129,12 @@ export class PlaceBook {
   /** A ticket's place: at once if it has one, when one frees, or refused at its deadline; unknown if no such ticket. */
   wait(ticketId: string, nowMs: number, newId: () => string): PlaceWait | Promise<PlaceWait> {
     const rule = this.ruleOf.get(ticketId);
-    const waited = rule !== undefined && this.inLine(rule, ticketId);
+    const ticket = rule === undefined ? undefined : this.lines.get(rule)?.tickets.find((t) => t.id === ticketId);
     if (rule !== undefined) this.serveLine(rule, nowMs, newId);
-    if (waited && !this.inLine(rule, ticketId) && !this.unclaimed.has(ticketId)) {
+    if (rule !== undefined && ticket !== undefined && !this.inLine(rule, ticketId) && !this.unclaimed.has(ticketId)) {
       // Its deadline passed before its caller came for it.
       const inUse = liveAt(this.lines.get(rule)?.places ?? [], nowMs).length;
-      return { status: "refused", nowMs, free: 0, inUse };
+      return { status: "refused", nowMs, free: 0, inUse, limit: ticket.limit };
     }
     const given = this.unclaimed.get(ticketId);
     if (given !== undefined) {
