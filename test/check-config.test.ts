@@ -567,6 +567,28 @@ describe("adaptive rules", () => {
     expect(found[0]!.message).toContain(`RULES[0] "r": ${message}`);
   });
 
+  it("reports a floor below the rule's cost as an error, as the Worker does: the limit never goes below one request's cost", () => {
+    expect(findings({ RULES: [rule({ cost: 5, adaptive: { latency: "1s", floor: 2 } })] })).toEqual([
+      error(
+        'RULES[0] "r": field "adaptive.floor": must be at least the rule\'s cost (5): its limit never goes below one request\'s cost; got 2',
+      ),
+    ]);
+  });
+
+  it.each([
+    ["a rate rule", rule({ action: "log", adaptive: { latency: "1s", floor: 2 } }), 'RULES[0] "r"'],
+    ["a concurrency rule", { id: "c", concurrency: 4, action: "log", adaptive: { latency: "1s" } }, 'RULES[0] "c"'],
+  ])(
+    "warns of adaptive on a shadow rule (%s): it never reports the origin's health, so its limit never moves",
+    (_, input, label) => {
+      expect(findings({ RULES: [input] })).toEqual([
+        warning(
+          `${label}: field "adaptive": has no effect on a shadow rule (action = "log"), which never reports the origin's health, so its limit never moves; enforce the rule, or remove "adaptive"`,
+        ),
+      ]);
+    },
+  );
+
   it("warns of a floor at the limit: the limit can never move", () => {
     expect(findings({ RULES: [rule({ adaptive: { latency: "1s", floor: 10 } })] })).toEqual([
       warning(

@@ -719,6 +719,13 @@ describe("adaptive rules (adaptive)", () => {
     });
   });
 
+  it("gives a rule whose requests cost more than a tenth of its limit a floor of one request's cost", () => {
+    expect(parsedRule({ ...base, limit: 20, cost: 5, adaptive: { latency: "250ms" } }).adaptive?.floor).toBe(5);
+    expect(parsedRule({ ...base, limit: 20, cost: 5, adaptive: { latency: "250ms", floor: 5 } }).adaptive?.floor).toBe(
+      5,
+    );
+  });
+
   it("gives a concurrency rule one too, its floor in places", () => {
     expect(parsedRule({ id: "ai", concurrency: 8, adaptive: { latency: "2s", floor: 2 } }).adaptive).toEqual({
       latencyMs: 2_000,
@@ -752,6 +759,13 @@ describe("adaptive rules (adaptive)", () => {
       "a floor above a concurrency rule's places",
       { id: "ai", concurrency: 2, adaptive: { latency: "1s", floor: 3 } },
       ['RULES[0] "ai": field "adaptive.floor": must be an integer from 1 to the rule\'s limit (2); got 3'],
+    ],
+    [
+      "a floor below the rule's cost",
+      { ...base, limit: 100, cost: 5, adaptive: { latency: "1s", floor: 1 } },
+      [
+        'RULES[0] "api": field "adaptive.floor": must be at least the rule\'s cost (5): its limit never goes below one request\'s cost; got 1',
+      ],
     ],
     [
       "an error share without %",

@@ -39,7 +39,7 @@ import {
   variableSizeFindings,
 } from "./platform.ts";
 import { parseSettings, ruleVariables, type SettingsInput } from "./settings.ts";
-import { limitsBelowCost, parseTiers, type Tiers, unknownRules } from "./tiers.ts";
+import { parseTiers, type Tiers, tierLimitErrors, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -117,7 +117,7 @@ export type FileFacts = {
 function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>, valid: ValidRule[]): Finding[] {
   const parsed = parseSettings(vars as SettingsInput);
   const settings = errorsOf(parsed);
-  const tierErrors = tiers.ok ? limitsBelowCost(tiers.value, valid) : tiers.errors;
+  const tierErrors = tiers.ok ? tierLimitErrors(tiers.value, valid) : tiers.errors;
   const unreported = tierErrors.filter((message) => !settings.includes(message));
   const keyHeaders = parsed.ok ? parsed.value.keyHeaders : new Set<string>();
   const others = [
@@ -613,9 +613,19 @@ function delayWarnings(rule: Rule, maxDelay: unknown): string[] {
   ];
 }
 
-/** An adaptive rule whose floor is its limit: the factor can never take the limit anywhere. */
+/**
+ * An adaptive shadow rule, which never reports the origin's health (so its
+ * limit never moves); or an adaptive rule whose floor is its limit: the
+ * factor can never take the limit anywhere.
+ */
 function adaptiveWarnings(rule: Rule): string[] {
-  if (rule.adaptive === undefined || rule.adaptive.floor < rule.limit) return [];
+  if (rule.adaptive === undefined) return [];
+  if (rule.action === "log") {
+    return [
+      `field "adaptive": has no effect on a shadow rule (action = "log"), which never reports the origin's health, so its limit never moves; enforce the rule, or remove "adaptive"`,
+    ];
+  }
+  if (rule.adaptive.floor < rule.limit) return [];
   return [
     `field "adaptive.floor": ${rule.adaptive.floor} is the rule's limit, so the limit never moves and the rule is not adaptive at all; lower the floor, or remove "adaptive"`,
   ];

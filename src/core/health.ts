@@ -44,10 +44,11 @@ const MAX_ERROR_SHARE = 0.5;
 const PERCENT = /^(\d+(?:\.\d+)?)\s*%$/;
 
 /**
- * The `adaptive` table of a rule whose limit (or concurrency) is `limit`.
- * Every problem names its field, as `adaptive.latency`.
+ * The `adaptive` table of a rule whose limit (or concurrency) is `limit`
+ * and whose requests each count `cost`. Every problem names its field, as
+ * `adaptive.latency`.
  */
-export function parseAdaptive(value: unknown, limit: number): Result<HealthTarget> {
+export function parseAdaptive(value: unknown, limit: number, cost = 1): Result<HealthTarget> {
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     return fail(`must be a table such as { latency = "250ms", errors = "5%", floor = 10 }; got ${show(value)}`);
   }
@@ -66,7 +67,7 @@ export function parseAdaptive(value: unknown, limit: number): Result<HealthTarge
   const latencyMs = take("latency", parseLatency(fields.latency), 0);
   const percentile = take("percentile", parsePercentile(fields.percentile), DEFAULT_PERCENTILE);
   const errorShare = take("errors", parseErrorShare(fields.errors), DEFAULT_ERROR_SHARE);
-  const floor = take("floor", parseFloor(fields.floor, limit), 1);
+  const floor = take("floor", parseFloor(fields.floor, limit, cost), 1);
   return errors.length > 0 ? fail(...errors) : ok({ latencyMs, percentile, errorShare, floor });
 }
 
@@ -96,11 +97,19 @@ function parseErrorShare(value: unknown): Result<number> {
     : fail(`must be a share written with "%", from "0.1%" to "50%", such as "5%"; got ${show(value)}`);
 }
 
-function parseFloor(value: unknown, limit: number): Result<number> {
-  if (value === undefined) return ok(defaultFloor(limit));
-  return typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= limit
-    ? ok(value)
-    : fail(`must be an integer from 1 to the rule's limit (${limit}); got ${show(value)}`);
+/**
+ * The floor: from 1 to the limit, and not below one request's cost, which
+ * is the lowest the limit is ever taken (a limit below it would admit
+ * nothing); a floor under it would be reported while never applied.
+ */
+function parseFloor(value: unknown, limit: number, cost: number): Result<number> {
+  if (value === undefined) return ok(Math.max(defaultFloor(limit), cost));
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > limit) {
+    return fail(`must be an integer from 1 to the rule's limit (${limit}); got ${show(value)}`);
+  }
+  return value < cost
+    ? fail(`must be at least the rule's cost (${cost}): its limit never goes below one request's cost; got ${value}`)
+    : ok(value);
 }
 
 /** A tenth of the limit, at least 1. */

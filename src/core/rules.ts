@@ -325,7 +325,7 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const maxHeld = take("max_held", parseMaxHeld(fields.max_held, fields.max_delay !== undefined), DEFAULT_MAX_HELD);
   const adaptive = take(
     "adaptive",
-    fields.adaptive === undefined ? ok(null) : parseAdaptive(fields.adaptive, Math.max(1, limit)),
+    fields.adaptive === undefined ? ok(null) : parseAdaptive(fields.adaptive, Math.max(1, limit), cost),
     null,
   );
   const window = concurrent

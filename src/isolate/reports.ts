@@ -56,6 +56,7 @@ function placeReport(rule: Rule, answer: PlaceAcquired | PlaceRefused, nowMs: nu
     ...(answer.limit !== undefined ? { limit: answer.limit } : {}),
     ...(!acquired && answer.reduced === true ? { reduced: true } : {}),
     ...(answer.override !== undefined ? { override: answer.override } : {}),
+    ...(answer.tier !== undefined ? { tier: answer.tier } : {}),
   };
   return report(rule, verdict, nowMs);
 }

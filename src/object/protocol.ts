@@ -182,21 +182,27 @@ export type PlaceAcquired = {
   /** The limit an override (or its tier) gave this client, when one did. */
   limit?: number;
   override?: OverrideSetting["kind"];
+  /** The tier whose limit applied (an override's, or a token's `tier_claim`), when one did. */
+  tier?: string;
 };
 
 /**
  * No place: every one is held (or an override denies the client).
- * `reduced`: only the factor of an adaptive rule refused it (fewer places
- * are held than the limit before it), and `limit` is the current number.
+ * `limit`: the number of places that refused it, when an override, a tier
+ * or a factor made it other than the rule's. `reduced`: only the factor of
+ * an adaptive rule refused it (fewer places are held than the limit before
+ * it), and `limit` is the current number.
  */
 export type PlaceRefused = {
   status: "refused";
   nowMs: number;
   free: 0;
   inUse: number;
-  override?: "deny";
+  override?: "deny" | "limit" | "tier";
   reduced?: true;
   limit?: number;
+  /** The tier whose limit refused it, when one did. */
+  tier?: string;
 };
 
 /** The request waits for a place until `deadlineMs`: `awaitPlace(ticketId)` answers when it gets one, or at the deadline. */
@@ -207,6 +213,8 @@ export type PlaceQueued = {
   deadlineMs: number;
   /** Requests waiting ahead of this one. */
   ahead: number;
+  /** The places it waits for, when an override, a tier or a factor made them other than the rule's: its refusal at the deadline says so. */
+  limit?: number;
 };
 
 export type PlaceAnswer = PlaceAcquired | PlaceRefused | PlaceQueued;

@@ -525,14 +525,27 @@ export class RateLimiter extends DurableObject<unknown> {
     );
     this.rearm(nowMs);
     this.scheduleCleanup();
-    if (answer.status === "refused" && plan.kind === "count" && plan.configured !== undefined) {
+    // The limit that applied, when an override or a factor made it other than the rule's: a refusal says it too.
+    const own = plan.kind === "count" && (plan.override !== undefined || plan.configured !== undefined);
+    if (answer.status === "refused" && own) {
       // Fewer held than the places before the factor: the reduction alone refused it.
-      return answer.inUse < plan.configured ? { ...answer, reduced: true, limit } : { ...answer, limit };
+      const reduced = plan.configured !== undefined && answer.inUse < plan.configured;
+      const kind = plan.override?.kind;
+      return {
+        ...answer,
+        limit,
+        ...(kind === "limit" || kind === "tier" ? { override: kind } : {}),
+        ...(reduced ? { reduced: true } : {}),
+        ...tierOf(plan.rule, plan.override),
+      };
     }
+    if (answer.status === "queued" && own) return { ...answer, limit };
+    if (answer.status === "refused" && plan.kind === "count") return { ...answer, ...tierOf(plan.rule, undefined) };
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
-    if (plan.override) return { ...answer, limit, override: plan.override.kind };
-    return plan.configured !== undefined ? { ...answer, limit } : answer;
+    const tier = tierOf(plan.rule, plan.override);
+    if (plan.override) return { ...answer, limit, override: plan.override.kind, ...tier };
+    return plan.configured !== undefined ? { ...answer, limit, ...tier } : { ...answer, ...tier };
   }
 
   /**
@@ -826,14 +839,25 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /** Forgets the given rules' counters (and penalties) for this key (every layout of each id), or all of them. */
-  async reset(ruleIds?: string[]): Promise<void> {
+  async reset(ruleIds?: string[]): Promise<{ freed: number }> {
     for (const [key, row] of this.rows) {
       if (ruleIds && !ruleIds.includes(row.id)) continue;
       this.forgetRow(key);
     }
     // Held requests still go at their turns: their bookings stay, and count in the rows made afresh.
     this.books.invalidate();
+    const freed = ruleIds === undefined ? 0 : this.freePlaces(ruleIds);
     if (this.nothingLeft()) await this.clear();
+    return { freed };
+  }
+
+  /** Frees every place this client holds under these concurrency rules: the requests waiting for one get them. */
+  private freePlaces(ruleIds: string[]): number {
+    const nowMs = Date.now();
+    let freed = 0;
+    for (const ruleId of ruleIds) freed += this.places.releaseAll(ruleId, nowMs, newId);
+    this.rearm(nowMs);
+    return freed;
   }
 
   /** Whether the object holds nothing: no counters, overrides, bookings or places, and is no controller. */
