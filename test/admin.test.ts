@@ -220,6 +220,40 @@ describe("routes", () => {
     });
   });
 
+  it("GET /rules shows a concurrency rule by its places, and a rule that holds requests by its delay and bound", async () => {
+    const { admin } = withAdmin([
+      { id: "conc", path: "/ai/*", concurrency: 2, key: ["header:x-k"] },
+      { id: "conc-held", path: "/ai/*", concurrency: 3, place_timeout: "20s", max_delay: "2s", max_held: 5 },
+      { id: "rate-held", path: "/api/*", limit: 10, period: "1m", max_delay: "500ms" },
+    ]);
+    const { body } = await admin("GET", "/__ratelimit/rules");
+    const [conc, concHeld, rateHeld] = (body as { rules: Record<string, unknown>[] }).rules;
+    const common = { methods: null, exclude: [], case_sensitive: false, action: "block", on_error: "open" };
+    expect(conc).toEqual({
+      id: "conc",
+      path: ["/ai/*"],
+      ...common,
+      concurrency: 2,
+      place_timeout: "1m",
+      placeTimeoutMs: 60_000,
+      key: ["header:x-k"],
+    });
+    expect(concHeld).toEqual({
+      id: "conc-held",
+      path: ["/ai/*"],
+      ...common,
+      concurrency: 3,
+      place_timeout: "20s",
+      placeTimeoutMs: 20_000,
+      key: ["ip"],
+      max_delay: "2s",
+      maxDelayMs: 2_000,
+      max_held: 5,
+    });
+    expect(rateHeld).toMatchObject({ limit: 10, period: "1m", max_delay: "500ms", maxDelayMs: 500, max_held: 1000 });
+    expect(rateHeld).not.toHaveProperty("concurrency");
+  });
+
   it("shows the configuration's problems to the token holder, with 500", async () => {
     const { admin } = withAdmin([{ id: "bad", limit: 0, period: "1m" }]);
     const { status, body } = await admin("GET", "/__ratelimit/rules");

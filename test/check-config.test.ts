@@ -87,7 +87,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout, adaptive',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
@@ -529,6 +529,80 @@ describe("held requests and concurrency limits", () => {
         'RULES[0] "a" and RULES[1] "b": limit the same requests in flight with the same key, so RULES[1] "b", the looser, never refuses anything; remove it',
       ),
     ]);
+  });
+});
+
+describe("adaptive rules", () => {
+  it("passes a rule with a health target, and one without (off unless asked)", () => {
+    expect(
+      findings({
+        RULES: [rule({ adaptive: { latency: "250ms", errors: "2%", floor: 2 } }), rule({ id: "s", path: "/s" })],
+      }),
+    ).toEqual([]);
+  });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    ["no latency", { floor: 2 }, 'field "adaptive.latency": is required'],
+    ["a latency of 0", { latency: 0 }, 'field "adaptive.latency": must be at least 1ms; got 0'],
+    [
+      "a percentile of 100",
+      { latency: "1s", percentile: 100 },
+      'field "adaptive.percentile": must be a number from 50 to 99.9',
+    ],
+    [
+      "errors as a fraction",
+      { latency: "1s", errors: 0.05 },
+      'field "adaptive.errors": must be a share written with "%"',
+    ],
+    [
+      "a floor above the limit",
+      { latency: "1s", floor: 11 },
+      'field "adaptive.floor": must be an integer from 1 to the rule\'s limit (10); got 11',
+    ],
+    ["a misspelt field", { latency: "1s", p99: "1s" }, 'field "adaptive.p99": is not a field of "adaptive"'],
+  ])("a bad health target is an error: %s", (_, adaptive, message) => {
+    const found = findings({ RULES: [rule({ adaptive })] });
+    expect(found).toHaveLength(1);
+    expect(found[0]!.level).toBe("error");
+    expect(found[0]!.message).toContain(`RULES[0] "r": ${message}`);
+  });
+
+  it("reports a floor below the rule's cost as an error, as the Worker does: the limit never goes below one request's cost", () => {
+    expect(findings({ RULES: [rule({ cost: 5, adaptive: { latency: "1s", floor: 2 } })] })).toEqual([
+      error(
+        'RULES[0] "r": field "adaptive.floor": must be at least the rule\'s cost (5): its limit never goes below one request\'s cost; got 2',
+      ),
+    ]);
+  });
+
+  it.each([
+    ["a rate rule", rule({ action: "log", adaptive: { latency: "1s", floor: 2 } }), 'RULES[0] "r"'],
+    ["a concurrency rule", { id: "c", concurrency: 4, action: "log", adaptive: { latency: "1s" } }, 'RULES[0] "c"'],
+  ])(
+    "warns of adaptive on a shadow rule (%s): it never reports the origin's health, so its limit never moves",
+    (_, input, label) => {
+      expect(findings({ RULES: [input] })).toEqual([
+        warning(
+          `${label}: field "adaptive": has no effect on a shadow rule (action = "log"), which never reports the origin's health, so its limit never moves; enforce the rule, or remove "adaptive"`,
+        ),
+      ]);
+    },
+  );
+
+  it("warns of a floor at the limit: the limit can never move", () => {
+    expect(findings({ RULES: [rule({ adaptive: { latency: "1s", floor: 10 } })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "adaptive.floor": 10 is the rule\'s limit, so the limit never moves and the rule is not adaptive at all; lower the floor, or remove "adaptive"',
+      ),
+    ]);
+  });
+
+  it("does not take a fixed rule and an adaptive one on the same requests for one limit twice: the adaptive one may fall below", () => {
+    expect(
+      findings({
+        RULES: [rule({ limit: 100 }), rule({ id: "s", limit: 1000, adaptive: { latency: "1s", floor: 10 } })],
+      }),
+    ).toEqual([]);
   });
 });
 

@@ -188,7 +188,8 @@ describe("a request that may wait for a place (max_delay)", () => {
     const answer = stub.awaitPlace(ticket.status === "queued" ? ticket.ticketId : "");
     await stub.renew([]); // calls arrive in order: the object awaits the place before the clock moves
     vi.setSystemTime(T0 + 100);
-    expect(await answer).toEqual({ status: "refused", nowMs: T0 + 100, free: 0, inUse: 3 });
+    // All 3 places it waited for are held.
+    expect(await answer).toEqual({ status: "refused", nowMs: T0 + 100, free: 0, inUse: 3, limit: 3 });
     expect(await stub.awaitPlace(ticket.status === "queued" ? ticket.ticketId : "")).toMatchObject({
       status: "unknown",
     });
@@ -200,11 +201,13 @@ describe("a request that may wait for a place (max_delay)", () => {
     await acquireAll(stub, 3, waiting);
     const ticket = await stub.acquire("ai", waiting);
     vi.setSystemTime(T0 + 10_000);
+    // All 3 places it waited for are held.
     expect(await stub.awaitPlace(ticket.status === "queued" ? ticket.ticketId : "")).toEqual({
       status: "refused",
       nowMs: T0 + 10_000,
       free: 0,
       inUse: 3,
+      limit: 3,
     });
   });
 

@@ -177,3 +177,102 @@ describe("with max_delay, a request waits in line for a place", () => {
     await first.body!.cancel();
   });
 });
+
+describe("a refusal under an override or a tier shows the client's own number of places", () => {
+  const CONC = { id: "conc", path: "/stream/*", concurrency: 2, key: ["header:x-k"] };
+  const cases: { name: string; rule: Record<string, unknown>; override: Record<string, unknown>; quota: string }[] = [
+    { name: "an override's limit", rule: CONC, override: { limit: 1 }, quota: "1 request in flight at once" },
+    {
+      name: "an override's tier, named as a rate rule's is",
+      rule: CONC,
+      override: { tier: "pro" },
+      quota: '1 request in flight at once, tier "pro"',
+    },
+    {
+      name: "an override's limit, to a request refused at the end of its wait",
+      rule: { ...CONC, max_delay: "200ms" },
+      override: { limit: 1 },
+      quota: "1 request in flight at once",
+    },
+  ];
+  for (const { name, rule, override, quota } of cases) {
+    it(`${name}: q=1, X-RateLimit-Limit 1 and "${quota}", as the admitted request shows`, async () => {
+      const { send } = worker([rule], { TIERS: JSON.stringify({ pro: { conc: 1 } }) });
+      const client = `OW-${uniqueIp()}`;
+      const put = await send(`/__ratelimit/overrides?rule=conc&key=header:x-k=${client}`, {
+        method: "PUT",
+        headers: {
+          authorization: `Bearer ${TOKEN}`,
+          "content-type": "application/json",
+          "cf-connecting-ip": "198.51.100.1",
+        },
+        body: JSON.stringify(override),
+      });
+      expect(put.status).toBe(200);
+      const admitted = await send("/stream/2000", from(uniqueIp(), { "x-k": client }));
+      expect(admitted.status).toBe(200);
+      expect(admitted.headers.get("ratelimit-policy")).toBe('"conc";q=1;qu="concurrent-requests"');
+      const refused = await send("/stream/0", from(uniqueIp(), { "x-k": client }));
+      expect(refused.status).toBe(429);
+      expect({
+        policy: refused.headers.get("ratelimit-policy"),
+        legacyLimit: refused.headers.get("x-ratelimit-limit"),
+        detail: ((await refused.json()) as { detail: string }).detail,
+      }).toEqual({
+        policy: '"conc";q=1;qu="concurrent-requests"',
+        legacyLimit: "1",
+        detail: `Rate limit exceeded: "conc" (${quota}). Retry in 1 second.`,
+      });
+      await admitted.body!.cancel();
+    });
+  }
+});
+
+describe("a reset of a client under a concurrency rule (DELETE /status)", () => {
+  const TWO = [{ id: "two", path: "/stream/*", concurrency: 2, key: ["ip"] }];
+
+  it("frees its places at once: the next request goes, and the reset requests' ends free nothing twice", async () => {
+    const { send, places, settledInUse } = worker(TWO);
+    const ip = uniqueIp();
+    const [a, b] = [await send("/stream/5000", from(ip)), await send("/stream/5000", from(ip))];
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect((await send("/stream/0", from(ip))).status).toBe(429);
+    const reset = await send(`/__ratelimit/status?rule=two&key=${ip}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    expect(await reset.json()).toMatchObject({ rule: "two", reset: true, freed: 2 });
+    expect(await places("two", ip)).toMatchObject({ inUse: 0, free: 2 });
+    const c = await send("/stream/5000", from(ip));
+    expect(c.status).toBe(200);
+    // The reset requests end: their places are gone already, so nothing of c's is freed.
+    await Promise.all([a.body!.cancel(), b.body!.cancel()]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await settledInUse("two", ip, 1)).toBe(1);
+    const d = await send("/stream/5000", from(ip));
+    expect(d.status).toBe(200);
+    const e = await send("/stream/0", from(ip));
+    expect(e.status).toBe(429);
+    await e.arrayBuffer();
+    await Promise.all([c.body!.cancel(), d.body!.cancel()]);
+    expect(await settledInUse("two", ip, 0)).toBe(0);
+  });
+
+  it("gives the freed place to a request waiting in line for one (max_delay)", async () => {
+    const { send } = worker([{ id: "one-held", path: "/stream/*", concurrency: 1, key: ["ip"], max_delay: "5s" }]);
+    const ip = uniqueIp();
+    const holding = await send("/stream/5000", from(ip));
+    const started = Date.now();
+    const waiting = send("/stream/0", from(ip));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const reset = await send(`/__ratelimit/status?rule=one-held&key=${ip}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    expect(await reset.json()).toMatchObject({ reset: true, freed: 1 });
+    const went = await waiting;
+    expect(went.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    await Promise.all([went.arrayBuffer(), holding.body!.cancel()]);
+  });
+});

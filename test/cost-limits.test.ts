@@ -11,7 +11,7 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { checkConfig } from "../src/config/check.ts";
 import { parseSettings } from "../src/config/settings.ts";
-import { belowCost, type Override } from "../src/core/overrides.ts";
+import { limitOutOfRange, type Override } from "../src/core/overrides.ts";
 import type { RuleCheck } from "../src/object/protocol.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
@@ -179,10 +179,10 @@ describe("the admin API: an override whose limit is below the rule's cost is a 4
     ],
   ])("the check the API makes names %s, whichever gives the limit", (_, setting, message) => {
     const rule = { id: "api", limit: 100, cost: 10, tiers: { cheap: 9, fair: 20 } };
-    expect(belowCost(setting, rule)).toBe(message);
-    expect(belowCost({ kind: "limit", limit: 10 }, rule)).toBeNull();
-    expect(belowCost({ kind: "tier", tier: "fair" }, rule)).toBeNull();
-    expect(belowCost({ kind: "tier", tier: "unknown" }, rule)).toBeNull(); // the rule's own 100
+    expect(limitOutOfRange(setting, rule)).toBe(message);
+    expect(limitOutOfRange({ kind: "limit", limit: 10 }, rule)).toBeNull();
+    expect(limitOutOfRange({ kind: "tier", tier: "fair" }, rule)).toBeNull();
+    expect(limitOutOfRange({ kind: "tier", tier: "unknown" }, rule)).toBeNull(); // the rule's own 100
   });
 });
 
@@ -267,5 +267,54 @@ describe("at runtime: an override stored before its rule's cost was raised admit
     expect((await stub.check([check])).allowed).toBe(false);
     vi.setSystemTime(start + retryAfterMs);
     expect((await stub.check([check])).allowed).toBe(true);
+  });
+});
+
+describe("a concurrency rule's places from a tier or an override are within its range, 1 to 10000", () => {
+  const conc = () => ({ id: `conc-${++rules}`, concurrency: 2, path: "/ai/*", key: ["header:x-k"] });
+  const above = (id: string) =>
+    `TIERS.pro.${id}: 20000 is above the most places RULES[0] "${id}" may give a client (field "concurrency": at most 10000), so it cannot be enforced as written; make it at most 10000`;
+
+  it("a tier giving more: the Worker's settings refuse it", () => {
+    const rule = conc();
+    const parsed = parseSettings({ RULES: [rule], TIERS: { pro: { [rule.id]: 20_000 } } });
+    expect(parsed.ok ? [] : parsed.errors).toEqual([above(rule.id)]);
+  });
+
+  it("a tier giving more: check-config reports it as an error", () => {
+    const rule = conc();
+    const found = checkConfig({ vars: { RULES: [rule], TIERS: { pro: { [rule.id]: 20_000 } } } }).findings;
+    expect(found.filter((f) => f.level === "error")).toEqual([{ level: "error", message: above(rule.id) }]);
+  });
+
+  it("a tier giving exactly 10000 is fine", () => {
+    const rule = conc();
+    expect(parseSettings({ RULES: [rule], TIERS: { pro: { [rule.id]: 10_000 } } }).ok).toBe(true);
+  });
+
+  it.each([
+    ["PUT", (id: string, key: string, limit: number) => ["PUT", `?rule=${id}&key=${key}`, JSON.stringify({ limit })]],
+    [
+      "an import in JSON",
+      (id: string, key: string, limit: number) => ["POST", "/import", JSON.stringify([{ rule: id, key, limit }])],
+    ],
+  ] as const)("an override's limit above it through %s: a 400 naming the rule and the limit", async (_, call) => {
+    const rule = conc();
+    const send = limiter([rule], { ADMIN_TOKEN: TOKEN });
+    const admin = async (limit: number) => {
+      const [method, query, body] = call(rule.id, `header:x-k=${uniqueIp()}`, limit);
+      const res = await send(`/__ratelimit/overrides${query}`, {
+        method,
+        headers: { ...auth, "content-type": "application/json" },
+        body,
+      });
+      return { status: res.status, text: await res.text() };
+    };
+    const refused = await admin(100_000);
+    expect(refused.status).toBe(400);
+    expect(refused.text).toContain(
+      `field \\"limit\\": 100000 is above the most places rule \\"${rule.id}\\" may give a client (10000); must be at most 10000`,
+    );
+    expect((await admin(10_000)).status).toBe(200);
   });
 });

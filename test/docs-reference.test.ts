@@ -7,15 +7,17 @@
  */
 /// <reference types="vite/client" />
 import { describe, expect, it } from "vitest";
+import adaptivePage from "../docs/adaptive.md?raw";
 import adminApiPage from "../docs/admin-api.md?raw";
 import configurationPage from "../docs/configuration.md?raw";
 import perClientPage from "../docs/per-client-limits.md?raw";
 import responsesPage from "../docs/responses.md?raw";
 import { JWT_FIELDS } from "../src/config/jwt.ts";
 import { RULE_GROUP, VARIABLES } from "../src/config/variables.ts";
+import { ADAPTIVE_FIELDS } from "../src/core/health.ts";
 import { OVERRIDE_FIELDS } from "../src/core/overrides.ts";
 import { NAMED_CHARACTERISTICS, namedForm, PLAIN_CHARACTERISTICS, RULE_FIELDS } from "../src/core/rules.ts";
-import { QUOTA_EXCEEDED } from "../src/http/problem.ts";
+import { QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY } from "../src/http/problem.ts";
 import { ADMIN_ROUTES } from "../src/worker/admin/api.ts";
 import { isDashboardPath } from "../src/worker/admin/dashboard.ts";
 import { IMPORT_COLUMNS } from "../src/worker/admin/overrides.ts";
@@ -26,9 +28,10 @@ const sources = import.meta.glob<string>("../src/**/*.ts", { query: "?raw", impo
 /** How the variables table writes the `RULES_<GROUP>` variables that RULE_GROUP accepts. */
 const RULE_GROUP_ROW = "RULES_<GROUP>";
 
-/** Every problem type a file of src/ can answer with: the urn:edge-rate-limiter: ones, and quota-exceeded. */
+/** Every problem type a file of src/ can answer with: the urn:edge-rate-limiter: ones, and the draft's two. */
 const problemTypes = (): string[] => [
   QUOTA_EXCEEDED,
+  TEMPORARY_REDUCED_CAPACITY,
   ...new Set(Object.values(sources).flatMap((source) => source.match(/urn:edge-rate-limiter:[a-z-]+/g) ?? [])),
 ];
 
@@ -56,6 +59,13 @@ const TABLES: {
     page: "docs/configuration.md",
     markdown: configurationPage,
     accepted: () => RULE_FIELDS,
+    named: (cells) => codeSpans(cells[0]!),
+  },
+  {
+    table: "adaptive fields",
+    page: "docs/adaptive.md",
+    markdown: adaptivePage,
+    accepted: () => ADAPTIVE_FIELDS,
     named: (cells) => codeSpans(cells[0]!),
   },
   {

@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { rateLimit } from "../src/lib.ts";
+import type { RuleInput } from "../src/core/rules.ts";
+import { createIsolate, rateLimit } from "../src/lib.ts";
 import { env } from "./support/env.ts";
 import { uniqueIp } from "./support/limiter.ts";
 
@@ -75,5 +76,22 @@ describe("rateLimit() in your own Hono app", () => {
     // Each has its own row: /b admits 3 an hour whatever /a does. /a's row, made after /b's, starts from
     // /b's count once (as a rule whose period changed would), then counts alone: 1 + 3 < 5.
     expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 429]);
+  });
+
+  it("adapts a rule to what the handler answers: fast 503s from the app behind it bring the limit down", async () => {
+    const isolate = createIsolate();
+    const adaptive = new Hono<{ Bindings: typeof env }>();
+    const rule: RuleInput = { id: `lib-adaptive-${Date.now()}`, limit: 100, period: "1m", adaptive: { latency: "1s" } };
+    adaptive.get("/", rateLimit({ rules: rule, isolate }), (c) => c.text("down for now", 503));
+    const startedAt = Date.now();
+    const factor = () => isolate.adaptive.get(rule.id)?.factor ?? 1;
+    while (factor() === 1 && Date.now() - startedAt < 8_000) {
+      await Promise.all(
+        Array.from({ length: 8 }, () => adaptive.request("/", { headers: { "cf-connecting-ip": uniqueIp() } }, env)),
+      );
+      // Reports go in the background: without an execution context, loose; a moment for them to land.
+      await new Promise((resolve) => setTimeout(resolve, 30));
+    }
+    expect(factor()).toBeLessThan(1);
   });
 });

@@ -194,7 +194,7 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "a misspelt field",
       { ...base, limt: 5 },
-      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout',
+      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout, adaptive',
     ],
     [
       "a block_for under a second",
@@ -692,5 +692,126 @@ describe("a path glob takes time linear in the path", () => {
       regexTest.mockRestore();
       regexExec.mockRestore();
     }
+  });
+});
+
+describe("adaptive rules (adaptive)", () => {
+  const parsedRule = (input: Record<string, unknown>) => {
+    const parsed = parseRules([input]);
+    if (!parsed.ok) throw new Error(parsed.errors.join("\n"));
+    return parsed.value[0]!;
+  };
+  const errorsOf = (input: Record<string, unknown>) => {
+    const parsed = parseRules([input]);
+    return parsed.ok ? [] : parsed.errors;
+  };
+
+  it("is off unless a rule asks: a rule without the table has no health target", () => {
+    expect(parsedRule(base)).not.toHaveProperty("adaptive");
+  });
+
+  it("gives a rate rule its health target and floor, with the defaults filled in", () => {
+    expect(parsedRule({ ...base, limit: 100, adaptive: { latency: "250ms" } }).adaptive).toEqual({
+      latencyMs: 250,
+      percentile: 99,
+      errorShare: 0.05,
+      floor: 10,
+    });
+  });
+
+  it("gives a rule whose requests cost more than a tenth of its limit a floor of one request's cost", () => {
+    expect(parsedRule({ ...base, limit: 20, cost: 5, adaptive: { latency: "250ms" } }).adaptive?.floor).toBe(5);
+    expect(parsedRule({ ...base, limit: 20, cost: 5, adaptive: { latency: "250ms", floor: 5 } }).adaptive?.floor).toBe(
+      5,
+    );
+  });
+
+  it("gives a concurrency rule one too, its floor in places", () => {
+    expect(parsedRule({ id: "ai", concurrency: 8, adaptive: { latency: "2s", floor: 2 } }).adaptive).toEqual({
+      latencyMs: 2_000,
+      percentile: 99,
+      errorShare: 0.05,
+      floor: 2,
+    });
+  });
+
+  it.each<[string, Record<string, unknown>, string[]]>([
+    [
+      "a table that is a string",
+      { ...base, adaptive: "250ms" },
+      [
+        'RULES[0] "api": field "adaptive": must be a table such as { latency = "250ms", errors = "5%", floor = 10 }; got "250ms"',
+      ],
+    ],
+    [
+      "no latency",
+      { ...base, adaptive: { floor: 2 } },
+      [
+        'RULES[0] "api": field "adaptive.latency": is required: the latency the origin should stay under, such as "250ms"',
+      ],
+    ],
+    [
+      "a floor above the limit",
+      { ...base, adaptive: { latency: "1s", floor: 11 } },
+      ['RULES[0] "api": field "adaptive.floor": must be an integer from 1 to the rule\'s limit (10); got 11'],
+    ],
+    [
+      "a floor above a concurrency rule's places",
+      { id: "ai", concurrency: 2, adaptive: { latency: "1s", floor: 3 } },
+      ['RULES[0] "ai": field "adaptive.floor": must be an integer from 1 to the rule\'s limit (2); got 3'],
+    ],
+    [
+      "a floor below the rule's cost",
+      { ...base, limit: 100, cost: 5, adaptive: { latency: "1s", floor: 1 } },
+      [
+        'RULES[0] "api": field "adaptive.floor": must be at least the rule\'s cost (5): its limit never goes below one request\'s cost; got 1',
+      ],
+    ],
+    [
+      "an error share without %",
+      { ...base, adaptive: { latency: "1s", errors: 5 } },
+      [
+        'RULES[0] "api": field "adaptive.errors": must be a share written with "%", from "0.1%" to "50%", such as "5%"; got 5',
+      ],
+    ],
+    [
+      "a percentile of 100",
+      { ...base, adaptive: { latency: "1s", percentile: 100 } },
+      [
+        'RULES[0] "api": field "adaptive.percentile": must be a number from 50 to 99.9, with at most one decimal, such as 99; got 100',
+      ],
+    ],
+    [
+      "a misspelt field",
+      { ...base, adaptive: { latency: "1s", flor: 2 } },
+      [
+        'RULES[0] "api": field "adaptive.flor": is not a field of "adaptive"; its fields are latency, percentile, errors, floor',
+      ],
+    ],
+  ])("is a clear error: %s", (_, input, messages) => {
+    expect(errorsOf(input)).toEqual(messages);
+  });
+});
+
+describe("a number JSON cannot hold, in any numeric field", () => {
+  // JSON.parse reads 1e400 as Infinity, which JSON.stringify writes as null: the message must say what was written.
+  const huge = JSON.parse("1e400") as number;
+  const cases: [string, Record<string, unknown>][] = [
+    ["limit", { limit: huge, period: 60 }],
+    ["period", { limit: 10, period: huge }],
+    ["cost", { limit: 10, period: 60, cost: huge }],
+    ["precision", { limit: 10, period: 60, precision: huge }],
+    ["max_delay", { limit: 10, period: 60, max_delay: huge }],
+    ["max_held", { limit: 10, period: 60, max_delay: "1s", max_held: huge }],
+    ["concurrency", { concurrency: huge }],
+    ["place_timeout", { concurrency: 2, place_timeout: huge }],
+  ];
+  it.each(cases)("%s: is an error that shows Infinity, not null", (field, fields) => {
+    const parsed = parseRules([{ id: "big", path: "/*", key: ["ip"], ...fields }]);
+    expect(parsed.ok).toBe(false);
+    const message = parsed.ok ? "" : parsed.errors.join("\n");
+    expect(message).toContain(`field "${field}"`);
+    expect(message).toContain("Infinity");
+    expect(message).not.toMatch(/got null/);
   });
 });

@@ -11,6 +11,7 @@ import { parseSettings } from "../src/config/settings.ts";
 import { hashKey } from "../src/core/keys.ts";
 import type { StatsNamespace } from "../src/isolate/stats.ts";
 import { MAX_VALUE_CHARS } from "../src/isolate/tally.ts";
+import { reportHealth } from "../src/object/client.ts";
 import { OUTCOMES, type StatsOutcome, type StatsView } from "../src/object/stats-protocol.ts";
 import { adminKey } from "../src/worker/admin/key.ts";
 import { canonicalNumber, openMetrics } from "../src/worker/admin/stats.ts";
@@ -417,6 +418,84 @@ describe("GET /metrics", () => {
     ],
   ])("spells %j as %s", (numbers, spelled) => {
     expect(numbers.map(canonicalNumber).join(" ")).toBe(spelled);
+  });
+});
+
+describe("an adaptive rule in /stats and /metrics", () => {
+  /** Pushes the rule's controller to a cut, as isolates' reports of a slow origin would. */
+  async function cutController(id: string) {
+    const target = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 10 };
+    const report = (version: number) =>
+      reportHealth(
+        env.RATE_LIMITER,
+        {
+          rule: id,
+          limit: 200,
+          target,
+          version,
+          counts: { forwarded: 50, answered: 50, slow: 50, errors: 0, shed: 5, peak: 1 },
+          latency: [[30, 50]],
+        },
+        5_000,
+      );
+    await report(0);
+    await new Promise((resolve) => setTimeout(resolve, 550));
+    const cut = await report(0);
+    if (!cut.ok) throw new Error(cut.message);
+    return cut.value;
+  }
+
+  it("shows the current limit against the configured one, with its history: /stats' adaptive, /metrics' gauges", async () => {
+    const id = ruleId("adaptive-stats");
+    const rule = { id, limit: 200, period: "1m", key: ["ip"], adaptive: { latency: "100ms", floor: 10 } };
+    const { raw, admin } = withAdmin([rule]);
+    const cut = await cutController(id);
+    expect(cut.limit).toBeLessThan(200);
+
+    const view = (await readStats(admin, 5)) as StatsView & { adaptive: { rule: string; controller: unknown }[] };
+    const mine = view.adaptive.find((a) => a.rule === id)!;
+    expect(mine.controller).toMatchObject({ factor: cut.factor, limit: cut.limit, configured: 200, mode: "reducing" });
+    const history = (mine.controller as { history: { limit: number; configured: number }[] }).history;
+    expect(history.at(-1)).toMatchObject({ limit: cut.limit, configured: 200 });
+
+    const res = await raw("GET", "/__ratelimit/metrics");
+    const text = new TextDecoder().decode(await res.arrayBuffer());
+    const families = openMetricsFamilies(parsePrometheusText(text));
+    const gauge = (name: string) => {
+      expect(families[name]!.type).toBe("GAUGE");
+      return Number(families[name]!.metrics.find((m) => m.labels?.rule === id)!.value);
+    };
+    expect(gauge("ratelimit_adaptive_limit")).toBe(cut.limit);
+    expect(gauge("ratelimit_adaptive_configured_limit")).toBe(200);
+    expect(gauge("ratelimit_adaptive_factor")).toBeCloseTo(cut.factor, 4);
+  });
+
+  it("counts a request only the reduction refused as shed (503), apart from refused", async () => {
+    const id = ruleId("adaptive-shed");
+    const { send, admin } = withAdmin([{ id, limit: 10, period: "1h", adaptive: { latency: "100ms", floor: 1 } }]);
+    // The origin kept up with half of what it was sent, slowly: the limit is cut by half, to 5.
+    const target = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 1 };
+    const seen = { forwarded: 100, answered: 50, slow: 50, errors: 0, shed: 1, peak: 1 };
+    const report = () =>
+      reportHealth(env.RATE_LIMITER, { rule: id, limit: 10, target, version: 0, counts: seen }, 5_000);
+    await report();
+    await new Promise((resolve) => setTimeout(resolve, 550));
+    const cut = await report();
+    expect(cut.ok && cut.value.limit).toBe(5);
+    const ip = uniqueIp();
+    // The first request reports what it saw and learns the factor; the 6th of the client is over 5.
+    const answers = await statuses(7, () => send("/x", from(ip)));
+    expect(answers).toEqual([200, 200, 200, 200, 200, 503, 503]);
+    expect(ruleIn(await readStats(admin, 1), id).totals).toEqual(counts({ admitted: 5, shed: 2 }));
+  });
+
+  it("shows a rule that has not reported yet as null, and no gauge for it", async () => {
+    const id = ruleId("adaptive-quiet");
+    const { raw, admin } = withAdmin([{ id, limit: 50, period: "1m", adaptive: { latency: "1s" } }]);
+    const view = (await readStats(admin, 1)) as StatsView & { adaptive: { rule: string; controller: unknown }[] };
+    expect(view.adaptive).toEqual([{ rule: id, controller: null }]);
+    const text = new TextDecoder().decode(await (await raw("GET", "/__ratelimit/metrics")).arrayBuffer());
+    expect(text).not.toContain(id);
   });
 });
 

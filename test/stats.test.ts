@@ -89,6 +89,7 @@ describe("the statistics object counts every decision, once", () => {
       failed_open: 0,
       failed_closed: 0,
       held: 0,
+      shed: 0,
     });
     // Each client's first request is within the shadow limit; its next two would be refused, and go on.
     expect(totalsOf(view, "shadow-one")).toEqual({
@@ -99,6 +100,7 @@ describe("the statistics object counts every decision, once", () => {
       failed_open: 0,
       failed_closed: 0,
       held: 0,
+      shed: 0,
     });
     expect(view.health).toMatchObject({ flushes: 2, lostFlushes: 0, lostDecisions: 0, failures: {} });
     expect(view.latency.counts.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
@@ -149,10 +151,10 @@ describe("the statistics object counts every decision, once", () => {
     expect(totalsOf(await stats.view(), "smooth")).toMatchObject({ admitted: 1, held: 1, refused: 0 });
   });
 
-  it("stored before held requests existed, gains their column, and counts them from then on", async () => {
+  it("stored before held and shed requests existed, gains their columns, and counts them from then on", async () => {
     const stats = ownStats();
     const stub = stats.get(stats.idFromName(STATS_OBJECT));
-    const old = OUTCOMES.filter((o) => o !== "held");
+    const old = OUTCOMES.filter((o) => o !== "held" && o !== "shed");
     await runInDurableObject(stub, (_instance, state) => {
       for (const table of ["series", "lifetime"]) state.storage.sql.exec(`DROP TABLE ${table}`);
       const columns = old.map((o) => `${o} INTEGER NOT NULL DEFAULT 0`).join(", ");
@@ -163,10 +165,10 @@ describe("the statistics object counts every decision, once", () => {
     });
     await abortAllDurableObjects(); // the next call starts the object afresh on the old tables
     const minute = Math.floor(Date.now() / 60_000);
-    const counts = OUTCOMES.map((o) => (o === "held" ? 4 : o === "admitted" ? 1 : 0));
+    const counts = OUTCOMES.map((o) => (o === "held" ? 4 : o === "shed" ? 3 : o === "admitted" ? 1 : 0));
     const batch = { counts: [{ minute, rule: "smooth", counts }], latency: [], refused: [], failures: {} };
     await stats.get(stats.idFromName(STATS_OBJECT)).record({ ...batch, lost: { flushes: 0, decisions: 0 } });
-    expect(totalsOf(await stats.view(), "smooth")).toMatchObject({ admitted: 1, held: 4 });
+    expect(totalsOf(await stats.view(), "smooth")).toMatchObject({ admitted: 1, held: 4, shed: 3 });
   });
 
   it("flushes at most every 10 s per isolate, in the background, one call each", async () => {

@@ -39,7 +39,7 @@ import {
   variableSizeFindings,
 } from "./platform.ts";
 import { parseSettings, ruleVariables, type SettingsInput } from "./settings.ts";
-import { limitsBelowCost, parseTiers, type Tiers, unknownRules } from "./tiers.ts";
+import { parseTiers, type Tiers, tierLimitErrors, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -117,7 +117,7 @@ export type FileFacts = {
 function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>, valid: ValidRule[]): Finding[] {
   const parsed = parseSettings(vars as SettingsInput);
   const settings = errorsOf(parsed);
-  const tierErrors = tiers.ok ? limitsBelowCost(tiers.value, valid) : tiers.errors;
+  const tierErrors = tiers.ok ? tierLimitErrors(tiers.value, valid) : tiers.errors;
   const unreported = tierErrors.filter((message) => !settings.includes(message));
   const keyHeaders = parsed.ok ? parsed.value.keyHeaders : new Set<string>();
   const others = [
@@ -440,6 +440,7 @@ function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): 
     ...shadowWarnings(rule),
     ...blockForWarnings(rule, raw.block_for),
     ...delayWarnings(rule, raw.max_delay),
+    ...adaptiveWarnings(rule),
     ...countingWarnings(rule),
     ...rangeWarnings(rule),
     ...claimKeyWarnings(rule),
@@ -612,6 +613,24 @@ function delayWarnings(rule: Rule, maxDelay: unknown): string[] {
   ];
 }
 
+/**
+ * An adaptive shadow rule, which never reports the origin's health (so its
+ * limit never moves); or an adaptive rule whose floor is its limit: the
+ * factor can never take the limit anywhere.
+ */
+function adaptiveWarnings(rule: Rule): string[] {
+  if (rule.adaptive === undefined) return [];
+  if (rule.action === "log") {
+    return [
+      `field "adaptive": has no effect on a shadow rule (action = "log"), which never reports the origin's health, so its limit never moves; enforce the rule, or remove "adaptive"`,
+    ];
+  }
+  if (rule.adaptive.floor < rule.limit) return [];
+  return [
+    `field "adaptive.floor": ${rule.adaptive.floor} is the rule's limit, so the limit never moves and the rule is not adaptive at all; lower the floor, or remove "adaptive"`,
+  ];
+}
+
 /** IP ranges wider than /8 (IPv4) or /32 (IPv6): one rule over a whole carrier or region is rarely what was meant. */
 function rangeWarnings(rule: Rule): string[] {
   const fields: [string, IpRange[] | undefined][] = [
@@ -695,7 +714,9 @@ function signature(rule: Rule): string {
     rule.methods === null ? null : [...new Set([...rule.methods, ...(rule.methods.has("GET") ? ["HEAD"] : [])])].sort();
   // Concurrency rules count requests in flight, whatever their place timeout: they compare only with each other.
   const measure = rule.concurrency === undefined ? rule.periodMs : "in flight";
-  return JSON.stringify([paths, sources(rule.exclude), methods, key, rule.caseSensitive, measure]);
+  // An adaptive rule's limit moves with its own controller: it may fall below a fixed one, or another adaptive one's.
+  const adaptive = rule.adaptive === undefined ? null : rule.id;
+  return JSON.stringify([paths, sources(rule.exclude), methods, key, rule.caseSensitive, measure, adaptive]);
 }
 
 /**
@@ -703,7 +724,8 @@ function signature(rule: Rule): string {
  * same requests in the same window, so the looser never decides anything.
  * Rules that differ only in period are not reported: that is how a burst and
  * a sustained limit are written. A shadow rule beside an enforcing one is how
- * a new limit is tried out, and is not reported either.
+ * a new limit is tried out, and is not reported either; nor is an adaptive
+ * rule, whose limit may fall below the other's.
  */
 function sameRequestsWarnings(rules: ValidRule[]): Finding[] {
   const out: Finding[] = [];

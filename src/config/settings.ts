@@ -12,7 +12,7 @@ import { all, fail, ok, type Result } from "../core/result.ts";
 import { isClaim, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 import { type JwtInput, type JwtSettings, parseJwt } from "./jwt.ts";
-import { limitsBelowCost, parseTiers, type Tiers, withTiers } from "./tiers.ts";
+import { parseTiers, type Tiers, tierLimitErrors, withTiers } from "./tiers.ts";
 import { RULE_GROUP } from "./variables.ts";
 
 export type Settings = {
@@ -84,9 +84,9 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     legacyHeaders: booleanVar(input.LEGACY_HEADERS, "LEGACY_HEADERS", true),
   });
   const jwt = parseJwt(input, parsed.ok ? parsed.value.placed.map(({ rule }) => rule) : []);
-  const belowCost = parsed.ok ? limitsBelowCost(parsed.value.tiers, parsed.value.placed) : [];
-  if (!parsed.ok || !jwt.ok || belowCost.length > 0) {
-    return fail(...(parsed.ok ? [] : parsed.errors), ...belowCost, ...(jwt.ok ? [] : jwt.errors));
+  const tierErrors = parsed.ok ? tierLimitErrors(parsed.value.tiers, parsed.value.placed) : [];
+  if (!parsed.ok || !jwt.ok || tierErrors.length > 0) {
+    return fail(...(parsed.ok ? [] : parsed.errors), ...tierErrors, ...(jwt.ok ? [] : jwt.errors));
   }
   const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys, legacyHeaders } = parsed.value;
   const rules = withTiers(

@@ -13,7 +13,7 @@
  */
 import { isTierName } from "../core/overrides.ts";
 import { fail, mapAll, ok, type Result } from "../core/result.ts";
-import { MAX_LIMIT, parseIntegerFrom1, type Rule } from "../core/rules.ts";
+import { MAX_CONCURRENCY, MAX_LIMIT, parseIntegerFrom1, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 
 /** Tier name → rule id → the limit the tier gives that rule. */
@@ -66,20 +66,30 @@ export function unknownRules(tiers: Tiers, rules: Rule[]): { tier: string; rule:
 }
 
 /**
- * An error for each limit a tier gives a rule below the rule's `cost`: no
- * request of a client in that tier (by an override or a token's
- * `tier_claim`) would ever fit. `rules` are the valid ones, with where
+ * An error for each limit a tier gives a rule that cannot be enforced as
+ * written: below the rule's `cost`, no request of a client in that tier (by
+ * an override or a token's `tier_claim`) would ever fit; above a
+ * concurrency rule's most places (`concurrency` is 1 to 10000), it is more
+ * than the rule itself may give. `rules` are the valid ones, with where
  * each is written (`RULES[2]`, `RULES_AUTH[0]`).
  */
-export function limitsBelowCost(tiers: Tiers, rules: { rule: Rule; where: string }[]): string[] {
+export function tierLimitErrors(tiers: Tiers, rules: { rule: Rule; where: string }[]): string[] {
   return [...tiers].flatMap(([tier, limits]) =>
     rules.flatMap(({ rule, where }) => {
       const limit = limits.get(rule.id);
       const cost = rule.cost ?? 1;
-      if (limit === undefined || limit >= cost) return [];
-      return [
-        `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
-      ];
+      if (limit === undefined) return [];
+      if (limit < cost) {
+        return [
+          `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
+        ];
+      }
+      if (rule.concurrency !== undefined && limit > MAX_CONCURRENCY) {
+        return [
+          `TIERS.${tier}.${rule.id}: ${limit} is above the most places ${where} ${show(rule.id)} may give a client (field "concurrency": at most ${MAX_CONCURRENCY}), so it cannot be enforced as written; make it at most ${MAX_CONCURRENCY}`,
+        ];
+      }
+      return [];
     }),
   );
 }

@@ -9,7 +9,7 @@
  * client's counts carry over when it is set, changed or removed.
  */
 import { fail, ok, type Result } from "./result.ts";
-import { MAX_LIMIT, parseIntegerFrom1 } from "./rules.ts";
+import { MAX_CONCURRENCY, MAX_LIMIT, parseIntegerFrom1 } from "./rules.ts";
 import { show } from "./show.ts";
 
 /** What an override does to its rule, for its client. */
@@ -149,6 +149,8 @@ type RuleLimits = {
   limit: number;
   tiers?: Readonly<Record<string, number>> | undefined;
   cost?: number | undefined;
+  /** A concurrency rule's places as configured; absent for a rate. */
+  concurrency?: number | undefined;
 };
 
 /** Whether a tier name is one `TIERS` may define. */
@@ -206,12 +208,19 @@ export const overrideView = (o: Override) => ({
 /**
  * Why `setting` cannot be a client's override of `rule`: the limit it gives
  * is below the rule's `cost`, so no request of the client would ever fit, and
- * each 429's Retry-After would lead only to another. Null when it can.
+ * each 429's Retry-After would lead only to another; or, under a concurrency
+ * rule, above the most places a rule may give (`concurrency` is 1 to 10000).
+ * Null when it can.
  */
-export function belowCost(setting: OverrideSetting, rule: RuleLimits & { id: string }): string | null {
+export function limitOutOfRange(setting: OverrideSetting, rule: RuleLimits & { id: string }): string | null {
   const cost = rule.cost ?? 1;
   const limit = limitOf(setting, rule);
-  if (typeof limit !== "number" || limit >= cost) return null;
+  if (typeof limit !== "number") return null;
+  if (rule.concurrency !== undefined && limit > MAX_CONCURRENCY) {
+    // A tier's places are checked with the configuration: only an override's own limit gets here.
+    return `field "limit": ${limit} is above the most places rule ${show(rule.id)} may give a client (${MAX_CONCURRENCY}); must be at most ${MAX_CONCURRENCY}`;
+  }
+  if (limit >= cost) return null;
   const given =
     setting.kind === "tier"
       ? `field "tier": ${show(setting.tier)} gives rule ${show(rule.id)} a limit of ${limit}, below its cost (${cost})`

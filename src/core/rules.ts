@@ -5,6 +5,7 @@
  */
 import { COUNT_ALL, type CountWhen, parseCount } from "./count.ts";
 import { type Duration, formatDuration, parseDurationMs } from "./duration.ts";
+import { type AdaptiveInput, type HealthTarget, parseAdaptive } from "./health.ts";
 import type { Address } from "./ip.ts";
 import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
 import {
@@ -57,6 +58,12 @@ type RuleCommonInput = {
   max_delay?: Duration;
   /** With `max_delay`: how many of a client's requests may be held (or wait for a place) at once, 1–10 000. Default 1000. */
   max_held?: number;
+  /**
+   * Makes the rule adaptive: its limit (or concurrency) follows the origin's
+   * health, between `floor` and the configured value (docs/adaptive.md).
+   * Absent: the limit is always the configured one.
+   */
+  adaptive?: AdaptiveInput;
 };
 
 /** A rule that limits requests per period. */
@@ -158,6 +165,8 @@ export type Rule = WindowLimit & {
   concurrency?: number;
   /** With `concurrency`: how long a place not renewed stays counted (`place_timeout`). */
   placeTimeoutMs?: number;
+  /** The health target that makes the rule adaptive (`adaptive`); absent: its limit never moves. */
+  adaptive?: HealthTarget;
 };
 
 export const RULE_FIELDS = [
@@ -184,6 +193,7 @@ export const RULE_FIELDS = [
   "max_held",
   "concurrency",
   "place_timeout",
+  "adaptive",
 ] as const;
 
 const ID = /^[a-z0-9_-]{1,64}$/;
@@ -246,7 +256,10 @@ export function parseRule(raw: unknown, where: string): Result<Rule> {
   const errors: string[] = [];
   const rule = readFields(fields, (field, parsed, fallback) => {
     if (parsed.ok) return parsed.value;
-    for (const message of parsed.errors) errors.push(`${label}: field "${field}": ${message}`);
+    // A table's problems name its own field (`"adaptive.latency": …`).
+    for (const message of parsed.errors) {
+      errors.push(`${label}: field ${message.startsWith(`"${field}.`) ? message : `"${field}": ${message}`}`);
+    }
     return fallback;
   });
   return errors.length > 0 ? fail(...errors) : ok(rule);
@@ -310,6 +323,11 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   );
   const maxDelayMs = take("max_delay", parseMaxDelay(fields.max_delay), null);
   const maxHeld = take("max_held", parseMaxHeld(fields.max_held, fields.max_delay !== undefined), DEFAULT_MAX_HELD);
+  const adaptive = take(
+    "adaptive",
+    fields.adaptive === undefined ? ok(null) : parseAdaptive(fields.adaptive, Math.max(1, limit), cost),
+    null,
+  );
   const window = concurrent
     ? { limit, periodMs, precision: 1, strict: false }
     : { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
@@ -333,6 +351,7 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     ...ranges,
     ...held,
     ...places,
+    ...(adaptive === null ? {} : { adaptive }),
   };
 }
 

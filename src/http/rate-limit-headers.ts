@@ -97,10 +97,11 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
 /**
  * The policies and reports as they apply to this client: a rule an override
  * lifts is left out, and a policy shows the limit its verdict says applied
- * (an override's or a tier's) rather than the rule's.
+ * (an override's or a tier's, or an adaptive rule's current quota) rather
+ * than the rule's.
  */
 function forThisClient(policies: Policy[], reports: Reported[]): { policies: Policy[]; reports: Reported[] } {
-  if (!reports.some((r) => r.verdict.override !== undefined)) return { policies, reports };
+  if (!reports.some(appliedOwnLimit)) return { policies, reports };
   const lifted = new Set(reports.filter((r) => r.verdict.override === "unlimited").map((r) => r.id));
   const limits = new Map(reports.map((r) => [r.id, r.limit]));
   return {
@@ -108,3 +109,6 @@ function forThisClient(policies: Policy[], reports: Reported[]): { policies: Pol
     reports: reports.filter((r) => !lifted.has(r.id)),
   };
 }
+
+/** Whether a verdict applied a limit other than the rule's own: an override's, or an adaptive rule's reduction. */
+const appliedOwnLimit = (r: Reported): boolean => r.verdict.override !== undefined || r.verdict.limit !== undefined;

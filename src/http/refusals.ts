@@ -1,7 +1,9 @@
 /**
  * @module
- * The limiter's refusals: 429 over a limit, 503 when a rule that fails
- * closed could not be decided. The origin is not contacted for either.
+ * The limiter's refusals: 429 over a limit, 503 when an adaptive rule's
+ * reduction alone refuses (temporary reduced capacity), 503 when a rule
+ * that fails closed could not be decided. The origin is not contacted for
+ * any of them.
  */
 import { describePeriod } from "../core/duration.ts";
 import {
@@ -12,6 +14,7 @@ import {
   problemResponse,
   QUOTA_EXCEEDED,
   send,
+  TEMPORARY_REDUCED_CAPACITY,
 } from "./problem.ts";
 import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./rate-limit-headers.ts";
 
@@ -30,6 +33,47 @@ export function tooManyRequestsParts(policies: Policy[], reports: Reported[], le
       title: "Too Many Requests",
       status: 429,
       detail: `Rate limit exceeded: ${names}. Retry in ${wait} second${wait === 1 ? "" : "s"}.`,
+      retry_after: wait,
+      "violated-policies": violated.map((r) => r.id),
+    },
+    { ...rateLimitHeaders(policies, reports, legacy), "Retry-After": String(wait) },
+  );
+}
+
+/**
+ * Whether a refusal is only the reductions' doing: every rule that refuses
+ * does so only because its adaptive factor lowered its limit (the limit as
+ * configured would have admitted the request).
+ */
+export function reducedOnly(reports: Reported[]): boolean {
+  let refusing = 0;
+  for (const r of reports) {
+    if (r.verdict.ruleAllows) continue;
+    if (r.verdict.reduced !== true) return false;
+    refusing++;
+  }
+  return refusing > 0;
+}
+
+/**
+ * 503 with `Retry-After`, the rate-limit headers (`RateLimit-Policy` with
+ * the current, reduced quota) and the temporary-reduced-capacity problem
+ * of draft-ietf-httpapi-ratelimit-headers-10, naming every reduced policy.
+ */
+export const reducedCapacity = (policies: Policy[], reports: Reported[], legacy = true): Response =>
+  send(reducedCapacityParts(policies, reports, legacy));
+
+/** The parts of {@link reducedCapacity}, to send again while the wait reads the same. */
+export function reducedCapacityParts(policies: Policy[], reports: Reported[], legacy = true): ProblemParts {
+  const violated = reports.filter((r) => !r.verdict.ruleAllows);
+  const wait = retryAfter(violated);
+  const names = violated.map((r) => `"${r.id}" (${quotaOf(r)} for now${tierOf(r)})`).join(", ");
+  return problemParts(
+    {
+      type: TEMPORARY_REDUCED_CAPACITY,
+      title: "Temporary Reduced Capacity",
+      status: 503,
+      detail: `Capacity is reduced while the origin recovers: ${names}. Retry in ${wait} second${wait === 1 ? "" : "s"}.`,
       retry_after: wait,
       "violated-policies": violated.map((r) => r.id),
     },

@@ -13,9 +13,13 @@ import {
   denied,
   deniedBy,
   limiterUnavailable,
+  reducedCapacity,
+  reducedCapacityParts,
+  reducedOnly,
   tooManyRequests,
   tooManyRequestsParts,
 } from "../http/refusals.ts";
+import { HealthWatch, noteDecision, type ReportContext } from "./adaptive.ts";
 import { type AfterContext, type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import type { InFlight } from "./effects.ts";
@@ -31,9 +35,20 @@ export type Outcome =
    * concurrency rules until it ends; end it when its response body has been
    * sent, its client hangs up, or the origin fails (a WebSocket: when it
    * closes). A `Server-Timing` header is appended, not set: the origin's
-   * own entries stay.
+   * own entries stay. `health`: tell it how the origin answered.
    */
-  | { kind: "allow"; headers: Record<string, string>; afterResponse?: AfterResponse; inFlight?: InFlight }
+  | {
+      kind: "allow";
+      headers: Record<string, string>;
+      afterResponse?: AfterResponse;
+      inFlight?: InFlight;
+      /**
+       * The request is forwarded under adaptive rules: call `answered` with
+       * the origin's status when its response's headers arrive (0 when the
+       * origin could not be reached, or the client gave up first).
+       */
+      health?: HealthWatch;
+    }
   /** Answer this instead (429, or 503 from a rule that fails closed); the origin is not contacted. */
   | { kind: "refuse"; response: Response };
 
@@ -45,12 +60,13 @@ export function allowed(
   groups: KeyGroup[],
   settlements: Settlement[],
   headers: { policies: Policy[]; reports: Reported[] },
-  context: AfterContext,
+  context: AfterContext & ReportContext,
   heldMs?: number,
   inFlight?: InFlight,
 ): Outcome {
   const now = rateLimitHeaders(headers.policies, headers.reports, context.settings.legacyHeaders);
-  if (heldMs === undefined && inFlight === undefined) {
+  const watched = noteDecision(headers.reports, true, context);
+  if (heldMs === undefined && inFlight === undefined && watched === undefined) {
     if (!settlesAfter(groups)) return { kind: "allow", headers: now };
     return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, context) };
   }
@@ -60,6 +76,7 @@ export function allowed(
     headers: timing === undefined ? now : { ...now, "Server-Timing": timing },
   };
   if (inFlight !== undefined) outcome.inFlight = inFlight;
+  if (watched !== undefined) outcome.health = new HealthWatch(watched, context);
   if (settlesAfter(groups)) {
     const after = afterResponse(groups, settlements, headers, context);
     outcome.afterResponse =
@@ -83,10 +100,18 @@ export function allowed(
  */
 export const serverTiming = (heldMs: number): string => `ratelimit;desc="held";dur=${heldMs}`;
 
-/** 403 when an override denies the client, else 429. */
+/**
+ * 403 when an override denies the client; 503 (temporary reduced capacity)
+ * when only adaptive rules' reductions refuse it; else 429.
+ */
 export function refused(policies: Policy[], reports: Reported[], legacy: boolean): Outcome {
   const denying = deniedBy(reports);
-  const response = denying.length > 0 ? denied(denying) : tooManyRequests(policies, reports, legacy);
+  const response =
+    denying.length > 0
+      ? denied(denying)
+      : reducedOnly(reports)
+        ? reducedCapacity(policies, reports, legacy)
+        : tooManyRequests(policies, reports, legacy);
   return { kind: "refuse", response };
 }
 
@@ -123,7 +148,9 @@ export function knownRefusal(
   }
   const seconds = Math.ceil((only.refusal.retryAtMs - nowMs) / 1000);
   const parts = only.refusal.reuse(seconds, policies, () =>
-    tooManyRequestsParts(policies, [knownReport(only, nowMs)], legacy),
+    only.refusal.applied.reduced === true
+      ? reducedCapacityParts(policies, [knownReport(only, nowMs)], legacy)
+      : tooManyRequestsParts(policies, [knownReport(only, nowMs)], legacy),
   );
   return { kind: "refuse", response: send(parts) };
 }

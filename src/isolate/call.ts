@@ -11,7 +11,8 @@ import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
 import { type Rule, settledByAnswer } from "../core/rules.ts";
 import { checkKey, type LimiterNamespace } from "../object/client.ts";
-import { type CheckOptions, LEASE_MIN_UNITS, ruleCheckOf } from "../object/protocol.ts";
+import { type CheckOptions, LEASE_MIN_UNITS } from "../object/protocol.ts";
+import type { AdaptiveRules } from "./adaptive.ts";
 import type { Batch } from "./batch.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { type Effects, watchLateBatch } from "./effects.ts";
@@ -26,7 +27,7 @@ export const ANSWER_WINDOW_MS = 100_000;
 export type CallContext = Effects & {
   settings: Pick<Settings, "timeoutMs">;
   ns: LimiterNamespace;
-  isolate: { keys: ClientKeys; clock: () => number };
+  isolate: { keys: ClientKeys; clock: () => number; adaptive: AdaptiveRules };
 };
 
 /**
@@ -123,7 +124,8 @@ export async function callObject(
   const refundable = refundWindows(group.rules, caller.refundableMs, settings.timeoutMs);
   const check = {
     name,
-    rules: group.rules.map(ruleCheckOf),
+    // An adaptive rule's check carries the factor the isolate last learned.
+    rules: group.rules.map(isolate.adaptive.checkOf),
     leftMs: Math.max(1, deadlineMs - sentAtMs),
     timeoutMs: settings.timeoutMs,
   };

@@ -133,6 +133,16 @@ export class ClientKeys implements KeyHost {
     for (const rule of rules) state.forget(rule, nowMs);
   }
 
+  /**
+   * An adaptive rule's factor changed: every key's leases and known
+   * refusals under the rule go at once (see `KeyState.dropRule`).
+   */
+  dropRule(ruleId: string, nowMs: number): void {
+    if (nowMs > this.lastNowMs) this.lastNowMs = nowMs;
+    for (const digest of [...this.inUse.keys()]) this.inUse.peek(digest)?.dropRule(ruleId);
+    for (const digest of [...this.withRefusals.keys()]) this.withRefusals.peek(digest)?.dropRule(ruleId);
+  }
+
   /** The digest of the key whose object is `name`, found through a live refusal of it under one of `rules`. */
   digestByName(rules: Rule[], name: string, nowMs: number): string | null {
     for (const digest of [...this.withRefusals.keys()]) {

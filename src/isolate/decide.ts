@@ -16,6 +16,7 @@ import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import type { Rule } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import type { LimiterNamespace } from "../object/client.ts";
+import { noteDecision, noteKnown } from "./adaptive.ts";
 import { allowed, clientGone, knownRefusal, NO_HEADERS, type Outcome, refused, unavailable } from "./answers.ts";
 import { holds } from "./call.ts";
 import {
@@ -129,6 +130,7 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
     for (const s of spent) if (s) giveBackSpent(s);
     const tally = tallyContext(request.request, options, nowMs);
     if (tally) tallyKnown(groups, known, tally);
+    noteKnown(known, options);
     return knownRefusal(policies, known, keys, settings.legacyHeaders, nowMs);
   }
   for (const group of groups) keys.noteRequest(group.digest, nowMs);
@@ -246,7 +248,10 @@ async function settleRest(pending: Pending, options: DecideOptions): Promise<Out
   }
   leaveBehind(groups, settlements, turnedAway, options);
   const legacy = settings.legacyHeaders;
-  if (isRefused) return refused(policies, reports, legacy);
+  if (isRefused) {
+    noteDecision(reports, false, options);
+    return refused(policies, reports, legacy);
+  }
   if (closedBy.length > 0) return unavailable(closedBy, policies, reports, legacy);
   return allowed(groups, settlements, { policies, reports }, options, heldFor(settlements, [], startedAtMs, nowMs));
 }
@@ -333,7 +338,10 @@ async function takePlaces(pending: Grouped, rated: Rated, options: DecideOptions
   const legacy = settings.legacyHeaders;
   if (turnedAway) {
     for (const place of taken) giveBack({ kind: "place", name: place.name, id: place.placeId }, options);
-    if (placed.refused) return refused(policies, reports, legacy);
+    if (placed.refused) {
+      noteDecision(reports, false, options);
+      return refused(policies, reports, legacy);
+    }
     return unavailable(placed.closedBy, policies, reports, legacy);
   }
   const inFlight = taken.length > 0 ? holdPlaces(taken, options) : undefined;

@@ -235,7 +235,8 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
             event: "place_lost",
             rule: held.rule,
             key: keyHashPrefix(place.name),
-            message: "the object took the place back (it was not renewed in time): the request is no longer counted",
+            message:
+              "the object took the place back (it was not renewed in time, or the client was reset): the request is no longer counted",
           },
           "warn",
         );

@@ -116,7 +116,7 @@ export type At =
   | { at: "calling" }
   | { at: "held"; call: AnsweredCall; held: Held; untilMs: number; name: string }
   | { at: "acquiring" }
-  | { at: "queued"; ticketId: string; name: string; deadlineMs: number; untilMs: number }
+  | { at: "queued"; ticketId: string; name: string; deadlineMs: number; untilMs: number; limit?: number }
   | { at: "done" };
 
 const ARRIVING: At = Object.freeze({ at: "arriving" });
@@ -344,7 +344,7 @@ export class Gate {
     // object's own answer at the deadline to arrive: past that, it gives its ticket back and is refused.
     const untilMs = nowMs + (got.deadlineMs - got.nowMs) + visit.marginMs;
     const deadlineMs = nowMs + (got.deadlineMs - got.nowMs);
-    visit.at = { at: "queued", ticketId: got.ticketId, name, deadlineMs, untilMs };
+    visit.at = { at: "queued", ticketId: got.ticketId, name, deadlineMs, untilMs, ...limitOf(got) };
     return { do: "queue", untilMs, ask: true, ticketId: got.ticketId };
   }
 
@@ -377,7 +377,9 @@ export class Gate {
     }
     if (nowMs >= at.untilMs || answer !== null) {
       // No place by the end of its wait: refused, its ticket given back in case a place comes to it later.
-      const refusal: PlaceRefused = { status: "refused", nowMs, free: 0, inUse: this.rules[0]?.limit ?? 0 };
+      // Every place it waited for is held: the client's own number when an override, a tier or a factor gave one.
+      const limit = at.limit ?? this.rules[0]?.limit ?? 0;
+      const refusal: PlaceRefused = { status: "refused", nowMs, free: 0, inUse: limit, ...limitOf(at) };
       const cancel: Cancel = { kind: "ticket", name, id: at.ticketId };
       return this.end(visit, { do: "done", end: { by: "no place", refusal, cancel } });
     }
@@ -509,3 +511,6 @@ export class Gate {
 }
 
 const answerStep = (settlement: Settlement): Step => ({ do: "done", end: { by: "answer", settlement } });
+
+/** The places a queued request waits for, when its answer says they are other than the rule's. */
+const limitOf = ({ limit }: { limit?: number }): { limit?: number } => (limit === undefined ? {} : { limit });

@@ -3,7 +3,7 @@
  * What one isolate remembers between requests, as one value: its clock, the
  * secret its key digests are made with, leases, known refusals, calls in
  * flight, how often refusals were logged, what it counted about itself,
- * and the bearer tokens it verified.
+ * the bearer tokens it verified, and its adaptive rules' factors.
  * The Worker makes one per isolate; a library user may make their own to
  * size it or share it between middlewares, and tests make several, as
  * several isolates would be.
@@ -11,6 +11,7 @@
 import { randomDigestKey, sipHash24 } from "../core/digest.ts";
 import type { Rule } from "../core/rules.ts";
 import { Tokens } from "../identity/tokens.ts";
+import { AdaptiveRules } from "./adaptive.ts";
 import { ClientKeys, DEFAULT_LOG_EVERY_MS, DEFAULT_MAX_LEASE_UNITS, DEFAULT_MAX_REFUSAL_MS } from "./client-keys.ts";
 import { IsolateCounters } from "./counters.ts";
 import { variantsOf } from "./rule-ids.ts";
@@ -66,6 +67,8 @@ export type Isolate = {
   tokens: Tokens;
   /** What this isolate decided since its last flush to the statistics object. */
   stats: StatsRecorder;
+  /** Its adaptive rules: the factor each last learned, and the counts it reports to their controllers. */
+  adaptive: AdaptiveRules;
 };
 
 export const DEFAULT_MAX_KEYS = 10_000;
@@ -99,6 +102,7 @@ export function createIsolate(options: IsolateOptions = {}): Isolate {
     counters,
     tokens: new Tokens({ clock, digest, maxTokens: maxKeys }),
     stats: new StatsRecorder(options.flushEveryMs ?? DEFAULT_FLUSH_EVERY_MS),
+    adaptive: new AdaptiveRules(),
   };
 }
 

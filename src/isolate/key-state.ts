@@ -384,7 +384,7 @@ export class KeyState {
       this.refusals?.delete(rule);
       return false;
     }
-    const { limit, override, tier } = verdict;
+    const { limit, override, tier, reduced } = verdict;
     this.refusals ??= new Map();
     this.refusals.set(
       rule,
@@ -392,9 +392,25 @@ export class KeyState {
         limit,
         override,
         tier,
+        reduced,
       }),
     );
     return true;
+  }
+
+  /**
+   * An adaptive rule's factor changed: its leases (any tier's) stop being
+   * spent, their unspent units owed back with the key's next call, and its
+   * known refusals go, as both were given under the old limit.
+   */
+  dropRule(ruleId: string): void {
+    for (const [rule, lease] of this.leases) {
+      if (rule.id !== ruleId) continue;
+      lease.retire();
+      this.leases.delete(rule);
+    }
+    if (this.refusals !== null)
+      for (const rule of this.refusals.keys()) if (rule.id === ruleId) this.refusals.delete(rule);
   }
 
   /** Forgets every refusal (the isolate keeps no more of them for this key). */

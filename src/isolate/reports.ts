@@ -53,8 +53,10 @@ function placeReport(rule: Rule, answer: PlaceAcquired | PlaceRefused, nowMs: nu
     resetMs: 0,
     counted: null,
     holdsForMs: 0,
-    ...(acquired && answer.limit !== undefined ? { limit: answer.limit } : {}),
+    ...(answer.limit !== undefined ? { limit: answer.limit } : {}),
+    ...(!acquired && answer.reduced === true ? { reduced: true } : {}),
     ...(answer.override !== undefined ? { override: answer.override } : {}),
+    ...(answer.tier !== undefined ? { tier: answer.tier } : {}),
   };
   return report(rule, verdict, nowMs);
 }

@@ -330,7 +330,13 @@ export async function settlePlace(
           return placeEnded(step.end, rule, name, ctx);
         case "acquire": {
           const leftMs = Math.max(1, Math.max(deadlineMs, clock() + settings.timeoutMs / 2) - clock());
-          const call = acquirePlace(ctx.ns, name, rule.id, placeRequestOf(rule), leftMs);
+          const call = acquirePlace(
+            ctx.ns,
+            name,
+            rule.id,
+            isolate.adaptive.placeRequestOf(rule, placeRequestOf(rule)),
+            leftMs,
+          );
           calling = call;
           const answered = await call;
           calling = null;

@@ -41,20 +41,22 @@ export type TallyContext = {
 /** One rule's outcome for a client: its key group, and its object's name when known. */
 type Counted = { rule: Rule; outcome: StatsOutcome; group: KeyGroup; name: string | null };
 
-const REFUSALS: ReadonlySet<StatsOutcome> = new Set(["refused", "refused_cached", "shadow_refused"]);
+const REFUSALS: ReadonlySet<StatsOutcome> = new Set(["refused", "refused_cached", "shadow_refused", "shed"]);
 
 /** Counts a request answered from refusals the isolate knows of: each rule that refused it. */
 export function tallyKnown(groups: KeyGroup[], known: RuleRefusal[], context: TallyContext): void {
   for (const k of known) {
     const group = groups.find((g) => g.digest === k.digest) ?? groups[0]!;
-    count({ rule: k.rule, outcome: "refused_cached", group, name: k.refusal.name }, context);
+    // Refused only by an adaptive rule's reduction: shed, whether the object or the isolate knew it.
+    const outcome = k.refusal.applied.reduced === true ? "shed" : "refused_cached";
+    count({ rule: k.rule, outcome, group, name: k.refusal.name }, context);
   }
 }
 
 /**
  * Counts a settled request: per rule, admitted (when the request went on),
  * held (admitted at its turn, after a wait), refused by its object or from
- * what the isolate knew, a shadow rule's would-be refusal, or a failure,
+ * what the isolate knew, shed (refused only by an adaptive rule's reduction), a shadow rule's would-be refusal, or a failure,
  * open or closed. A rule that admitted a request another rule refused
  * counts nothing.
  */
@@ -84,7 +86,13 @@ function settledOutcome(rule: Rule, s: Settlement, j: number, admitted: boolean)
   const verdict = verdictOf(s, j);
   // A shadow rule's would-be refusal is counted when the request went on: had another rule refused it, it counts nothing.
   if (verdict !== undefined && !verdict.ruleAllows)
-    return rule.action === "block" ? "refused" : admitted ? "shadow_refused" : null;
+    return rule.action === "block"
+      ? verdict.reduced === true
+        ? "shed"
+        : "refused"
+      : admitted
+        ? "shadow_refused"
+        : null;
   if (!admitted) return null;
   // Held until its turn: under the rules that hold (a shadow rule counted it as it came).
   return s.via === "held" && rule.action === "block" ? "held" : "admitted";
@@ -110,7 +118,9 @@ export function tallyPlaces(
         ? failure(rule, p.reason, context)
         : p.via === "no place"
           ? rule.action === "block" || p.refusal.override === "deny"
-            ? "refused"
+            ? p.refusal.reduced === true
+              ? "shed"
+              : "refused"
             : admitted
               ? "shadow_refused"
               : null

@@ -4,6 +4,7 @@
  * runtime says a retry is safe. Failures come back as labelled results.
  */
 
+import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import type {
   Cancellation,
   CheckOptions,
@@ -218,3 +219,16 @@ export const releasePlaces = (ns: LimiterNamespace, name: string, placeIds: stri
 /** Renews places still in flight; the answer's `unknown` were taken back (their requests no longer count). */
 export const renewPlaces = (ns: LimiterNamespace, name: string, placeIds: string[], timeoutMs: number) =>
   callKey<Renewal>(ns, name, (stub) => stub.renew(placeIds), timeoutMs);
+
+/**
+ * Sends an isolate's report on an adaptive rule to the rule's controller
+ * (see `RateLimiter.reportHealth`): the answer is the factor now. A lost
+ * report costs nothing but that answer: the isolate keeps the factor it
+ * knew and reports again at its next turn.
+ */
+export const reportHealth = (ns: LimiterNamespace, report: HealthReport, timeoutMs: number) =>
+  callKey<FactorAnswer>(ns, controllerName(report.rule), (stub) => stub.reportHealth(report), timeoutMs);
+
+/** An adaptive rule's controller and its history since `sinceMs` (null: the rule has never reported). */
+export const readController = (ns: LimiterNamespace, ruleId: string, sinceMs: number, timeoutMs: number) =>
+  callKey<ControllerView | null>(ns, controllerName(ruleId), (stub) => stub.controllerView(sinceMs), timeoutMs);

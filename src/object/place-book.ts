@@ -129,12 +129,12 @@ export class PlaceBook {
   /** A ticket's place: at once if it has one, when one frees, or refused at its deadline; unknown if no such ticket. */
   wait(ticketId: string, nowMs: number, newId: () => string): PlaceWait | Promise<PlaceWait> {
     const rule = this.ruleOf.get(ticketId);
-    const waited = rule !== undefined && this.inLine(rule, ticketId);
+    const ticket = rule === undefined ? undefined : this.lines.get(rule)?.tickets.find((t) => t.id === ticketId);
     if (rule !== undefined) this.serveLine(rule, nowMs, newId);
-    if (waited && !this.inLine(rule, ticketId) && !this.unclaimed.has(ticketId)) {
+    if (rule !== undefined && ticket !== undefined && !this.inLine(rule, ticketId) && !this.unclaimed.has(ticketId)) {
       // Its deadline passed before its caller came for it.
       const inUse = liveAt(this.lines.get(rule)?.places ?? [], nowMs).length;
-      return { status: "refused", nowMs, free: 0, inUse };
+      return { status: "refused", nowMs, free: 0, inUse, limit: ticket.limit };
     }
     const given = this.unclaimed.get(ticketId);
     if (given !== undefined) {
@@ -178,6 +178,21 @@ export class PlaceBook {
       this.serveLine(rule, nowMs, newId);
     }
     return { released, unknown: placeIds.filter((id) => !released.includes(id)) };
+  }
+
+  /**
+   * Frees every place held under `rule` (an operator's reset of the client);
+   * the waiting requests get them, oldest first. A place just given to a
+   * waiting request is its, and stays. The requests that held the freed
+   * places release or renew ids no longer known, which changes nothing.
+   * Returns how many were freed.
+   */
+  releaseAll(rule: string, nowMs: number, newId: () => string): number {
+    const line = this.lines.get(rule);
+    if (line === undefined) return 0;
+    const given = new Set([...this.unclaimed.values()].map(({ place }) => place.id));
+    const held = line.places.filter((place) => !given.has(place.id)).map((place) => place.id);
+    return this.release(held, nowMs, newId).released.length;
   }
 
   /** Extends each place still held to `nowMs` plus its timeout; the rest are unknown (released, or taken back). */
@@ -252,7 +267,8 @@ export class PlaceBook {
     this.commit(rule, line, served.line);
     for (const ticket of served.lapsed) {
       const inUse = liveAt(served.line.places, nowMs).length;
-      this.answer(ticket.id, { status: "refused", nowMs, free: 0, inUse } satisfies PlaceRefused);
+      // The places it waited for, which an override, a tier or a factor may have made other than the rule's.
+      this.answer(ticket.id, { status: "refused", nowMs, free: 0, inUse, limit: ticket.limit } satisfies PlaceRefused);
     }
     for (const grant of served.granted) this.give(rule, grant, nowMs);
   }

@@ -28,6 +28,14 @@ export type RuleCheck = WindowLimit & {
   maxDelayMs?: number;
   /** With `maxDelayMs`: how many of the key's requests may be held at once under the rule; {@link DEFAULT_MAX_HELD} when absent. */
   maxHeld?: number;
+  /**
+   * An adaptive rule's factor, as the caller last learned it from the rule's
+   * controller: the limit that applies to the client (the rule's, a tier's,
+   * an override's) is multiplied by it (`scaledLimit`), never below `cost`.
+   * Absent on a rule that is not adaptive; a lease under it lasts at most
+   * {@link ADAPTIVE_LEASE_MAX_MS}.
+   */
+  factor?: number;
 };
 
 /** How many of a key's requests a rule holds at once when it names no `maxHeld`. */
@@ -62,8 +70,18 @@ export type RuleVerdict = Decision & {
    * while counts that may still be refunded weigh in on the refusal.
    */
   holdsForMs: number;
-  /** The limit an override (or its tier) gave this client; absent when the rule's own applied, or none did (unlimited, deny). */
+  /**
+   * The limit that applied, when it is not the rule's own: an override's (or
+   * its tier's), or any limit under a factor below 1 (the current quota).
+   * Absent when the rule's own applied, or none did (unlimited, deny).
+   */
   limit?: number;
+  /**
+   * This rule refused only because of its factor: the limit before the
+   * factor would have admitted the request. The caller answers it as a
+   * temporary reduction of capacity (503), not a quota exceeded (429).
+   */
+  reduced?: true;
   /** When an override for this client applied, what kind. */
   override?: OverrideSetting["kind"];
   /** When a tier's limit applied, the tier. */
@@ -143,6 +161,13 @@ export type PlaceRequest = {
   tiers?: Readonly<Record<string, number>>;
   /** The tier whose limit `concurrency` is, when a token's claim chose it. */
   tier?: string;
+  /**
+   * An adaptive rule's factor, as the caller last learned it: the places
+   * that apply to the client (the rule's, a tier's, an override's) are
+   * multiplied by it (`scaledLimit`), at least 1. Places already held stay
+   * until their requests end. Absent on a rule that is not adaptive.
+   */
+  factor?: number;
 };
 
 /** A place given: hold it while the request is in flight, renew it every third of the timeout, release it at the end. */
@@ -157,10 +182,28 @@ export type PlaceAcquired = {
   /** The limit an override (or its tier) gave this client, when one did. */
   limit?: number;
   override?: OverrideSetting["kind"];
+  /** The tier whose limit applied (an override's, or a token's `tier_claim`), when one did. */
+  tier?: string;
 };
 
-/** No place: every one is held (or an override denies the client). */
-export type PlaceRefused = { status: "refused"; nowMs: number; free: 0; inUse: number; override?: "deny" };
+/**
+ * No place: every one is held (or an override denies the client).
+ * `limit`: the number of places that refused it, when an override, a tier
+ * or a factor made it other than the rule's. `reduced`: only the factor of
+ * an adaptive rule refused it (fewer places are held than the limit before
+ * it), and `limit` is the current number.
+ */
+export type PlaceRefused = {
+  status: "refused";
+  nowMs: number;
+  free: 0;
+  inUse: number;
+  override?: "deny" | "limit" | "tier";
+  reduced?: true;
+  limit?: number;
+  /** The tier whose limit refused it, when one did. */
+  tier?: string;
+};
 
 /** The request waits for a place until `deadlineMs`: `awaitPlace(ticketId)` answers when it gets one, or at the deadline. */
 export type PlaceQueued = {
@@ -170,6 +213,8 @@ export type PlaceQueued = {
   deadlineMs: number;
   /** Requests waiting ahead of this one. */
   ahead: number;
+  /** The places it waits for, when an override, a tier or a factor made them other than the rule's: its refusal at the deadline says so. */
+  limit?: number;
 };
 
 export type PlaceAnswer = PlaceAcquired | PlaceRefused | PlaceQueued;
@@ -260,6 +305,12 @@ export const NOWHERE: Receipt = { row: "", epoch: 0, bucket: 0 };
 
 /** Leases live at most this long, whatever the period. */
 export const LEASE_MAX_MS = 300_000;
+/**
+ * The longest a lease lasts when an adaptive rule is among its rules: an
+ * isolate learns a cut within 1 s (docs/adaptive.md), and units leased
+ * before it must not be spent long after.
+ */
+export const ADAPTIVE_LEASE_MAX_MS = 1_000;
 /** A lease takes at most this share of what a rule has left, so keys near a limit are decided one by one. */
 export const LEASE_SHARE = 1 / 8;
 /** Smaller leases are not worth their bookkeeping. */

@@ -22,6 +22,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { BookedCount } from "../core/bookings.ts";
+import { scaledLimit } from "../core/controller.ts";
 import { limitUnder, type Override } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import {
@@ -41,8 +42,11 @@ import {
 } from "../core/sliding-window.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import { BookingBook } from "./booking-book.ts";
+import { ControllerBook } from "./controller-book.ts";
+import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import { PlaceBook } from "./place-book.ts";
 import {
+  ADAPTIVE_LEASE_MAX_MS,
   type Cancellation,
   type CheckOptions,
   type CheckResult,
@@ -91,9 +95,13 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
 /** A rule's override for this client (null once deleted), and the registry's version of that change. */
 const OVERRIDES_SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL)`;
 
-/** A rule as it applies to this client now: its check with the limit that applies, or lifted, or denied. */
+/**
+ * A rule as it applies to this client now: its check with the limit that
+ * applies, or lifted, or denied. `configured` is the limit before an
+ * adaptive rule's factor, when the factor lowered it.
+ */
 type Plan =
-  | { kind: "count"; rule: RuleCheck; override?: Override }
+  | { kind: "count"; rule: RuleCheck; override?: Override; configured?: number }
   | { kind: "unlimited"; expiresAtMs: number | null }
   | { kind: "deny"; expiresAtMs: number | null };
 
@@ -147,6 +155,13 @@ export class RateLimiter extends DurableObject<unknown> {
   private readonly places: PlaceBook;
   /** The one timer: the next turn or place a caller awaits. */
   private readonly wake = new Wake(() => this.onWake());
+  /**
+   * The controller of an adaptive rule, when this object is one (named
+   * `adaptive:<rule id>`, never a client's): loaded on first use.
+   */
+  private controller: ControllerBook | undefined;
+  /** Whether a controller is stored here, loaded or not. */
+  private hasController: boolean;
   /** A row's settled state, for the bookings' arithmetic. */
   private readonly stateOf = (row: string): WindowState | undefined => this.rows.get(row)?.state;
 
@@ -162,6 +177,7 @@ export class RateLimiter extends DurableObject<unknown> {
         .toArray()
         .map((t) => t.name),
     );
+    this.hasController = tables.has("controller");
     if (tables.has("bookings")) this.books.load();
     if (tables.has("places")) this.places.load();
     if (tables.has("overrides")) {
@@ -509,9 +525,27 @@ export class RateLimiter extends DurableObject<unknown> {
     );
     this.rearm(nowMs);
     this.scheduleCleanup();
+    // The limit that applied, when an override or a factor made it other than the rule's: a refusal says it too.
+    const own = plan.kind === "count" && (plan.override !== undefined || plan.configured !== undefined);
+    if (answer.status === "refused" && own) {
+      // Fewer held than the places before the factor: the reduction alone refused it.
+      const reduced = plan.configured !== undefined && answer.inUse < plan.configured;
+      const kind = plan.override?.kind;
+      return {
+        ...answer,
+        limit,
+        ...(kind === "limit" || kind === "tier" ? { override: kind } : {}),
+        ...(reduced ? { reduced: true } : {}),
+        ...tierOf(plan.rule, plan.override),
+      };
+    }
+    if (answer.status === "queued" && own) return { ...answer, limit };
+    if (answer.status === "refused" && plan.kind === "count") return { ...answer, ...tierOf(plan.rule, undefined) };
     if (answer.status !== "acquired") return answer;
     if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
-    return plan.override ? { ...answer, limit, override: plan.override.kind } : answer;
+    const tier = tierOf(plan.rule, plan.override);
+    if (plan.override) return { ...answer, limit, override: plan.override.kind, ...tier };
+    return plan.configured !== undefined ? { ...answer, limit, ...tier } : { ...answer, ...tier };
   }
 
   /**
@@ -591,8 +625,18 @@ export class RateLimiter extends DurableObject<unknown> {
     this.save(row);
   }
 
-  /** How a rule applies to this client now, under its override if it has a live one. */
+  /** How a rule applies to this client now, under its override if it has a live one, and under its factor. */
   private plan(rule: RuleCheck, nowMs: number): Plan {
+    const plan = this.overridden(rule, nowMs);
+    const factor = rule.factor;
+    if (plan.kind !== "count" || factor === undefined || !(factor < 1)) return plan;
+    const configured = plan.rule.limit;
+    const limit = Math.max(scaledLimit(configured, Math.max(0, factor)), costOf(rule));
+    return limit === configured ? plan : { ...plan, rule: { ...plan.rule, limit }, configured };
+  }
+
+  /** How a rule applies to this client now, under its override if it has a live one. */
+  private overridden(rule: RuleCheck, nowMs: number): Plan {
     const override = this.overrides.get(rule.id);
     if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
       return { kind: "count", rule };
@@ -701,7 +745,9 @@ export class RateLimiter extends DurableObject<unknown> {
       const expiresInMs = Math.min(LEASE_MAX_MS, ...ends.map((at) => at - nowMs));
       return { units: wanted.units, receipts: plans.map(() => NOWHERE), expiresInMs } satisfies Lease;
     }
-    const expiresInMs = Math.min(LEASE_MAX_MS, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
+    // Under an adaptive rule, no longer than an isolate takes to learn a cut: units leased before it go unspent.
+    const longest = rules.some((rule) => rule.factor !== undefined) ? ADAPTIVE_LEASE_MAX_MS : LEASE_MAX_MS;
+    const expiresInMs = Math.min(longest, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
     const likely = Math.floor((wanted.seen * Math.min(expiresInMs, wanted.seenInMs)) / wanted.seenInMs);
@@ -793,19 +839,67 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /** Forgets the given rules' counters (and penalties) for this key (every layout of each id), or all of them. */
-  async reset(ruleIds?: string[]): Promise<void> {
+  async reset(ruleIds?: string[]): Promise<{ freed: number }> {
     for (const [key, row] of this.rows) {
       if (ruleIds && !ruleIds.includes(row.id)) continue;
       this.forgetRow(key);
     }
     // Held requests still go at their turns: their bookings stay, and count in the rows made afresh.
     this.books.invalidate();
+    const freed = ruleIds === undefined ? 0 : this.freePlaces(ruleIds);
     if (this.nothingLeft()) await this.clear();
+    return { freed };
   }
 
-  /** Whether the object holds nothing: no counters, overrides, bookings or places. */
+  /** Frees every place this client holds under these concurrency rules: the requests waiting for one get them. */
+  private freePlaces(ruleIds: string[]): number {
+    const nowMs = Date.now();
+    let freed = 0;
+    for (const ruleId of ruleIds) freed += this.places.releaseAll(ruleId, nowMs, newId);
+    this.rearm(nowMs);
+    return freed;
+  }
+
+  /** Whether the object holds nothing: no counters, overrides, bookings or places, and is no controller. */
   private nothingLeft(): boolean {
-    return this.rows.size === 0 && this.overrides.size === 0 && !this.books.active && this.places.empty;
+    return (
+      this.rows.size === 0 &&
+      this.overrides.size === 0 &&
+      !this.books.active &&
+      this.places.empty &&
+      !this.hasController
+    );
+  }
+
+  /**
+   * An isolate's report on an adaptive rule's health, to the rule's
+   * controller object: the controller decides on it (on this object's
+   * clock), and the answer is the factor its limit is multiplied by now.
+   */
+  reportHealth(report: HealthReport): FactorAnswer {
+    const nowMs = Date.now();
+    const name = this.ctx.id.name;
+    if (name !== undefined && name !== controllerName(report.rule)) {
+      // A bug in the caller: nothing is counted, and version 0 is never newer than what an isolate applies.
+      logEvent({ event: "adaptive_misdirected", object: name, rule: report.rule }, "error");
+      return { nowMs, factor: 1, version: 0, mode: "full", limit: report.limit, reportInMs: 1_000 };
+    }
+    return this.controllerOf(report.rule).report(report, nowMs);
+  }
+
+  /** The adaptive rule's controller and its history since `sinceMs`; null when this object is none. */
+  controllerView(sinceMs = 0): ControllerView | null {
+    const name = this.ctx.id.name;
+    if (this.controller === undefined && !this.hasController) return null;
+    const rule = this.controller === undefined && name?.startsWith("adaptive:") ? name.slice("adaptive:".length) : null;
+    const controller = this.controller ?? (rule === null ? undefined : this.controllerOf(rule));
+    return controller?.view(Date.now(), sinceMs) ?? null;
+  }
+
+  private controllerOf(rule: string): ControllerBook {
+    this.controller ??= new ControllerBook(this.sql, rule);
+    this.hasController = true;
+    return this.controller;
   }
 
   private forgetRow(key: string): void {
@@ -889,7 +983,7 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   private verdict(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row, counted: boolean): RuleVerdict {
-    const { rule, override } = plan;
+    const { rule, override, configured } = plan;
     const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
     const decision = underPenalty(behindHeld(describe(ev, nowMs, rule, counted), ev.turnMs, nowMs), penaltyMs);
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
@@ -902,9 +996,20 @@ export class RateLimiter extends DurableObject<unknown> {
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
       // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
       holdsForMs: ev.allowed || refundDue || ev.turnMs !== undefined ? 0 : Math.min(decision.retryAfterMs, untilChange),
-      ...(override ? { limit: rule.limit, override: override.kind } : {}),
+      ...(override || configured !== undefined ? { limit: rule.limit } : {}),
+      ...(override ? { override: override.kind } : {}),
+      ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
       ...tierOf(rule, override),
     };
+  }
+
+  /**
+   * Whether a refusal is the factor's doing alone: the limit before it would
+   * have admitted the request now (no penalty, and no held request ahead).
+   */
+  private reducedOnly(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row): boolean {
+    if (plan.configured === undefined || ev.turnMs !== undefined) return false;
+    return evaluateRow({ ...row, state: ev.state }, nowMs, { ...plan.rule, limit: plan.configured }).allowed;
   }
 
   private save(row: Row): void {
@@ -969,6 +1074,7 @@ const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
   enforce: true,
   ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
   ...(request.tier === undefined ? {} : { tier: request.tier }),
+  ...(request.factor === undefined ? {} : { factor: request.factor }),
 });
 
 /** A refusal behind held requests: admissible at the turn it would get behind them, not before. */

@@ -29,6 +29,12 @@ export const OUTCOMES = [
    * a concurrency rule's place, and then went on: admitted, after a wait.
    */
   "held",
+  /**
+   * An adaptive rule refused it only because its limit is reduced while the
+   * origin recovers (503, temporary reduced capacity): the limit as
+   * configured would have admitted it.
+   */
+  "shed",
 ] as const;
 export type StatsOutcome = (typeof OUTCOMES)[number];
 

@@ -59,7 +59,7 @@ export class StatsObject extends DurableObject<unknown> {
     this.restoreSketches();
   }
 
-  /** Tables stored before an outcome existed (`held`) gain its column, at 0. */
+  /** Tables stored before an outcome existed (`held`, `shed`) gain its column, at 0. */
   private addMissingOutcomes(): void {
     for (const table of ["series", "lifetime"]) {
       const columns = this.sql.exec(`SELECT * FROM ${table} LIMIT 0`).columnNames;

@@ -24,7 +24,7 @@ import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import type { Env } from "./env.ts";
-import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith } from "./middleware.ts";
+import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith, watchHealth } from "./middleware.ts";
 
 /** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
 const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
@@ -159,14 +159,21 @@ function decideFirst(
  * An admitted request forwarded, and the origin's answer finished by its
  * decision (headers, `count`, `cost_header`); a request holding places holds
  * them until its response has ended, its client hangs up, or it fails.
+ * Under adaptive rules, how the origin answered (its status, and how long
+ * its headers took) is told to their reporters.
  */
 async function answered(request: Request, outcome: Admission, upstream: Result<Upstream>): Promise<Response> {
   // With places, the forwarded request can be cut off, so that the origin sees it go before its places do.
   const origin = outcome.inFlight === undefined ? undefined : new AbortController();
   endOnHangUp(request, outcome, origin);
+  const { health } = outcome;
+  if (health !== undefined) watchHealth(request, health);
   try {
-    return admitted(await forwarded(request, upstream, origin?.signal), outcome, origin);
+    const response = await forwarded(request, upstream, origin?.signal);
+    health?.answered(response.status);
+    return admitted(response, outcome, origin);
   } catch (error) {
+    health?.answered(0);
     outcome.inFlight?.end("origin failed");
     return internalError(error);
   }

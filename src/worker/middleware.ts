@@ -10,6 +10,7 @@ import type { Result } from "../core/result.ts";
 import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
 import { type Ending, untilSent } from "../http/until-sent.ts";
+import type { HealthWatch } from "../isolate/adaptive.ts";
 import { decide, type Outcome } from "../isolate/decide.ts";
 import type { InFlight } from "../isolate/effects.ts";
 import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
@@ -162,12 +163,16 @@ export const rateLimitWith = <E extends HonoEnv = any>(
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
     if (outcome.inFlight !== undefined) endOnHangUp(c.req.raw, outcome);
+    const { health } = outcome;
+    if (health !== undefined) watchHealth(c.req.raw, health);
     try {
       await next();
     } catch (error) {
+      health?.answered(0);
       outcome.inFlight?.end("origin failed");
       throw error;
     }
+    health?.answered(c.res.status);
     const response = admitted(c.res, outcome);
     if (response === c.res) return;
     // Assigning a response to `c.res` makes Hono copy it and set every header of the old one on the copy;
@@ -236,6 +241,18 @@ export function endOnHangUp(
   };
   if (signal.aborted) hungUp();
   else signal.addEventListener("abort", hungUp, { once: true });
+}
+
+/**
+ * Counts a request forwarded under adaptive rules as failed when its client
+ * hangs up before the origin's headers arrive (with
+ * `enable_request_signal`): it was given up, as a timeout is.
+ */
+export function watchHealth(request: Request, health: HealthWatch): void {
+  const signal = request.signal as AbortSignal | undefined;
+  if (signal === undefined) return;
+  if (signal.aborted) health.answered(0);
+  else signal.addEventListener("abort", () => health.answered(0), { once: true });
 }
 
 /** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */

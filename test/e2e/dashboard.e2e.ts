@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import type { AxeResults } from "axe-core";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import WebSocket from "ws";
 import { launchChromium, skipBrowser } from "./support/browser.ts";
 import { limiterUrl, send, uniqueIp, uniqueTag } from "./support/client.ts";
 
@@ -322,6 +323,47 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       await Promise.all(runs.map((run) => run.stop()));
     }
   }, 150_000);
+  it("shows an adaptive rule's limit now against the configured one, and a chart of both", async () => {
+    // A request under the rule makes the isolate report to its controller: the limit is then known.
+    const ip = uniqueIp();
+    for (let i = 0; i < 3; i++) expect((await send("/adaptive/x", from(ip))).status).toBe(200);
+    await signIn();
+    const card = page.locator('.rule[data-rule="e2e-adaptive"]');
+    await card.waitFor({ state: "visible" });
+    expect(await card.locator(".badge.adaptive").textContent()).toBe("adaptive");
+    await expect
+      .poll(() => card.locator(".limit-now").textContent(), { timeout: 20_000 })
+      .toBe("Limit now 100 of 100 configured (as configured, factor 1.00)");
+    await card.locator(".limit-chart canvas").first().waitFor({ state: "visible" });
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("shows a concurrency rule's places: the rule as requests in flight at once, a refused client's places in use", async () => {
+    const ip = uniqueIp();
+    // A WebSocket holds the client's one place until it closes; a request beside it is refused.
+    const ws = new WebSocket(`${limiterUrl().replace(/^http/, "ws")}/dash-one/echo`, {
+      headers: { "cf-connecting-ip": ip },
+    });
+    await new Promise((resolve, reject) => {
+      ws.once("open", resolve);
+      ws.once("error", reject);
+    });
+    try {
+      expect((await send("/dash-one/beside", from(ip))).status).toBe(429);
+      const keyHash = (await admin<{ keyHash: string }>(`/status?rule=e2e-dash-one&key=${ip}`)).body.keyHash;
+      await signIn();
+      const card = page.locator('.rule[data-rule="e2e-dash-one"]');
+      await card.waitFor({ state: "visible" });
+      const row = card.locator(`.top-refused tr[data-key="${keyHash}"]`);
+      await row.waitFor({ state: "visible", timeout: 30_000 });
+      await expect.poll(() => row.locator(".status").textContent(), { timeout: 20_000 }).toBe("1 of 1 in flight");
+      expect(await card.locator(".rule-def").textContent()).toContain("1 in flight at once");
+      expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+    } finally {
+      ws.close();
+    }
+  }, 60_000);
+
   it("deletes exactly the override it lists, for every shape of key, and shows each client as key= names it", async () => {
     const ip = () => uniqueIp();
     const tag = (name: string) => uniqueTag(name);

@@ -166,7 +166,7 @@ async function route({
   const settings = withLibraryRules(parsed.value);
   if (route === "/rules") return json(settingsView(settings));
   if (route === "/stats" || route === "/metrics") {
-    return statistics(route, url, { ns: env.STATS, settings, isolate, background });
+    return statistics(route, url, { ns: env.STATS, settings, isolate, background, limiters: env.RATE_LIMITER });
   }
   if (route.startsWith("/overrides")) {
     return overrides(method, route, raw, { settings, registry: env.OVERRIDES, isolate, by });

@@ -15,7 +15,7 @@
  */
 import type { Settings } from "../../config/settings.ts";
 import { hashKey, keyParams as keyParamsOf } from "../../core/keys.ts";
-import { belowCost, type Override, overrideView, parseOverride } from "../../core/overrides.ts";
+import { limitOutOfRange, type Override, overrideView, parseOverride } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
@@ -118,12 +118,12 @@ const overrideContext = (context: OverridesContext) => ({
   by: context.by,
 });
 
-/** An override of `rule` from an operator's fields: valid, and giving a limit no lower than the rule's cost. */
+/** An override of `rule` from an operator's fields: valid, and giving a limit the rule can enforce (its cost at least; at most 10000 places). */
 function overrideOf(fields: unknown, rule: Rule, context: OverridesContext): Result<Override> {
   const parsed = parseOverride(fields, overrideContext(context));
   if (!parsed.ok) return parsed;
-  const below = belowCost(parsed.value, rule);
-  return below === null ? parsed : fail(below);
+  const outOfRange = limitOutOfRange(parsed.value, rule);
+  return outOfRange === null ? parsed : fail(outOfRange);
 }
 
 /**

@@ -4,7 +4,9 @@
  * statistics object (binding `STATS`) counted, as JSON for the dashboard and
  * as OpenMetrics text for a Prometheus scrape. Both first send this
  * isolate's own counts, so a reader sees the decisions it just made here;
- * both answer within `LIMITER_TIMEOUT_MS`, or 503.
+ * both answer within `LIMITER_TIMEOUT_MS`, or 503. Both show each adaptive
+ * rule's controller too (its current limit against the configured one, and
+ * its history), read from the rule's object in the `RATE_LIMITER` namespace.
  */
 import type { Settings } from "../../config/settings.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
@@ -12,7 +14,8 @@ import { show } from "../../core/show.ts";
 import { problemResponse } from "../../http/problem.ts";
 import type { Isolate } from "../../isolate/isolate.ts";
 import { flushStats, STATS_OBJECT, type StatsNamespace } from "../../isolate/stats.ts";
-import { withDeadline } from "../../object/client.ts";
+import { type LimiterNamespace, readController, withDeadline } from "../../object/client.ts";
+import type { ControllerView } from "../../object/controller-protocol.ts";
 import type { FailureReason } from "../../object/protocol.ts";
 import { LATENCY_BOUNDS_MS, OUTCOMES, type StatsView } from "../../object/stats-protocol.ts";
 import { logEvent } from "../../observe/log.ts";
@@ -38,7 +41,16 @@ export type StatsContext = {
   isolate: Isolate;
   /** Keeps a task running after the response (`waitUntil`): the flush may outlive a deadline. */
   background: (task: Promise<unknown>) => void;
+  /** The `RATE_LIMITER` binding, where adaptive rules' controllers are; unset, none is shown. */
+  limiters?: LimiterNamespace | undefined;
 };
+
+/**
+ * What `/stats` answers: the statistics object's view, and each adaptive
+ * rule's controller with its history over the same minutes (null for a
+ * rule that has never reported, or whose controller did not answer in time).
+ */
+export type StatsAnswer = StatsView & { adaptive: { rule: string; controller: ControllerView | null }[] };
 
 /** Answers `/stats` (JSON) or `/metrics` (OpenMetrics text). */
 export async function statistics(route: "/stats" | "/metrics", url: URL, context: StatsContext): Promise<Response> {
@@ -50,9 +62,30 @@ export async function statistics(route: "/stats" | "/metrics", url: URL, context
     if (!parsed.ok) return invalidParameter("minutes", parsed.errors.join(" "));
     minutes = parsed.value;
   }
-  const view = await readView(ns, minutes, context);
+  const [view, adaptive] = await Promise.all([readView(ns, minutes, context), readControllers(minutes, context)]);
   if (!view.ok) return unavailable(view.message);
-  return route === "/stats" ? json(view.value) : metricsResponse(view.value);
+  const answer: StatsAnswer = { ...view.value, adaptive };
+  return route === "/stats" ? json(answer) : metricsResponse(answer);
+}
+
+/**
+ * Each adaptive rule's controller, with its history over the last
+ * `minutes`, in parallel within `settings.timeoutMs`; one that fails to
+ * answer is shown as null (the statistics still answer).
+ */
+async function readControllers(
+  minutes: number,
+  { settings, limiters }: StatsContext,
+): Promise<StatsAnswer["adaptive"]> {
+  if (limiters === undefined) return [];
+  const ids = [...new Set(settings.rules.filter((rule) => rule.adaptive !== undefined).map((rule) => rule.id))];
+  const sinceMs = Date.now() - minutes * 60_000;
+  return Promise.all(
+    ids.map(async (rule) => {
+      const read = await readController(limiters, rule, sinceMs, settings.timeoutMs);
+      return { rule, controller: read.ok ? read.value : null };
+    }),
+  );
 }
 
 /** `minutes=`: an integer from 1 to {@link MAX_MINUTES}; {@link DEFAULT_MINUTES} when absent. */
@@ -102,7 +135,7 @@ async function readView(
  * out (a Histogram "SHOULD", not MUST, carry a Sum). The count is the
  * `le="+Inf"` bucket.
  */
-export function openMetrics(view: StatsView): string {
+export function openMetrics(view: StatsView & Partial<Pick<StatsAnswer, "adaptive">>): string {
   const lines: string[] = [];
   const family = (name: string, type: string, help: string, unit?: string) => {
     lines.push(`# TYPE ${name} ${type}`);
@@ -151,6 +184,31 @@ export function openMetrics(view: StatsView): string {
   );
   sample("ratelimit_stats_lost_decisions_total", {}, view.health.lostDecisions);
 
+  const adaptive = (view.adaptive ?? []).flatMap(({ rule, controller }) =>
+    controller === null || controller.limit === null || controller.configured === null ? [] : [{ rule, controller }],
+  );
+  if (adaptive.length > 0) {
+    const gauge = (name: string, help: string, value: (c: ControllerView) => number, asShare = false) => {
+      family(name, "gauge", help);
+      for (const { rule, controller } of adaptive) {
+        const v = value(controller);
+        lines.push(`${name}{rule="${escapeLabelValue(rule)}"} ${asShare ? share(v) : integer(v)}`);
+      }
+    };
+    gauge(
+      "ratelimit_adaptive_limit",
+      "An adaptive rule's current limit: the configured one times its factor.",
+      (c) => c.limit!,
+    );
+    gauge("ratelimit_adaptive_configured_limit", "An adaptive rule's configured limit.", (c) => c.configured!);
+    gauge(
+      "ratelimit_adaptive_factor",
+      "An adaptive rule's factor, from its floor over its limit up to 1.",
+      (c) => c.factor,
+      true,
+    );
+  }
+
   lines.push("# EOF");
   return `${lines.join("\n")}\n`;
 }
@@ -158,7 +216,7 @@ export function openMetrics(view: StatsView): string {
 /** Every reason a call can fail for, shown even at 0: a series should not appear only once it moves. */
 const KNOWN_REASONS: readonly FailureReason[] = ["error", "overloaded", "timeout"];
 
-const metricsResponse = (view: StatsView): Response =>
+const metricsResponse = (view: StatsAnswer): Response =>
   new Response(openMetrics(view), {
     headers: { "Content-Type": OPENMETRICS_CONTENT_TYPE, "Cache-Control": "no-store" },
   });
@@ -169,6 +227,10 @@ export const escapeLabelValue = (value: string): string =>
 
 /** A HELP text as OpenMetrics escapes it. */
 const escapeHelp = escapeLabelValue;
+
+/** A share from 0 to 1 as an OpenMetrics number, to 4 decimals; anything else is shown as 0. */
+const share = (n: number): string =>
+  Number.isFinite(n) && n >= 0 ? canonicalNumber(Math.round(n * 10_000) / 10_000) : "0.0";
 
 /** A count as an OpenMetrics integer (no decimal point); a value that is not a count is shown as 0. */
 const integer = (n: number): string => (Number.isSafeInteger(n) && n >= 0 ? String(n) : "0");

@@ -108,13 +108,15 @@ type Client = {
 async function reset({ rule, name, canonical, stub, about }: Client, { settings, isolate }: StatusContext) {
   const done = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
   if (!done.ok) return unavailable(about, done.message);
-  logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash }, "info");
+  // Under a concurrency rule: how many of the client's places were freed (its requests in flight are not stopped).
+  const freed = rule.concurrency === undefined ? {} : { freed: done.value.freed };
+  logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash, ...freed }, "info");
   if (canonical !== null) {
     // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
     forgetClient(isolate, rule, canonical);
-    return json({ ...about, reset: true });
+    return json({ ...about, reset: true, ...freed });
   }
-  return json({ ...about, reset: true, forgotten: forgetClientNamed(isolate, rule, name) });
+  return json({ ...about, reset: true, ...freed, forgotten: forgetClientNamed(isolate, rule, name) });
 }
 
 async function peek(client: Client, timeoutMs: number): Promise<Response> {

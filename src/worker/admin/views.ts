@@ -7,24 +7,38 @@ import type { JwtSettings } from "../../config/jwt.ts";
 import type { Settings } from "../../config/settings.ts";
 import { countAsWritten } from "../../core/count.ts";
 import { formatDuration } from "../../core/duration.ts";
-import type { Rule } from "../../core/rules.ts";
+import { DEFAULT_MAX_HELD, type Rule } from "../../core/rules.ts";
 import { keyAsWritten } from "./key.ts";
 
-/** A rule as the API shows it: its fields as they would be written in wrangler.toml, plus the period in milliseconds. */
-export type RuleView = {
+/** What every rule has, as wrangler.toml spells it. */
+type CommonView = {
   id: string;
   path: string[];
   /** Upper-case methods; null for every method. */
   methods: string[] | null;
   exclude: string[];
   case_sensitive: boolean;
+  key: string[];
+  action: "block" | "log";
+  on_error: "open" | "closed";
+  /** The rule's IP ranges as written, when it has them. */
+  ips?: string[];
+  exclude_ips?: string[];
+  /** How long a request may be held for its turn or place, as wrangler.toml spells it, when the rule holds requests. */
+  max_delay?: string;
+  maxDelayMs?: number;
+  /** With `max_delay`: how many of a client's requests may be held at once. */
+  max_held?: number;
+  /** An adaptive rule's health target as wrangler.toml spells it, when it has one. */
+  adaptive?: { latency: string; percentile: number; errors: string; floor: number };
+};
+
+/** A rate rule: requests per period. */
+type RateView = CommonView & {
   limit: number;
   /** The period as wrangler.toml spells it, such as "1m". */
   period: string;
   periodMs: number;
-  key: string[];
-  action: "block" | "log";
-  on_error: "open" | "closed";
   precision: number;
   strict: boolean;
   /** Which responses count, as wrangler.toml spells it. */
@@ -37,35 +51,89 @@ export type RuleView = {
   /** The penalty as wrangler.toml spells it, such as "15m"; null when the rule has none. */
   block_for: string | null;
   blockForMs: number;
-  /** The rule's IP ranges as written, when it has them. */
-  ips?: string[];
-  exclude_ips?: string[];
 };
 
-export const ruleView = (rule: Rule): RuleView => ({
-  id: rule.id,
-  path: rule.paths.map((glob) => glob.source),
-  methods: rule.methods === null ? null : [...rule.methods],
-  exclude: rule.exclude.map((glob) => glob.source),
-  case_sensitive: rule.caseSensitive,
-  limit: rule.limit,
-  period: formatDuration(rule.periodMs),
-  periodMs: rule.periodMs,
-  key: keyAsWritten(rule.key),
-  action: rule.action,
-  on_error: rule.onError,
-  precision: rule.precision,
-  strict: rule.strict,
-  count: countAsWritten(rule.count),
-  cost: rule.cost ?? 1,
-  ...(rule.costHeader === undefined
-    ? {}
-    : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
-  block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
-  blockForMs: rule.blockForMs,
-  ...(rule.ips === undefined ? {} : { ips: rule.ips.map((range) => range.source) }),
-  ...(rule.excludeIps === undefined ? {} : { exclude_ips: rule.excludeIps.map((range) => range.source) }),
-});
+/** A concurrency rule: requests in flight at once, none of a rate's fields. */
+type ConcurrencyView = CommonView & {
+  concurrency: number;
+  /** How long a place not renewed stays counted, as wrangler.toml spells it, such as "1m". */
+  place_timeout: string;
+  placeTimeoutMs: number;
+};
+
+/** A rule as the API shows it: its fields as they would be written in wrangler.toml, plus durations in milliseconds. */
+export type RuleView = RateView | ConcurrencyView;
+
+export function ruleView(rule: Rule): RuleView {
+  const { key, action, on_error, ...extra } = commonView(rule);
+  const head = {
+    id: rule.id,
+    path: rule.paths.map((glob) => glob.source),
+    methods: rule.methods === null ? null : [...rule.methods],
+    exclude: rule.exclude.map((glob) => glob.source),
+    case_sensitive: rule.caseSensitive,
+  };
+  if (rule.concurrency !== undefined) {
+    const placeTimeoutMs = rule.placeTimeoutMs ?? rule.periodMs;
+    return {
+      ...head,
+      concurrency: rule.concurrency,
+      place_timeout: formatDuration(placeTimeoutMs),
+      placeTimeoutMs,
+      key,
+      action,
+      on_error,
+      ...extra,
+    };
+  }
+  return {
+    ...head,
+    limit: rule.limit,
+    period: formatDuration(rule.periodMs),
+    periodMs: rule.periodMs,
+    key,
+    action,
+    on_error,
+    precision: rule.precision,
+    strict: rule.strict,
+    count: countAsWritten(rule.count),
+    cost: rule.cost ?? 1,
+    ...(rule.costHeader === undefined
+      ? {}
+      : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
+    block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
+    blockForMs: rule.blockForMs,
+    ...extra,
+  };
+}
+
+/** The fields every rule shows, the optional ones only when set. */
+function commonView(rule: Rule): Omit<CommonView, "id" | "path" | "methods" | "exclude" | "case_sensitive"> {
+  return {
+    key: keyAsWritten(rule.key),
+    action: rule.action,
+    on_error: rule.onError,
+    ...(rule.ips === undefined ? {} : { ips: rule.ips.map((range) => range.source) }),
+    ...(rule.excludeIps === undefined ? {} : { exclude_ips: rule.excludeIps.map((range) => range.source) }),
+    ...(rule.maxDelayMs === undefined
+      ? {}
+      : {
+          max_delay: formatDuration(rule.maxDelayMs),
+          maxDelayMs: rule.maxDelayMs,
+          max_held: rule.maxHeld ?? DEFAULT_MAX_HELD,
+        }),
+    ...(rule.adaptive === undefined
+      ? {}
+      : {
+          adaptive: {
+            latency: formatDuration(rule.adaptive.latencyMs),
+            percentile: rule.adaptive.percentile,
+            errors: `${Math.round(rule.adaptive.errorShare * 1000) / 10}%`,
+            floor: rule.adaptive.floor,
+          },
+        }),
+  };
+}
 
 /** The body of `GET {prefix}/rules`. */
 export const settingsView = (settings: Settings) => ({

@@ -251,9 +251,13 @@
     state.observer.observe(root);
   }
 
-  /** "50 per 1d · per ip · /* · every method". */
+  /** "50 per 1d · per ip · /* · every method", or "2 in flight at once · …" for a concurrency rule. */
   function ruleSummary(rule) {
-    const parts = [`${fmt(rule.limit)} per ${rule.period}`, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
+    const quota =
+      rule.concurrency !== undefined && rule.concurrency !== null
+        ? `${fmt(rule.concurrency)} in flight at once`
+        : `${fmt(rule.limit)} per ${rule.period}`;
+    const parts = [quota, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
     parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
     if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
     if (rule.count !== "all") parts.push(`counts ${JSON.stringify(rule.count)}`);
@@ -270,9 +274,13 @@
       rule.on_error === "closed" ? el("span", { class: "badge", text: "fails closed" }) : null,
       rule.block_for ? el("span", { class: "badge", text: `penalty ${rule.block_for}` }) : null,
       rule.strict ? el("span", { class: "badge", text: "strict" }) : null,
+      rule.adaptive ? el("span", { class: "badge adaptive", text: "adaptive" }) : null,
     );
     const totals = el("div", { class: "totals" });
     const chartBox = el("div", { class: "chart" });
+    // An adaptive rule: its current limit against the configured one over time (the controller's history).
+    const limitText = rule.adaptive ? el("p", { class: "limit-now" }) : null;
+    const limitBox = rule.adaptive ? el("div", { class: "chart limit-chart", hidden: true }) : null;
     const topBody = el("tbody");
     const topEmpty = el("p", { class: "empty", text: "No client refused yet." });
     const card = el(
@@ -282,6 +290,8 @@
       el("p", { class: "rule-def", text: ruleSummary(rule) }),
       totals,
       chartBox,
+      limitText,
+      limitBox,
       el(
         "div",
         { class: "top" },
@@ -306,7 +316,19 @@
         topEmpty,
       ),
     );
-    state.cards.set(rule.id, { rule, card, totals, chartBox, topBody, topEmpty, chart: null, shadow });
+    state.cards.set(rule.id, {
+      rule,
+      card,
+      totals,
+      chartBox,
+      topBody,
+      topEmpty,
+      chart: null,
+      shadow,
+      limitText,
+      limitBox,
+      limitChart: null,
+    });
     return card;
   }
 
@@ -375,6 +397,67 @@
     );
   }
 
+  /** An adaptive rule's limit over time: the current limit, stepped at each change, against the configured one. */
+  function limitChart(entry) {
+    return new uPlot(
+      {
+        width: chartWidth(entry.limitBox),
+        height: 110,
+        padding: [10, 18, 0, 0],
+        cursor: { drag: { x: false, y: false }, points: { show: false } },
+        legend: { show: true, live: true },
+        scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(4, Math.ceil(max * 1.15))] } },
+        axes: [
+          axis({ space: 60, size: 28, values: (_u, splits) => splits.map((v) => hhmm(v)) }),
+          axis({ size: 44, incrs: WHOLE_STEPS, values: (_u, splits) => splits.map((v) => compact(v)) }),
+        ],
+        series: [
+          { label: "time", value: (_u, v) => (v === null ? "–" : hhmm(v)) },
+          {
+            label: "limit now",
+            stroke: COLORS.refused,
+            width: 2,
+            paths: uPlot.paths.stepped({ align: 1 }),
+            points: { show: false },
+            value: (_u, v) => fmt(v ?? 0),
+          },
+          {
+            label: "configured",
+            stroke: COLORS.axis,
+            width: 1,
+            dash: [4, 4],
+            points: { show: false },
+            value: (_u, v) => fmt(v ?? 0),
+          },
+        ],
+      },
+      [[], [], []],
+      entry.limitBox,
+    );
+  }
+
+  function renderLimit(entry, controller) {
+    if (entry.limitText === null) return;
+    if (!controller || controller.limit === null) {
+      entry.limitText.textContent = "Limit as configured: no report from the origin's health yet.";
+      entry.limitBox.hidden = true;
+      return;
+    }
+    entry.limitBox.hidden = false;
+    const mode = { full: "as configured", reducing: "reduced", recovering: "recovering" }[controller.mode] ?? "";
+    entry.limitText.textContent = `Limit now ${fmt(controller.limit)} of ${fmt(controller.configured)} configured (${mode}, factor ${controller.factor.toFixed(2)})`;
+    entry.limitText.classList.toggle("is-reduced", controller.limit < controller.configured);
+    const points = [...controller.history];
+    // The chart runs to now, at the current limit.
+    points.push({ atMs: controller.nowMs, limit: controller.limit, configured: controller.configured });
+    if (entry.limitChart === null) entry.limitChart = limitChart(entry);
+    entry.limitChart.setData([
+      points.map((p) => p.atMs / 1000),
+      points.map((p) => p.limit),
+      points.map((p) => p.configured),
+    ]);
+  }
+
   /** While the cursor is off the chart, the legend shows the last minute (uPlot would show none). */
   function restingLegend(u) {
     const last = (u.data[0]?.length ?? 0) - 1;
@@ -427,6 +510,7 @@
   function resizeCharts() {
     for (const entry of state.cards.values()) {
       if (entry.chart) entry.chart.setSize({ width: chartWidth(entry.chartBox), height: 150 });
+      if (entry.limitChart) entry.limitChart.setSize({ width: chartWidth(entry.limitBox), height: 110 });
     }
     const box = byId("latency-chart");
     if (state.latencyChart && box) state.latencyChart.setSize({ width: chartWidth(box), height: 170 });
@@ -434,7 +518,8 @@
 
   // ---- statistics ----
 
-  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0);
+  // Shed requests were refused too (503, capacity reduced): in the refused bar, told apart in the totals.
+  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0) + (c.shed ?? 0);
   const failedOf = (c) => (c.failed_open ?? 0) + (c.failed_closed ?? 0);
 
   function schedule() {
@@ -477,9 +562,11 @@
     const rows = new Map(stats.rules.map((r) => [r.id, r]));
     const minutes = [];
     for (let m = stats.fromMinute; m <= stats.toMinute; m++) minutes.push(m);
+    const controllers = new Map((stats.adaptive ?? []).map((a) => [a.rule, a.controller]));
     for (const entry of state.cards.values()) {
       const view = rows.get(entry.rule.id);
       renderRule(entry, view, minutes, cycle);
+      renderLimit(entry, controllers.get(entry.rule.id));
     }
     renderLatency(stats.latency);
     renderFailures(stats.health);
@@ -504,6 +591,7 @@
       tile("Admitted", stats ? fmt(sum((t) => t.admitted)) : null, `${period}, all rules`, "good"),
       tile("Held", stats ? fmt(sum((t) => t.held ?? 0)) : null, "admitted after a wait", "good"),
       tile("Refused", stats ? fmt(sum(refusedOf)) : null, `${period}, all rules`, "bad"),
+      tile("Shed", stats ? fmt(sum((t) => t.shed ?? 0)) : null, "503: capacity reduced", "bad"),
       tile("Would refuse", stats ? fmt(sum((t) => t.shadow_refused)) : null, "shadow rules", "warn"),
       tile("Latency p50", stats ? ms(stats.latency.p50Ms) : null, "object calls"),
       tile("Latency p99", stats ? ms(stats.latency.p99Ms) : null, "object calls"),
@@ -539,6 +627,7 @@
       pill("admitted", totals.admitted, "good"),
       (totals.held ?? 0) > 0 ? pill("held", totals.held, "good") : null,
       entry.shadow ? pill("would refuse", totals.shadow_refused, "warn") : pill("refused", refusedOf(totals), "bad"),
+      (totals.shed ?? 0) > 0 ? pill("shed (503, capacity reduced)", totals.shed, "bad") : null,
       failedOf(totals) > 0 ? pill("failed", failedOf(totals), "bad") : null,
       el("span", { class: "total muted", text: `in the last ${duration(state.minutes * 60)}` }),
     );
@@ -601,6 +690,11 @@
       return;
     }
     const extra = status.override ? " · override" : status.tier ? ` · tier ${status.tier}` : "";
+    if (status.inUse !== undefined) {
+      // A concurrency rule: its places, not a count in a window.
+      paintPlaces(node, status, extra);
+      return;
+    }
     if (status.blockedUntil) {
       node.classList.add("refused");
       node.textContent = `blocked until ${time(new Date(status.blockedUntil))}${extra}`;
@@ -619,6 +713,16 @@
           : `admitted · ${fmt(status.remaining)} left${extra}`;
     }
     node.title = `count ${status.weighted ?? "?"} of ${status.limit ?? "no limit"}`;
+  }
+
+  /** A client's places under a concurrency rule: how many are in use, and how many requests wait for one. */
+  function paintPlaces(node, status, extra) {
+    const full = status.free !== null && status.free <= 0;
+    node.classList.add(full ? (node.dataset.shadow ? "shadow" : "refused") : "admitted");
+    const limit = status.limit === null ? "no limit" : fmt(status.limit);
+    const waiting = status.waiting > 0 ? ` · ${fmt(status.waiting)} waiting` : "";
+    node.textContent = `${fmt(status.inUse)} of ${limit} in flight${waiting}${extra}`;
+    node.title = `${status.free === null ? "no limit" : `${fmt(status.free)} free`}; a place not renewed is taken back after ${duration(status.placeTimeoutMs / 1000)}`;
   }
 
   async function loadStatus(rule, client) {

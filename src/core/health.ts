@@ -1,0 +1,210 @@
+/**
+ * @module
+ * The origin's health as an adaptive rule judges it: the rule's `adaptive`
+ * table parsed into a health target, how one forwarded request counts
+ * against it (slow, failed), and the counts isolates add up and report.
+ */
+import { parseDurationMs } from "./duration.ts";
+import { fail, ok, type Result } from "./result.ts";
+import { show } from "./show.ts";
+
+/** An adaptive rule's `adaptive` table as written. */
+export type AdaptiveInput = {
+  /** The origin's latency to stay under at `percentile`, from forwarding to the response's headers: `"250ms"`. */
+  latency: number | string;
+  /** The percentile `latency` is for, from 50 to 99.9. Default 99. */
+  percentile?: number;
+  /** The share of forwarded requests that may fail (5xx, unreachable, timed out), `"0.1%"` to `"50%"`. Default `"5%"`. */
+  errors?: string;
+  /** The lowest the limit goes, from 1 to the rule's limit (or concurrency). Default: a tenth of it, at least 1. */
+  floor?: number;
+};
+
+/** The fields of an `adaptive` table, in the order they are checked. */
+export const ADAPTIVE_FIELDS = ["latency", "percentile", "errors", "floor"] as const;
+
+/** An adaptive rule's target, validated. */
+export type HealthTarget = {
+  /** Slower than this, in milliseconds, a request counts as slow. */
+  latencyMs: number;
+  /** The percentile of `latencyMs`: at most `100 − percentile` % of requests may be slow. */
+  percentile: number;
+  /** The share of forwarded requests that may fail, in [0.001, 0.5]. */
+  errorShare: number;
+  /** The lowest limit, in the rule's units (requests per period, or places). */
+  floor: number;
+};
+
+export const DEFAULT_PERCENTILE = 99;
+export const DEFAULT_ERROR_SHARE = 0.05;
+/** The longest latency target: a request held that long is not a health signal a minute can act on. */
+export const MAX_LATENCY_MS = 60_000;
+const MIN_ERROR_SHARE = 0.001;
+const MAX_ERROR_SHARE = 0.5;
+const PERCENT = /^(\d+(?:\.\d+)?)\s*%$/;
+
+/**
+ * The `adaptive` table of a rule whose limit (or concurrency) is `limit`
+ * and whose requests each count `cost`. Every problem names its field, as
+ * `adaptive.latency`.
+ */
+export function parseAdaptive(value: unknown, limit: number, cost = 1): Result<HealthTarget> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return fail(`must be a table such as { latency = "250ms", errors = "5%", floor = 10 }; got ${show(value)}`);
+  }
+  const fields = value as Record<string, unknown>;
+  const errors: string[] = [];
+  const take = <T>(field: string, parsed: Result<T>, fallback: T): T => {
+    if (parsed.ok) return parsed.value;
+    for (const message of parsed.errors) errors.push(`"adaptive.${field}": ${message}`);
+    return fallback;
+  };
+  for (const name of Object.keys(fields)) {
+    if (!(ADAPTIVE_FIELDS as readonly string[]).includes(name)) {
+      take(name, fail(`is not a field of "adaptive"; its fields are ${ADAPTIVE_FIELDS.join(", ")}`), null);
+    }
+  }
+  const latencyMs = take("latency", parseLatency(fields.latency), 0);
+  const percentile = take("percentile", parsePercentile(fields.percentile), DEFAULT_PERCENTILE);
+  const errorShare = take("errors", parseErrorShare(fields.errors), DEFAULT_ERROR_SHARE);
+  const floor = take("floor", parseFloor(fields.floor, limit, cost), 1);
+  return errors.length > 0 ? fail(...errors) : ok({ latencyMs, percentile, errorShare, floor });
+}
+
+function parseLatency(value: unknown): Result<number> {
+  if (value === undefined) return fail('is required: the latency the origin should stay under, such as "250ms"');
+  const parsed = parseDurationMs(value);
+  if (!parsed.ok) return parsed;
+  return parsed.value > MAX_LATENCY_MS ? fail(`must be at most 60s; got ${show(value)}`) : parsed;
+}
+
+function parsePercentile(value: unknown): Result<number> {
+  if (value === undefined) return ok(DEFAULT_PERCENTILE);
+  return typeof value === "number" &&
+    value >= 50 &&
+    value <= 99.9 &&
+    Math.abs(value * 10 - Math.round(value * 10)) < 1e-9
+    ? ok(value)
+    : fail(`must be a number from 50 to 99.9, with at most one decimal, such as 99; got ${show(value)}`);
+}
+
+function parseErrorShare(value: unknown): Result<number> {
+  if (value === undefined) return ok(DEFAULT_ERROR_SHARE);
+  const match = typeof value === "string" ? PERCENT.exec(value.trim()) : null;
+  const share = match ? Number(match[1]) / 100 : Number.NaN;
+  return share >= MIN_ERROR_SHARE && share <= MAX_ERROR_SHARE
+    ? ok(share)
+    : fail(`must be a share written with "%", from "0.1%" to "50%", such as "5%"; got ${show(value)}`);
+}
+
+/**
+ * The floor: from 1 to the limit, and not below one request's cost, which
+ * is the lowest the limit is ever taken (a limit below it would admit
+ * nothing); a floor under it would be reported while never applied.
+ */
+function parseFloor(value: unknown, limit: number, cost: number): Result<number> {
+  if (value === undefined) return ok(Math.max(defaultFloor(limit), cost));
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > limit) {
+    return fail(`must be an integer from 1 to the rule's limit (${limit}); got ${show(value)}`);
+  }
+  return value < cost
+    ? fail(`must be at least the rule's cost (${cost}): its limit never goes below one request's cost; got ${value}`)
+    : ok(value);
+}
+
+/** A tenth of the limit, at least 1. */
+export const defaultFloor = (limit: number): number => Math.max(1, Math.floor(limit / 10));
+
+/** The share of requests a target lets be slow: 1 % for the 99th percentile. */
+export const slowShareOf = (target: Pick<HealthTarget, "percentile">): number =>
+  Math.round((100 - target.percentile) * 10) / 1000;
+
+/**
+ * Counts of forwarded requests under one adaptive rule, over some time, as
+ * isolates add them up. `answered` is every forwarded request whose outcome
+ * is known; `slow` and `errors` are among them; `shed` were never forwarded.
+ */
+export type HealthCounts = {
+  /** Requests admitted and forwarded to the origin. */
+  forwarded: number;
+  /** Forwarded requests with a known outcome: answered (any status), failed or given up. */
+  answered: number;
+  /** Of those, slower than the target latency (to the response's headers), whatever their status. */
+  slow: number;
+  /** Of those, failed: a 5xx, the origin unreachable, or given up. A fast failure is a failure, not a fast answer. */
+  errors: number;
+  /** Requests refused only because of the reduction: admitted under the configured limit, refused under the current one. */
+  shed: number;
+  /**
+   * The busiest client's count as a share of its configured limit, the
+   * highest any decision showed (0 to 1, or more for a client over it): the
+   * factor below which the reduction starts to refuse that client.
+   */
+  peak: number;
+};
+
+export const noCounts = (): HealthCounts => ({ forwarded: 0, answered: 0, slow: 0, errors: 0, shed: 0, peak: 0 });
+
+/** The two added. */
+export const addCounts = (a: HealthCounts, b: HealthCounts): HealthCounts => ({
+  forwarded: a.forwarded + b.forwarded,
+  answered: a.answered + b.answered,
+  slow: a.slow + b.slow,
+  errors: a.errors + b.errors,
+  shed: a.shed + b.shed,
+  peak: Math.max(a.peak, b.peak),
+});
+
+/**
+ * How one forwarded request counts: its status (0 when the origin could not
+ * be reached or the request was given up) and how long it took to the
+ * response's headers.
+ */
+export function outcomeOf(
+  target: Pick<HealthTarget, "latencyMs">,
+  status: number,
+  durationMs: number,
+): { slow: boolean; error: boolean } {
+  return { slow: durationMs > target.latencyMs, error: status === 0 || status >= 500 };
+}
+
+/**
+ * The latency histogram a report carries: bucket `k` holds durations up to
+ * 2^(k/4) ms, each bound about 19 % above the last, from 1 ms to 65.5 s
+ * (the last bucket holds the rest). Fine enough to read a percentile within
+ * a fifth; sent sparse, as `[bucket, count]` pairs.
+ */
+export const LATENCY_BUCKETS = 65;
+
+/** The bucket a duration falls in. */
+export const latencyBucketOf = (ms: number): number =>
+  ms <= 1 ? 0 : Math.min(LATENCY_BUCKETS - 1, Math.ceil(4 * Math.log2(ms) - 1e-9));
+
+/** The upper bound of bucket `k`, in ms. */
+export const latencyBoundMs = (k: number): number => 2 ** (k / 4);
+
+/** A histogram as `[bucket, count]` pairs, buckets in increasing order, counts above 0. */
+export type LatencyPairs = [bucket: number, count: number][];
+
+/** Two histograms added, as pairs. Pairs out of range or with counts that are not positive integers are left out. */
+export function addLatency(a: LatencyPairs, b: LatencyPairs): LatencyPairs {
+  const sums = new Map<number, number>();
+  for (const [k, n] of [...a, ...b]) {
+    if (Number.isInteger(k) && k >= 0 && k < LATENCY_BUCKETS && Number.isSafeInteger(n) && n > 0) {
+      sums.set(k, (sums.get(k) ?? 0) + n);
+    }
+  }
+  return [...sums].sort(([x], [y]) => x - y);
+}
+
+/** The duration at percentile `percentile` (0–100): the upper bound of the bucket it falls in; null when empty. */
+export function latencyAt(pairs: LatencyPairs, percentile: number): number | null {
+  const total = pairs.reduce((sum, [, n]) => sum + n, 0);
+  if (total === 0) return null;
+  let seen = 0;
+  for (const [k, n] of pairs) {
+    seen += n;
+    if (seen >= (percentile / 100) * total) return latencyBoundMs(k);
+  }
+  return latencyBoundMs(pairs.at(-1)![0]);
+}

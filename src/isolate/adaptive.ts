@@ -1,0 +1,190 @@
+/**
+ * @module
+ * An isolate's adaptive rules (docs/adaptive.md): a reporter per rule
+ * (health-reporter.ts), the factor each check and place request carries,
+ * what decisions and forwarded requests tell the reporters, and the reports
+ * sent to the rules' controller objects in the background. On a change of
+ * a rule's factor the isolate drops its leases and known refusals of the
+ * rule at once, so none outlives the change by more than the time it took
+ * to learn it. Nothing here runs for a configuration without adaptive
+ * rules: the map stays empty, and every entry point looks at it first.
+ */
+import type { Rule } from "../core/rules.ts";
+import type { Reported } from "../http/rate-limit-headers.ts";
+import { type LimiterNamespace, reportHealth } from "../object/client.ts";
+import type { FactorAnswer } from "../object/controller-protocol.ts";
+import { type PlaceRequest, type RuleCheck, ruleCheckOf } from "../object/protocol.ts";
+import { logEvent } from "../observe/log.ts";
+import type { ClientKeys } from "./client-keys.ts";
+import { HealthReporter, type ReportedRule } from "./health-reporter.ts";
+import type { RuleRefusal } from "./vocabulary.ts";
+
+/** How long a report may take before it counts as failed. */
+export const REPORT_TIMEOUT_MS = 2_000;
+
+/** An isolate's adaptive rules, by rule id. */
+export class AdaptiveRules {
+  private readonly reporters = new Map<string, HealthReporter>();
+  /** Per rule object (a tier variant is one): its check with the factor of the version it was made for. */
+  private readonly checks = new WeakMap<Rule, { version: number; check: RuleCheck }>();
+  private readonly places = new WeakMap<Rule, { version: number; request: PlaceRequest }>();
+
+  /** How many adaptive rules this isolate has seen: 0 means nothing here runs. */
+  get size(): number {
+    return this.reporters.size;
+  }
+
+  /** The reporter of a rule id, if the isolate has seen the rule. */
+  get(ruleId: string): HealthReporter | undefined {
+    return this.reporters.get(ruleId);
+  }
+
+  /** The reporter of an adaptive rule, made on first use; the rule's own (not a tier's) limit is what it reports. */
+  of(rule: Rule & ReportedRule): HealthReporter {
+    let reporter = this.reporters.get(rule.id);
+    if (reporter === undefined) {
+      reporter = new HealthReporter(rule);
+      this.reporters.set(rule.id, reporter);
+    } else if (rule.tier === undefined) reporter.update(rule);
+    return reporter;
+  }
+
+  /** Every reporter, for inspection. */
+  all(): HealthReporter[] {
+    return [...this.reporters.values()];
+  }
+
+  /** What the object is sent for a rule: an adaptive rule's check carries the factor last learned. */
+  readonly checkOf = (rule: Rule): RuleCheck => {
+    if (rule.adaptive === undefined) return ruleCheckOf(rule);
+    const reporter = this.of(rule as Rule & ReportedRule);
+    const made = this.checks.get(rule);
+    if (made !== undefined && made.version === reporter.version) return made.check;
+    const check = { ...ruleCheckOf(rule), factor: reporter.factor };
+    this.checks.set(rule, { version: reporter.version, check });
+    return check;
+  };
+
+  /** What `acquire` is sent for a concurrency rule: an adaptive one's carries the factor last learned. */
+  placeRequestOf(rule: Rule, base: PlaceRequest): PlaceRequest {
+    if (rule.adaptive === undefined) return base;
+    const reporter = this.of(rule as Rule & ReportedRule);
+    const made = this.places.get(rule);
+    if (made !== undefined && made.version === reporter.version && made.request.concurrency === base.concurrency) {
+      return made.request;
+    }
+    const request = { ...base, factor: reporter.factor };
+    this.places.set(rule, { version: reporter.version, request });
+    return request;
+  }
+}
+
+/** What sending a report needs: the namespace, the background, the isolate's clock and keys. */
+export type ReportContext = {
+  ns: LimiterNamespace;
+  background: (task: Promise<unknown>) => void;
+  isolate: { clock: () => number; keys: ClientKeys; adaptive: AdaptiveRules };
+};
+
+/**
+ * What a decided request tells its adaptive rules: a refusal only the
+ * reduction made (`shed`), and how close the client is to its configured
+ * limit (the busiest client's share). Returns the reporters of the rules it
+ * is forwarded under, when it was admitted, or undefined when it has none.
+ */
+export function noteDecision(
+  reports: Reported[],
+  admitted: boolean,
+  context: ReportContext,
+): HealthReporter[] | undefined {
+  const { adaptive } = context.isolate;
+  if (adaptive.size === 0) return undefined;
+  let forwarded: HealthReporter[] | undefined;
+  for (const r of reports) {
+    const reporter = adaptive.get(r.id);
+    if (reporter === undefined) continue;
+    const v = r.verdict;
+    // The limit before the factor: the verdict names the current quota only when the factor changed it.
+    const configured = v.limit !== undefined && reporter.factor > 0 ? r.limit / reporter.factor : r.limit;
+    if (configured > 0) reporter.peak(Math.max(v.weighted, r.limit - v.remaining) / configured);
+    if (admitted) {
+      forwarded ??= [];
+      if (!forwarded.includes(reporter)) forwarded.push(reporter);
+    } else {
+      if (v.reduced === true && !v.ruleAllows) reporter.shed();
+      sendIfDue(reporter, context);
+    }
+  }
+  if (forwarded !== undefined) for (const reporter of forwarded) reporter.forwarded();
+  return forwarded;
+}
+
+/** What refusals the isolate knew of tell their adaptive rules: each that only the reduction made is shed. */
+export function noteKnown(known: RuleRefusal[], context: ReportContext): void {
+  const { adaptive } = context.isolate;
+  if (adaptive.size === 0) return;
+  for (const k of known) {
+    if (k.refusal.applied.reduced !== true) continue;
+    const reporter = adaptive.get(k.rule.id);
+    reporter?.shed();
+    sendIfDue(reporter, context);
+  }
+}
+
+/**
+ * An admitted request forwarded under adaptive rules, watched until its
+ * response's headers arrive ({@link answered}) or it is given up: each of
+ * its rules counts it once.
+ */
+export class HealthWatch {
+  private readonly reporters: HealthReporter[];
+  private readonly context: ReportContext;
+  private readonly startedAtMs: number;
+  private done = false;
+
+  constructor(reporters: HealthReporter[], context: ReportContext) {
+    this.reporters = reporters;
+    this.context = context;
+    this.startedAtMs = context.isolate.clock();
+  }
+
+  /** The origin answered with `status` (0: unreachable, or the client gave up first). Once; later calls do nothing. */
+  answered(status: number): void {
+    if (this.done) return;
+    this.done = true;
+    const durationMs = this.context.isolate.clock() - this.startedAtMs;
+    for (const reporter of this.reporters) {
+      reporter.answered(status, durationMs);
+      sendIfDue(reporter, this.context);
+    }
+  }
+}
+
+/** Sends the rule's report in the background if one is due, and applies the answer. */
+export function sendIfDue(reporter: HealthReporter | undefined, context: ReportContext): void {
+  if (reporter === undefined) return;
+  const { isolate } = context;
+  const report = reporter.due(isolate.clock());
+  if (report === null) return;
+  context.background(
+    reportHealth(context.ns, report, REPORT_TIMEOUT_MS).then(
+      (outcome) => {
+        if (outcome.ok) learned(reporter, outcome.value, isolate);
+        else failed(reporter, outcome.message, isolate.clock());
+      },
+      (error: unknown) => failed(reporter, String((error as Error)?.message ?? error), isolate.clock()),
+    ),
+  );
+}
+
+/** Applies an answer: on a change of the factor, the rule's leases and known refusals go at once. */
+function learned(reporter: HealthReporter, answer: FactorAnswer, isolate: ReportContext["isolate"]): void {
+  const change = reporter.landed(answer);
+  if (change.changed) isolate.keys.dropRule(reporter.ruleId, isolate.clock());
+}
+
+function failed(reporter: HealthReporter, message: string, nowMs: number): void {
+  if (reporter.failed(nowMs).log) {
+    logEvent({ event: "adaptive_report_failed", rule: reporter.ruleId, message }, "warn");
+  }
+}

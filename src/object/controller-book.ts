@@ -1,0 +1,257 @@
+/**
+ * @module
+ * An adaptive rule's controller, as its object keeps it: the pure controller
+ * (core/controller.ts) run on the object's clock over the reports isolates
+ * send, its state stored in SQLite so eviction and restarts keep the factor,
+ * each change of its mode logged once, and a short history of the limit and
+ * the origin's latency for the statistics and the dashboard.
+ */
+import {
+  type ControllerMode,
+  type ControllerState,
+  type ControlTarget,
+  initialState,
+  observe,
+  reportEveryMs,
+  type Step,
+  scaledLimit,
+} from "../core/controller.ts";
+import {
+  addLatency,
+  type HealthCounts,
+  type HealthTarget,
+  type LatencyPairs,
+  latencyAt,
+  slowShareOf,
+} from "../core/health.ts";
+import { logEvent } from "../observe/log.ts";
+import {
+  type ControllerPoint,
+  type ControllerView,
+  type FactorAnswer,
+  type HealthReport,
+  HISTORY_EVERY_MS,
+  HISTORY_KEPT_MS,
+  HISTORY_MAX_POINTS,
+} from "./controller-protocol.ts";
+
+const SCHEMA = [
+  `CREATE TABLE IF NOT EXISTS controller (
+    rule TEXT PRIMARY KEY, factor REAL NOT NULL, version INTEGER NOT NULL, mode TEXT NOT NULL, configured INTEGER NOT NULL
+  )`,
+  `CREATE TABLE IF NOT EXISTS controller_history (
+    at_ms INTEGER NOT NULL, factor REAL NOT NULL, configured INTEGER NOT NULL, latency_ms REAL
+  )`,
+];
+
+const MODES: readonly ControllerMode[] = ["full", "reducing", "recovering"];
+
+/** A non-negative whole count, or 0: isolates are trusted, but a bug must not poison the controller. */
+const count = (n: unknown): number => (typeof n === "number" && Number.isSafeInteger(n) && n > 0 ? n : 0);
+
+/** The counts of a report, each a non-negative whole number (`peak` a finite share). */
+function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
+  const c = counts ?? {};
+  const peak = typeof c.peak === "number" && Number.isFinite(c.peak) && c.peak > 0 ? c.peak : 0;
+  const answered = count(c.answered);
+  return {
+    forwarded: count(c.forwarded),
+    answered,
+    slow: Math.min(answered, count(c.slow)),
+    errors: Math.min(answered, count(c.errors)),
+    shed: count(c.shed),
+    peak,
+  };
+}
+
+/** Whether a reported target and limit are ones the rule parser could have given. */
+function validTarget(limit: unknown, target: HealthTarget | undefined): target is HealthTarget {
+  return (
+    typeof limit === "number" &&
+    Number.isSafeInteger(limit) &&
+    limit >= 1 &&
+    target !== undefined &&
+    typeof target.latencyMs === "number" &&
+    target.latencyMs > 0 &&
+    typeof target.percentile === "number" &&
+    target.percentile >= 50 &&
+    target.percentile <= 99.9 &&
+    typeof target.errorShare === "number" &&
+    target.errorShare >= 0.001 &&
+    target.errorShare <= 0.5 &&
+    Number.isSafeInteger(target.floor) &&
+    target.floor >= 1 &&
+    target.floor <= limit
+  );
+}
+
+const controlTarget = (limit: number, target: HealthTarget): ControlTarget => ({
+  slowShare: slowShareOf(target),
+  errorShare: target.errorShare,
+  minFactor: target.floor / limit,
+});
+
+export class ControllerBook {
+  private readonly sql: SqlStorage;
+  private readonly rule: string;
+  private state: ControllerState = initialState();
+  /** The configured limit and target of the latest valid report; null before one. */
+  private configured: number | null = null;
+  private target: HealthTarget | null = null;
+  /** Since the last history point: when it was, and the latencies reported since. */
+  private lastPointMs = 0;
+  private latency: LatencyPairs = [];
+
+  /** Loads the rule's controller from `sql` (a fresh one, at the configured limit, if none is stored). */
+  constructor(sql: SqlStorage, rule: string) {
+    this.sql = sql;
+    this.rule = rule;
+    for (const statement of SCHEMA) sql.exec(statement);
+    const row = sql
+      .exec<{ factor: number; version: number; mode: string; configured: number }>(
+        "SELECT factor, version, mode, configured FROM controller WHERE rule = ?",
+        rule,
+      )
+      .toArray()[0];
+    if (row !== undefined) {
+      const mode = MODES.includes(row.mode as ControllerMode) ? (row.mode as ControllerMode) : "reducing";
+      this.state = { ...initialState(), factor: row.factor, version: row.version, mode };
+      this.configured = row.configured;
+    }
+    const last = sql.exec<{ at: number | null }>("SELECT MAX(at_ms) AS at FROM controller_history").toArray()[0];
+    this.lastPointMs = last?.at ?? 0;
+  }
+
+  /** One isolate's report: runs the controller on it at `nowMs`, and answers the factor. */
+  report(report: HealthReport, nowMs: number): FactorAnswer {
+    if (validTarget(report.limit, report.target)) {
+      this.configured = report.limit;
+      this.target = report.target;
+      const before = this.state;
+      const version = Number.isSafeInteger(report.version) ? report.version : -1;
+      const { state, step } = observe(
+        before,
+        cleanCounts(report.counts),
+        version,
+        nowMs,
+        controlTarget(report.limit, report.target),
+      );
+      this.state = state;
+      this.latency = addLatency(this.latency, Array.isArray(report.latency) ? report.latency : []);
+      if (state.factor !== before.factor || state.mode !== before.mode) this.store();
+      if (state.mode !== before.mode) this.logChange(before, step);
+      if (state.factor !== before.factor || nowMs - this.lastPointMs >= HISTORY_EVERY_MS) this.addPoint(nowMs);
+    }
+    return this.answer(nowMs);
+  }
+
+  /** The factor now, and when to report next. */
+  answer(nowMs: number): FactorAnswer {
+    const { factor, version, mode } = this.state;
+    const configured = this.configured ?? 1;
+    return {
+      nowMs,
+      factor,
+      version,
+      mode,
+      limit: scaledLimit(configured, factor),
+      reportInMs: reportEveryMs(this.state),
+    };
+  }
+
+  /** The controller and its history since `sinceMs`, for the statistics and the dashboard. */
+  view(nowMs: number, sinceMs = 0): ControllerView {
+    const history = this.sql
+      .exec<{ at_ms: number; factor: number; configured: number; latency_ms: number | null }>(
+        "SELECT at_ms, factor, configured, latency_ms FROM controller_history WHERE at_ms >= ? ORDER BY at_ms, rowid",
+        sinceMs,
+      )
+      .toArray()
+      .map(
+        (p): ControllerPoint => ({
+          atMs: p.at_ms,
+          factor: p.factor,
+          limit: scaledLimit(p.configured, p.factor),
+          configured: p.configured,
+          latencyMs: p.latency_ms,
+        }),
+      );
+    const { factor, version, mode } = this.state;
+    const configured = this.configured;
+    return {
+      rule: this.rule,
+      nowMs,
+      factor,
+      version,
+      mode,
+      configured,
+      limit: configured === null ? null : scaledLimit(configured, factor),
+      history,
+    };
+  }
+
+  private store(): void {
+    const { factor, version, mode } = this.state;
+    this.sql.exec(
+      `INSERT INTO controller (rule, factor, version, mode, configured) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (rule) DO UPDATE SET factor = excluded.factor, version = excluded.version, mode = excluded.mode,
+       configured = excluded.configured`,
+      this.rule,
+      factor,
+      version,
+      mode,
+      this.configured ?? 1,
+    );
+  }
+
+  /** A point of the history now, with the latency reported since the last one; old points dropped. */
+  private addPoint(nowMs: number): void {
+    const latencyMs = this.target === null ? null : latencyAt(this.latency, this.target.percentile);
+    this.sql.exec(
+      "INSERT INTO controller_history (at_ms, factor, configured, latency_ms) VALUES (?, ?, ?, ?)",
+      nowMs,
+      this.state.factor,
+      this.configured ?? 1,
+      latencyMs,
+    );
+    this.latency = [];
+    this.lastPointMs = nowMs;
+    this.sql.exec("DELETE FROM controller_history WHERE at_ms < ?", nowMs - HISTORY_KEPT_MS);
+    this.sql.exec(
+      `DELETE FROM controller_history WHERE rowid IN (
+         SELECT rowid FROM controller_history ORDER BY at_ms DESC, rowid DESC LIMIT -1 OFFSET ?)`,
+      HISTORY_MAX_POINTS,
+    );
+  }
+
+  /** One log line per change of mode: what the controller now does, and what made it. */
+  private logChange(before: ControllerState, step: Step): void {
+    const { factor, mode } = this.state;
+    const configured = this.configured ?? 1;
+    const health =
+      step.kind === "cut" || step.kind === "raise" || step.kind === "hold"
+        ? {
+            answered: step.health.answered,
+            slowShare: round(step.health.slowShare),
+            errorShare: round(step.health.errorShare),
+            keepingUp: round(step.health.keepingUp),
+            binding: step.health.binding,
+          }
+        : {};
+    logEvent(
+      {
+        event: "adaptive_changed",
+        rule: this.rule,
+        from: before.mode,
+        to: mode,
+        factor: round(factor),
+        limit: scaledLimit(configured, factor),
+        configured,
+        ...health,
+      },
+      mode === "reducing" ? "warn" : "info",
+    );
+  }
+}
+
+const round = (x: number): number => Math.round(x * 10_000) / 10_000;

@@ -1,0 +1,80 @@
+/**
+ * @module
+ * What isolates and an adaptive rule's controller object say to each other:
+ * a report of the rule's health counts (never one per request), the factor
+ * in the answer, and the controller's view with its history for the
+ * statistics and the dashboard. Types and pure helpers only.
+ */
+import type { ControllerMode } from "../core/controller.ts";
+import type { HealthCounts, HealthTarget, LatencyPairs } from "../core/health.ts";
+
+/**
+ * The controller's object in the `RATE_LIMITER` namespace: one per adaptive
+ * rule, named for it. Per-client objects are named by 64-digit hashes, so
+ * this name is never one of theirs.
+ */
+export const controllerName = (ruleId: string): string => `adaptive:${ruleId}`;
+
+/** One isolate's report on one adaptive rule: what it saw since its last report. */
+export type HealthReport = {
+  /** The rule's id. */
+  rule: string;
+  /** The rule's configured limit (or concurrency), as this isolate's settings have it. */
+  limit: number;
+  /** The rule's health target, as this isolate's settings have it: the latest report's is the one applied. */
+  target: HealthTarget;
+  /** The factor version this isolate applied while it gathered `counts` (0 before it learned any). */
+  version: number;
+  counts: HealthCounts;
+  /** The forwarded requests' durations, by bucket (`latencyBucketOf`), for the history's percentile. */
+  latency?: LatencyPairs;
+};
+
+/** What the controller answers every report: the factor, and when to report next. */
+export type FactorAnswer = {
+  /** The controller's clock, in Unix milliseconds. */
+  nowMs: number;
+  /** Multiply the configured limit by this, with `scaledLimit`: in [floor ÷ limit, 1]. */
+  factor: number;
+  /** Counts every change of `factor`: apply an answer only if its version is newer than the one applied. */
+  version: number;
+  mode: ControllerMode;
+  /** The reported limit × `factor`, as `scaledLimit` gives it: the current quota. */
+  limit: number;
+  /** Report again this soon (with traffic under the rule): sooner while the limit is reduced. */
+  reportInMs: number;
+};
+
+/** One point of the history: the limit at that instant, and the origin's latency since the point before. */
+export type ControllerPoint = {
+  atMs: number;
+  factor: number;
+  /** The configured limit × the factor. */
+  limit: number;
+  /** The configured limit then. */
+  configured: number;
+  /** The forwarded requests' latency at the rule's percentile since the point before, in ms; null with none. */
+  latencyMs: number | null;
+};
+
+/** The controller as the statistics and the dashboard read it. */
+export type ControllerView = {
+  rule: string;
+  nowMs: number;
+  factor: number;
+  version: number;
+  mode: ControllerMode;
+  /** The configured limit, as the latest report had it; null before any report. */
+  configured: number | null;
+  /** The current limit; null before any report. */
+  limit: number | null;
+  /** Oldest first: a point at every change, and every {@link HISTORY_EVERY_MS} while reports arrive. */
+  history: ControllerPoint[];
+};
+
+/** A point of the history at least this often while reports arrive, besides one at every change. */
+export const HISTORY_EVERY_MS = 10_000;
+/** Points older than this are dropped… */
+export const HISTORY_KEPT_MS = 24 * 3_600_000;
+/** …and never more than this many are kept. */
+export const HISTORY_MAX_POINTS = 20_000;

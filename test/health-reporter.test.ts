@@ -1,0 +1,140 @@
+/**
+ * The per-rule reporter of an isolate (src/isolate/health-reporter.ts), on
+ * plain numbers: when a report is due (never two at once, never one per
+ * request), what it carries, what an answer changes, and that a failed
+ * report loses none of its counts.
+ */
+import { describe, expect, it } from "vitest";
+import type { HealthTarget } from "../src/core/health.ts";
+import { HealthReporter, REPORT_FAILURE_LOG_EVERY_MS } from "../src/isolate/health-reporter.ts";
+import type { FactorAnswer } from "../src/object/controller-protocol.ts";
+
+const target: HealthTarget = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 10 };
+const rule = { id: "api", limit: 100, adaptive: target };
+
+const answer = (over: Partial<FactorAnswer> = {}): FactorAnswer => ({
+  nowMs: 0,
+  factor: 1,
+  version: 0,
+  mode: "full",
+  limit: 100,
+  reportInMs: 1_000,
+  ...over,
+});
+
+/** `n` requests forwarded and answered in `ms` with `status`. */
+const traffic = (reporter: HealthReporter, n: number, status = 200, ms = 20) => {
+  for (let i = 0; i < n; i++) {
+    reporter.forwarded();
+    reporter.answered(status, ms);
+  }
+};
+
+describe("an isolate's reporter of one adaptive rule", () => {
+  it("has nothing to report without traffic, whatever the time", () => {
+    const reporter = new HealthReporter(rule);
+    expect(reporter.due(0)).toBeNull();
+    expect(reporter.due(60_000)).toBeNull();
+  });
+
+  it("reports its first counts at once, then no sooner than the controller's interval", () => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 1);
+    const first = reporter.due(1_000);
+    expect(first).toMatchObject({ rule: "api", limit: 100, target, version: 0 });
+    expect(first!.counts).toEqual({ forwarded: 1, answered: 1, slow: 0, errors: 0, shed: 0, peak: 0 });
+    reporter.landed(answer({ reportInMs: 1_000 }));
+    traffic(reporter, 5);
+    expect(reporter.due(1_999)).toBeNull();
+    expect(reporter.due(2_000)!.counts.answered).toBe(5);
+  });
+
+  it("never has two reports on their way: the next waits for the answer", () => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 3);
+    expect(reporter.due(0)).not.toBeNull();
+    traffic(reporter, 3);
+    expect(reporter.inFlight).toBe(true);
+    expect(reporter.due(5_000)).toBeNull();
+    reporter.landed(answer());
+    expect(reporter.due(5_000)!.counts.answered).toBe(3);
+  });
+
+  it.each([
+    ["slow answers", 200, 150],
+    ["fast 5xx answers", 503, 5],
+    ["unreachable origins and clients gone first", 0, 5],
+  ])("reports early, 250 ms after the last, when 10 %s breach the target", (_, status, ms) => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 1);
+    reporter.due(0);
+    reporter.landed(answer());
+    traffic(reporter, 10, status, ms);
+    expect(reporter.due(249)).toBeNull();
+    const early = reporter.due(250);
+    expect(early).not.toBeNull();
+    expect(early!.counts).toMatchObject({ answered: 10, ...(status === 200 ? { slow: 10 } : { errors: 10 }) });
+  });
+
+  it("does not report early on 9 bad answers, or on 10 healthy ones", () => {
+    for (const [n, status, ms] of [
+      [9, 503, 5],
+      [10, 200, 20],
+    ] as const) {
+      const reporter = new HealthReporter(rule);
+      traffic(reporter, 1);
+      reporter.due(0);
+      reporter.landed(answer());
+      traffic(reporter, n, status, ms);
+      expect(reporter.due(500)).toBeNull();
+      expect(reporter.due(1_000)).not.toBeNull();
+    }
+  });
+
+  it("carries shed requests, the busiest client's share, and the latency histogram", () => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 2, 200, 3);
+    reporter.shed();
+    reporter.peak(0.4);
+    reporter.peak(0.2);
+    const report = reporter.due(0)!;
+    expect(report.counts).toMatchObject({ forwarded: 2, answered: 2, shed: 1, peak: 0.4 });
+    expect(report.latency).toEqual([[7, 2]]); // 3 ms: bucket ⌈4·log2 3⌉ = 7
+  });
+
+  it("applies a factor whose version is another, says whether it fell, and drops counts gathered under the old one", () => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 1);
+    reporter.due(0);
+    traffic(reporter, 4);
+    expect(reporter.landed(answer({ factor: 0.5, version: 1, reportInMs: 250 }))).toEqual({
+      changed: true,
+      fell: true,
+      from: 1,
+      to: 0.5,
+    });
+    expect(reporter).toMatchObject({ factor: 0.5, version: 1 });
+    expect(reporter.due(250)).toBeNull(); // nothing gathered under version 1 yet
+    traffic(reporter, 1);
+    expect(reporter.due(250)).toMatchObject({ version: 1 });
+    expect(reporter.landed(answer({ factor: 0.5, version: 1 }))).toEqual({ changed: false });
+    traffic(reporter, 1);
+    reporter.due(5_000);
+    expect(reporter.landed(answer({ factor: 1, version: 2 }))).toMatchObject({ changed: true, fell: false });
+  });
+
+  it("loses nothing when a report fails: its counts go with the next, and the failure is logged once a minute", () => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 3, 503, 5);
+    reporter.due(0);
+    expect(reporter.failed(10)).toEqual({ log: true });
+    traffic(reporter, 2);
+    const next = reporter.due(1_000)!;
+    expect(next.counts).toMatchObject({ forwarded: 5, answered: 5, errors: 3 });
+    expect(next.latency!.reduce((sum, [, n]) => sum + n, 0)).toBe(5);
+    expect(reporter.failed(20)).toEqual({ log: false });
+    traffic(reporter, 1);
+    reporter.due(3_000);
+    expect(reporter.failed(10 + REPORT_FAILURE_LOG_EVERY_MS)).toEqual({ log: true });
+  });
+});

@@ -1,0 +1,376 @@
+/**
+ * @module
+ * `npm run bench:origin`: the scenario of docs/adaptive.md ("The benchmark")
+ * against the limiter in a standalone `workerd serve`, one variant after
+ * another in front of a fresh simulated origin, and one table of figures.
+ *
+ * Variants (ORIGIN_VARIANTS, default "none,fixed,adaptive"):
+ * - `none`: the bare proxy, no limiter;
+ * - `fixed`: the limiter with one count for all clients (`key = ["host"]`), C a second;
+ * - `adaptive`: the limiter with an adaptive rule per client, ten times C a
+ *   second, far above C (ADAPTIVE_RULE below), its isolate reporting to the
+ *   rule's controller (ADAPTIVE_WIRED); its factor over the run is read from
+ *   the controller's history through the admin API's /stats.
+ *
+ * `-- --simulate` plays the same scenario in virtual time with the limiter
+ * modelled in Node (simulate.ts), the adaptive rule run by the product's own
+ * controller, with and without C halved; `-- --sweep '{"raiseBinding":[1.05,1.1]}'`
+ * runs a grid of controller parameters (and `latencyMs`) over three seeds.
+ *
+ * Environment: ORIGIN_C (requests/s; 100, or 200 simulated), ORIGIN_BEFORE,
+ * ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30), ORIGIN_HALVE=1 (C
+ * halves halfway through the overload), ORIGIN_SEED. The machine's load is
+ * printed with the figures: on a shared machine, run it when the load is low.
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ControllerParams } from "../../../src/core/controller.ts";
+import {
+  buildBundle,
+  COMPATIBILITY_DATE,
+  COMPATIBILITY_FLAGS,
+  capnpString,
+  embedPath,
+  freePort,
+  ROOT,
+  startWorkerd,
+} from "../../workerd.ts";
+import { type FactorPoint, type Figures, figures, figuresTable, type Outcome, type RequestRecord } from "./metrics.ts";
+import { arrivals, type Scenario, scenarioFromEnv } from "./scenario.ts";
+import { startOrigin } from "./server.ts";
+import { type Limiter, simulate } from "./simulate.ts";
+
+/** Whether the isolate reports to an adaptive rule's controller and applies its factor: the hook for issue 28's isolate half. */
+const ADAPTIVE_WIRED = true;
+
+/** The admin API's token in the benchmark's workerd: the adaptive variant reads its controller's history through /stats. */
+const ADMIN_TOKEN = "bench-origin-admin-token";
+
+const REDUCED = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+/** The adaptive rule of the benchmark: per client, far above C; the target twice the origin's unloaded p99. */
+const ADAPTIVE_RULE = (c: number, unloadedP99Ms: number) => ({
+  id: "per-client",
+  limit: 10 * c,
+  period: "1s",
+  key: ["ip"],
+  adaptive: { latency: `${Math.round(2 * unloadedP99Ms)}ms`, percentile: 99, errors: "5%", floor: 1 },
+});
+
+/** The origin's unloaded p99 with its default service time (10 workers at C, ± 20 %), plus a little for the hops. */
+const unloadedP99Of = (scenario: Scenario): number => ((scenario.workers * 1000) / scenario.capacityPerSecond) * 1.2;
+
+type Variant = { id: string; label: string; worker: "proxy" | "limiter"; rules: unknown[] };
+
+const variantsFor = (scenario: Scenario): Variant[] => {
+  const c = scenario.capacityPerSecond;
+  return [
+    { id: "none", label: "no limiter", worker: "proxy", rules: [] },
+    {
+      id: "fixed",
+      label: `fixed limit at C (${c}/s, all clients together)`,
+      worker: "limiter",
+      rules: [{ id: "origin", limit: c, period: "1s", key: ["host"] }],
+    },
+    {
+      id: "adaptive",
+      label: `adaptive, per client, ${10 * c}/s configured${ADAPTIVE_WIRED ? "" : " (not wired yet: runs at its configured limit)"}`,
+      worker: "limiter",
+      rules: [ADAPTIVE_RULE(c, unloadedP99Of(scenario))],
+    },
+  ];
+};
+
+const loadavg = (): string => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+
+/** A client's address, as CF-Connecting-IP gives it. */
+const ipOf = (client: number) => `10.77.${client >> 8}.${client & 255}`;
+
+function workerdConfig(
+  configPath: string,
+  bundle: string,
+  port: number,
+  originUrl: string,
+  rules: unknown[],
+  disk: string,
+) {
+  const limiter = rules.length > 0;
+  // Only the adaptive variant has the admin API and statistics on: the others run as they always have.
+  const adaptive = rules.some((rule) => (rule as { adaptive?: unknown }).adaptive !== undefined);
+  return `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [
+    (name = "internet", network = (allow = ["public", "private", "local"])),
+    (name = "disk", disk = (path = ${capnpString(disk)}, writable = true)),
+    (name = "edge", worker = (
+      modules = [ (name = "worker.js", esModule = embed ${capnpString(embedPath(configPath, bundle))}) ],
+      compatibilityDate = "${COMPATIBILITY_DATE}",
+      ${COMPATIBILITY_FLAGS}
+      globalOutbound = "internet",
+      bindings = [ (name = "ORIGIN_URL", text = ${capnpString(originUrl)})${
+        limiter
+          ? `,
+        (name = "RULES", json = ${capnpString(JSON.stringify(rules))}),
+        (name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter")`
+          : ""
+      }${
+        adaptive
+          ? `,
+        (name = "ADMIN_TOKEN", text = ${capnpString(ADMIN_TOKEN)}),
+        (name = "STATS", durableObjectNamespace = "StatsObject")`
+          : ""
+      } ],${
+        limiter
+          ? `
+      durableObjectNamespaces = [ (className = "RateLimiter", uniqueKey = "bench-origin", enableSql = true)${
+        adaptive ? `, (className = "StatsObject", uniqueKey = "bench-origin-stats", enableSql = true)` : ""
+      } ],
+      durableObjectStorage = (localDisk = "disk"),`
+          : ""
+      }
+    )),
+  ],
+  sockets = [ (name = "edge", address = "127.0.0.1:${port}", http = (), service = "edge") ],
+);
+`;
+}
+
+/**
+ * The adaptive rule's factor over the run, from its controller's history as
+ * the admin API's /stats shows it: a point at every change (and every 10 s),
+ * on the run's clock.
+ */
+async function factorHistory(port: number, wallAtStartMs: number): Promise<FactorPoint[]> {
+  const res = await fetch(`http://127.0.0.1:${port}/__ratelimit/stats?minutes=10`, {
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "cf-connecting-ip": "127.0.0.1" },
+  });
+  if (!res.ok) throw new Error(`/stats answered ${res.status}: ${await res.text()}`);
+  const body = (await res.json()) as {
+    adaptive: { rule: string; controller: { history: { atMs: number; factor: number }[] } | null }[];
+  };
+  const history = body.adaptive.find((a) => a.rule === "per-client")?.controller?.history ?? [];
+  return history.map((p) => ({ atMs: p.atMs - wallAtStartMs, factor: p.factor }));
+}
+
+/** What a response says happened to the request, as its client sees it. */
+async function outcomeOf(res: Response): Promise<Outcome> {
+  const text = await res.text();
+  if (res.status >= 200 && res.status < 300) return "ok";
+  if (res.status === 429) return "refused";
+  if (res.status === 503 && text.includes(REDUCED)) return "shed";
+  return "error";
+}
+
+/** Plays every arrival at its instant, each request with its client's address and timeout. */
+async function play(scenario: Scenario, url: string, startMs: number, onHalve: () => void): Promise<RequestRecord[]> {
+  const records: RequestRecord[] = [];
+  const pending: Promise<void>[] = [];
+  const all = arrivals(scenario);
+  let halved = scenario.halveAtMs === null;
+  for (let i = 0; i < all.length; ) {
+    const nowMs = performance.now() - startMs;
+    if (!halved && nowMs >= scenario.halveAtMs!) {
+      halved = true;
+      onHalve();
+    }
+    for (; i < all.length && all[i]!.atMs <= nowMs; i++) {
+      const { client } = all[i]!;
+      const sentMs = performance.now() - startMs;
+      pending.push(
+        fetch(url, {
+          headers: { "cf-connecting-ip": ipOf(client) },
+          signal: AbortSignal.timeout(scenario.clientTimeoutMs),
+        })
+          .then(outcomeOf)
+          .catch((error: Error): Outcome => (error.name === "TimeoutError" ? "timeout" : "error"))
+          .then((outcome) => {
+            records.push({ client, sentMs, doneMs: performance.now() - startMs, outcome });
+          }),
+      );
+    }
+    await sleep(2);
+  }
+  await Promise.all(pending);
+  return records;
+}
+
+async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<string, string>, work: string) {
+  const origin = await startOrigin(scenario);
+  const port = await freePort();
+  const dir = join(work, variant.id);
+  mkdirSync(join(dir, "disk"), { recursive: true });
+  const configPath = join(dir, "config.capnp");
+  writeFileSync(
+    configPath,
+    workerdConfig(configPath, bundles[variant.worker]!, port, origin.url, variant.rules, join(dir, "disk")),
+  );
+  const workerd = await startWorkerd({
+    configPath,
+    logFile: join(dir, "workerd.log"),
+    readyUrls: [`http://127.0.0.1:${port}/ready`],
+  });
+  try {
+    // The records start here; the requests that found workerd up are not counted.
+    const startMs = performance.now();
+    origin.start(startMs);
+    origin.served.length = 0;
+    origin.refusedAtMs.length = 0;
+    const wallAtStartMs = Date.now() - (performance.now() - startMs);
+    const load = loadavg();
+    const requests = await play(scenario, `http://127.0.0.1:${port}/api/x`, startMs, origin.halve);
+    const factors =
+      variant.id === "adaptive"
+        ? await factorHistory(port, wallAtStartMs).catch((error: Error) => {
+            console.warn(`    the controller's history could not be read: ${error.message}`);
+            return null;
+          })
+        : null;
+    return {
+      requests,
+      served: origin.served,
+      refusedAtMs: origin.refusedAtMs,
+      load: `${load} → ${loadavg()}`,
+      factors,
+    };
+  } finally {
+    await workerd.close();
+    await origin.close();
+  }
+}
+
+async function real(): Promise<void> {
+  process.env.ORIGIN_C ??= "100";
+  const scenario = scenarioFromEnv();
+  const wanted = (process.env.ORIGIN_VARIANTS ?? "none,fixed,adaptive").split(",");
+  const variants = variantsFor(scenario).filter((v) => wanted.includes(v.id));
+  const work = mkdtempSync(join(tmpdir(), "bench-origin-"));
+  console.log("building bundles with wrangler …");
+  const bundles: Record<string, string> = {};
+  for (const [name, main] of [
+    ["proxy", join(ROOT, "tools/bench/workers/proxy.ts")],
+    ["limiter", join(ROOT, "src/index.ts")],
+  ] as const) {
+    if (variants.some((v) => v.worker === name)) bundles[name] = buildBundle({ main, outdir: join(work, name), name });
+  }
+  const seconds = scenario.phases.map((p) => p.durationMs / 1000).join(" + ");
+  console.log(
+    `C = ${scenario.capacityPerSecond}/s, phases ${seconds} s${scenario.halveAtMs === null ? "" : ", C halved halfway through the overload"}, load ${loadavg()}`,
+  );
+  const rows: { variant: string; figures: Figures; load: string }[] = [];
+  try {
+    for (const variant of variants) {
+      console.log(`  ${variant.label} …`);
+      const run = await runVariant(variant, scenario, bundles, work);
+      rows.push({
+        variant: variant.label,
+        figures: figures(scenario, run.requests, run.served, run.refusedAtMs, run.factors),
+        load: run.load,
+      });
+      console.log(`    load ${run.load}`);
+    }
+  } finally {
+    if (!process.env.ORIGIN_KEEP) rmSync(work, { recursive: true, force: true });
+  }
+  report(scenario, rows, "npm run bench:origin", scenario.halveAtMs === null ? "results" : "results-halved");
+}
+
+/** The table, printed and written to tools/bench/origin/results.md and .json. */
+function report(
+  scenario: Scenario,
+  rows: { variant: string; figures: Figures; load?: string }[],
+  command: string,
+  file = "results",
+) {
+  const env = [
+    "ORIGIN_C",
+    "ORIGIN_BEFORE",
+    "ORIGIN_OVERLOAD",
+    "ORIGIN_AFTER",
+    "ORIGIN_HALVE",
+    "ORIGIN_VARIANTS",
+    "ORIGIN_SEED",
+  ]
+    .filter((name) => process.env[name] !== undefined)
+    .map((name) => `${name}=${process.env[name]}`)
+    .join(" ");
+  const table = figuresTable(rows);
+  const loads = rows.flatMap((r) => (r.load ? [`- ${r.variant}: load ${r.load}`] : [])).join("\n");
+  const text = `\`${`${env} ${command}`.trim()}\` (${new Date().toISOString()})\n\n${table}\n${loads ? `\nLoad average (1, 5, 15 min) at the start and end of each variant:\n\n${loads}\n` : ""}`;
+  console.log(`\n${text}`);
+  writeFileSync(join(ROOT, `tools/bench/origin/${file}.md`), text);
+  writeFileSync(
+    join(ROOT, `tools/bench/origin/${file}.json`),
+    `${JSON.stringify({ date: new Date().toISOString(), command: `${env} ${command}`.trim(), scenario, rows }, null, 2)}\n`,
+  );
+  console.log(`wrote tools/bench/origin/${file}.md and ${file}.json`);
+}
+
+/** The adaptive rule as simulate.ts models it, with these controller parameters and target. */
+const simulatedAdaptive = (scenario: Scenario, latencyMs: number, params: Partial<ControllerParams> = {}): Limiter => ({
+  kind: "adaptive",
+  limit: 10 * scenario.capacityPerSecond,
+  periodMs: 1_000,
+  floor: 1,
+  latencyMs,
+  percentile: 99,
+  errorShare: 0.05,
+  params,
+});
+
+function simulated(): void {
+  const rows: { variant: string; figures: Figures }[] = [];
+  for (const halve of [false, true]) {
+    const scenario = scenarioFromEnv(halve);
+    const c = scenario.capacityPerSecond;
+    const limiters: [string, Limiter][] = [
+      ["no limiter", { kind: "none" }],
+      [`fixed limit at C (${c}/s, all clients together)`, { kind: "fixed", limit: c, periodMs: 1_000 }],
+      [`adaptive, per client, ${10 * c}/s configured`, simulatedAdaptive(scenario, 2 * unloadedP99Of(scenario))],
+    ];
+    for (const [label, limiter] of limiters) {
+      const r = simulate(scenario, limiter);
+      const variant = `${label}${halve ? ", C halved" : ""}`;
+      rows.push({ variant, figures: figures(scenario, r.requests, r.served, r.originRefusedAtMs, r.factors) });
+    }
+  }
+  report(scenarioFromEnv(), rows, "npm run bench:origin -- --simulate", "results-simulated");
+}
+
+/** A grid of controller parameters (and `latencyMs`), each over three seeds, with and without C halved. */
+function sweep(grid: Record<string, unknown[]>): void {
+  let combos: Record<string, unknown>[] = [{}];
+  for (const [name, values] of Object.entries(grid)) {
+    combos = combos.flatMap((combo) => values.map((value) => ({ ...combo, [name]: value })));
+  }
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const lines = [
+    "| parameters | goodput / C | p99 after onset ÷ unloaded | light ok | limit back | halved: goodput | halved: light ok |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  for (const combo of combos) {
+    const { latencyMs, ...params } = combo as { latencyMs?: number } & Partial<ControllerParams>;
+    const runs = { normal: [] as Figures[], halved: [] as Figures[] };
+    for (const seed of [1, 2, 3]) {
+      for (const halve of [false, true]) {
+        process.env.ORIGIN_SEED = String(seed);
+        const scenario = scenarioFromEnv(halve);
+        const r = simulate(scenario, simulatedAdaptive(scenario, latencyMs ?? 2 * unloadedP99Of(scenario), params));
+        (halve ? runs.halved : runs.normal).push(
+          figures(scenario, r.requests, r.served, r.originRefusedAtMs, r.factors),
+        );
+      }
+    }
+    const pct = (x: number) => `${(x * 100).toFixed(1)} %`;
+    lines.push(
+      `| ${JSON.stringify(combo)} | ${pct(mean(runs.normal.map((f) => f.goodputShare)))} | ${mean(runs.normal.map((f) => f.settledP99Ms / f.unloadedP99Ms)).toFixed(2)} × | ${pct(mean(runs.normal.map((f) => f.lightSuccess)))} | ${(mean(runs.normal.map((f) => f.limitBackMs ?? Number.NaN)) / 1000).toFixed(1)} s | ${pct(mean(runs.halved.map((f) => f.goodputShare)))} | ${pct(mean(runs.halved.map((f) => f.lightSuccess)))} |`,
+    );
+  }
+  console.log(lines.join("\n"));
+}
+
+const args = process.argv.slice(2);
+if (args[0] === "--simulate") simulated();
+else if (args[0] === "--sweep") sweep(JSON.parse(args[1] ?? "{}") as Record<string, unknown[]>);
+else await real();

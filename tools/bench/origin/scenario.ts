@@ -1,0 +1,96 @@
+/**
+ * @module
+ * What `npm run bench:origin` plays: the origin's capacity, the clients, and
+ * the three phases (half of C, then three times C, then half of C again),
+ * with their lengths from the environment so a short run is possible; and
+ * the arrivals it makes, the same on every run (seeded).
+ *
+ * The many light clients send the same in every phase, a third of C
+ * together, well within a fair share of the origin; the one heavy client
+ * sends the rest, and makes the overload.
+ */
+import { seededRandom } from "../../accuracy/random.ts";
+
+export type Scenario = {
+  /** C, requests per second. */
+  capacityPerSecond: number;
+  /** When, from the start, C drops to `halvedCapacity` (null: never). */
+  halveAtMs: number | null;
+  /** Phases: how long, and the total demand as a multiple of C. */
+  phases: { name: string; durationMs: number; load: number }[];
+  lightClients: number;
+  /** The light clients' demand together, as a share of C, in every phase. */
+  lightShare: number;
+  /** A client gives up on an answer after this long. */
+  clientTimeoutMs: number;
+  workers: number;
+  queueBound: number;
+  jitter: number;
+  seed: number;
+};
+
+const seconds = (name: string, fallback: number): number => Number(process.env[name] ?? fallback) * 1000;
+
+/**
+ * The scenario of the environment: ORIGIN_C (requests/s, default 200),
+ * ORIGIN_BEFORE, ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30),
+ * ORIGIN_HALVE ("1": C halves halfway through the overload).
+ */
+export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scenario {
+  const capacityPerSecond = Number(process.env.ORIGIN_C ?? 200);
+  const before = seconds("ORIGIN_BEFORE", 20);
+  const overload = seconds("ORIGIN_OVERLOAD", 60);
+  return {
+    capacityPerSecond,
+    halveAtMs: halve ? before + overload / 2 : null,
+    phases: [
+      { name: "before", durationMs: before, load: 0.5 },
+      { name: "overload", durationMs: overload, load: 3 },
+      { name: "after", durationMs: seconds("ORIGIN_AFTER", 30), load: 0.5 },
+    ],
+    lightClients: 50,
+    lightShare: 1 / 3,
+    clientTimeoutMs: 2_000,
+    workers: 10,
+    // Two seconds of work: a full queue answers later than clients wait.
+    queueBound: Math.round(capacityPerSecond * 2),
+    jitter: 0.2,
+    seed: Number(process.env.ORIGIN_SEED ?? 1),
+  };
+}
+
+/** One request: when it is sent, and by whom (client 0 is the heavy one). */
+export type Arrival = { atMs: number; client: number };
+
+export const isLight = (client: number): boolean => client !== 0;
+
+/** Where each phase starts and ends, from the start of the run. */
+export function phaseBounds(scenario: Scenario): { name: string; startMs: number; endMs: number }[] {
+  let startMs = 0;
+  return scenario.phases.map((phase) => {
+    const bounds = { name: phase.name, startMs, endMs: startMs + phase.durationMs };
+    startMs = bounds.endMs;
+    return bounds;
+  });
+}
+
+/** Every request of the run, in time order: Poisson arrivals per client, at the rates of each phase. */
+export function arrivals(scenario: Scenario): Arrival[] {
+  const random = seededRandom(scenario.seed);
+  const all: Arrival[] = [];
+  const c = scenario.capacityPerSecond;
+  for (const phase of phaseBounds(scenario)) {
+    const load = scenario.phases.find((p) => p.name === phase.name)!.load;
+    const lightRate = (scenario.lightShare * c) / scenario.lightClients;
+    const heavyRate = Math.max(0, load - scenario.lightShare) * c;
+    const rates = [heavyRate, ...Array.from({ length: scenario.lightClients }, () => lightRate)];
+    rates.forEach((perSecond, client) => {
+      if (perSecond <= 0) return;
+      for (let t = phase.startMs + random.exponential(perSecond / 1000); t < phase.endMs; ) {
+        all.push({ atMs: t, client });
+        t += random.exponential(perSecond / 1000);
+      }
+    });
+  }
+  return all.sort((a, b) => a.atMs - b.atMs);
+}

@@ -1,0 +1,265 @@
+/**
+ * @module
+ * The scenario in virtual time, in Node, against the simulated origin: no
+ * limiter, a fixed limit at C, and an adaptive rule run by the product's own
+ * controller (src/core/controller.ts) through isolates that report every
+ * interval and learn the factor in the answer, and clients' keys counted by
+ * the product's own sliding window. A minute of overload takes well under a
+ * second to simulate, which is how the controller's parameters were chosen
+ * (docs/adaptive.md): the same runs with other parameters, side by side.
+ */
+import {
+  CONTROLLER_PARAMS,
+  type ControllerParams,
+  type ControllerState,
+  initialState,
+  observe,
+  reportEveryMs,
+  type Step,
+  scaledLimit,
+  urgent,
+} from "../../../src/core/controller.ts";
+import { type HealthCounts, noCounts, slowShareOf } from "../../../src/core/health.ts";
+import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
+import { seededRandom } from "../../accuracy/random.ts";
+import type { FactorPoint, Outcome, RequestRecord, ServedRecord } from "./metrics.ts";
+import { SimulatedOrigin } from "./model.ts";
+import { arrivals, type Scenario } from "./scenario.ts";
+
+/** How the requests are limited. */
+export type Limiter =
+  | { kind: "none" }
+  /** One count for all clients: C requests per second. */
+  | { kind: "fixed"; limit: number; periodMs: number }
+  /** One count per client, at `limit` per period times the controller's factor. */
+  | {
+      kind: "adaptive";
+      limit: number;
+      periodMs: number;
+      floor: number;
+      latencyMs: number;
+      percentile: number;
+      errorShare: number;
+      params?: Partial<ControllerParams>;
+      /** Isolates the traffic is spread over, each reporting on its own. */
+      isolates?: number;
+      /** Whether an isolate reports early when its own counts show a breach (default true). */
+      early?: boolean;
+      /** One way, isolate to controller, in ms. */
+      delayMs?: number;
+      /** A request in flight longer than the target counts as slow in the report, without waiting for its answer. */
+      countInFlight?: boolean;
+      /** Called with each report's step, for tracing. */
+      onStep?: (atMs: number, step: Step) => void;
+    };
+
+export type SimulationResult = {
+  requests: RequestRecord[];
+  served: ServedRecord[];
+  originRefusedAtMs: number[];
+  factors: FactorPoint[] | null;
+};
+
+/** A binary heap of events by time; ties in the order pushed. */
+class Events {
+  private items: { atMs: number; seq: number; run: () => void }[] = [];
+  private seq = 0;
+  push(atMs: number, run: () => void): void {
+    const items = this.items;
+    items.push({ atMs, seq: this.seq++, run });
+    for (let i = items.length - 1; i > 0; ) {
+      const parent = (i - 1) >> 1;
+      if (!this.before(items[i]!, items[parent]!)) break;
+      [items[i], items[parent]] = [items[parent]!, items[i]!];
+      i = parent;
+    }
+  }
+  pop(): { atMs: number; run: () => void } | undefined {
+    const items = this.items;
+    const top = items[0];
+    const last = items.pop();
+    if (items.length > 0 && last) {
+      items[0] = last;
+      for (let i = 0; ; ) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < items.length && this.before(items[l]!, items[m]!)) m = l;
+        if (r < items.length && this.before(items[r]!, items[m]!)) m = r;
+        if (m === i) break;
+        [items[i], items[m]] = [items[m]!, items[i]!];
+        i = m;
+      }
+    }
+    return top;
+  }
+  private before(a: { atMs: number; seq: number }, b: { atMs: number; seq: number }): boolean {
+    return a.atMs < b.atMs || (a.atMs === b.atMs && a.seq < b.seq);
+  }
+}
+
+type Isolate = {
+  factor: number;
+  version: number;
+  lastReportMs: number;
+  /** Names the one report scheduled; an earlier report makes it stale. */
+  token: number;
+  /** How often the controller last asked it to report. */
+  everyMs: number;
+  counts: HealthCounts;
+  sawTraffic: boolean;
+  /** Requests forwarded and not yet answered, with whether a report already counted them as slow. */
+  inFlight: Set<{ sentMs: number; countedSlow: boolean }>;
+};
+
+export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult {
+  const events = new Events();
+  const origin = new SimulatedOrigin({
+    capacityPerSecond: scenario.capacityPerSecond,
+    workers: scenario.workers,
+    queueBound: scenario.queueBound,
+    jitter: scenario.jitter,
+    seed: scenario.seed + 1,
+  });
+  const random = seededRandom(scenario.seed + 2);
+  const requests: RequestRecord[] = [];
+  const served: ServedRecord[] = [];
+  const originRefusedAtMs: number[] = [];
+  const windows = new Map<number, WindowState>();
+  const factors: FactorPoint[] | null = limiter.kind === "adaptive" ? [{ atMs: 0, factor: 1 }] : null;
+  if (scenario.halveAtMs !== null) {
+    events.push(scenario.halveAtMs, () => origin.setCapacity(scenario.capacityPerSecond / 2));
+  }
+
+  // The adaptive rule's controller and isolates.
+  const adaptive = limiter.kind === "adaptive" ? limiter : null;
+  const params: ControllerParams = { ...CONTROLLER_PARAMS, ...adaptive?.params };
+  const target = adaptive && {
+    slowShare: slowShareOf(adaptive),
+    errorShare: adaptive.errorShare,
+    minFactor: adaptive.floor / adaptive.limit,
+  };
+  let controller: ControllerState = initialState();
+  const isolates: Isolate[] = Array.from({ length: adaptive?.isolates ?? 8 }, () => ({
+    factor: 1,
+    version: 0,
+    lastReportMs: 0,
+    token: 0,
+    everyMs: params.steadyReportMs,
+    counts: noCounts(),
+    sawTraffic: false,
+    inFlight: new Set(),
+  }));
+  const delayMs = adaptive?.delayMs ?? 10;
+  const endMs = scenario.phases.reduce((sum, p) => sum + p.durationMs, 0) + 5_000;
+
+  /** Sends the isolate's counts now, and schedules its next report. */
+  const report = (isolate: Isolate, atMs: number) => {
+    if (!adaptive || !target) return;
+    if (adaptive.countInFlight) {
+      for (const flight of isolate.inFlight) {
+        if (!flight.countedSlow && atMs - flight.sentMs > adaptive.latencyMs) {
+          flight.countedSlow = true;
+          isolate.counts.slow++;
+          isolate.counts.answered++;
+        }
+      }
+    }
+    isolate.lastReportMs = atMs;
+    const token = ++isolate.token;
+    const schedule = (everyMs: number) => {
+      if (atMs + everyMs < endMs && token === isolate.token) {
+        events.push(atMs + everyMs, () => token === isolate.token && report(isolate, atMs + everyMs));
+      }
+    };
+    if (!isolate.sawTraffic) return schedule(isolate.everyMs);
+    const counts = isolate.counts;
+    const version = isolate.version;
+    isolate.counts = noCounts();
+    isolate.sawTraffic = false;
+    events.push(atMs + delayMs, () => {
+      const before = controller.factor;
+      const observed = observe(controller, counts, version, atMs + delayMs, target, params);
+      controller = observed.state;
+      adaptive.onStep?.(atMs + delayMs, observed.step);
+      if (controller.factor !== before) factors!.push({ atMs: atMs + delayMs, factor: controller.factor });
+      const { factor, version: v } = controller;
+      const everyMs = reportEveryMs(controller, params);
+      events.push(atMs + 2 * delayMs, () => {
+        if (v > isolate.version) {
+          isolate.factor = factor;
+          isolate.version = v;
+        }
+        isolate.everyMs = everyMs;
+        schedule(everyMs);
+      });
+    });
+  };
+  /** After an answer: an isolate whose own counts show a breach reports at once, not at its next turn. */
+  const reportIfUrgent = (isolate: Isolate, nowMs: number) => {
+    if (adaptive?.early === false || !target) return;
+    if (nowMs - isolate.lastReportMs >= params.earliestReportMs && urgent(isolate.counts, target, params)) {
+      report(isolate, nowMs);
+    }
+  };
+  if (adaptive) {
+    for (const isolate of isolates) {
+      const firstMs = random.uniform(0, params.steadyReportMs);
+      events.push(firstMs, () => report(isolate, firstMs));
+    }
+  }
+
+  const record = (client: number, sentMs: number, doneMs: number, outcome: Outcome) =>
+    requests.push({ client, sentMs, doneMs, outcome });
+
+  /** The limiter's decision for a request of `client` at `nowMs` through `isolate`. */
+  const decide = (client: number, atMs: number, isolate: Isolate): "admitted" | "refused" | "shed" => {
+    if (limiter.kind === "none") return "admitted";
+    const nowMs = Math.floor(atMs);
+    const key = limiter.kind === "fixed" ? -1 : client;
+    const configured: WindowLimit = { limit: limiter.limit, periodMs: limiter.periodMs, precision: 1, strict: false };
+    const limit = limiter.kind === "adaptive" ? scaledLimit(limiter.limit, isolate.factor) : limiter.limit;
+    const state = windows.get(key) ?? emptyState(nowMs, configured);
+    const now = evaluate(state, nowMs, { ...configured, limit });
+    if (limiter.kind === "adaptive") isolate.counts.peak = Math.max(isolate.counts.peak, now.weighted / limiter.limit);
+    if (now.allowed) {
+      windows.set(key, admit(now.state));
+      return "admitted";
+    }
+    windows.set(key, now.state);
+    return limit < limiter.limit && evaluate(state, nowMs, configured).allowed ? "shed" : "refused";
+  };
+
+  for (const { atMs, client } of arrivals(scenario)) {
+    events.push(atMs, () => {
+      const isolate = isolates[Math.floor(random.next() * isolates.length)]!;
+      isolate.sawTraffic = true;
+      const verdict = decide(client, atMs, isolate);
+      if (verdict === "shed") isolate.counts.shed++;
+      if (verdict !== "admitted") return record(client, atMs, atMs, verdict);
+      isolate.counts.forwarded++;
+      const answer = origin.arrive(atMs);
+      const timeoutAt = atMs + scenario.clientTimeoutMs;
+      if (answer.kind === "refused") originRefusedAtMs.push(atMs);
+      else served.push({ arriveMs: atMs, finishMs: answer.finishMs });
+      const doneMs = answer.kind === "refused" ? atMs : Math.min(answer.finishMs, timeoutAt);
+      const outcome: Outcome = answer.kind === "refused" ? "error" : answer.finishMs > timeoutAt ? "timeout" : "ok";
+      const flight = { sentMs: atMs, countedSlow: false };
+      isolate.inFlight.add(flight);
+      events.push(doneMs, () => {
+        isolate.inFlight.delete(flight);
+        record(client, atMs, doneMs, outcome);
+        if (!adaptive) return;
+        const slow = doneMs - atMs > adaptive.latencyMs;
+        if (!flight.countedSlow) {
+          isolate.counts.answered++;
+          if (slow) isolate.counts.slow++;
+        }
+        if (outcome !== "ok") isolate.counts.errors++;
+        reportIfUrgent(isolate, doneMs);
+      });
+    });
+  }
+  for (let event = events.pop(); event; event = events.pop()) event.run();
+  return { requests, served, originRefusedAtMs, factors };
+}
