@@ -22,6 +22,7 @@ import {
   turnOf,
 } from "../core/bookings.ts";
 import { bucketIndex, bucketStartMs } from "../core/sliding-window.ts";
+import { Callers } from "./callers.ts";
 import type { Receipt, TurnAnswer } from "./protocol.ts";
 
 /** A booking as stored: its counts, which rule of the check each was (`slots`), and, once counted, where. */
@@ -74,7 +75,7 @@ export class BookingBook {
   /** The rows' tails, or null when they must be worked out again (after anything but a new booking). */
   private tails: Map<string, Tail> | null = null;
   /** Callers awaiting their turn, by booking. */
-  private readonly waiting = new Map<string, ((answer: TurnAnswer) => void)[]>();
+  private readonly waiting = new Callers<TurnAnswer>();
   private schemaReady = false;
   private lastSeq = 0;
   /** The earliest turn ahead (Infinity: none), so that a check finds nothing due without a scan. */
@@ -185,7 +186,7 @@ export class BookingBook {
   counted(booking: HeldBooking, receipts: (Receipt | null)[], nowMs: number): void {
     booking.counted = receipts;
     this.sql.exec("UPDATE bookings SET counted = ? WHERE id = ?", JSON.stringify(receipts), booking.id);
-    this.answer(booking.id, { status: "turn", nowMs, atMs: booking.atMs, counted: receipts });
+    this.waiting.answer(booking.id, { status: "turn", nowMs, atMs: booking.atMs, counted: receipts });
   }
 
   /**
@@ -199,7 +200,7 @@ export class BookingBook {
     this.ahead = this.ahead.filter((b) => b.id !== id);
     this.unqueue(booking);
     this.sql.exec("DELETE FROM bookings WHERE id = ?", id);
-    this.answer(id, { status: "unknown", nowMs });
+    this.waiting.answer(id, { status: "unknown", nowMs });
     this.latestMs = this.workOutLatest();
     this.moveUp(nowMs, stateOf);
   }
@@ -236,17 +237,13 @@ export class BookingBook {
 
   /** Awaits a booking's turn: answered when it is counted, or cancelled. The caller checks it is ahead. */
   wait(id: string): Promise<TurnAnswer> {
-    return new Promise((resolve) => {
-      const callers = this.waiting.get(id);
-      if (callers) callers.push(resolve);
-      else this.waiting.set(id, [resolve]);
-    });
+    return this.waiting.wait(id);
   }
 
   /** The earliest turn a caller awaits, or null: the one instant the object's timer must wake for. */
   nextWakeMs(): number | null {
     let next: number | null = null;
-    for (const id of this.waiting.keys()) {
+    for (const id of this.waiting.ids()) {
       const booking = this.byId.get(id);
       if (booking && booking.counted === null) next = Math.min(next ?? booking.atMs, booking.atMs);
     }
@@ -276,7 +273,7 @@ export class BookingBook {
 
   /** Forgets everything (the object's storage is being deleted); callers still waiting are answered unknown. */
   clear(nowMs: number): void {
-    for (const id of [...this.waiting.keys()]) this.answer(id, { status: "unknown", nowMs });
+    this.waiting.answerAll({ status: "unknown", nowMs });
     this.ahead = [];
     this.byId.clear();
     this.perRow.clear();
@@ -310,13 +307,6 @@ export class BookingBook {
       if (units > 0) this.unitsPerRow.set(row, units);
       else this.unitsPerRow.delete(row);
     }
-  }
-
-  private answer(id: string, answer: TurnAnswer): void {
-    const callers = this.waiting.get(id);
-    if (callers === undefined) return;
-    this.waiting.delete(id);
-    for (const resolve of callers) resolve(answer);
   }
 
   private ensureSchema(): void {

@@ -26,6 +26,7 @@ import {
   type Ticket,
   withdraw,
 } from "../core/places.ts";
+import { Callers } from "./callers.ts";
 import type { PlaceAcquired, PlaceAnswer, PlaceRefused, PlaceWait, Renewal } from "./protocol.ts";
 
 const PLACES = `CREATE TABLE IF NOT EXISTS places (
@@ -59,7 +60,7 @@ export class PlaceBook {
   /** Places given to tickets and not collected, by ticket. */
   private readonly unclaimed = new Map<string, Unclaimed>();
   /** Callers awaiting a place, by ticket. */
-  private readonly waiting = new Map<string, ((answer: PlaceWait) => void)[]>();
+  private readonly waiting = new Callers<PlaceWait>();
   private schemaReady = false;
   private lastSeq = 0;
 
@@ -144,11 +145,7 @@ export class PlaceBook {
       return acquired(given.place, given.free, nowMs);
     }
     if (!this.ruleOf.has(ticketId)) return { status: "unknown", nowMs };
-    return new Promise((resolve) => {
-      const callers = this.waiting.get(ticketId);
-      if (callers) callers.push(resolve);
-      else this.waiting.set(ticketId, [resolve]);
-    });
+    return this.waiting.wait(ticketId);
   }
 
   /** A waiting request hung up: its ticket is dropped, or the place it was given and never collected is freed. */
@@ -163,7 +160,7 @@ export class PlaceBook {
     const line = rule === undefined ? undefined : this.lines.get(rule);
     if (rule === undefined || line === undefined || !line.tickets.some((t) => t.id === ticketId)) return "unknown";
     this.commit(rule, line, withdraw(line, ticketId));
-    this.answer(ticketId, { status: "unknown", nowMs });
+    this.waiting.answer(ticketId, { status: "unknown", nowMs });
     return "cancelled";
   }
 
@@ -251,7 +248,7 @@ export class PlaceBook {
 
   /** Forgets everything (the object's storage is being deleted); callers still waiting are answered unknown. */
   clear(nowMs: number): void {
-    for (const id of [...this.waiting.keys()]) this.answer(id, { status: "unknown", nowMs });
+    this.waiting.answerAll({ status: "unknown", nowMs });
     this.lines.clear();
     this.ruleOf.clear();
     this.unclaimed.clear();
@@ -268,7 +265,13 @@ export class PlaceBook {
     for (const ticket of served.lapsed) {
       const inUse = liveAt(served.line.places, nowMs).length;
       // The places it waited for, which an override, a tier or a factor may have made other than the rule's.
-      this.answer(ticket.id, { status: "refused", nowMs, free: 0, inUse, limit: ticket.limit } satisfies PlaceRefused);
+      this.waiting.answer(ticket.id, {
+        status: "refused",
+        nowMs,
+        free: 0,
+        inUse,
+        limit: ticket.limit,
+      } satisfies PlaceRefused);
     }
     for (const grant of served.granted) this.give(rule, grant, nowMs);
   }
@@ -280,7 +283,7 @@ export class PlaceBook {
   /** A place given to a ticket: to its caller if one awaits it, else kept for it. */
   private give(rule: string, { ticket, place, free }: Grant, nowMs: number): void {
     if (this.waiting.has(ticket.id)) {
-      this.answer(ticket.id, acquired(place, free, nowMs));
+      this.waiting.answer(ticket.id, acquired(place, free, nowMs));
       return;
     }
     this.unclaimed.set(ticket.id, { rule, place, free });
@@ -349,13 +352,6 @@ export class PlaceBook {
     }
     if (after.places.length === 0 && after.tickets.length === 0) this.lines.delete(rule);
     else this.lines.set(rule, after);
-  }
-
-  private answer(ticketId: string, answer: PlaceWait): void {
-    const callers = this.waiting.get(ticketId);
-    if (callers === undefined) return;
-    this.waiting.delete(ticketId);
-    for (const resolve of callers) resolve(answer);
   }
 
   private ensureSchema(): void {
