@@ -71,6 +71,39 @@ function tryLocally(group: KeyGroup, keys: ClientKeys, nowMs: number): Settlemen
 }
 
 /**
+ * A visit's client hanging up while it is at the gate: the gate gives back
+ * what the visit held (a booking, a ticket), and the call it is making, if
+ * any, goes on for the others (`calling`). Stopped when the visit ends.
+ */
+class HangUpWatch {
+  /** The call this request is making, while it makes one: it goes on if the client hangs up. */
+  calling: Promise<unknown> | null = null;
+  private readonly gate: Gate;
+  private readonly visit: Visit;
+  private readonly ctx: SettleContext;
+  private readonly gone: AbortSignal | undefined;
+  // An event listener returns nothing: the runtime warns of any value returned.
+  private readonly hungUp = (): void => {
+    const cancel = this.gate.hangUp(this.visit);
+    if (this.calling !== null) keepGoing(this.calling, this.ctx);
+    if (cancel !== null) giveBack(cancel, this.ctx);
+  };
+
+  constructor(gate: Gate, visit: Visit, ctx: SettleContext) {
+    this.gate = gate;
+    this.visit = visit;
+    this.ctx = ctx;
+    this.gone = ctx.gone;
+    if (this.gone?.aborted) gate.hangUp(visit);
+    else this.gone?.addEventListener("abort", this.hungUp);
+  }
+
+  stop(): void {
+    this.gone?.removeEventListener("abort", this.hungUp);
+  }
+}
+
+/**
  * Settles a group. `deadlineMs` is this request's own deadline, in isolate
  * time. While a call for the key is in flight, the request waits for it; if
  * it lands without deciding the request (no lease unit left for it, no
@@ -78,7 +111,7 @@ function tryLocally(group: KeyGroup, keys: ClientKeys, nowMs: number): Settlemen
  * batch: one call decides them all.
  */
 export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleContext): Promise<Settlement> {
-  const { isolate, gone } = ctx;
+  const { isolate } = ctx;
   const { keys, clock } = isolate;
   const gate = keys.use(group.digest, clock()).gate(group.rules);
   const visit = new Visit(
@@ -86,19 +119,10 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
     batchable(group, keys),
     refundableForMs(group, ctx.otherKeys, ctx.settings.timeoutMs, ctx.waitMs ?? 0),
   );
-  // The call this request is making, while it makes one: it goes on if the client hangs up.
-  let calling: Promise<unknown> | null = null;
   // Held: the object's answer to awaitTurn once it came, and its receipts still to come.
   let turnAnswer: TurnAnswerOrFailed | null = null;
   let later: Promise<(Receipt | null)[] | null> | undefined;
-  // An event listener returns nothing: the runtime warns of any value returned.
-  const hungUp = () => {
-    const cancel = gate.hangUp(visit);
-    if (calling !== null) keepGoing(calling, ctx);
-    if (cancel !== null) giveBack(cancel, ctx);
-  };
-  if (gone?.aborted) gate.hangUp(visit);
-  else gone?.addEventListener("abort", hungUp);
+  const watch = new HangUpWatch(gate, visit, ctx);
   try {
     let step: Step = gate.enter(visit, clock());
     for (;;) {
@@ -127,9 +151,9 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
           break;
         case "call": {
           const call = callObject(group, gate, deadlineMs, { alone: true, refundableMs: visit.refundableMs }, ctx);
-          calling = call;
+          watch.calling = call;
           const answered = await call;
-          calling = null;
+          watch.calling = null;
           step = gate.called(visit, answered, clock());
           break;
         }
@@ -140,11 +164,11 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
             visit,
             step.batch,
             (call) => {
-              calling = call;
+              watch.calling = call;
             },
             ctx,
           );
-          calling = null;
+          watch.calling = null;
           step = gate.sent(visit, answered, clock());
           break;
         }
@@ -154,7 +178,7 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
       }
     }
   } finally {
-    gone?.removeEventListener("abort", hungUp);
+    watch.stop();
   }
 }
 
@@ -307,21 +331,14 @@ export async function settlePlace(
   deadlineMs: number,
   ctx: SettleContext,
 ): Promise<PlaceSettlement> {
-  const { isolate, gone, settings } = ctx;
+  const { isolate, settings } = ctx;
   const { keys, clock } = isolate;
   const gate = keys.use(group.digest, clock()).gate([rule]);
   const visit = new Visit(deadlineMs, false, 0);
   visit.marginMs = settings.timeoutMs;
   const name = await hashKey(group.canonical);
-  let calling: Promise<unknown> | null = null;
   let waited: Answered<PlaceWait> | null = null;
-  const hungUp = () => {
-    const cancel = gate.hangUp(visit);
-    if (calling !== null) keepGoing(calling, ctx);
-    if (cancel !== null) giveBack(cancel, ctx);
-  };
-  if (gone?.aborted) gate.hangUp(visit);
-  else gone?.addEventListener("abort", hungUp);
+  const watch = new HangUpWatch(gate, visit, ctx);
   try {
     let step: Step = gate.enterPlace(visit);
     for (;;) {
@@ -337,9 +354,9 @@ export async function settlePlace(
             isolate.adaptive.placeRequestOf(rule, placeRequestOf(rule)),
             leftMs,
           );
-          calling = call;
+          watch.calling = call;
           const answered = await call;
-          calling = null;
+          watch.calling = null;
           step = gate.acquired(visit, answered, name, clock());
           break;
         }
@@ -360,7 +377,7 @@ export async function settlePlace(
       }
     }
   } finally {
-    gone?.removeEventListener("abort", hungUp);
+    watch.stop();
   }
 }
 
