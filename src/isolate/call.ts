@@ -18,6 +18,7 @@ import type { ClientKeys } from "./client-keys.ts";
 import { type Effects, watchLateBatch } from "./effects.ts";
 import type { Flight } from "./flight.ts";
 import type { Gate } from "./gate.ts";
+import type { KeyState } from "./key-state.ts";
 import type { KeyCall, KeyGroup, Landing } from "./vocabulary.ts";
 
 /** How long an origin may take to answer, for counts settled by its answer. */
@@ -94,6 +95,18 @@ export type Caller =
   | { alone: false; batch: Batch; flight: Flight; size: number; refundableMs: number };
 
 /**
+ * The key's object name (the SHA-256 of its canonical key), hashed once per
+ * key state: every call for the key, and each of its requests' places,
+ * needs it.
+ */
+export async function objectName(group: KeyGroup, state: KeyState | undefined): Promise<string> {
+  if (state !== undefined && state.name !== null) return state.name;
+  const name = await hashKey(group.canonical);
+  if (state !== undefined) state.name = name;
+  return name;
+}
+
+/**
  * Calls the group's object. A call alone that may bring a lease, or whose
  * waiters would form a batch, is filed at the gate first, so concurrent
  * requests for the key wait for it; a batch's call was filed by the gate
@@ -119,7 +132,7 @@ export async function callObject(
   if (!caller.alone) flight = caller.flight;
   else if ((lease && (state?.leasable ?? true)) || batchable(group, keys))
     flight = gate.depart(sentAtMs, settings.timeoutMs);
-  const name = await hashKey(group.canonical);
+  const name = await objectName(group, state);
   const returns = keys.peek(group.digest)?.takeReturns(group.rules, sentAtMs) ?? null;
   const refundable = refundWindows(group.rules, caller.refundableMs, settings.timeoutMs);
   const check = {

@@ -135,7 +135,7 @@ type Logged = { atMs: number; repeats: number };
 
 export class KeyState {
   private readonly host: KeyHost;
-  /** The key's object name (SHA-256 hex), once a call was made. */
+  /** The key's object name (SHA-256 hex), once a call was made ({@link objectName}). */
   name: string | null = null;
   private leases = new Map<Rule, HeldLease>();
   /** Units of retired leases, handed back with the key's next call. */

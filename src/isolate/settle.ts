@@ -10,7 +10,6 @@
  * listens for its client hanging up once per gate.
  */
 import type { Settings } from "../config/settings.ts";
-import { hashKey } from "../core/keys.ts";
 import { type Rule, settledByAnswer } from "../core/rules.ts";
 import { type Answered, acquirePlace, awaitPlace, awaitTurn, deadline } from "../object/client.ts";
 import {
@@ -21,7 +20,7 @@ import {
   toPlaceRequest,
 } from "../object/protocol.ts";
 import type { Batch, Ticket } from "./batch.ts";
-import { batchable, type CallContext, callObject, refundableForMs } from "./call.ts";
+import { batchable, type CallContext, callObject, objectName, refundableForMs } from "./call.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { giveBack, keepGoing } from "./effects.ts";
 import { type End, type Gate, type Step, Visit } from "./gate.ts";
@@ -311,7 +310,7 @@ async function ranOut(
   ctx: SettleContext,
   late?: Promise<CheckResult | undefined>,
 ): Promise<Settlement> {
-  const name = await hashKey(group.canonical);
+  const name = await objectName(group, ctx.isolate.keys.peek(group.digest));
   const message = `no decision within ${ctx.settings.timeoutMs}ms`;
   const failure = { ok: false, reason: "timeout", message, attempts: 0, name } as const;
   return late === undefined ? { via: "shared", failure } : { via: "shared", failure, late };
@@ -333,10 +332,11 @@ export async function settlePlace(
 ): Promise<PlaceSettlement> {
   const { isolate, settings } = ctx;
   const { keys, clock } = isolate;
-  const gate = keys.use(group.digest, clock()).gate([rule]);
+  const state = keys.use(group.digest, clock());
+  const gate = state.gate([rule]);
   const visit = new Visit(deadlineMs, false, 0);
   visit.marginMs = settings.timeoutMs;
-  const name = await hashKey(group.canonical);
+  const name = await objectName(group, state);
   let waited: Answered<PlaceWait> | null = null;
   const watch = new HangUpWatch(gate, visit, ctx);
   try {
