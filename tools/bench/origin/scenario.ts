@@ -10,6 +10,7 @@
  * sends the rest, and makes the overload.
  */
 import { seededRandom } from "../../accuracy/random.ts";
+import { SimulatedOrigin } from "./model.ts";
 
 export type Scenario = {
   /** C, requests per second. */
@@ -94,3 +95,13 @@ export function arrivals(scenario: Scenario): Arrival[] {
   }
   return all.sort((a, b) => a.atMs - b.atMs);
 }
+
+/** The scenario's origin, the same behind the HTTP server (server.ts) and in virtual time (simulate.ts). */
+export const originOf = (scenario: Scenario): SimulatedOrigin =>
+  new SimulatedOrigin({
+    capacityPerSecond: scenario.capacityPerSecond,
+    workers: scenario.workers,
+    queueBound: scenario.queueBound,
+    jitter: scenario.jitter,
+    seed: scenario.seed + 1,
+  });

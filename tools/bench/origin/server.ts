@@ -8,8 +8,7 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { ServedRecord } from "./metrics.ts";
-import { SimulatedOrigin } from "./model.ts";
-import type { Scenario } from "./scenario.ts";
+import { originOf, type Scenario } from "./scenario.ts";
 
 export type OriginServer = {
   url: string;
@@ -25,13 +24,7 @@ export type OriginServer = {
 };
 
 export async function startOrigin(scenario: Scenario): Promise<OriginServer> {
-  const model = new SimulatedOrigin({
-    capacityPerSecond: scenario.capacityPerSecond,
-    workers: scenario.workers,
-    queueBound: scenario.queueBound,
-    jitter: scenario.jitter,
-    seed: scenario.seed + 1,
-  });
+  const model = originOf(scenario);
   const served: ServedRecord[] = [];
   const refusedAtMs: number[] = [];
   let startMs = performance.now();

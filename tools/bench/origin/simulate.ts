@@ -23,8 +23,7 @@ import { type HealthCounts, noCounts, slowShareOf } from "../../../src/core/heal
 import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
 import { seededRandom } from "../../accuracy/random.ts";
 import type { FactorPoint, Outcome, RequestRecord, ServedRecord } from "./metrics.ts";
-import { SimulatedOrigin } from "./model.ts";
-import { arrivals, type Scenario } from "./scenario.ts";
+import { arrivals, originOf, type Scenario } from "./scenario.ts";
 
 /** How the requests are limited. */
 export type Limiter =
@@ -114,13 +113,7 @@ type Isolate = {
 
 export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult {
   const events = new Events();
-  const origin = new SimulatedOrigin({
-    capacityPerSecond: scenario.capacityPerSecond,
-    workers: scenario.workers,
-    queueBound: scenario.queueBound,
-    jitter: scenario.jitter,
-    seed: scenario.seed + 1,
-  });
+  const origin = originOf(scenario);
   const random = seededRandom(scenario.seed + 2);
   const requests: RequestRecord[] = [];
   const served: ServedRecord[] = [];
