@@ -7,6 +7,7 @@
  * nothing; and a rule that does not ask never moves.
  */
 import { describe, expect, it, vi } from "vitest";
+import { noCounts } from "../src/core/health.ts";
 import { createIsolate, defaultIsolate } from "../src/isolate/isolate.ts";
 import { type LimiterNamespace, readController, reportHealth } from "../src/object/client.ts";
 import type { ControllerView } from "../src/object/controller-protocol.ts";
@@ -257,7 +258,7 @@ describe("a change of factor in an isolate", () => {
     expect([...isolate.keys.digests()].some((d) => isolate.keys.heldUnits(d) > 0)).toBe(true);
     // The controller cuts the limit by half (to 50), as reports of a slow origin from elsewhere would make it.
     const target = { latencyMs: 1_000, percentile: 99, errorShare: 0.05, floor: 1 };
-    const counts = { forwarded: 100, answered: 50, slow: 50, errors: 0, shed: 1, peak: 1 };
+    const counts = { ...noCounts(), forwarded: 100, answered: 50, slow: 50, shed: 1, peak: 1 };
     const report = () => reportHealth(env.RATE_LIMITER, { rule: id, limit: 100, target, version: 0, counts }, 5_000);
     await report();
     await pause(520);

@@ -34,6 +34,8 @@ const counts = (over: Partial<HealthCounts>): HealthCounts => ({
   answered: 0,
   slow: 0,
   errors: 0,
+  gone: 0,
+  goneSlow: 0,
   shed: 0,
   peak: 0,
   ...over,

@@ -17,7 +17,7 @@ import {
   scaledLimit,
   urgent,
 } from "../src/core/controller.ts";
-import { type HealthCounts, noCounts } from "../src/core/health.ts";
+import { type HealthCounts, type KeyCounts, noCounts } from "../src/core/health.ts";
 
 /** p99 under the target, 5 % errors, a floor of a hundredth of the limit. */
 const target: ControlTarget = { slowShare: 0.01, errorShare: 0.05, minFactor: 0.01 };
@@ -118,6 +118,63 @@ describe("a window under the current factor", () => {
     expect(step.kind).toBe(kind);
     expect(state.factor).toBeCloseTo(to, 12);
     expect(state.version).toBe(kind === "hold" ? 7 : 8);
+  });
+
+  /** `n` keys, each with `answered` answers of which `slow` were slow. */
+  const keys = (n: number, answered: number, slow: number, tag = "k"): KeyCounts[] =>
+    Array.from({ length: n }, (_, i): KeyCounts => [`${tag}${i}`, answered, slow, 0]);
+
+  it.each([
+    ["one client's slow answers among fast ones from the rest: no cut", 1, 90, "hold"],
+    ["five clients' (a small set): no cut", 5, 90, "hold"],
+    ["six clients' (more than the set a decision leaves out): a cut", 6, 90, "cut"],
+  ] as const)("%s", (_, slowKeys, fastAnswers, kind) => {
+    // Each slow client: 4 answers, all slow. The others: fast, and no key of theirs is among the worst.
+    const slowAnswers = slowKeys * 4;
+    const window = counts({
+      forwarded: fastAnswers + slowAnswers,
+      answered: fastAnswers + slowAnswers,
+      slow: slowAnswers,
+      worst: keys(slowKeys, 4, 4),
+    });
+    const { state, step } = decide(at(1), window);
+    expect(step.kind).toBe(kind);
+    expect(state.factor < 1).toBe(kind === "cut");
+  });
+
+  it.each([
+    ["one client, all the traffic there is", 1],
+    ["two clients, all the traffic there is", 2],
+    ["five clients, all the traffic there is", 5],
+  ])("an origin slow for every client is still seen: %s, all slow, is a cut", (_, n) => {
+    const window = counts({ forwarded: 40, answered: 40, slow: 40, worst: keys(n, 40 / n, 40 / n) });
+    expect(decide(at(1), window).step.kind).toBe("cut");
+  });
+
+  it("leaves out the worst keys only: a slow client beyond them is judged with the fast ones", () => {
+    // Five keys with many slow answers, a sixth with one slow answer in 10, and 90 fast answers of others.
+    const worst = [...keys(5, 10, 10), ["k5", 10, 1, 0] as KeyCounts];
+    const window = counts({ forwarded: 160, answered: 160, slow: 51, worst });
+    const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
+    expect(health).toMatchObject({ answered: 110, leftOut: 5 });
+    expect(health.slowShare).toBeCloseTo(1 / 110, 12);
+  });
+
+  it("counts a client gone before its answer as neither success nor failure", () => {
+    // 100 forwarded, 40 of whose clients hung up early: the origin answered the other 60, fast. No breach,
+    // and it kept up with all it was left to answer.
+    const window = counts({ forwarded: 100, answered: 60, gone: 40 });
+    const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
+    expect(health).toMatchObject({ answered: 60, breached: false, keepingUp: 1 });
+    expect(decide(at(0.5), window).step.kind).toBe("raise");
+  });
+
+  it("counts a client gone after the origin kept it past the target as slow: a hung origin is still seen", () => {
+    // Nothing answered: every client gave up after waiting past the target.
+    const window = counts({ forwarded: 30, answered: 30, slow: 30, gone: 30, goneSlow: 30 });
+    const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
+    expect(health).toMatchObject({ answered: 30, breached: true, keepingUp: 1 });
+    expect(decide(at(1), window).step.kind).toBe("cut");
   });
 
   it("judges nothing before 500 ms of reports, nor on fewer than 20 answers", () => {

@@ -42,7 +42,16 @@ describe("an isolate's reporter of one adaptive rule", () => {
     traffic(reporter, 1);
     const first = reporter.due(1_000);
     expect(first).toMatchObject({ rule: "api", limit: 100, target, version: 0 });
-    expect(first!.counts).toEqual({ forwarded: 1, answered: 1, slow: 0, errors: 0, shed: 0, peak: 0 });
+    expect(first!.counts).toEqual({
+      forwarded: 1,
+      answered: 1,
+      slow: 0,
+      errors: 0,
+      gone: 0,
+      goneSlow: 0,
+      shed: 0,
+      peak: 0,
+    });
     reporter.landed(answer({ reportInMs: 1_000 }));
     traffic(reporter, 5);
     expect(reporter.due(1_999)).toBeNull();
@@ -136,5 +145,73 @@ describe("an isolate's reporter of one adaptive rule", () => {
     traffic(reporter, 1);
     reporter.due(3_000);
     expect(reporter.failed(10 + REPORT_FAILURE_LOG_EVERY_MS)).toEqual({ log: true });
+  });
+
+  it("counts a client gone before the origin's answer as gone, neither success nor failure", () => {
+    const reporter = new HealthReporter(rule);
+    reporter.forwarded();
+    reporter.gone(null, "a"); // its upload was still on its way, or broken off
+    reporter.forwarded();
+    reporter.gone(99, "b"); // the origin had it 99 ms: under the 100 ms target
+    const { counts } = reporter.due(0)!;
+    expect(counts).toMatchObject({ forwarded: 2, answered: 0, slow: 0, errors: 0, gone: 2, goneSlow: 0 });
+    expect(counts).not.toHaveProperty("worst");
+  });
+
+  it("counts a client gone after the origin kept its whole request past the target as known slow", () => {
+    const reporter = new HealthReporter(rule);
+    reporter.forwarded();
+    reporter.gone(101, "a");
+    expect(reporter.due(0)!.counts).toMatchObject({
+      answered: 1,
+      slow: 1,
+      errors: 0,
+      gone: 1,
+      goneSlow: 1,
+      worst: [["a", 1, 1, 0]],
+    });
+  });
+
+  it("names the keys with slow or failed answers, worst first, with their answers since they first had one", () => {
+    const reporter = new HealthReporter(rule);
+    reporter.answered(200, 5, "fast");
+    reporter.answered(200, 5, "slowish");
+    reporter.answered(200, 500, "slowish");
+    reporter.answered(200, 5, "slowish");
+    reporter.answered(503, 5, "failing");
+    reporter.answered(503, 5, "failing");
+    reporter.answered(200, 5); // a key not known: in the totals only
+    const { counts } = reporter.due(0)!;
+    expect(counts).toMatchObject({ answered: 7, slow: 1, errors: 2 });
+    // "fast" never had a bad answer; "slowish" is counted from its first bad one.
+    expect(counts.worst).toEqual([
+      ["failing", 2, 0, 2],
+      ["slowish", 2, 1, 0],
+    ]);
+    // The next report starts afresh.
+    reporter.landed(answer());
+    reporter.answered(200, 5, "slowish");
+    expect(reporter.due(5_000)!.counts).not.toHaveProperty("worst");
+  });
+
+  it("keeps counts of at most 64 keys between reports, whatever a flood of clients does", () => {
+    const reporter = new HealthReporter(rule);
+    for (let i = 0; i < 1_000; i++) reporter.answered(503, 5, `k${i}`);
+    const { counts } = reporter.due(0)!;
+    expect(counts.errors).toBe(1_000);
+    expect(counts.worst).toHaveLength(16);
+  });
+
+  it("keeps a failed report's worst keys: they go with the next, merged with the keys counted since", () => {
+    const reporter = new HealthReporter(rule);
+    reporter.answered(503, 5, "a");
+    expect(reporter.due(0)!.counts.worst).toEqual([["a", 1, 0, 1]]);
+    reporter.failed(10);
+    reporter.answered(503, 5, "a");
+    reporter.answered(200, 500, "b");
+    expect(reporter.due(5_000)!.counts.worst).toEqual([
+      ["a", 2, 0, 2],
+      ["b", 1, 1, 0],
+    ]);
   });
 });

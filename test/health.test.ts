@@ -8,9 +8,11 @@ import {
   addCounts,
   addLatency,
   defaultFloor,
+  type KeyCounts,
   latencyAt,
   latencyBoundMs,
   latencyBucketOf,
+  MAX_WORST_KEYS,
   noCounts,
   outcomeOf,
   parseAdaptive,
@@ -97,9 +99,55 @@ describe("one forwarded request", () => {
   });
 
   it("adds counts field by field, and keeps the busiest client's share", () => {
-    const a = { ...noCounts(), forwarded: 3, answered: 2, slow: 1, errors: 1, shed: 4, peak: 0.25 };
-    const b = { ...noCounts(), forwarded: 1, answered: 2, slow: 0, errors: 1, shed: 0, peak: 0.5 };
-    expect(addCounts(a, b)).toEqual({ forwarded: 4, answered: 4, slow: 1, errors: 2, shed: 4, peak: 0.5 });
+    const a = {
+      ...noCounts(),
+      forwarded: 3,
+      answered: 2,
+      slow: 1,
+      errors: 1,
+      gone: 2,
+      goneSlow: 1,
+      shed: 4,
+      peak: 0.25,
+    };
+    const b = {
+      ...noCounts(),
+      forwarded: 1,
+      answered: 2,
+      slow: 0,
+      errors: 1,
+      gone: 1,
+      goneSlow: 0,
+      shed: 0,
+      peak: 0.5,
+    };
+    expect(addCounts(a, b)).toEqual({
+      forwarded: 4,
+      answered: 4,
+      slow: 1,
+      errors: 2,
+      gone: 3,
+      goneSlow: 1,
+      shed: 4,
+      peak: 0.5,
+    });
+  });
+
+  it("merges the worst keys of two counts by key, worst first, and keeps no more than its cap", () => {
+    const a = { ...noCounts(), worst: [["k1", 5, 3, 0] as KeyCounts, ["k2", 2, 1, 0] as KeyCounts] };
+    const b = { ...noCounts(), worst: [["k2", 4, 0, 3] as KeyCounts, ["k3", 9, 1, 0] as KeyCounts] };
+    expect(addCounts(a, b).worst).toEqual([
+      ["k2", 6, 1, 3],
+      ["k1", 5, 3, 0],
+      ["k3", 9, 1, 0],
+    ]);
+    const many = (tag: string) =>
+      Array.from({ length: MAX_WORST_KEYS }, (_, i): KeyCounts => [`${tag}${i}`, 10, 1 + i, 0]);
+    const merged = addCounts({ ...noCounts(), worst: many("a") }, { ...noCounts(), worst: many("b") }).worst!;
+    expect(merged).toHaveLength(MAX_WORST_KEYS);
+    expect(merged[0]![2]).toBe(MAX_WORST_KEYS);
+    // Without worst keys on either side, the sum has none.
+    expect(addCounts(noCounts(), noCounts())).not.toHaveProperty("worst");
   });
 });
 

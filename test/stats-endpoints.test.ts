@@ -8,6 +8,7 @@
 import parseUntyped from "parse-prometheus-text-format";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import { parseSettings } from "../src/config/settings.ts";
+import { noCounts } from "../src/core/health.ts";
 import { hashKey } from "../src/core/keys.ts";
 import type { StatsNamespace } from "../src/isolate/stats.ts";
 import { MAX_VALUE_CHARS } from "../src/isolate/tally.ts";
@@ -433,7 +434,7 @@ describe("an adaptive rule in /stats and /metrics", () => {
           limit: 200,
           target,
           version,
-          counts: { forwarded: 50, answered: 50, slow: 50, errors: 0, shed: 5, peak: 1 },
+          counts: { ...noCounts(), forwarded: 50, answered: 50, slow: 50, shed: 5, peak: 1 },
           latency: [[30, 50]],
         },
         5_000,
@@ -475,7 +476,7 @@ describe("an adaptive rule in /stats and /metrics", () => {
     const { send, admin } = withAdmin([{ id, limit: 10, period: "1h", adaptive: { latency: "100ms", floor: 1 } }]);
     // The origin kept up with half of what it was sent, slowly: the limit is cut by half, to 5.
     const target = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 1 };
-    const seen = { forwarded: 100, answered: 50, slow: 50, errors: 0, shed: 1, peak: 1 };
+    const seen = { ...noCounts(), forwarded: 100, answered: 50, slow: 50, shed: 1, peak: 1 };
     const report = () =>
       reportHealth(env.RATE_LIMITER, { rule: id, limit: 10, target, version: 0, counts: seen }, 5_000);
     await report();

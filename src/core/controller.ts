@@ -24,7 +24,7 @@
  * Pure: `(state, counts, version, nowMs, target)` in, `(state, step)` out.
  * No I/O, no clock.
  */
-import { addCounts, type HealthCounts, noCounts } from "./health.ts";
+import { addCounts, badOf, type HealthCounts, noCounts } from "./health.ts";
 
 /** What the controller needs of a rule's target, as shares. */
 export type ControlTarget = {
@@ -67,6 +67,14 @@ export type ControllerParams = {
   /** The raise while healthy and it refuses none: the limit is above the demand and holds nothing back. */
   raiseIdle: number;
   /**
+   * The client keys with the most slow or failed answers that a judgement
+   * leaves out: the origin is judged by the answers of the clients beyond
+   * them, unless they are all the clients there are. No client, and no set
+   * of this many, can then move the limit for everyone; an origin slow for
+   * every client is still seen.
+   */
+  leaveOut: number;
+  /**
    * How far over its allowed share a count must be to be a breach, in
    * standard deviations of a binomial count at that share: a few slow
    * requests among few answers are chance, not an unhealthy origin.
@@ -89,6 +97,7 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   cutShallowest: 0.9,
   raiseBinding: 1.1,
   raiseIdle: 2,
+  leaveOut: 5,
   z: 2,
 };
 
@@ -139,6 +148,8 @@ export type Health = {
   binding: boolean;
   /** The busiest client's count as a share of the configured limit. */
   peak: number;
+  /** How many client keys' answers were left out of `answered`, `slowShare` and `errorShare` (see {@link withoutWorst}). */
+  leftOut: number;
 };
 
 /** What a report led to. */
@@ -156,21 +167,56 @@ export type Step =
 export const breaches = (count: number, n: number, share: number, z: number): boolean =>
   count > n * share + z * Math.sqrt(n * share * (1 - share));
 
-/** The window's health against the target. */
-export function judge(window: HealthCounts, target: ControlTarget, z: number): Health {
-  const n = window.answered;
-  const slowShare = n === 0 ? 0 : window.slow / n;
-  const errorShare = n === 0 ? 0 : window.errors / n;
+/**
+ * The window's health against the target. Its slow and failed answers are
+ * judged without those of the `leaveOut` client keys with the most of them,
+ * unless those keys are all the answers there are: a few clients that see
+ * slow or failed answers while the rest do not are not an unhealthy origin.
+ * A client gone before its answer counts as neither success nor failure
+ * (it is left out of what the origin kept up with), unless the origin had
+ * already kept it longer than the target.
+ */
+export function judge(window: HealthCounts, target: ControlTarget, z: number, leaveOut = 0): Health {
+  const { answered: n, slow, errors, leftOut } = withoutWorst(window, leaveOut);
+  const slowShare = n === 0 ? 0 : slow / n;
+  const errorShare = n === 0 ? 0 : errors / n;
+  const sent = window.forwarded - window.gone;
   return {
     answered: n,
     slowShare,
     errorShare,
-    breached: breaches(window.slow, n, target.slowShare, z) || breaches(window.errors, n, target.errorShare, z),
-    keepingUp: window.forwarded === 0 ? 1 : (n - window.errors) / window.forwarded,
-    withinTarget: window.slow <= n * target.slowShare && window.errors <= n * target.errorShare,
+    breached: breaches(slow, n, target.slowShare, z) || breaches(errors, n, target.errorShare, z),
+    keepingUp: sent <= 0 ? 1 : (window.answered - window.errors - window.goneSlow) / sent,
+    withinTarget: slow <= n * target.slowShare && errors <= n * target.errorShare,
     binding: window.shed > 0,
     peak: window.peak,
+    leftOut,
   };
+}
+
+/**
+ * The window's answers, slow and failed counts without those of the `k` keys
+ * with the most slow or failed answers; the whole window's when nothing is
+ * left without them (those clients are all the traffic there is).
+ */
+export function withoutWorst(
+  window: HealthCounts,
+  k: number,
+): { answered: number; slow: number; errors: number; leftOut: number } {
+  const whole = { answered: window.answered, slow: window.slow, errors: window.errors, leftOut: 0 };
+  const worst = window.worst;
+  if (k <= 0 || worst === undefined || worst.length === 0) return whole;
+  let { answered, slow, errors } = whole;
+  let leftOut = 0;
+  for (const key of worst.slice(0, k)) {
+    if (badOf(key) === 0) break;
+    answered -= key[1];
+    slow -= key[2];
+    errors -= key[3];
+    leftOut++;
+  }
+  if (answered <= 0) return whole;
+  return { answered, slow: Math.max(0, slow), errors: Math.max(0, errors), leftOut };
 }
 
 const clamp = (factor: number, target: ControlTarget): number => Math.min(1, Math.max(target.minFactor, factor));
@@ -218,7 +264,7 @@ export function observe(
     }
     return { state: { ...state, window, windowStartMs }, step: { kind: "gathering" } };
   }
-  const health = judge(window, target, params.z);
+  const health = judge(window, target, params.z, params.leaveOut);
   const from = state.factor;
   const decided = next(from, health, params);
   const to = clamp(decided.to, target);
@@ -245,7 +291,7 @@ export const urgent = (
   counts: HealthCounts,
   target: ControlTarget,
   params: ControllerParams = CONTROLLER_PARAMS,
-): boolean => counts.answered >= params.urgentSamples && judge(counts, target, params.z).breached;
+): boolean => counts.answered >= params.urgentSamples && judge(counts, target, params.z, params.leaveOut).breached;
 
 /**
  * The limit a factor gives a configured `limit` (the rule's, a tier's or an

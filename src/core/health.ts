@@ -10,7 +10,7 @@ import { show } from "./show.ts";
 
 /** An adaptive rule's `adaptive` table as written. */
 export type AdaptiveInput = {
-  /** The origin's latency to stay under at `percentile`, from forwarding to the response's headers: `"250ms"`. */
+  /** The origin's latency to stay under at `percentile`, from the request's last byte forwarded to the response's headers: `"250ms"`. */
   latency: number | string;
   /** The percentile `latency` is for, from 50 to 99.9. Default 99. */
   percentile?: number;
@@ -123,16 +123,25 @@ export const slowShareOf = (target: Pick<HealthTarget, "percentile">): number =>
  * Counts of forwarded requests under one adaptive rule, over some time, as
  * isolates add them up. `answered` is every forwarded request whose outcome
  * is known; `slow` and `errors` are among them; `shed` were never forwarded.
+ * What a client does is not the origin's health: a request whose client
+ * hung up before the origin's headers is `gone`, neither a success nor a
+ * failure, unless the origin had already taken longer than the target
+ * since the request's last byte reached it (`goneSlow`: then it is known
+ * slow, and counted as answered and slow too).
  */
 export type HealthCounts = {
   /** Requests admitted and forwarded to the origin. */
   forwarded: number;
-  /** Forwarded requests with a known outcome: answered (any status), failed or given up. */
+  /** Forwarded requests with a known outcome: answered (any status), unreachable, or known slow when their client left. */
   answered: number;
-  /** Of those, slower than the target latency (to the response's headers), whatever their status. */
+  /** Of those, slower than the target latency (from the request's last byte to the response's headers), whatever their status. */
   slow: number;
-  /** Of those, failed: a 5xx, the origin unreachable, or given up. A fast failure is a failure, not a fast answer. */
+  /** Of those, failed: a 5xx, or the origin unreachable. A fast failure is a failure, not a fast answer. */
   errors: number;
+  /** Forwarded requests whose client hung up (or broke off its upload) before the origin's headers: not the origin's doing. */
+  gone: number;
+  /** Of `gone`, those the origin had already kept longer than the target: counted in `answered` and `slow` too. */
+  goneSlow: number;
   /** Requests refused only because of the reduction: admitted under the configured limit, refused under the current one. */
   shed: number;
   /**
@@ -141,24 +150,79 @@ export type HealthCounts = {
    * factor below which the reduction starts to refuse that client.
    */
   peak: number;
+  /**
+   * The client keys with the most slow or failed answers, each with its own
+   * counts, worst first (at most {@link MAX_WORST_KEYS}); left out when none
+   * had any. The controller judges the origin without the few worst (see
+   * `core/controller.ts`), so that no client, and no small set of them, moves
+   * the limit for everyone.
+   */
+  worst?: KeyCounts[];
 };
 
-export const noCounts = (): HealthCounts => ({ forwarded: 0, answered: 0, slow: 0, errors: 0, shed: 0, peak: 0 });
+/**
+ * One client key's answers: a short prefix of its object's name (the same
+ * in every isolate, and no client data), its answers, and how many of them
+ * were slow and failed.
+ */
+export type KeyCounts = [key: string, answered: number, slow: number, errors: number];
 
-/** The two added. */
-export const addCounts = (a: HealthCounts, b: HealthCounts): HealthCounts => ({
-  forwarded: a.forwarded + b.forwarded,
-  answered: a.answered + b.answered,
-  slow: a.slow + b.slow,
-  errors: a.errors + b.errors,
-  shed: a.shed + b.shed,
-  peak: Math.max(a.peak, b.peak),
+/** The most client keys a report, or a controller's window, keeps counts of. */
+export const MAX_WORST_KEYS = 16;
+
+/** A key's slow and failed answers together: how it ranks among the worst. */
+export const badOf = (k: KeyCounts): number => k[2] + k[3];
+
+export const noCounts = (): HealthCounts => ({
+  forwarded: 0,
+  answered: 0,
+  slow: 0,
+  errors: 0,
+  gone: 0,
+  goneSlow: 0,
+  shed: 0,
+  peak: 0,
 });
+
+/** The two added; their worst keys merged by key, the worst {@link MAX_WORST_KEYS} kept. */
+export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
+  const sum: HealthCounts = {
+    forwarded: a.forwarded + b.forwarded,
+    answered: a.answered + b.answered,
+    slow: a.slow + b.slow,
+    errors: a.errors + b.errors,
+    gone: a.gone + b.gone,
+    goneSlow: a.goneSlow + b.goneSlow,
+    shed: a.shed + b.shed,
+    peak: Math.max(a.peak, b.peak),
+  };
+  const worst = mergeWorst(a.worst, b.worst);
+  if (worst.length > 0) sum.worst = worst;
+  return sum;
+}
+
+/** Two lists of keys' counts merged by key, worst first, at most {@link MAX_WORST_KEYS}. */
+export function mergeWorst(a: readonly KeyCounts[] = [], b: readonly KeyCounts[] = []): KeyCounts[] {
+  if (b.length === 0) return a.slice(0, MAX_WORST_KEYS);
+  const byKey = new Map<string, KeyCounts>();
+  for (const k of [...a, ...b]) {
+    const had = byKey.get(k[0]);
+    byKey.set(k[0], had === undefined ? [k[0], k[1], k[2], k[3]] : [k[0], had[1] + k[1], had[2] + k[2], had[3] + k[3]]);
+  }
+  return worstFirst([...byKey.values()]);
+}
+
+/** Keys with any slow or failed answer, worst first, at most {@link MAX_WORST_KEYS}. */
+export const worstFirst = (keys: KeyCounts[]): KeyCounts[] =>
+  keys
+    .filter((k) => badOf(k) > 0)
+    .sort((x, y) => badOf(y) - badOf(x) || (x[0] < y[0] ? -1 : 1))
+    .slice(0, MAX_WORST_KEYS);
 
 /**
  * How one forwarded request counts: its status (0 when the origin could not
- * be reached or the request was given up) and how long it took to the
- * response's headers.
+ * be reached) and how long the origin took, from the request's last byte
+ * reaching it to the response's headers.
  */
 export function outcomeOf(
   target: Pick<HealthTarget, "latencyMs">,

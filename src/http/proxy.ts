@@ -7,6 +7,7 @@
 import type { Origin, OriginSecret } from "../config/origin.ts";
 import { logEvent } from "../observe/log.ts";
 import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
+import { clientClosedRequest } from "./refusals.ts";
 import { HOP_HEADER } from "./upstream.ts";
 
 const HOP_BY_HOP = [
@@ -88,12 +89,23 @@ export type Upstream = {
   secret?: OriginSecret | null | undefined;
 };
 
+/** How a request is forwarded, beside where. */
+export type ForwardOptions = {
+  /** Aborting it closes the connection to the origin at once (the request, or its response's body, is then cut short). */
+  signal?: AbortSignal | undefined;
+  /** The body to send instead of the request's own (the same bytes, passed on as they arrive: see upload.ts). */
+  body?: ReadableStream<Uint8Array> | null | undefined;
+  /** Whether the client broke its body off: then a failed fetch is the client's doing, not an unreachable origin. */
+  broke?: () => boolean;
+};
+
 /**
  * Forwards `request` upstream and returns its response, or a 502 problem
- * when it cannot be reached. Aborting `signal` closes the connection to the
- * origin at once (the request, or its response's body, is then cut short).
+ * when it cannot be reached. When the client hangs up, or breaks its body
+ * off, before the origin answers, the answer is the 499 nobody reads (it
+ * is not the origin's failure, and is not logged as one).
  */
-export async function forward(request: Request, upstream: Upstream, signal?: AbortSignal): Promise<Response> {
+export async function forward(request: Request, upstream: Upstream, options: ForwardOptions = {}): Promise<Response> {
   const webSocket = isWebSocketUpgrade(request.headers);
   const target = originUrl(request.url, upstream.origin);
   const headers = stripHopByHop(request.headers, webSocket, upstream.keyHeaders ?? NONE);
@@ -105,11 +117,12 @@ export async function forward(request: Request, upstream: Upstream, signal?: Abo
     response = await fetch(target, {
       method: request.method,
       headers,
-      body: request.body,
+      body: options.body === undefined ? request.body : options.body,
       redirect: "manual",
-      signal: signal ?? null,
+      signal: options.signal ?? null,
     });
   } catch (error) {
+    if (options.broke?.() || (request.signal as AbortSignal | undefined)?.aborted) return clientClosedRequest();
     logEvent(
       { event: "origin_unreachable", url: target, message: String((error as Error)?.message ?? error) },
       "error",

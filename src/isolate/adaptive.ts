@@ -11,6 +11,7 @@
  */
 import type { Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
+import { contentLengthOf, passedOn } from "../http/upload.ts";
 import { type LimiterNamespace, reportHealth } from "../object/client.ts";
 import type { FactorAnswer } from "../object/controller-protocol.ts";
 import { type PlaceRequest, type RuleCheck, ruleCheckOf } from "../object/protocol.ts";
@@ -131,30 +132,86 @@ export function noteKnown(known: RuleRefusal[], context: ReportContext): void {
   }
 }
 
+/** How many characters of a key's object name a report names it by: enough to tell clients apart, no client data. */
+export const KEY_PREFIX_LENGTH = 16;
+
 /**
  * An admitted request forwarded under adaptive rules, watched until its
- * response's headers arrive ({@link answered}) or it is given up: each of
- * its rules counts it once.
+ * response's headers arrive ({@link answered}), or its client goes first
+ * ({@link gone}): each of its rules counts it once, under its client's key.
+ * The origin is timed from the request's last byte passed on to it (see
+ * {@link body}), so that a client slow to upload is not a slow origin.
  */
 export class HealthWatch {
-  private readonly reporters: HealthReporter[];
+  private readonly watched: { reporter: HealthReporter; key: string | undefined }[];
   private readonly context: ReportContext;
-  private readonly startedAtMs: number;
+  /** When the request's last byte went on to the origin so far: when it was forwarded, for a request with no body. */
+  private lastByteAtMs: number;
+  /** Whether its body is still on its way from the client. */
+  private uploading = false;
+  /** Whether its client broke its body off. */
+  private broken = false;
   private done = false;
 
-  constructor(reporters: HealthReporter[], context: ReportContext) {
-    this.reporters = reporters;
+  /** `keyOf`: the client key (a prefix of its object's name) each rule counted the request under, when known. */
+  constructor(reporters: HealthReporter[], context: ReportContext, keyOf: (ruleId: string) => string | undefined) {
+    this.watched = reporters.map((reporter) => ({ reporter, key: keyOf(reporter.ruleId) }));
     this.context = context;
-    this.startedAtMs = context.isolate.clock();
+    this.lastByteAtMs = context.isolate.clock();
   }
 
-  /** The origin answered with `status` (0: unreachable, or the client gave up first). Once; later calls do nothing. */
+  /**
+   * The request's body as the origin is to be sent it: passed on as it
+   * arrives, each piece noted, so that the origin is timed from the last
+   * one; null for a request without a body.
+   */
+  body(request: Request): ReadableStream<Uint8Array> | null {
+    const { body } = request;
+    if (body === null) return null;
+    this.uploading = true;
+    const { clock } = this.context.isolate;
+    return passedOn(body, contentLengthOf(request.headers), {
+      piece: () => {
+        this.lastByteAtMs = clock();
+      },
+      ended: () => {
+        this.lastByteAtMs = clock();
+        this.uploading = false;
+      },
+      broke: () => {
+        this.broken = true;
+      },
+    });
+  }
+
+  /** Whether the client broke its body off before it ended: whatever the origin's answer says then is the client's doing. */
+  get broke(): boolean {
+    return this.broken;
+  }
+
+  /** The origin answered with `status` (0: it could not be reached). Once; later calls do nothing. */
   answered(status: number): void {
     if (this.done) return;
     this.done = true;
-    const durationMs = this.context.isolate.clock() - this.startedAtMs;
-    for (const reporter of this.reporters) {
-      reporter.answered(status, durationMs);
+    const durationMs = this.context.isolate.clock() - this.lastByteAtMs;
+    for (const { reporter, key } of this.watched) {
+      reporter.answered(status, durationMs, key);
+      sendIfDue(reporter, this.context);
+    }
+  }
+
+  /**
+   * Its client hung up, or broke its upload off, before the origin's
+   * headers: neither a success nor a failure, unless the whole request had
+   * reached the origin and it had kept it longer than the target since.
+   * Once; later calls do nothing.
+   */
+  gone(): void {
+    if (this.done) return;
+    this.done = true;
+    const waitedMs = this.uploading || this.broken ? null : this.context.isolate.clock() - this.lastByteAtMs;
+    for (const { reporter, key } of this.watched) {
+      reporter.gone(waitedMs, key);
       sendIfDue(reporter, this.context);
     }
   }

@@ -19,12 +19,12 @@ import {
   tooManyRequests,
   tooManyRequestsParts,
 } from "../http/refusals.ts";
-import { HealthWatch, noteDecision, type ReportContext } from "./adaptive.ts";
+import { HealthWatch, KEY_PREFIX_LENGTH, noteDecision, type ReportContext } from "./adaptive.ts";
 import { type AfterContext, type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import type { InFlight } from "./effects.ts";
 import { knownReport, logKnown } from "./reports.ts";
-import type { KeyGroup, RuleRefusal, Settlement } from "./vocabulary.ts";
+import { type KeyGroup, nameOf, type RuleRefusal, type Settlement } from "./vocabulary.ts";
 
 export type Outcome =
   /**
@@ -43,9 +43,11 @@ export type Outcome =
       afterResponse?: AfterResponse;
       inFlight?: InFlight;
       /**
-       * The request is forwarded under adaptive rules: call `answered` with
-       * the origin's status when its response's headers arrive (0 when the
-       * origin could not be reached, or the client gave up first).
+       * The request is forwarded under adaptive rules: forward the body
+       * `health.body(request)` gives, and call `answered` with the origin's
+       * status when its response's headers arrive (0 when the origin could
+       * not be reached), or `gone` when the client hangs up (or breaks its
+       * upload off) first.
        */
       health?: HealthWatch;
     }
@@ -63,6 +65,7 @@ export function allowed(
   context: AfterContext & ReportContext,
   heldMs?: number,
   inFlight?: InFlight,
+  places?: readonly { rule: string; name: string }[],
 ): Outcome {
   const now = rateLimitHeaders(headers.policies, headers.reports, context.settings.legacyHeaders);
   const watched = noteDecision(headers.reports, true, context);
@@ -76,7 +79,9 @@ export function allowed(
     headers: timing === undefined ? now : { ...now, "Server-Timing": timing },
   };
   if (inFlight !== undefined) outcome.inFlight = inFlight;
-  if (watched !== undefined) outcome.health = new HealthWatch(watched, context);
+  if (watched !== undefined) {
+    outcome.health = new HealthWatch(watched, context, (ruleId) => clientKeyOf(ruleId, groups, settlements, places));
+  }
   if (settlesAfter(groups)) {
     const after = afterResponse(groups, settlements, headers, context);
     outcome.afterResponse =
@@ -88,6 +93,23 @@ export function allowed(
           };
   }
   return outcome;
+}
+
+/**
+ * The client key a rule counted a request under, as a controller's report
+ * names it: a prefix of the key's object name (the same in every isolate).
+ */
+function clientKeyOf(
+  ruleId: string,
+  groups: KeyGroup[],
+  settlements: Settlement[],
+  places: readonly { rule: string; name: string }[] | undefined,
+): string | undefined {
+  const placed = places?.find((p) => p.rule === ruleId);
+  if (placed !== undefined) return placed.name.slice(0, KEY_PREFIX_LENGTH);
+  const i = groups.findIndex((group) => group.rules.some((rule) => rule.id === ruleId));
+  const name = i < 0 ? null : nameOf(settlements[i]!);
+  return name === null ? undefined : name.slice(0, KEY_PREFIX_LENGTH);
 }
 
 /**

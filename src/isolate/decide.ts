@@ -346,7 +346,8 @@ async function takePlaces(pending: Grouped, rated: Rated, options: DecideOptions
   }
   const inFlight = taken.length > 0 ? holdPlaces(taken, options) : undefined;
   const headers = { policies, reports };
-  return allowed(groups, settlements, headers, options, heldFor(settlements, places, startedAtMs, nowMs), inFlight);
+  const heldMs = heldFor(settlements, places, startedAtMs, nowMs);
+  return allowed(groups, settlements, headers, options, heldMs, inFlight, taken);
 }
 
 /** The places a request was given, as it holds them while in flight. */

@@ -13,17 +13,27 @@ import {
   addCounts,
   type HealthCounts,
   type HealthTarget,
+  type KeyCounts,
   LATENCY_BUCKETS,
   type LatencyPairs,
   latencyBucketOf,
+  mergeWorst,
   noCounts,
   outcomeOf,
   slowShareOf,
+  worstFirst,
 } from "../core/health.ts";
 import type { FactorAnswer, HealthReport } from "../object/controller-protocol.ts";
 
 /** A failed report is logged at most once per this many milliseconds, per rule and isolate. */
 export const REPORT_FAILURE_LOG_EVERY_MS = 60_000;
+
+/**
+ * The most client keys a reporter keeps counts of between reports: only
+ * keys that had a slow or failed answer are kept, so a flood of clients
+ * with fast answers takes none of the room.
+ */
+export const MAX_KEYS_COUNTED = 64;
 
 /** What the reporter needs of its rule: its id, its configured limit (or concurrency), and its target. */
 export type ReportedRule = { id: string; limit: number; adaptive: HealthTarget };
@@ -41,6 +51,8 @@ export class HealthReporter {
   private control: ControlTarget;
   private reportInMs = CONTROLLER_PARAMS.steadyReportMs;
   private counts: HealthCounts = noCounts();
+  /** Per client key that had a slow or failed answer since the last report: its answers since then. */
+  private keys = new Map<string, KeyCounts>();
   private readonly latency = new Array<number>(LATENCY_BUCKETS).fill(0);
   private latencyCount = 0;
   /** When the last report was sent; none yet: the first counts go at once. */
@@ -69,10 +81,10 @@ export class HealthReporter {
 
   /**
    * How a forwarded request ended: its status (0 when the origin could not
-   * be reached or the client gave up first) and how long it took to the
-   * response's headers.
+   * be reached), how long the origin took (from the request's last byte to
+   * the response's headers), and, when known, its client's key.
    */
-  answered(status: number, durationMs: number): void {
+  answered(status: number, durationMs: number, key?: string): void {
     const { slow, error } = outcomeOf(this.rule.adaptive, status, durationMs);
     const c = this.counts;
     c.answered++;
@@ -80,6 +92,36 @@ export class HealthReporter {
     if (error) c.errors++;
     this.latency[latencyBucketOf(Math.max(0, durationMs))]!++;
     this.latencyCount++;
+    if (key !== undefined) this.countKey(key, slow, error);
+  }
+
+  /**
+   * A forwarded request whose client hung up (or broke off its upload)
+   * before the origin's headers: neither a success nor a failure. When the
+   * origin had already kept it `waitedMs` past its last byte, longer than
+   * the target, it is known slow, and counts so.
+   */
+  gone(waitedMs: number | null, key?: string): void {
+    const c = this.counts;
+    c.gone++;
+    if (waitedMs === null || !outcomeOf(this.rule.adaptive, 200, waitedMs).slow) return;
+    c.goneSlow++;
+    c.answered++;
+    c.slow++;
+    if (key !== undefined) this.countKey(key, true, false);
+  }
+
+  /** One answer of a client key: kept once the key has had a slow or failed answer. */
+  private countKey(key: string, slow: boolean, error: boolean): void {
+    let counts = this.keys.get(key);
+    if (counts === undefined) {
+      if ((!slow && !error) || this.keys.size >= MAX_KEYS_COUNTED) return;
+      counts = [key, 0, 0, 0];
+      this.keys.set(key, counts);
+    }
+    counts[1]++;
+    if (slow) counts[2]++;
+    if (error) counts[3]++;
   }
 
   /** A request refused only because of the reduction. */
@@ -107,7 +149,11 @@ export class HealthReporter {
     if (sinceMs < this.reportInMs && !early) return null;
     const latency = this.takeLatency();
     const counts = this.counts;
+    // A failed report's worst keys came back into the counts: merged with those counted since.
+    const worst = mergeWorst(counts.worst, worstFirst([...this.keys.values()]));
+    if (worst.length > 0) counts.worst = worst;
     this.counts = noCounts();
+    this.keys = new Map();
     this.lastSentMs = nowMs;
     this.sending = { counts, latency, version: this.version };
     const { id, limit, adaptive } = this.rule;
@@ -136,6 +182,7 @@ export class HealthReporter {
     this.version = answer.version;
     // Counts gathered under the old factor are no evidence about the new one: the controller would ignore them.
     this.counts = noCounts();
+    this.keys = new Map();
     this.latency.fill(0);
     this.latencyCount = 0;
     return { changed: true, fell: answer.factor < from, from, to: answer.factor };

@@ -20,9 +20,12 @@ import {
   addLatency,
   type HealthCounts,
   type HealthTarget,
+  type KeyCounts,
   type LatencyPairs,
   latencyAt,
+  MAX_WORST_KEYS,
   slowShareOf,
+  worstFirst,
 } from "../core/health.ts";
 import { logEvent } from "../observe/log.ts";
 import {
@@ -49,19 +52,38 @@ const MODES: readonly ControllerMode[] = ["full", "reducing", "recovering"];
 /** A non-negative whole count, or 0: isolates are trusted, but a bug must not poison the controller. */
 const count = (n: unknown): number => (typeof n === "number" && Number.isSafeInteger(n) && n > 0 ? n : 0);
 
-/** The counts of a report, each a non-negative whole number (`peak` a finite share). */
+/** The counts of a report, each a non-negative whole number (`peak` a finite share), its worst keys well formed. */
 function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   const c = counts ?? {};
   const peak = typeof c.peak === "number" && Number.isFinite(c.peak) && c.peak > 0 ? c.peak : 0;
   const answered = count(c.answered);
-  return {
+  const gone = count(c.gone);
+  const clean: HealthCounts = {
     forwarded: count(c.forwarded),
     answered,
     slow: Math.min(answered, count(c.slow)),
     errors: Math.min(answered, count(c.errors)),
+    gone,
+    goneSlow: Math.min(gone, answered, count(c.goneSlow)),
     shed: count(c.shed),
     peak,
   };
+  const worst = cleanWorst(c.worst);
+  if (worst.length > 0) clean.worst = worst;
+  return clean;
+}
+
+/** A report's worst keys: each a short key and whole counts, slow and failed among its answers; at most as many as kept. */
+function cleanWorst(worst: unknown): KeyCounts[] {
+  if (!Array.isArray(worst)) return [];
+  const keys: KeyCounts[] = [];
+  for (const entry of worst.slice(0, MAX_WORST_KEYS)) {
+    if (!Array.isArray(entry) || typeof entry[0] !== "string" || entry[0].length === 0 || entry[0].length > 64)
+      continue;
+    const answered = count(entry[1]);
+    keys.push([entry[0], answered, Math.min(answered, count(entry[2])), Math.min(answered, count(entry[3]))]);
+  }
+  return worstFirst(keys);
 }
 
 /** Whether a reported target and limit are ones the rule parser could have given. */
@@ -236,6 +258,7 @@ export class ControllerBook {
             errorShare: round(step.health.errorShare),
             keepingUp: round(step.health.keepingUp),
             binding: step.health.binding,
+            ...(step.health.leftOut > 0 ? { leftOut: step.health.leftOut } : {}),
           }
         : {};
     logEvent(

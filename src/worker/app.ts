@@ -16,8 +16,9 @@ import { getOrCreate } from "../core/maps.ts";
 import { pathAsWritten, type RequestPath } from "../core/paths.ts";
 import { fail, ok, type Result } from "../core/result.ts";
 import { invalidConfigResponse } from "../http/problem.ts";
-import { forward, type Upstream } from "../http/proxy.ts";
+import { type ForwardOptions, forward, type Upstream } from "../http/proxy.ts";
 import { hasPassed, loopDetected } from "../http/upstream.ts";
+import type { HealthWatch } from "../isolate/adaptive.ts";
 import type { Outcome } from "../isolate/answers.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
@@ -82,12 +83,16 @@ hono.all("*", (c) => {
 });
 
 /** The origin's answer to `request`, or the invalid configuration's 500 when there is no upstream to forward to. */
-function forwarded(request: Request, upstream: Result<Upstream>, signal?: AbortSignal): Promise<Response> | Response {
+function forwarded(
+  request: Request,
+  upstream: Result<Upstream>,
+  options?: ForwardOptions,
+): Promise<Response> | Response {
   if (!upstream.ok) {
     logEvent({ event: "invalid_config", errors: upstream.errors }, "error");
     return invalidConfigResponse();
   }
-  return forward(request, upstream.value, signal);
+  return forward(request, upstream.value, options);
 }
 
 /** The Worker's `fetch`. */
@@ -169,14 +174,27 @@ async function answered(request: Request, outcome: Admission, upstream: Result<U
   const { health } = outcome;
   if (health !== undefined) watchHealth(request, health);
   try {
-    const response = await forwarded(request, upstream, origin?.signal);
-    health?.answered(response.status);
+    const options: ForwardOptions | undefined =
+      health === undefined && origin === undefined
+        ? undefined
+        : {
+            signal: origin?.signal,
+            ...(health === undefined ? {} : { body: health.body(request), broke: () => health.broke }),
+          };
+    const response = await forwarded(request, upstream, options);
+    if (health !== undefined) tell(health, request, response.status);
     return admitted(response, outcome, origin);
   } catch (error) {
     health?.answered(0);
     outcome.inFlight?.end("origin failed");
     return internalError(error);
   }
+}
+
+/** How the origin answered, to an adaptive rule's watch: not at all when the client went first (that is the client's doing). */
+function tell(health: HealthWatch, request: Request, status: number): void {
+  if (health.broke || (request.signal as AbortSignal | undefined)?.aborted) health.gone();
+  else health.answered(status);
 }
 
 /** What the Hono app answers an error it did not expect with: logged, and a plain 500. */

@@ -162,17 +162,27 @@ export const rateLimitWith = <E extends HonoEnv = any>(
       const { response } = outcome;
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
-    if (outcome.inFlight !== undefined) endOnHangUp(c.req.raw, outcome);
+    const request = c.req.raw;
+    if (outcome.inFlight !== undefined) endOnHangUp(request, outcome);
     const { health } = outcome;
-    if (health !== undefined) watchHealth(c.req.raw, health);
+    if (health !== undefined) {
+      watchHealth(request, health);
+      // The handler reads the body as it arrives: it is timed from the body's last byte, not the client's upload.
+      const body = health.body(request);
+      if (body !== null) c.req.raw = new Request(request, { body, duplex: "half" } as RequestInit);
+    }
     try {
       await next();
     } catch (error) {
-      health?.answered(0);
+      if (health !== undefined && (health.broke || request.signal?.aborted)) health.gone();
+      else health?.answered(0);
       outcome.inFlight?.end("origin failed");
       throw error;
     }
-    health?.answered(c.res.status);
+    if (health !== undefined) {
+      if (health.broke || request.signal?.aborted) health.gone();
+      else health.answered(c.res.status);
+    }
     const response = admitted(c.res, outcome);
     if (response === c.res) return;
     // Assigning a response to `c.res` makes Hono copy it and set every header of the old one on the copy;
@@ -244,15 +254,15 @@ export function endOnHangUp(
 }
 
 /**
- * Counts a request forwarded under adaptive rules as failed when its client
- * hangs up before the origin's headers arrive (with
- * `enable_request_signal`): it was given up, as a timeout is.
+ * Tells a request's adaptive rules when its client hangs up before the
+ * origin's headers arrive (with `enable_request_signal`): neither a success
+ * nor a failure of the origin (see {@link HealthWatch.gone}).
  */
 export function watchHealth(request: Request, health: HealthWatch): void {
   const signal = request.signal as AbortSignal | undefined;
   if (signal === undefined) return;
-  if (signal.aborted) health.answered(0);
-  else signal.addEventListener("abort", () => health.answered(0), { once: true });
+  if (signal.aborted) health.gone();
+  else signal.addEventListener("abort", () => health.gone(), { once: true });
 }
 
 /** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */

@@ -1,0 +1,184 @@
+/**
+ * No client steers an adaptive rule: the limit falls only while the origin
+ * is slow or failing. Through the Worker, its isolate and real Durable
+ * Objects, in front of the real origin, which answers in a few
+ * milliseconds: clients that take their time sending a body, or that hang
+ * up mid-upload, one or five of them, while a legitimate client sends
+ * steadily far below its limit. The factor stays 1, and the legitimate
+ * client gets only 200. Beside them, an origin that is truly slow for
+ * every client still cuts as fast as before.
+ */
+import { Hono } from "hono";
+import { afterAll, describe, expect, it } from "vitest";
+import type { RuleInput } from "../src/core/rules.ts";
+import { defaultIsolate } from "../src/isolate/isolate.ts";
+import { rateLimit } from "../src/lib.ts";
+import { readController } from "../src/object/client.ts";
+import type { Echo } from "./support/echo.ts";
+import { env } from "./support/env.ts";
+import { from, limiter, uniqueIp } from "./support/limiter.ts";
+import { expectRuntimeReports } from "./support/logs.ts";
+
+let rules = 0;
+const uniqueRule = (name: string) => `${name}-${++rules}-${Date.now()}`;
+
+/** The issue's rule, on a shorter clock: each client 600 a minute, the origin within 100 ms at the 99th percentile. */
+const rule = (id: string): RuleInput => ({
+  id,
+  limit: 600,
+  period: "1m",
+  key: ["ip"],
+  adaptive: { latency: "100ms", percentile: 99, errors: "5%" },
+});
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The factor this isolate applies to a rule, and the controller's. */
+async function factors(id: string): Promise<{ isolate: number; controller: number }> {
+  const view = await readController(env.RATE_LIMITER, id, 0, 5_000);
+  if (!view.ok) throw new Error(view.message);
+  return { isolate: defaultIsolate().adaptive.get(id)?.factor ?? 1, controller: view.value?.factor ?? 1 };
+}
+
+/** A body that sends its first byte at once and the second `ms` later: a client slow to upload. */
+function trickled(ms: number): ReadableStream<Uint8Array> {
+  return new ReadableStream({
+    async start(controller) {
+      controller.enqueue(new Uint8Array([123]));
+      await pause(ms);
+      controller.enqueue(new Uint8Array([125]));
+      controller.close();
+    },
+  });
+}
+
+/** A client that sends one byte and resets its connection `ms` later: its body fails, and its request is aborted. */
+function resetAfter(ms: number): { body: ReadableStream<Uint8Array>; signal: AbortSignal } {
+  const hangUp = new AbortController();
+  const body = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      controller.enqueue(new Uint8Array([123]));
+      await pause(ms);
+      hangUp.abort();
+      controller.error(new Error("connection reset by peer"));
+    },
+  });
+  return { body, signal: hangUp.signal };
+}
+
+type Attack = (send: ReturnType<typeof limiter>, ip: string) => Promise<unknown>;
+
+const attacks: [string, Attack][] = [
+  [
+    "a body trickled over 250 ms",
+    (send, ip) =>
+      send("/echo", { method: "POST", body: trickled(250), duplex: "half", ...from(ip) } as RequestInit).then((r) =>
+        r.arrayBuffer(),
+      ),
+  ],
+  [
+    "one byte, then a reset 50 ms later",
+    (send, ip) => {
+      const { body, signal } = resetAfter(50);
+      return send("/echo", { method: "POST", body, signal, duplex: "half", ...from(ip) } as RequestInit).then(
+        (r) => r.arrayBuffer(),
+        () => undefined,
+      );
+    },
+  ],
+];
+
+describe.concurrent("clients that cannot move an adaptive rule's limit", () => {
+  // The runtime reports each body broken off mid-upload (three lines each), though the Worker handles it.
+  afterAll(async () => {
+    expect(await expectRuntimeReports("connection reset by peer", "all")).toBeGreaterThan(0);
+  });
+
+  it.each(attacks.flatMap(([name, attack]) => [1, 5].map((keys) => [name, keys, attack] as [string, number, Attack])))(
+    "%s, from %i key(s), every 200 ms each: the factor stays 1 and a legitimate client gets only 200",
+    async (_name, keys, attack) => {
+      const id = uniqueRule("steer");
+      const send = limiter([rule(id)]);
+      const attackers = Array.from({ length: keys }, uniqueIp);
+      const legitimate = uniqueIp();
+      const statuses: number[] = [];
+      const startedAt = Date.now();
+      const attacking = (async () => {
+        while (Date.now() - startedAt < 4_000) {
+          await Promise.all([...attackers.map((ip) => attack(send, ip)), pause(200)]);
+        }
+      })();
+      // The legitimate client: 4 POSTs a second, bodies sent at once, far under 600 a minute.
+      while (Date.now() - startedAt < 4_500) {
+        const response = await send("/echo", { method: "POST", body: "{}", ...from(legitimate) });
+        await response.arrayBuffer();
+        statuses.push(response.status);
+        await pause(250);
+      }
+      await attacking;
+      expect(await factors(id)).toEqual({ isolate: 1, controller: 1 });
+      expect(statuses.length).toBeGreaterThan(10);
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    },
+  );
+});
+
+describe("a request forwarded under an adaptive rule", () => {
+  it.each([
+    ["with a Content-Length, keeps it", "fixed"],
+    ["sent in chunks, is passed on in chunks", "chunked"],
+  ])("passes its body on byte for byte: a body %s", async (_name, how) => {
+    const send = limiter([rule(uniqueRule("body"))]);
+    const bytes = new Uint8Array(200_000).map((_, i) => (i * 7) % 251);
+    const body =
+      how === "fixed"
+        ? bytes
+        : new ReadableStream<Uint8Array>({
+            start(controller) {
+              for (let at = 0; at < bytes.length; at += 50_000) controller.enqueue(bytes.slice(at, at + 50_000));
+              controller.close();
+            },
+          });
+    // As a client's request arrives: with the length it declared, if it declared one.
+    const declared: Record<string, string> = how === "fixed" ? { "content-length": String(bytes.length) } : {};
+    const init = { method: "POST", body, duplex: "half", ...from(uniqueIp(), declared) } as RequestInit;
+    const response = await send("/echo", init);
+    const echo = (await response.json()) as Echo;
+    expect(echo.bodyBytes).toBe(bytes.length);
+    expect(echo.bodySha256).toBe(await sha256(bytes));
+    const header = (name: string) => echo.headers.find(([n]) => n === name)?.[1];
+    if (how === "fixed") expect(header("content-length")).toBe(String(bytes.length));
+    else expect(header("transfer-encoding")).toBe("chunked");
+  });
+});
+
+describe("rateLimit() with an adaptive rule in your own Hono app", () => {
+  it("times your handler from the body's last byte: a client trickling its body does not move the limit", async () => {
+    const id = uniqueRule("library");
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.post("/echo", rateLimit({ rules: rule(id) }), async (c) => c.json({ read: (await c.req.text()).length }));
+    const call = (ip: string, init: RequestInit) =>
+      app.request("/echo", { method: "POST", ...init, headers: { "cf-connecting-ip": ip } }, env);
+    const attacker = uniqueIp();
+    const legitimate = uniqueIp();
+    const statuses: number[] = [];
+    const startedAt = Date.now();
+    while (Date.now() - startedAt < 3_500) {
+      const [trickle, plain] = await Promise.all([
+        call(attacker, { body: trickled(250), duplex: "half" } as RequestInit),
+        call(legitimate, { body: "{}" }),
+        pause(200),
+      ]);
+      expect(await trickle.json()).toEqual({ read: 2 });
+      await plain.arrayBuffer();
+      statuses.push(plain.status);
+    }
+    expect(await factors(id)).toEqual({ isolate: 1, controller: 1 });
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
+});
+
+async function sha256(bytes: Uint8Array): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return [...digest].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
