@@ -95,6 +95,25 @@ describe("a concurrency rule's place", () => {
     await next.arrayBuffer();
   });
 
+  it.each([
+    ["a plain request", {}],
+    ["a WebSocket handshake, before it is upgraded", { upgrade: "websocket", connection: "Upgrade" }],
+  ])("is freed at once when the client of %s hangs up before the origin has answered", async (_name, headers) => {
+    const rules = [{ id: "cap-slow", path: "/slow/*", concurrency: 1, key: ["ip"], place_timeout: "30s" }];
+    const { send, settledInUse } = worker(rules);
+    const ip = uniqueIp();
+    const hangUp = new AbortController();
+    // The origin takes 3 s to answer; the client gives up after 100 ms.
+    const waiting = send("/slow/3000", { ...from(ip, headers), signal: hangUp.signal }).catch(() => null);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await settledInUse("cap-slow", ip, 1)).toBe(1);
+    const hungUpAt = Date.now();
+    hangUp.abort();
+    expect(await settledInUse("cap-slow", ip, 0)).toBe(0);
+    expect(Date.now() - hungUpAt).toBeLessThan(1_000);
+    await waiting;
+  });
+
   it("is freed when the origin cannot be reached (502)", async () => {
     const { send, settledInUse } = worker(ONE, { ORIGIN_URL: downOriginUrl() });
     const ip = uniqueIp();

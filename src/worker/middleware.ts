@@ -240,10 +240,9 @@ export function endOnHangUp(
   const { inFlight } = outcome;
   const signal = request.signal as AbortSignal | undefined;
   if (inFlight === undefined || signal === undefined) return;
-  // A WebSocket's request is over once upgraded: the socket's close ends it.
-  if (request.headers.get("upgrade")?.toLowerCase() === "websocket") return;
   // Once its response is on its way, the response's end says when the client went, after the origin's body
-  // was cancelled: a place freed before would let another request reach the origin while this one is open there.
+  // was cancelled: a place freed before would let another request reach the origin while this one is open
+  // there. A WebSocket handshake is a request like any other until it is upgraded; then the socket's close ends it.
   const hungUp = () => {
     if (answering.has(inFlight)) return;
     origin?.abort(); // the origin sees the request go before its places do
