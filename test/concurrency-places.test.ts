@@ -1,5 +1,6 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { Override } from "../src/core/overrides.ts";
 import { parseRules } from "../src/core/rules.ts";
 import {
   acquirePlace,
@@ -177,6 +178,82 @@ describe("a request that may wait for a place (max_delay)", () => {
     await stub.release([ids[1]!]);
     await waits[1];
     expect(answers.map((a) => a.status)).toEqual(["acquired", "acquired"]);
+  });
+
+  describe("when an admin change comes while it waits (docs/per-client-limits.md, requests already waiting)", () => {
+    const override = (kind: Record<string, unknown>) =>
+      ({ expiresAtMs: null, note: "", updatedAtMs: T0, by: "t", ...kind }) as Override;
+    /** 3 places held, and two requests in line, each awaiting its answer; what each was answered, in order. */
+    async function lineOfTwo() {
+      fakeClock(T0);
+      const stub = freshObject();
+      const ids = placeIds(await acquireAll(stub, 3, waiting));
+      const tickets = await acquireAll(stub, 2, waiting);
+      const answered: string[] = [];
+      const waits = tickets.map((t, i) =>
+        stub.awaitPlace(t.status === "queued" ? t.ticketId : "").then((a) => {
+          answered.push(`#${i + 1} ${a.status}`);
+          return a;
+        }),
+      );
+      await stub.renew([]); // calls from one stub arrive in order: both wait now
+      return { stub, ids, waits, answered };
+    }
+
+    it.each([
+      ["unlimited", { kind: "unlimited" }],
+      ["a raise to 5", { kind: "limit", limit: 5 }],
+    ])("%s: both get a place at once, in the order they came", async (_name, kind) => {
+      const { stub, waits, answered } = await lineOfTwo();
+      await stub.setOverride("ai", override(kind), 1);
+      await Promise.all(waits);
+      expect(answered).toEqual(["#1 acquired", "#2 acquired"]);
+    });
+
+    it("a raise to 4: the first gets a place at once, the second waits on", async () => {
+      const { stub, ids, waits, answered } = await lineOfTwo();
+      await stub.setOverride("ai", override({ kind: "limit", limit: 4 }), 1);
+      await waits[0];
+      expect(answered).toEqual(["#1 acquired"]);
+      await stub.release([ids[0]!]);
+      await waits[1];
+      expect(answered).toEqual(["#1 acquired", "#2 acquired"]);
+    });
+
+    it("a lower limit of 2: a freed place goes to nobody while 2 or more are held", async () => {
+      const { stub, ids, waits, answered } = await lineOfTwo();
+      await stub.setOverride("ai", override({ kind: "limit", limit: 2 }), 1);
+      await stub.release([ids[0]!]); // 2 held: none free under the new limit
+      await stub.renew([]);
+      expect(answered).toEqual([]);
+      await stub.release([ids[1]!]); // 1 held: the first in line goes
+      await waits[0];
+      expect(answered).toEqual(["#1 acquired"]);
+      await stub.release([ids[2]!]);
+      await Promise.all(waits);
+      expect(answered).toEqual(["#1 acquired", "#2 acquired"]);
+    });
+
+    it("a deny: both are refused at once, denied, and a place freed later goes to nobody in that line", async () => {
+      const { stub, ids, waits } = await lineOfTwo();
+      await stub.setOverride("ai", override({ kind: "deny" }), 1);
+      for (const answer of await Promise.all(waits)) {
+        expect(answer).toMatchObject({ status: "refused", override: "deny" });
+      }
+      // The places held finish: their requests are in flight.
+      expect(await stub.release(ids)).toMatchObject({ released: ids });
+      expect(await stub.peekPlaces("ai", waiting)).toMatchObject({ inUse: 0, waiting: 0, override: "deny" });
+    });
+
+    it("another rule's change leaves it waiting", async () => {
+      const { stub, ids, waits, answered } = await lineOfTwo();
+      await stub.setOverride("other", override({ kind: "unlimited" }), 1);
+      await stub.renew([]);
+      expect(answered).toEqual([]);
+      await stub.release(ids);
+      await Promise.all(waits);
+      expect(answered).toEqual(["#1 acquired", "#2 acquired"]);
+    });
   });
 
   it("is refused at its deadline when no place frees, and the object's timer answers it then", async () => {

@@ -363,29 +363,42 @@ describe("held: a wait with no call, until the turn the object booked", () => {
   it("goes when the object says its turn has come (cancellations ahead moved it up), with the receipts of its turn", () => {
     const { gate, visit } = heldAt(700, 40);
     const moved = { ...RECEIPT, bucket: 2 };
-    const step = gate.turned(visit, { status: "turn", nowMs: 5_300, atMs: 5_300, counted: [moved] }, 340);
+    const step = gate.turned(visit, { status: "turn", nowMs: 5_300, atMs: 5_300, counted: [moved] }, 340, 1_340);
     expect(endOf(step)).toMatchObject({ by: "turn", held: { bookingId: "booking-1" }, counted: [moved] });
   });
 
   it("goes at its own timer when the object's answer has not come (the call never lands): its receipts are still to come", () => {
     const { gate, visit } = heldAt(700, 40);
-    expect(endOf(gate.turned(visit, null, 740))).toMatchObject({ by: "turn", counted: null });
+    expect(endOf(gate.turned(visit, null, 740, 1_740))).toMatchObject({ by: "turn", counted: null });
   });
 
-  it.each([
-    ["the object's answer says no such booking", { status: "unknown", nowMs: 5_100 } as const],
-    ["the call to await its turn failed", "failed" as const],
-    ["it woke early for no reason", null],
-  ])("never goes early: when %s, it sleeps on to its own timer, without asking again", (_, answer) => {
+  it("never goes early: woken for no reason, it sleeps on to its own timer, without asking again", () => {
     const { gate, visit } = heldAt(700, 40);
-    expect(gate.turned(visit, answer, 100)).toEqual({
+    expect(gate.turned(visit, null, 100, 1_100)).toEqual({
       do: "hold",
       untilMs: 740,
       ask: false,
       bookingId: "booking-1",
       name: "object",
     });
-    expect(endOf(gate.turned(visit, answer, 740))).toMatchObject({ by: "turn", counted: null });
+    expect(endOf(gate.turned(visit, null, 740, 1_740))).toMatchObject({ by: "turn", counted: null });
+  });
+
+  it("when the call to await its turn failed (the object restarted), claims its booking again, once; then sleeps on to its own timer", () => {
+    const { gate, visit } = heldAt(700, 40);
+    const again = { do: "hold", untilMs: 740, bookingId: "booking-1", name: "object" };
+    expect(gate.turned(visit, "failed", 100, 1_100)).toEqual({ ...again, ask: true });
+    expect(gate.turned(visit, "failed", 120, 1_120)).toEqual({ ...again, ask: false });
+    expect(endOf(gate.turned(visit, null, 740, 1_740))).toMatchObject({ by: "turn", counted: null });
+  });
+
+  it("when the object no longer has its booking (an admin change withdrew it, or nobody claimed it in time), decides again by a deadline of its own: never goes uncounted", () => {
+    const { gate, visit } = heldAt(700, 40);
+    const unknown = { status: "unknown", nowMs: 5_100 } as const;
+    expect(gate.turned(visit, unknown, 100, 1_100)).toEqual({ do: "call", deadlineMs: 1_100 });
+    expect(visit.at.at).toBe("calling");
+    // Its new call answers as any: held again (at the end of the line), or refused (a deny).
+    expect(gate.called(visit, heldCall(700), 130)).toMatchObject({ do: "hold", ask: true, untilMs: 830 });
   });
 
   it("a client that hangs up while held gives its booking back at once, and is not woken again: its next step ends it", () => {
@@ -394,7 +407,7 @@ describe("held: a wait with no call, until the turn the object booked", () => {
     expect(woken.times).toBe(0);
     // The late answer of its turn (the object counted it meanwhile) changes nothing: its booking went back.
     const late: TurnAnswer = { status: "turn", nowMs: 5_700, atMs: 5_700, counted: [RECEIPT] };
-    expect(endOf(gate.turned(visit, late, 740))).toEqual({ by: "gone" });
+    expect(endOf(gate.turned(visit, late, 740, 1_740))).toEqual({ by: "gone" });
   });
 
   it("a client that hangs up while its call is on its way: when the call comes back held, the booking goes back", () => {
@@ -410,7 +423,7 @@ describe("held: a wait with no call, until the turn the object booked", () => {
 
   it("is never a refusal: a held answer is not an answer step, and what it reports is its admission at its turn", () => {
     const { gate, visit } = heldAt(700, 40);
-    const step = gate.turned(visit, null, 740);
+    const step = gate.turned(visit, null, 740, 1_740);
     if (step.do !== "done" || step.end.by !== "turn") throw new Error("expected its turn");
     expect(step.end.call.outcome.result.verdicts[0]).toMatchObject({ allowed: true, ruleAllows: true });
   });
@@ -420,7 +433,7 @@ describe("held: a wait with no call, until the turn the object booked", () => {
     expect(() => gate.woke(visit, 100)).toThrow(/woke while held/);
     const other = arrive(1_000);
     gate.enter(other.visit, 0);
-    expect(() => gate.turned(other.visit, null, 0)).toThrow(/turned while calling/);
+    expect(() => gate.turned(other.visit, null, 0, 1_000)).toThrow(/turned while calling/);
   });
 });
 

@@ -1,5 +1,6 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { Override } from "../src/core/overrides.ts";
 import type { CheckResult, RuleCheck, TurnAnswer } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
@@ -48,10 +49,24 @@ const realMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const outcome = (r: CheckResult) => (r.held ? `held ${r.held.atMs - T0}` : r.allowed ? "admitted" : "refused");
 
-/** `n` checks in a row, each able to hold. */
-async function burst(stub: DurableObjectStub<RateLimiter>, rules: RuleCheck[], n: number) {
+/**
+ * A held request's caller claims its booking at once, as an isolate does: it
+ * awaits its turn (the call stays open until then). A booking nobody claims
+ * within 5 s is taken to be a request that no longer exists.
+ */
+const claim = (stub: DurableObjectStub<RateLimiter>, result: CheckResult): void => {
+  // Its call may end with the object (an eviction, an abort): the caller would claim again, as below.
+  if (result.held) stub.awaitTurn(result.held.bookingId).catch(() => undefined);
+};
+
+/** `n` checks in a row, each able to hold; each held one claimed by its caller unless `claimed` is false. */
+async function burst(stub: DurableObjectStub<RateLimiter>, rules: RuleCheck[], n: number, claimed = true) {
   const results: CheckResult[] = [];
-  for (let i = 0; i < n; i++) results.push(await stub.check(rules, { hold: true }));
+  for (let i = 0; i < n; i++) {
+    const result = await stub.check(rules, { hold: true });
+    if (claimed) claim(stub, result);
+    results.push(result);
+  }
   return results;
 }
 
@@ -260,15 +275,16 @@ describe("a held request's turn", () => {
     await stub.check([smooth()], { hold: true });
     await stub.check([smooth()], { hold: true });
     const held = (await stub.check([smooth()], { hold: true })).held!;
-    vi.setSystemTime(T0 + 5_000);
-    expect(await stub.awaitTurn(held.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 1_001, nowMs: T0 + 5_000 });
-    expect(await stub.awaitTurn("no-such-booking")).toEqual({ status: "unknown", nowMs: T0 + 5_000 });
+    // Its caller comes for it late, though within the 5 s a booking waits to be claimed.
+    vi.setSystemTime(T0 + 4_999);
+    expect(await stub.awaitTurn(held.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 1_001, nowMs: T0 + 4_999 });
+    expect(await stub.awaitTurn("no-such-booking")).toEqual({ status: "unknown", nowMs: T0 + 4_999 });
   });
 
-  it("is counted at its instant even when nobody awaits it: the next call counts it there first", async () => {
+  it("is counted at its instant even when nobody awaits it yet: the next call counts it there first", async () => {
     fakeClock(T0);
     const stub = freshObject();
-    await burst(stub, [smooth()], 3); // the third held for 1 001 ms
+    await burst(stub, [smooth()], 3, false); // the third held for 1 001 ms, its caller not there yet
     vi.setSystemTime(T0 + 1_200);
     // Prev second's 2 weigh 2 × 0.8 = 1.6, and the held one counts 1 in this second: 2.6, over the limit.
     expect((await stub.peek([smooth()])).verdicts[0]!.weighted).toBeCloseTo(2.6, 9);
@@ -350,7 +366,8 @@ describe("bookings survive", () => {
   it("eviction: the object reloads them, counts them at their turns, and queues new requests behind them", async () => {
     fakeClock(T0);
     const stub = freshObject();
-    const results = await burst(stub, [smooth()], 4);
+    // Their callers' calls end with the eviction; each claims its booking again (below, the one that asks).
+    const results = await burst(stub, [smooth()], 4, false);
     await evictDurableObject(stub);
     expect(outcome(await stub.check([smooth()], { hold: true }))).toBe("held 2001");
     vi.setSystemTime(T0 + 1_600);
@@ -389,6 +406,147 @@ describe("bookings survive", () => {
   });
 });
 
+describe("an admin change meets held requests (docs/per-client-limits.md, requests already waiting)", () => {
+  const override = (kind: Record<string, unknown>) =>
+    ({ expiresAtMs: null, note: "", updatedAtMs: T0, by: "t", ...kind }) as Override;
+  /** 1 a second, held up to 10 s: 1 admitted, and 4 held at 1 001, 2 001, 3 001 and 4 001 ms, each awaiting its turn. */
+  async function fourHeld() {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 1, maxDelayMs: 10_000 });
+    const results = await burst(stub, [rule], 5, false);
+    const answered: string[] = [];
+    const turns = results.slice(1).map((r, i) =>
+      stub.awaitTurn(r.held!.bookingId).then((answer) => {
+        answered.push(`#${i + 1} ${answer.status}`);
+        return answer;
+      }),
+    );
+    await stub.peek([rule]); // the claims have arrived
+    return { stub, rule, turns, answered };
+  }
+
+  it("a raise moves them up at once, in the order they came, before any request that comes after it", async () => {
+    const { stub, rule, turns, answered } = await fourHeld();
+    vi.setSystemTime(T0 + 10);
+    await stub.setOverride("smooth", override({ kind: "limit", limit: 10 }), 1);
+    const later = await stub.check([rule], { hold: true });
+    const answers = await Promise.all(turns);
+    expect(answered).toEqual(["#1 turn", "#2 turn", "#3 turn", "#4 turn"]);
+    for (const answer of answers) expect(answer).toMatchObject({ status: "turn", atMs: T0 + 10 });
+    // The later request is decided on the counts of all five before it: 4 of 10 left after it.
+    expect(later).toMatchObject({ allowed: true });
+    expect(later.verdicts[0]).toMatchObject({ remaining: 4 });
+  });
+
+  it("a lower limit leaves the turns they were given", async () => {
+    const { stub, turns } = await fourHeld();
+    vi.setSystemTime(T0 + 10);
+    await stub.setOverride("smooth", override({ kind: "limit", limit: 1 }), 1);
+    expect(await storedBookings(stub)).toEqual([1_001, 2_001, 3_001, 4_001].map((atMs) => ({ atMs, counted: false })));
+    vi.setSystemTime(T0 + 5_000);
+    await stub.peek([smooth()]);
+    expect((await Promise.all(turns)).map((t) => t.status === "turn" && t.atMs - T0)).toEqual([
+      1_001, 2_001, 3_001, 4_001,
+    ]);
+  });
+
+  it.each([
+    ["unlimited: nothing counts them under the rule", { kind: "unlimited" }],
+    ["a reset: the client is as one never seen", null],
+  ])("%s; they go at once, counted nowhere", async (_name, kind) => {
+    const { stub, rule, turns } = await fourHeld();
+    vi.setSystemTime(T0 + 10);
+    if (kind === null) await stub.reset(["smooth"]);
+    else await stub.setOverride("smooth", override(kind), 1);
+    for (const answer of await Promise.all(turns)) {
+      expect(answer).toMatchObject({ status: "turn", atMs: T0 + 10, counted: [null] });
+    }
+    if (kind === null) expect((await stub.peek([rule])).verdicts[0]!.weighted).toBe(0);
+  });
+
+  it("a deny withdraws them at once: each caller is told its booking is gone, and decides again (and is refused)", async () => {
+    const { stub, rule, turns } = await fourHeld();
+    vi.setSystemTime(T0 + 10);
+    await stub.setOverride("smooth", override({ kind: "deny" }), 1);
+    for (const answer of await Promise.all(turns)) expect(answer).toMatchObject({ status: "unknown" });
+    expect(await storedBookings(stub)).toEqual([]);
+    const again = await stub.check([rule], { hold: true });
+    expect(again).toMatchObject({ allowed: false });
+    expect(again.verdicts[0]).toMatchObject({ override: "deny" });
+    expect(again.held).toBeUndefined();
+  });
+
+  it("another rule's change leaves them alone", async () => {
+    const { stub, turns } = await fourHeld();
+    vi.setSystemTime(T0 + 10);
+    await stub.setOverride("other", override({ kind: "deny" }), 1);
+    expect((await storedBookings(stub)).map((b) => b.atMs)).toEqual([1_001, 2_001, 3_001, 4_001]);
+    vi.setSystemTime(T0 + 5_000);
+    await stub.peek([smooth()]);
+    expect((await Promise.all(turns)).map((t) => t.status)).toEqual(["turn", "turn", "turn", "turn"]);
+  });
+});
+
+describe("bookings nobody claims (their requests died with an isolate, or in a crash)", () => {
+  it("after a crash, go 5 s after the object's restart unless their callers claim them again: the next request moves up, and they count nowhere", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 1, maxDelayMs: 10_000 });
+    // 1 admitted, 6 held at 1 001 … 6 001 ms, whose isolates die with every object in a kill.
+    await burst(stub, [rule], 7, false);
+    await abortAllDurableObjects();
+    const again = env.RATE_LIMITER.get(stub.id);
+    vi.setSystemTime(T0 + 100);
+    const next = await again.check([rule], { hold: true });
+    expect(outcome(next)).toBe("held 7001");
+    claim(again, next);
+    await again.peek([rule]); // calls from one stub arrive in order: the claim has
+    // 5 s after the restart (its first call, at 100 ms), nobody came back for the six: they go.
+    vi.setSystemTime(T0 + 5_100);
+    expect(await again.awaitTurn(next.held!.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 5_100 });
+    // In the window now: only the request that moved up; the six dead ones counted nowhere.
+    expect((await again.peek([rule])).verdicts[0]!.weighted).toBeCloseTo(1, 9);
+    expect(await storedBookings(again)).toEqual([{ atMs: 5_100, counted: true }]);
+  });
+
+  it("after a restart, stay when their callers claim them again within 5 s, and come at their turns", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 1, maxDelayMs: 10_000 });
+    const results = await burst(stub, [rule], 3, false);
+    await evictDurableObject(stub);
+    vi.setSystemTime(T0 + 100);
+    const turn = stub.awaitTurn(results[2]!.held!.bookingId); // its caller's call was cut: it asks again
+    await stub.peek([rule]);
+    vi.setSystemTime(T0 + 4_000);
+    expect(await stub.awaitTurn(results[1]!.held!.bookingId)).toMatchObject({ status: "turn", atMs: T0 + 1_001 });
+    vi.setSystemTime(T0 + 6_000);
+    expect(await turn).toMatchObject({ status: "turn", atMs: T0 + 2_001 });
+    expect(await storedBookings(stub)).toEqual([
+      { atMs: 1_001, counted: true },
+      { atMs: 2_001, counted: true },
+    ]);
+  });
+
+  it("in the object's lifetime: one nobody claims within 5 s of its booking is counted at its turn, then given back", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 2, periodMs: 4_000 });
+    // 2 admitted at 0; the third held until 4 001 ms; its caller never comes.
+    const [, , held] = await burst(stub, [rule], 3, false);
+    expect(outcome(held!)).toBe("held 4001");
+    vi.setSystemTime(T0 + 4_500);
+    // Counted at its turn: 2 × (1 − 0.125) + 1.
+    expect((await stub.peek([rule])).verdicts[0]!.weighted).toBeCloseTo(2.75, 9);
+    vi.setSystemTime(T0 + 5_000);
+    // Unclaimed 5 s after its booking: given back. 2 × 0.75 + 0.
+    expect((await stub.peek([rule])).verdicts[0]!.weighted).toBeCloseTo(1.5, 9);
+    expect(await storedBookings(stub)).toEqual([]);
+    expect(await stub.awaitTurn(held!.held!.bookingId)).toMatchObject({ status: "unknown" });
+  });
+});
+
 describe("a burst for one key against 10 per second, held up to 5 s, with a quarter of the held hanging up", () => {
   it.each([
     { mode: "the seeds' window", over: {} },
@@ -409,6 +567,7 @@ describe("a burst for one key against 10 per second, held up to 5 s, with a quar
       sent += n;
       const results = await Promise.all(Array.from({ length: n }, () => stub.check([rule], { hold: true })));
       for (const r of results) {
+        claim(stub, r);
         if (r.held) held.push({ bookingId: r.held.bookingId, atMs: r.held.atMs });
         else if (r.allowed) admitted.push({ atMs: r.nowMs, cost: 1 });
         else {
@@ -472,6 +631,7 @@ describe("held requests beside a rule without a delay that other requests count 
         const both = Array.from({ length: next(4) }, () => stub.check([held, beside], { hold: true }));
         const alone = Array.from({ length: next(4) }, () => stub.check([beside], { hold: true }));
         for (const r of await Promise.all(both)) {
+          claim(stub, r);
           if (r.held) bookings.push(r.held.bookingId);
           else if (r.allowed) {
             inHeld.push({ atMs: r.nowMs, cost: 1 });

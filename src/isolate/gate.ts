@@ -57,8 +57,12 @@ import type { AnsweredCall, Cancel, Failure, KeyCall, Landing, Settlement } from
 
 /** What a request at the gate does next. */
 export type Step =
-  /** Call the object alone, then report with {@link Gate.called}. */
-  | { do: "call" }
+  /**
+   * Call the object alone, then report with {@link Gate.called}; by
+   * `deadlineMs` when given (a held request deciding again, long after its
+   * own deadline), else by the request's own.
+   */
+  | { do: "call"; deadlineMs?: number }
   /** Sleep on a timer of its own until `untilMs` (a landing wakes it earlier: {@link Visit.wake}), then report with {@link Gate.woke}. */
   | { do: "wait"; untilMs: number }
   /** Look for a lease unit or a known refusal, then report what was found with {@link Gate.tried}. */
@@ -145,7 +149,7 @@ export class Visit {
   giveUpAtMs = 0;
   /** Its client hung up. */
   gone = false;
-  /** For a place: it asked again once already, after the object forgot its ticket (a restart). */
+  /** It asked again once already: for a place, after the object forgot its ticket (a restart); held, after its claim's call failed. */
   askedAgain = false;
   /** For a place: how long past its deadline in line it waits for the object's answer (a call's timeout). */
   marginMs = 0;
@@ -300,8 +304,12 @@ export class Gate {
    * it came (its turn, or no such booking), "failed" if the call failed, or
    * null (its own timer). It goes at its turn as the object says it has
    * come, or at its own timer, whichever is first; never before either.
+   * When the object no longer has its booking (an admin change withdrew it,
+   * or it was dropped as unclaimed), it decides again, by `againByMs`; when
+   * the call failed (the object restarted), it claims its booking again,
+   * once.
    */
-  turned(visit: Visit, answer: TurnAnswer | "failed" | null, nowMs: number): Step {
+  turned(visit: Visit, answer: TurnAnswer | "failed" | null, nowMs: number, againByMs: number): Step {
     const { at } = visit;
     if (at.at !== "held") throw new Error(`gate: turned while ${at.at}`);
     // Gone: its booking was given back when it hung up (see hangUp).
@@ -310,8 +318,16 @@ export class Gate {
     if (answer !== null && answer !== "failed" && answer.status === "turn") {
       return this.end(visit, { do: "done", end: { by: "turn", call, held, counted: answer.counted } });
     }
+    if (answer !== null && answer !== "failed" && answer.status === "unknown") {
+      visit.at = CALLING;
+      return { do: "call", deadlineMs: againByMs };
+    }
     if (nowMs >= at.untilMs) return this.end(visit, { do: "done", end: { by: "turn", call, held, counted: null } });
-    // The object forgot the booking, or could not say: its own timer decides, as safely.
+    if (answer === "failed" && !visit.askedAgain) {
+      visit.askedAgain = true;
+      return { do: "hold", untilMs: at.untilMs, ask: true, bookingId: held.bookingId, name: at.name };
+    }
+    // The object could not say: its own timer decides, as safely.
     return { do: "hold", untilMs: at.untilMs, ask: false, bookingId: held.bookingId, name: at.name };
   }
 

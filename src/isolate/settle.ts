@@ -139,7 +139,7 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
             });
           }
           await sleep(visit, step.untilMs - clock());
-          step = gate.turned(visit, turnAnswer, clock());
+          step = gate.turned(visit, turnAnswer, clock(), clock() + ctx.settings.timeoutMs);
           break;
         case "wait":
           await sleep(visit, step.untilMs - clock());
@@ -149,7 +149,8 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
           step = gate.tried(visit, tryLocally(group, keys, clock()), clock());
           break;
         case "call": {
-          const call = callObject(group, gate, deadlineMs, { alone: true, refundableMs: visit.refundableMs }, ctx);
+          const callBy = step.deadlineMs ?? deadlineMs;
+          const call = callObject(group, gate, callBy, { alone: true, refundableMs: visit.refundableMs }, ctx);
           watch.calling = call;
           const answered = await call;
           watch.calling = null;

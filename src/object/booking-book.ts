@@ -21,9 +21,9 @@ import {
   tailsOf,
   turnOf,
 } from "../core/bookings.ts";
-import { bucketIndex, bucketStartMs } from "../core/sliding-window.ts";
+import { bucketIndex, bucketStartMs, type WindowLimit } from "../core/sliding-window.ts";
 import { Callers } from "./callers.ts";
-import type { Receipt, TurnAnswer } from "./protocol.ts";
+import type { Receipt, Refund, RuleCheck, TurnAnswer } from "./protocol.ts";
 
 /** A booking as stored: its counts, which rule of the check each was (`slots`), and, once counted, where. */
 export type HeldBooking = Booking & {
@@ -35,7 +35,26 @@ export type HeldBooking = Booking & {
   slots: number[];
   /** Where each rule's count was taken, once its turn came; null while ahead. */
   counted: (Receipt | null)[] | null;
+  /**
+   * For each count, its rule's check as the caller sent it, before any
+   * override or factor: an admin change to the client plans the booking
+   * again from it. Absent in bookings stored before it was kept.
+   */
+  checks?: RuleCheck[];
 };
+
+/**
+ * How long a booking waits to be claimed by its caller (a call awaiting its
+ * turn) from when it was booked, or from when the object loaded it after a
+ * restart, before it is taken to be a request that no longer exists (its
+ * isolate vanished, or the runtime was killed): then it is dropped, and
+ * its counts given back. A caller sends its claim as soon as it is told it
+ * is held, and again at once when a restart of the object cuts that call.
+ */
+export const CLAIM_WITHIN_MS = 5_000;
+
+/** How an admin change applies a rule to a held request: another window, no count at all, or a refusal. */
+export type Replanned = WindowLimit | "unlimited" | "deny";
 
 const SCHEMA = `CREATE TABLE IF NOT EXISTS bookings (
   id TEXT PRIMARY KEY,
@@ -44,7 +63,8 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS bookings (
   counts TEXT NOT NULL,
   rules INTEGER NOT NULL,
   slots TEXT NOT NULL,
-  counted TEXT
+  counted TEXT,
+  checks TEXT
 )`;
 
 /** A count stays in its row until its bucket and the `precision` after it have rotated out: then nothing is left to refund. */
@@ -54,6 +74,18 @@ function countedUntilMs(booking: Booking): number {
     until = Math.max(until, bucketStartMs(bucketIndex(booking.atMs, window) + window.precision + 1, window));
   }
   return until;
+}
+
+/** The id of the rule a row counts for (a row is named `id|period|precision`). */
+const ruleIdOf = (row: string): string => row.slice(0, row.indexOf("|"));
+
+/** What a counted booking took, to be given back: per count, its receipt and cost. */
+function refundsOf(booking: HeldBooking): Refund[] {
+  const counted = booking.counted ?? [];
+  return booking.counts.flatMap((count, k): Refund[] => {
+    const receipt = counted[booking.slots[k]!];
+    return receipt ? [{ receipt, count: count.window.cost ?? 1 }] : [];
+  });
 }
 
 /** The earliest turn of these bookings, or Infinity. */
@@ -82,6 +114,11 @@ export class BookingBook {
   private nextDueMs = Number.POSITIVE_INFINITY;
   /** When every booking's counts will have rotated out, or null: kept as bookings come, worked out again as they go. */
   private latestMs: number | null = null;
+  /**
+   * Bookings no caller has claimed yet (no call has awaited their turn since
+   * this object started), and by when one must: see {@link CLAIM_WITHIN_MS}.
+   */
+  private readonly unclaimed = new Map<string, number>();
 
   private readonly sql: SqlStorage;
 
@@ -89,9 +126,16 @@ export class BookingBook {
     this.sql = sql;
   }
 
-  /** Reads the stored bookings (the object's constructor calls it when the table exists). */
-  load(): void {
+  /**
+   * Reads the stored bookings (the object's constructor calls it when the
+   * table exists, at `nowMs`). None is claimed: the calls that awaited them
+   * ended with the object's last run.
+   */
+  load(nowMs: number): void {
     this.schemaReady = true;
+    if (!this.sql.exec("SELECT * FROM bookings LIMIT 0").columnNames.includes("checks")) {
+      this.sql.exec("ALTER TABLE bookings ADD COLUMN checks TEXT");
+    }
     const stored = this.sql.exec<Record<string, string | number | null>>("SELECT * FROM bookings ORDER BY seq");
     for (const row of stored) {
       const booking: HeldBooking = {
@@ -102,9 +146,14 @@ export class BookingBook {
         rules: Number(row.rules),
         slots: JSON.parse(String(row.slots)) as number[],
         counted: row.counted === null ? null : (JSON.parse(String(row.counted)) as (Receipt | null)[]),
+        ...(typeof row.checks === "string" ? { checks: JSON.parse(row.checks) as RuleCheck[] } : {}),
       };
       this.byId.set(booking.id, booking);
-      if (booking.counted === null) this.enqueue(booking);
+      // One counted before the restart was served or not: nobody can say, and its count stays.
+      if (booking.counted === null) {
+        this.enqueue(booking);
+        this.unclaimed.set(booking.id, nowMs + CLAIM_WITHIN_MS);
+      }
       this.lastSeq = Math.max(this.lastSeq, booking.seq);
     }
     this.latestMs = this.workOutLatest();
@@ -144,23 +193,25 @@ export class BookingBook {
     return turnOf(counts, nowMs, this.currentTails(stateOf), stateOf);
   }
 
-  /** Books a held request for its turn: stored, queued, counted into the tails. */
-  book(booking: Omit<HeldBooking, "seq" | "counted">, stateOf: StateOf): HeldBooking {
+  /** Books a held request for its turn, at `nowMs`: stored, queued, counted into the tails, to be claimed by its caller. */
+  book(booking: Omit<HeldBooking, "seq" | "counted">, nowMs: number, stateOf: StateOf): HeldBooking {
     const held: HeldBooking = { ...booking, seq: ++this.lastSeq, counted: null };
     const tails = this.currentTails(stateOf);
     countIn(tails, held, stateOf);
     this.byId.set(held.id, held);
     this.enqueue(held);
+    this.unclaimed.set(held.id, nowMs + CLAIM_WITHIN_MS);
     this.latestMs = Math.max(this.latestMs ?? 0, countedUntilMs(held));
     this.ensureSchema();
     this.sql.exec(
-      "INSERT INTO bookings (id, seq, at_ms, counts, rules, slots, counted) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+      "INSERT INTO bookings (id, seq, at_ms, counts, rules, slots, counted, checks) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
       held.id,
       held.seq,
       held.atMs,
       JSON.stringify(held.counts),
       held.rules,
       JSON.stringify(held.slots),
+      held.checks === undefined ? null : JSON.stringify(held.checks),
     );
     return held;
   }
@@ -196,17 +247,24 @@ export class BookingBook {
   cancel(id: string, nowMs: number, stateOf: StateOf): void {
     const booking = this.byId.get(id);
     if (booking === undefined || booking.counted !== null) return;
-    this.byId.delete(id);
-    this.ahead = this.ahead.filter((b) => b.id !== id);
-    this.unqueue(booking);
-    this.sql.exec("DELETE FROM bookings WHERE id = ?", id);
-    this.waiting.answer(id, { status: "unknown", nowMs });
+    this.withdraw(booking, nowMs);
     this.latestMs = this.workOutLatest();
     this.moveUp(nowMs, stateOf);
   }
 
+  /** Takes a booking ahead off the queue and out of storage; its callers are answered unknown (they decide again). */
+  private withdraw(booking: HeldBooking, nowMs: number): void {
+    this.byId.delete(booking.id);
+    this.unclaimed.delete(booking.id);
+    this.ahead = this.ahead.filter((b) => b !== booking);
+    this.unqueue(booking);
+    this.sql.exec("DELETE FROM bookings WHERE id = ?", booking.id);
+    this.waiting.answer(booking.id, { status: "unknown", nowMs });
+  }
+
   /** Forgets a counted booking (its counts were refunded). */
   forget(id: string): void {
+    this.unclaimed.delete(id);
     if (!this.byId.delete(id)) return;
     this.sql.exec("DELETE FROM bookings WHERE id = ?", id);
     this.latestMs = this.workOutLatest();
@@ -237,16 +295,123 @@ export class BookingBook {
 
   /** Awaits a booking's turn: answered when it is counted, or cancelled. The caller checks it is ahead. */
   wait(id: string): Promise<TurnAnswer> {
+    this.claim(id);
     return this.waiting.wait(id);
   }
 
-  /** The earliest turn a caller awaits, or null: the one instant the object's timer must wake for. */
+  /** A caller claims its booking: it awaits its turn, or asks for it once come. */
+  claim(id: string): void {
+    this.unclaimed.delete(id);
+  }
+
+  /**
+   * The bookings no caller claimed in time, at `nowMs`: those ahead are
+   * withdrawn (the ones after them move up), and those counted already are
+   * forgotten, their counts returned as refunds for the object to take back.
+   */
+  dropUnclaimed(nowMs: number, stateOf: StateOf): Refund[] {
+    const refunds: Refund[] = [];
+    let withdrawn = false;
+    for (const [id, byMs] of [...this.unclaimed]) {
+      if (byMs > nowMs) continue;
+      this.unclaimed.delete(id);
+      const booking = this.byId.get(id);
+      if (booking === undefined) continue;
+      if (booking.counted === null) {
+        this.withdraw(booking, nowMs);
+        withdrawn = true;
+        continue;
+      }
+      refunds.push(...refundsOf(booking));
+      this.forget(id);
+    }
+    if (withdrawn) {
+      this.latestMs = this.workOutLatest();
+      this.moveUp(nowMs, stateOf);
+    }
+    return refunds;
+  }
+
+  /**
+   * An admin change to the client's rules `ruleIds`: each booking ahead
+   * that counts under one of them is planned again from its check, as a
+   * request now would be: under another limit (a raise moves it up, never
+   * later: a lowered limit leaves the turns already given), under no count
+   * at all (`unlimited`: its count under the rule is dropped), or refused
+   * (`deny`: withdrawn, and its caller decides again). Then the queue moves
+   * up, in order. A booking stored before checks were kept is left as it is.
+   */
+  replan(ruleIds: ReadonlySet<string>, planOf: (check: RuleCheck) => Replanned, nowMs: number, stateOf: StateOf): void {
+    for (const booking of [...this.ahead]) {
+      const { checks } = booking;
+      if (checks === undefined || !checks.some((check) => ruleIds.has(check.id))) continue;
+      const planned = checks.map((check) => (ruleIds.has(check.id) ? planOf(check) : null));
+      if (planned.includes("deny")) {
+        this.withdraw(booking, nowMs);
+        continue;
+      }
+      this.recount(booking, (count, k) => {
+        const plan = planned[k] as Exclude<Replanned, "deny"> | null | undefined;
+        if (plan === null || plan === undefined) return count.window;
+        return plan === "unlimited" ? null : plan;
+      });
+    }
+    this.latestMs = this.workOutLatest();
+    this.moveUp(nowMs, stateOf);
+  }
+
+  /**
+   * A reset of the client's rules `ruleIds` (null: all of them): the bookings ahead count under
+   * them no more (a reset forgets everything before it, held requests
+   * included: they go on as far as those rules are concerned). Then the
+   * queue moves up; a booking left with no count is due at once.
+   */
+  forgetRules(ruleIds: ReadonlySet<string> | null, nowMs: number, stateOf: StateOf): void {
+    const forgotten = (count: BookedCount) => ruleIds === null || ruleIds.has(ruleIdOf(count.row));
+    for (const booking of [...this.ahead]) {
+      if (!booking.counts.some(forgotten)) continue;
+      this.recount(booking, (count) => (forgotten(count) ? null : count.window));
+    }
+    this.latestMs = this.workOutLatest();
+    this.moveUp(nowMs, stateOf);
+  }
+
+  /** A booking ahead with each count's window as `windowOf` says (null: the count is dropped), stored. */
+  private recount(booking: HeldBooking, windowOf: (count: BookedCount, k: number) => WindowLimit | null): void {
+    this.unqueue(booking);
+    const keep: number[] = [];
+    const counts: BookedCount[] = [];
+    booking.counts.forEach((count, k) => {
+      const window = windowOf(count, k);
+      if (window === null) return;
+      keep.push(k);
+      counts.push(window === count.window ? count : { row: count.row, window });
+    });
+    booking.counts = counts;
+    booking.slots = keep.map((k) => booking.slots[k]!);
+    if (booking.checks !== undefined) booking.checks = keep.map((k) => booking.checks![k]!);
+    this.tally(booking);
+    this.sql.exec(
+      "UPDATE bookings SET counts = ?, slots = ?, checks = ? WHERE id = ?",
+      JSON.stringify(booking.counts),
+      JSON.stringify(booking.slots),
+      booking.checks === undefined ? null : JSON.stringify(booking.checks),
+      booking.id,
+    );
+  }
+
+  /**
+   * The earliest instant the object's timer must wake for, or null: a turn
+   * a caller awaits, or a claim that falls due while callers wait (a
+   * booking dropped then moves theirs up).
+   */
   nextWakeMs(): number | null {
     let next: number | null = null;
     for (const id of this.waiting.ids()) {
       const booking = this.byId.get(id);
       if (booking && booking.counted === null) next = Math.min(next ?? booking.atMs, booking.atMs);
     }
+    if (next !== null) for (const byMs of this.unclaimed.values()) next = Math.min(next, byMs);
     return next;
   }
 
@@ -276,6 +441,7 @@ export class BookingBook {
     this.waiting.answerAll({ status: "unknown", nowMs });
     this.ahead = [];
     this.byId.clear();
+    this.unclaimed.clear();
     this.perRow.clear();
     this.unitsPerRow.clear();
     this.tails = null;
@@ -292,6 +458,11 @@ export class BookingBook {
   private enqueue(booking: HeldBooking): void {
     this.ahead.push(booking);
     this.nextDueMs = Math.min(this.nextDueMs, booking.atMs);
+    this.tally(booking);
+  }
+
+  /** Adds a booking ahead to the counts per row. */
+  private tally(booking: HeldBooking): void {
     for (const { row, window } of booking.counts) {
       this.perRow.set(row, (this.perRow.get(row) ?? 0) + 1);
       this.unitsPerRow.set(row, (this.unitsPerRow.get(row) ?? 0) + (window.cost ?? 1));

@@ -45,8 +45,15 @@ const TICKETS = `CREATE TABLE IF NOT EXISTS tickets (
   timeout_ms INTEGER NOT NULL
 )`;
 
-/** What a request asks of a rule's places, once overrides have given its limit. */
-export type PlaceAsk = { limit: number; timeoutMs: number; maxDelayMs?: number; maxHeld: number };
+/**
+ * What a request asks of a rule's places, once overrides have given its
+ * limit; `check`, the rule as the caller asked, from which an admin change
+ * plans a waiting request again.
+ */
+export type PlaceAsk = { limit: number; timeoutMs: number; maxDelayMs?: number; maxHeld: number; check?: unknown };
+
+/** How an admin change applies a rule to a request waiting for a place: its number of places (Infinity: unlimited), or a refusal. */
+export type ReplannedPlaces = number | "deny";
 
 /** A place given to a waiting request, not collected yet: what `awaitPlace` answers it. */
 type Unclaimed = { rule: string; place: Place; free: number };
@@ -61,6 +68,10 @@ export class PlaceBook {
   private readonly unclaimed = new Map<string, Unclaimed>();
   /** Callers awaiting a place, by ticket. */
   private readonly waiting = new Callers<PlaceWait>();
+  /** Each waiting request's rule as it asked (see {@link PlaceAsk.check}), by ticket. */
+  private readonly checks = new Map<string, unknown>();
+  /** Tickets refused by an admin change (a deny) before their caller came for the answer. */
+  private readonly denied = new Set<string>();
   private schemaReady = false;
   private lastSeq = 0;
 
@@ -118,6 +129,7 @@ export class PlaceBook {
     }
     const ticket = { id: newId(), deadlineMs: nowMs + ask.maxDelayMs, limit: ask.limit, timeoutMs: ask.timeoutMs };
     this.commit(rule, line, enqueue(got.line, ticket));
+    if (ask.check !== undefined) this.checks.set(ticket.id, ask.check);
     return {
       status: "queued",
       nowMs,
@@ -129,6 +141,7 @@ export class PlaceBook {
 
   /** A ticket's place: at once if it has one, when one frees, or refused at its deadline; unknown if no such ticket. */
   wait(ticketId: string, nowMs: number, newId: () => string): PlaceWait | Promise<PlaceWait> {
+    if (this.denied.delete(ticketId)) return deniedAnswer(nowMs);
     const rule = this.ruleOf.get(ticketId);
     const ticket = rule === undefined ? undefined : this.lines.get(rule)?.tickets.find((t) => t.id === ticketId);
     if (rule !== undefined) this.serveLine(rule, nowMs, newId);
@@ -140,6 +153,7 @@ export class PlaceBook {
     const given = this.unclaimed.get(ticketId);
     if (given !== undefined) {
       this.unclaimed.delete(ticketId);
+      this.checks.delete(ticketId);
       this.sql.exec("UPDATE places SET ticket = NULL WHERE id = ?", given.place.id);
       if (liveAt([given.place], nowMs).length === 0) return { status: "unknown", nowMs };
       return acquired(given.place, given.free, nowMs);
@@ -153,6 +167,7 @@ export class PlaceBook {
     const given = this.unclaimed.get(ticketId);
     if (given !== undefined) {
       this.unclaimed.delete(ticketId);
+      this.checks.delete(ticketId);
       this.release([given.place.id], nowMs, newId);
       return "released";
     }
@@ -160,6 +175,7 @@ export class PlaceBook {
     const line = rule === undefined ? undefined : this.lines.get(rule);
     if (rule === undefined || line === undefined || !line.tickets.some((t) => t.id === ticketId)) return "unknown";
     this.commit(rule, line, withdraw(line, ticketId));
+    this.checks.delete(ticketId);
     this.waiting.answer(ticketId, { status: "unknown", nowMs });
     return "cancelled";
   }
@@ -192,6 +208,47 @@ export class PlaceBook {
     return this.release(held, nowMs, newId).released.length;
   }
 
+  /**
+   * An admin change to the client's rule: each request waiting in line is
+   * planned again from the rule as it asked, at once and in order. Denied,
+   * it is refused (a place already given to it and not collected goes back);
+   * otherwise it waits for a place under its new number, and is served at
+   * once where that leaves room. Places held stay held: their requests are
+   * in flight, and finish.
+   */
+  replan(rule: string, planOf: (check: never) => ReplannedPlaces, nowMs: number, newId: () => string): void {
+    const line = this.lines.get(rule);
+    if (line !== undefined && line.tickets.length > 0) {
+      const refused: string[] = [];
+      const tickets = line.tickets.flatMap((ticket): Ticket[] => {
+        const check = this.checks.get(ticket.id);
+        if (check === undefined) return [ticket];
+        const plan = planOf(check as never);
+        if (plan === "deny") {
+          refused.push(ticket.id);
+          return [];
+        }
+        return plan === ticket.limit ? [ticket] : [{ ...ticket, limit: plan }];
+      });
+      this.commit(rule, line, { places: line.places, tickets });
+      for (const id of refused) {
+        this.checks.delete(id);
+        if (this.waiting.has(id)) this.waiting.answer(id, deniedAnswer(nowMs));
+        else this.denied.add(id);
+      }
+      this.serveLine(rule, nowMs, newId);
+    }
+    // A place given to a request that has not collected it: under a deny, it goes back, and the request is refused.
+    for (const [ticketId, given] of [...this.unclaimed]) {
+      const check = this.checks.get(ticketId);
+      if (given.rule !== rule || check === undefined || planOf(check as never) !== "deny") continue;
+      this.unclaimed.delete(ticketId);
+      this.checks.delete(ticketId);
+      this.denied.add(ticketId);
+      this.release([given.place.id], nowMs, newId);
+    }
+  }
+
   /** Extends each place still held to `nowMs` plus its timeout; the rest are unknown (released, or taken back). */
   renew(placeIds: readonly string[], nowMs: number, newId: () => string): Renewal {
     const renewed: Renewal["renewed"] = [];
@@ -222,6 +279,7 @@ export class PlaceBook {
     for (const [ticketId, given] of [...this.unclaimed]) {
       if (given.place.expiresAtMs > nowMs) continue;
       this.unclaimed.delete(ticketId);
+      this.checks.delete(ticketId);
       this.ruleOf.delete(ticketId);
     }
   }
@@ -252,6 +310,8 @@ export class PlaceBook {
     this.lines.clear();
     this.ruleOf.clear();
     this.unclaimed.clear();
+    this.checks.clear();
+    this.denied.clear();
     this.schemaReady = false;
   }
 
@@ -263,6 +323,7 @@ export class PlaceBook {
     if (served.line.places.length === line.places.length && served.line.tickets.length === line.tickets.length) return;
     this.commit(rule, line, served.line);
     for (const ticket of served.lapsed) {
+      this.checks.delete(ticket.id);
       const inUse = liveAt(served.line.places, nowMs).length;
       // The places it waited for, which an override, a tier or a factor may have made other than the rule's.
       this.waiting.answer(ticket.id, {
@@ -283,6 +344,7 @@ export class PlaceBook {
   /** A place given to a ticket: to its caller if one awaits it, else kept for it. */
   private give(rule: string, { ticket, place, free }: Grant, nowMs: number): void {
     if (this.waiting.has(ticket.id)) {
+      this.checks.delete(ticket.id);
       this.waiting.answer(ticket.id, acquired(place, free, nowMs));
       return;
     }
@@ -361,6 +423,15 @@ export class PlaceBook {
     this.schemaReady = true;
   }
 }
+
+/** The answer to a request an admin change refused while it waited: denied. */
+const deniedAnswer = (nowMs: number): PlaceRefused => ({
+  status: "refused",
+  nowMs,
+  free: 0,
+  inUse: 0,
+  override: "deny",
+});
 
 const acquired = (place: Place, free: number, nowMs: number): PlaceAcquired => ({
   status: "acquired",

@@ -178,7 +178,7 @@ export class RateLimiter extends DurableObject<unknown> {
         .map((t) => t.name),
     );
     this.hasController = tables.has("controller");
-    if (tables.has("bookings")) this.books.load();
+    if (tables.has("bookings")) this.books.load(Date.now());
     if (tables.has("places")) this.places.load();
     if (tables.has("overrides")) {
       const stored = this.sql.exec<{ rule: string; value: string | null; version: number }>("SELECT * FROM overrides");
@@ -239,7 +239,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const batch = Math.max(1, Math.floor(options.batch ?? 1));
     // Booking work only for a caller that can hold, and a rule that allows a delay.
     if (options.hold && batch === 1 && rules.some((rule) => rule.enforce && rule.maxDelayMs !== undefined)) {
-      const held = this.hold(plans, rows, nowMs);
+      const held = this.hold(rules, plans, rows, nowMs);
       if (held) return held;
     }
     const first = this.decideOne(plans, rows, nowMs);
@@ -359,7 +359,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * enforcing rule admits it, with everything booked before counted, and
    * each of them counts it there. Shadow rules count it now, as they would.
    */
-  private hold(plans: Plan[], rows: (Row | undefined)[], nowMs: number): CheckResult | undefined {
+  private hold(rules: RuleCheck[], plans: Plan[], rows: (Row | undefined)[], nowMs: number): CheckResult | undefined {
     const counts: BookedCount[] = [];
     const slots: number[] = [];
     for (const [i, plan] of plans.entries()) {
@@ -397,7 +397,9 @@ export class RateLimiter extends DurableObject<unknown> {
     if (turn.atMs - nowMs > delayMs) return undefined;
     // The verdicts are the admission at the turn: each row as it will be then, before this request.
     const before = counts.map(({ row }) => this.books.tailOf(row, this.stateOf)?.state ?? this.rows.get(row)!.state);
-    const booking = this.books.book({ id: newId(), atMs: turn.atMs, counts, rules: plans.length, slots }, this.stateOf);
+    const checks = slots.map((i) => rules[i]!);
+    const booked = { id: newId(), atMs: turn.atMs, counts, rules: plans.length, slots, checks };
+    const booking = this.books.book(booked, nowMs, this.stateOf);
     const verdicts = plans.map((plan, i): RuleVerdict => {
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = rows[i]!;
@@ -427,6 +429,9 @@ export class RateLimiter extends DurableObject<unknown> {
    * cleaned up) since is made afresh: the held request went on, so it counts.
    */
   private countTurnsDue(nowMs: number): void {
+    // Bookings no caller claimed in time are of requests that no longer exist: they go, and what they counted.
+    const unclaimed = this.books.dropUnclaimed(nowMs, this.stateOf);
+    if (unclaimed.length > 0) this.refund(unclaimed);
     for (const booking of this.books.takeDue(nowMs)) {
       const receipts = new Array<Receipt | null>(booking.rules).fill(null);
       booking.counts.forEach((count, k) => {
@@ -470,7 +475,10 @@ export class RateLimiter extends DurableObject<unknown> {
     if (this.books.active) this.countTurnsDue(nowMs);
     const booking = this.books.get(bookingId);
     if (booking === undefined) return { status: "unknown", nowMs };
-    if (booking.counted !== null) return { status: "turn", nowMs, atMs: booking.atMs, counted: booking.counted };
+    if (booking.counted !== null) {
+      this.books.claim(bookingId);
+      return { status: "turn", nowMs, atMs: booking.atMs, counted: booking.counted };
+    }
     const answer = this.books.wait(bookingId);
     this.rearm(nowMs);
     return answer;
@@ -518,7 +526,9 @@ export class RateLimiter extends DurableObject<unknown> {
         limit,
         timeoutMs: request.placeTimeoutMs,
         maxHeld: request.maxHeld ?? DEFAULT_MAX_HELD,
-        ...(request.maxDelayMs === undefined ? {} : { maxDelayMs: request.maxDelayMs }),
+        ...(request.maxDelayMs === undefined
+          ? {}
+          : { maxDelayMs: request.maxDelayMs, check: placeCheck(ruleId, request) }),
       },
       nowMs,
       newId,
@@ -687,6 +697,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!this.newer(ruleId, version)) return;
     this.storeOverride(ruleId, override, version);
     this.overrides.set(ruleId, override);
+    this.replanWaiting(ruleId);
     this.scheduleCleanup();
   }
 
@@ -695,6 +706,43 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!this.newer(ruleId, version)) return;
     this.storeOverride(ruleId, null, version);
     this.overrides.delete(ruleId);
+    this.replanWaiting(ruleId);
+  }
+
+  /**
+   * An override of a rule changed for this client: its requests held, and
+   * those waiting in line for a place, are planned again under it at once,
+   * in the order they came (docs/per-client-limits.md, "Requests already
+   * waiting"). Held: a deny withdraws them (each decides again, and is
+   * refused), unlimited drops their count under the rule, another limit or
+   * tier moves them up where it leaves room (a lower one leaves the turns
+   * they were given). In line: a deny refuses them, the others wait for
+   * places under the new limit, served at once where there is room.
+   */
+  private replanWaiting(ruleId: string): void {
+    const nowMs = Date.now();
+    if (this.books.anyAhead) {
+      this.books.replan(
+        new Set([ruleId]),
+        (check) => {
+          const plan = this.plan(check, nowMs);
+          return plan.kind === "count" ? windowOf(plan.rule) : plan.kind;
+        },
+        nowMs,
+        this.stateOf,
+      );
+      this.countTurnsDue(nowMs);
+    }
+    this.places.replan(
+      ruleId,
+      (check: RuleCheck) => {
+        const plan = this.plan(check, nowMs);
+        return plan.kind === "count" ? plan.rule.limit : plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : "deny";
+      },
+      nowMs,
+      newId,
+    );
+    this.rearm(nowMs);
   }
 
   private newer(ruleId: string, version: number): boolean {
@@ -838,14 +886,25 @@ export class RateLimiter extends DurableObject<unknown> {
     if (Date.now() < dueMs) row.penaltyUntilMs = 0;
   }
 
-  /** Forgets the given rules' counters (and penalties) for this key (every layout of each id), or all of them. */
+  /**
+   * Forgets the given rules' counters (and penalties) for this key (every
+   * layout of each id), or all of them; its held requests go on at once,
+   * counted nowhere under them, and its places under them are freed (the
+   * requests waiting in line get them).
+   */
   async reset(ruleIds?: string[]): Promise<{ freed: number }> {
     for (const [key, row] of this.rows) {
       if (ruleIds && !ruleIds.includes(row.id)) continue;
       this.forgetRow(key);
     }
-    // Held requests still go at their turns: their bookings stay, and count in the rows made afresh.
-    this.books.invalidate();
+    // As a client never seen: its held requests count under these rules no more, and go on at once (under
+    // its other rules, at their turns), before any request that comes after the reset.
+    const nowMs = Date.now();
+    if (this.books.anyAhead) {
+      this.books.forgetRules(ruleIds === undefined ? null : new Set(ruleIds), nowMs, this.stateOf);
+      this.countTurnsDue(nowMs);
+      this.rearm(nowMs);
+    } else this.books.invalidate();
     const freed = ruleIds === undefined ? 0 : this.freePlaces(ruleIds);
     if (this.nothingLeft()) await this.clear();
     return { freed };
