@@ -41,6 +41,8 @@
       latencyChart: null,
       /** `${rule} ${hash}` -> the status answer, or { error }. */
       statuses: new Map(),
+      /** `${rule} ${hash}` of each reset under way: its row is redrawn with its button busy. */
+      resetting: new Set(),
       cycle: 0,
       timer: null,
       overrides: { entries: [], next: null, total: 0, pending: 0, error: null },
@@ -330,6 +332,32 @@
       limitChart: null,
     });
     return card;
+  }
+
+  /**
+   * A button named by what it shows: the verb on the screen ("Reset"), and
+   * what it acts on after it for screen readers only (" ip=203.0.113.7 under
+   * api"). The accessible name is the button's own text, so it contains the
+   * visible text in every state; `busy()` shows another verb ("Resetting…")
+   * and disables it, `idle()` puts it back.
+   */
+  function actionButton({ verb, busyVerb, about, ...attrs }) {
+    const shown = el("span", { class: "verb", text: verb });
+    const button = el(
+      "button",
+      { type: "button", ...attrs },
+      shown,
+      el("span", { class: "visually-hidden", text: ` ${about}` }),
+    );
+    button.busy = () => {
+      button.disabled = true;
+      shown.textContent = busyVerb;
+    };
+    button.idle = () => {
+      button.disabled = false;
+      shown.textContent = verb;
+    };
+    return button;
   }
 
   /** The header of a column of buttons: named for screen readers, blank on the screen. */
@@ -652,6 +680,16 @@
     const count = client.error > 0 ? `≤ ${fmt(client.count)}` : fmt(client.count);
     const status = el("span", { class: "status", dataset: { shadow: rule.action === "log" ? "yes" : "" } });
     paintStatus(status, state.statuses.get(id));
+    const reset = actionButton({
+      verb: "Reset",
+      busyVerb: "Resetting…",
+      about: `${client.key} under ${rule.id}`,
+      class: "reset",
+      title: "Reset this client's count (and penalty) under this rule",
+      onclick: () => resetClient(rule, client),
+    });
+    // A reset under way when the table is redrawn: still shown as such, and not sent twice.
+    if (state.resetting.has(id)) reset.busy();
     return el(
       "tr",
       { dataset: { hash: client.hash, key: client.key } },
@@ -662,18 +700,7 @@
         title: client.error > 0 ? `between ${fmt(client.count - client.error)} and ${fmt(client.count)}` : undefined,
       }),
       el("td", {}, status),
-      el(
-        "td",
-        { class: "actions" },
-        el("button", {
-          type: "button",
-          class: "reset",
-          text: "Reset",
-          "aria-label": `Reset ${client.key} under ${rule.id}`,
-          title: "Reset this client's count (and penalty) under this rule",
-          onclick: (event) => resetClient(rule, client, event.currentTarget),
-        }),
-      ),
+      el("td", { class: "actions" }, reset),
     );
   }
 
@@ -742,9 +769,16 @@
     if (row) paintStatus(row, status);
   }
 
-  async function resetClient(rule, client, button) {
-    button.disabled = true;
-    button.textContent = "Resetting…";
+  /** The button of a client's row as it is now: the table is redrawn at every refresh. */
+  const resetButton = (rule, client) =>
+    state.cards.get(rule.id)?.topBody.querySelector(`tr[data-hash="${client.hash}"] button.reset`) ?? null;
+
+  async function resetClient(rule, client) {
+    const id = `${rule.id} ${client.hash}`;
+    if (state.resetting.has(id)) return;
+    const session = state;
+    state.resetting.add(id);
+    resetButton(rule, client)?.busy();
     try {
       await api("DELETE", "/status", [
         ["rule", rule.id],
@@ -756,8 +790,8 @@
       toast(`Reset failed: ${error.message}`, true);
     }
     await loadStatus(rule, client);
-    button.disabled = false;
-    button.textContent = "Reset";
+    session.resetting.delete(id);
+    if (state === session) resetButton(rule, client)?.idle();
   }
 
   function renderLatency(latency) {
@@ -886,11 +920,11 @@
         el(
           "td",
           { class: "actions" },
-          el("button", {
-            type: "button",
+          actionButton({
+            verb: "Delete",
+            busyVerb: "Deleting…",
+            about: `the override of ${clientText(entry)} under ${entry.rule}`,
             class: "danger",
-            text: "Delete",
-            "aria-label": `Delete the override of ${clientText(entry)} under ${entry.rule}`,
             onclick: (event) => deleteOverride(entry, event.currentTarget),
           }),
         ),
@@ -926,14 +960,14 @@
   const stateOf = (entry) => (entry.expired ? "expired" : entry.state);
 
   async function deleteOverride(entry, button) {
-    button.disabled = true;
+    button.busy();
     try {
       await api("DELETE", "/overrides", [["rule", entry.rule], ...entry.keyParams.map((k) => ["key", k])]);
       toast(`Deleted the override of ${clientText(entry)} under ${entry.rule}.`);
     } catch (error) {
       if (error instanceof SignedOut) return;
       toast(`Delete failed: ${error.message}`, true);
-      button.disabled = false;
+      button.idle();
       return;
     }
     loadOverrides();
