@@ -15,17 +15,19 @@
  */
 import { execFile } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { AxeResults } from "axe-core";
+import { exportJWK, generateKeyPair } from "jose";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import WebSocket from "ws";
 import { launchChromium, skipBrowser } from "./support/browser.ts";
-import { limiterUrl, send, uniqueIp, uniqueTag } from "./support/client.ts";
+import { limiterUrl, originUrl, send, uniqueIp, uniqueTag } from "./support/client.ts";
+import { type RunningWorker, startWrangler } from "./support/wrangler.ts";
 
 const PREFIX = "/__ratelimit";
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -38,15 +40,61 @@ const from = (ip: string, headers: Record<string, string> = {}) => ({
 });
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Admin API JSON, with the token. */
-async function admin<T>(pathAndQuery: string, method = "GET", body?: unknown): Promise<{ status: number; body: T }> {
-  const reply = await send(`${PREFIX}${pathAndQuery}`, {
-    method,
-    headers: { ...bearer(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
+/** Admin API JSON, with the token; `base` names another Worker than the suite's. */
+async function admin<T>(
+  pathAndQuery: string,
+  method = "GET",
+  body?: unknown,
+  base = limiterUrl(),
+): Promise<{ status: number; body: T }> {
+  const reply = await send(
+    `${PREFIX}${pathAndQuery}`,
+    {
+      method,
+      headers: { ...bearer(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    },
+    base,
+  );
   return { status: reply.status, body: reply.json<T>() };
 }
+
+/** What the tests read of `/stats`. */
+type Quantile = { estimateMs: number | null; lowMs: number; highMs: number | null };
+type Stats = {
+  fromMinute: number;
+  toMinute: number;
+  rules: { id: string; series: { minute: number }[]; totals: Record<string, number> }[];
+  latency: { counts: number[]; p50Ms: number | null; p99Ms: number | null; p50: Quantile | null; p99: Quantile | null };
+  rawKeys: boolean;
+};
+
+/** The statistics of the last 24 hours, all the statistics object keeps. */
+const dayOfStats = async (base = limiterUrl()) =>
+  (await admin<Stats>("/stats?minutes=1440", "GET", undefined, base)).body;
+
+/** The first minute with a decision under any rule in `stats`, or null. */
+const firstMinuteWithData = (stats: Stats): number | null => {
+  const firsts = stats.rules.flatMap((rule) => (rule.series.length > 0 ? [rule.series[0]!.minute] : []));
+  return firsts.length === 0 ? null : Math.min(...firsts);
+};
+
+/** A latency quantile as the dashboard writes it: "≈ 35 ms", "≈ 4.2 ms", or "> 5 s" in the open bucket. */
+const quantileText = (q: Quantile | null) =>
+  q === null
+    ? "–"
+    : q.estimateMs === null
+      ? `> ${q.lowMs / 1000} s`
+      : `≈ ${q.estimateMs < 10 ? q.estimateMs.toFixed(1) : Math.round(q.estimateMs)} ms`;
+
+/** What a client's status says, and its colour (its class), must agree: each class and the words it may show. */
+const STATUS_WORDS: Record<string, RegExp> = {
+  admitted: /^admitted now( · [1-9][\d,]* left)?( · override| · tier \S+)?$|^[\d,]+ of [\d,]+ in flight/,
+  limit: /^at its limit now( · override| · tier \S+)?$/,
+  refused: /^refused now · retry in |^blocked until \d\d:\d\d:\d\d|^[\d,]+ of [\d,]+ in flight/,
+  shadow: /^would refuse now · for |^[\d,]+ of [\d,]+ in flight/,
+  unknown: /^unknown$/,
+};
 
 /** axe-core's browser build, injected into the page for the accessibility check. */
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
@@ -364,6 +412,217 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     }
   }, 60_000);
 
+  it("opens on the period that shows the data: from its first minute (at least 5 minutes), not a sliver of an hour", async () => {
+    const ip = uniqueIp();
+    for (let i = 0; i < 3; i++) await send(`/dash/period/${i}`, from(ip));
+    await signIn();
+    expect(await page.locator("#range").inputValue()).toBe("fit");
+    expect(await page.locator("#range option:checked").textContent()).toBe("Fit the data");
+    const chart = page.locator('.rule[data-rule="e2e"] .chart').first();
+    // What the page shows against the data as the statistics hold it, read again until the minute is the same.
+    const shown = async () => {
+      const stats = await dayOfStats();
+      const first = firstMinuteWithData(stats)!;
+      const from = Math.max(stats.toMinute - 1439, Math.min(first, stats.toMinute - 4));
+      const range = await chart.evaluate((box) => [
+        Number((box as HTMLElement).dataset.fromMinute),
+        Number((box as HTMLElement).dataset.toMinute),
+      ]);
+      return { shown: range, expected: [from, stats.toMinute] };
+    };
+    await expect
+      .poll(async () => ((r) => JSON.stringify(r.shown) === JSON.stringify(r.expected))(await shown()), {
+        timeout: 20_000,
+      })
+      .toBe(true);
+    const { expected } = await shown();
+    const since = new Date(expected[0]! * 60_000).toISOString().slice(11, 16);
+    expect(await page.locator('.rule[data-rule="e2e"] .total.muted').textContent()).toBe(`since ${since}`);
+    // Another period is still a choice: the last hour, whether or not it has data.
+    await page.selectOption("#range", "60");
+    await expect
+      .poll(async () => chart.evaluate((box) => Number((box as HTMLElement).dataset.fromMinute)), { timeout: 20_000 })
+      .toBe((await dayOfStats()).toMinute - 59);
+    expect(await page.locator('.rule[data-rule="e2e"] .total.muted').textContent()).toBe("in the last 1 h");
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("says in a line what each tile counts: admitted and refused once under each rule, held, shed, would refuse, failures, lost flushes", async () => {
+    await signIn();
+    const about: Record<string, RegExp> = {
+      admitted: /once under each rule that matched it/,
+      held: /waited for their turn \(max_delay\) or a place \(concurrency\)/,
+      refused: /429 .*once under each rule that refused it/,
+      shed: /503\b.*adaptive rule's limit .*cut while the origin recovers/,
+      "would-refuse": /shadow rules \(action = log\) would have refused/,
+      p50: /^median call to a Durable Object, (in the [\d,]+–[\d,]+ ms bucket|above \d+ s)$/,
+      p99: /^1 call in 100 took longer, (in the [\d,]+–[\d,]+ ms bucket|above \d+ s)$/,
+      failures: /calls to Durable Objects that failed/,
+      "lost-flushes": /isolates' counts that never reached the statistics: [\d,]+ decisions? missing/,
+    };
+    await page.locator('.tile[data-tile="admitted"] .tile-value').filter({ hasText: /\d/ }).waitFor();
+    const tiles = await page
+      .locator(".tile")
+      .evaluateAll((all) => all.map((t) => (t as HTMLElement).dataset.tile ?? t.textContent ?? ""));
+    expect(tiles).toEqual(Object.keys(about));
+    for (const [tile, words] of Object.entries(about)) {
+      const text = await page.locator(`.tile[data-tile="${tile}"] .tile-about`).textContent();
+      expect.soft(text, tile).toMatch(words);
+      expect.soft(await page.locator(`.tile[data-tile="${tile}"] .tile-about`).isVisible(), tile).toBe(true);
+    }
+    // The Admitted tile is what it says: the rules' admissions summed, as the statistics count them.
+    await expect
+      .poll(
+        async () => {
+          const stats = await dayOfStats();
+          const sum = stats.rules.reduce((n, rule) => n + (rule.totals.admitted ?? 0), 0);
+          const shown = await page.locator('.tile[data-tile="admitted"] .tile-value').textContent();
+          return shown === sum.toLocaleString("en-US");
+        },
+        { timeout: 20_000 },
+      )
+      .toBe(true);
+    expect(await page.locator('.tile[data-tile="admitted"] .tile-label').textContent()).toBe("Admitted");
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("shows p50 and p99 as the histogram supports them: an estimate within its bucket, never a bucket's bound as a value", async () => {
+    // Some calls to objects, so that the histogram has data.
+    for (let i = 0; i < 6; i++) await send(`/dash/latency/${i}`, from(uniqueIp()));
+    await signIn();
+    await expect
+      .poll(
+        async () => {
+          const { latency } = await dayOfStats();
+          const shown = [];
+          for (const q of ["p50", "p99"] as const) {
+            const tile = page.locator(`.tile[data-tile="${q}"]`);
+            shown.push(
+              (await tile.locator(".tile-value").textContent()) === quantileText(latency[q]) &&
+                (await tile.locator(".tile-about").textContent())!.includes(
+                  latency[q]!.highMs === null
+                    ? `above ${latency[q]!.lowMs / 1000} s`
+                    : `in the ${latency[q]!.lowMs}–${latency[q]!.highMs} ms bucket`,
+                ),
+            );
+          }
+          return shown;
+        },
+        { timeout: 20_000 },
+      )
+      .toEqual([true, true]);
+    // The statistics' own figures agree: the bucket is the one whose bound p50Ms and p99Ms give,
+    // and the quantile's rank falls in it.
+    const { latency } = await dayOfStats();
+    const total = latency.counts.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThan(0);
+    for (const [q, share, bound] of [
+      [latency.p50!, 0.5, latency.p50Ms],
+      [latency.p99!, 0.99, latency.p99Ms],
+    ] as const) {
+      expect(q.highMs ?? 5000).toBe(bound);
+      let seen = 0;
+      const bucket = latency.counts.findIndex((n) => {
+        seen += n;
+        return seen >= share * total;
+      });
+      expect(latency.counts[bucket]).toBeGreaterThan(0);
+      if (q.estimateMs !== null) expect(q.estimateMs).toBeGreaterThanOrEqual(q.lowMs);
+      if (q.estimateMs !== null) expect(q.estimateMs).toBeLessThanOrEqual(q.highMs!);
+    }
+    expect(await page.locator("#latency-hint").textContent()).toContain(
+      `p50 ${quantileText(latency.p50)} · p99 ${quantileText(latency.p99)}`,
+    );
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("shows each client's state now in words and a colour that agree, its count rounded, beside its refusals so far", async () => {
+    const client = (name: string) => ({ "x-dash-client": uniqueTag(name) });
+    // Refused under a limit of 3 a day, then reset: admitted, with its limit left.
+    const reset = client("words-reset");
+    for (let i = 0; i < 5; i++) await send(`/dash-rate/words/${i}`, from(uniqueIp(), reset));
+    // Refused under a limit of 1 a minute, then 15 minutes out.
+    const blocked = client("words-blocked");
+    for (let i = 0; i < 3; i++) await send(`/dash-penalty/words/${i}`, from(uniqueIp(), blocked));
+    // The object answers "admitted, 0 left" only while an earlier window's count slides out (a weighted
+    // count between limit − 1 and the limit), a moment no test can time: this client's answer is made so
+    // from the object's real one, as the page would read it then.
+    const edge = client("words-edge");
+    for (let i = 0; i < 5; i++) await send(`/dash-rate/words/${i}`, from(uniqueIp(), edge));
+    const hashOf = async (rule: string, headers: Record<string, string>) =>
+      (await admin<{ keyHash: string }>(`/status?rule=${rule}&key=${Object.values(headers)[0]}`)).body.keyHash;
+    const resetHash = await hashOf("e2e-dash-rate", reset);
+    const blockedHash = await hashOf("e2e-dash-penalty", blocked);
+    const edgeHash = await hashOf("e2e-dash-rate", edge);
+    await page.route("**/__ratelimit/status?*", async (route) => {
+      const url = new URL(route.request().url());
+      if (route.request().method() !== "GET" || !url.searchParams.get("hash")?.startsWith(edgeHash)) {
+        return route.fallback();
+      }
+      const real = await route.fetch();
+      const body = (await real.json()) as Record<string, unknown>;
+      return route.fulfill({
+        response: real,
+        json: { ...body, weighted: 2.3821666666666665, allowed: true, remaining: 0, retryAfterSeconds: 0 },
+      });
+    });
+    try {
+      await signIn();
+      const row = (rule: string, hash: string) => page.locator(`.rule[data-rule="${rule}"] tr[data-hash^="${hash}"]`);
+      await row("e2e-dash-rate", resetHash).locator(".status.refused").waitFor({ timeout: 30_000 });
+      await row("e2e-dash-rate", resetHash).locator("button.reset").click();
+      await expect
+        .poll(() => row("e2e-dash-rate", resetHash).locator(".status").textContent(), { timeout: 15_000 })
+        .toBe("admitted now · 3 left");
+      await expect
+        .poll(() => row("e2e-dash-penalty", blockedHash).locator(".status").textContent(), { timeout: 15_000 })
+        .toMatch(/^blocked until \d\d:\d\d:\d\d/);
+      const atLimit = row("e2e-dash-rate", edgeHash).locator(".status");
+      await expect.poll(() => atLimit.textContent(), { timeout: 15_000 }).toBe("at its limit now");
+      expect(await atLimit.getAttribute("class")).toBe("status limit");
+      // The count as a person reads it: to a tenth, rounded down, so it compares with the limit as the rule does.
+      expect(await atLimit.getAttribute("title")).toBe(
+        "Sliding-window count 2.3 of 3: its next request is admitted, and the one after it refused.",
+      );
+      // Every row on the page: the words and the colour agree, no "0 left" in green, no long decimals.
+      await expect.poll(() => page.locator(".top-refused .status:text-is('…')").count(), { timeout: 15_000 }).toBe(0);
+      const statuses = await page.locator(".top-refused .status").evaluateAll((all) =>
+        all.map((node) => ({
+          class: node.className,
+          text: node.textContent ?? "",
+          title: node.getAttribute("title"),
+        })),
+      );
+      expect(statuses.length).toBeGreaterThanOrEqual(3);
+      for (const status of statuses) {
+        const tone = status.class.replace(/^status /, "");
+        expect.soft(Object.keys(STATUS_WORDS), JSON.stringify(status)).toContain(tone);
+        expect.soft(status.text, JSON.stringify(status)).toMatch(STATUS_WORDS[tone] ?? /^$/);
+        expect.soft(status.text, JSON.stringify(status)).not.toMatch(/\b0 left/);
+        expect.soft(status.title ?? "", JSON.stringify(status)).not.toMatch(/\d\.\d{2,}/);
+      }
+      // The columns say which is which: refusals counted so far, and the state now.
+      expect(
+        await page
+          .locator('.rule[data-rule="e2e-dash-rate"] .top-refused thead th')
+          .evaluateAll((all) => all.map((th) => th.textContent)),
+      ).toEqual(["Client", "Refused so far", "Now", "Actions"]);
+    } finally {
+      await page.unroute("**/__ratelimit/status?*");
+    }
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  }, 60_000);
+
+  it("shows clients by their key's hash, and says on the page how to show their keys (STATS_RAW_KEYS)", async () => {
+    await signIn();
+    const hint = page.locator("#clients-hint");
+    await expect.poll(() => hint.textContent(), { timeout: 20_000 }).toContain('STATS_RAW_KEYS = "true"');
+    expect(await hint.textContent()).toMatch(/first 12 hex digits of their key's hash.*\[vars\] of wrangler\.toml/);
+    const clients = await page.locator(".top-refused td.client code").allTextContents();
+    expect(clients.length).toBeGreaterThan(0);
+    for (const client of clients) expect(client).toMatch(/^[0-9a-f]{12}$/);
+  });
+
   it("deletes exactly the override it lists, for every shape of key, and shows each client as key= names it", async () => {
     const ip = () => uniqueIp();
     const tag = (name: string) => uniqueTag(name);
@@ -637,4 +896,64 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     await page.unroute("**/__ratelimit/stats?*");
     expect([...onTheForm, ...onTheDashboard]).toEqual([]);
   }, 120_000);
+});
+
+describe.skipIf(skipBrowser)("the dashboard with STATS_RAW_KEYS on", () => {
+  let worker: RunningWorker;
+  let dir: string;
+  let browser: Browser;
+  let page: Page;
+
+  beforeAll(async () => {
+    // A Worker of its own, as the suite's but with raw keys on: the suite's shows hashes, as a fresh deployment does.
+    dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-e2e-raw-keys-"));
+    const configPath = join(dir, "wrangler.toml");
+    copyFileSync(join(ROOT, "test/e2e/wrangler.e2e.toml"), configPath);
+    const { publicKey } = await generateKeyPair("ES256", { extractable: true });
+    const jwk = { ...(await exportJWK(publicKey)), kid: "raw-keys", alg: "ES256", use: "sig" };
+    worker = await startWrangler({
+      configPath,
+      entryPath: join(ROOT, "src/index.ts"),
+      vars: {
+        ORIGIN_URL: originUrl(),
+        ADMIN_TOKEN: inject("adminToken"),
+        JWT_JWKS: JSON.stringify({ keys: [jwk] }),
+        STATS_RAW_KEYS: "true",
+      },
+      persistTo: join(dir, "state"),
+      logFile: join(dir, "wrangler-dev.log"),
+    });
+    browser = await launchChromium();
+    page = await browser.newPage({ viewport: { width: 1280, height: 900 }, locale: "en-US", timezoneId: "UTC" });
+  }, 120_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await worker?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("shows each refused client by its key as written, in its row, its reset and the page's note", async () => {
+    const client = uniqueTag("raw-client");
+    for (let i = 0; i < 5; i++) {
+      await send(`/dash-rate/raw/${i}`, from(uniqueIp(), { "x-dash-client": client }), worker.url);
+    }
+    await page.goto(`${worker.url}${PREFIX}/`);
+    await page.fill("#token", inject("adminToken"));
+    await page.click("#token-submit");
+    const shown = `header:x-dash-client=${client}`;
+    const row = page.locator(`.rule[data-rule="e2e-dash-rate"] .top-refused tr[data-key="${shown}"]`);
+    await row.waitFor({ state: "visible", timeout: 30_000 });
+    expect(await row.locator("td.client code").textContent()).toBe(shown);
+    expect(await row.locator("td.client").getAttribute("title")).toMatch(/^key hash [0-9a-f]{12}$/);
+    expect(await page.locator("#clients-hint").textContent()).toMatch(
+      /by their keys as written \(STATS_RAW_KEYS is on\)/,
+    );
+    expect(await page.locator("#clients-hint").textContent()).not.toContain('set STATS_RAW_KEYS = "true"');
+    await row.locator("button.reset").click();
+    await expect.poll(() => page.locator(".toast").first().textContent()).toBe(`Reset ${shown} under e2e-dash-rate.`);
+    await expect.poll(() => row.locator(".status").textContent(), { timeout: 15_000 }).toBe("admitted now · 3 left");
+    expect(await row.locator("button.reset").textContent()).toBe(`Reset ${shown} under e2e-dash-rate`);
+    expect((await dayOfStats(worker.url)).rawKeys).toBe(true);
+  }, 60_000);
 });

@@ -18,6 +18,10 @@
   const STATUS_EVERY = 3;
   /** The overrides are read every this many refreshes (and at once after a change). */
   const OVERRIDES_EVERY = 6;
+  /** The most minutes the statistics keep, and so the most a view asks for. */
+  const MAX_MINUTES = 1440;
+  /** "Fit the data" shows at least this many minutes, so that a minute's bars are not one wide block. */
+  const FIT_MIN_MINUTES = 5;
   const COLORS = {
     admitted: "#2f9e6e",
     refused: "#d94848",
@@ -33,7 +37,14 @@
   function freshState() {
     return {
       token: null,
-      minutes: 60,
+      /** The period: "fit" (from the first minute with data), or a number of minutes. */
+      minutes: "fit",
+      /** With "fit": the first minute with data, as the last answer had it (null before any data). */
+      fitFrom: null,
+      /** The last answer's last minute, by the statistics object's clock. */
+      lastToMinute: null,
+      /** The first minute the page shows. */
+      shownFrom: null,
       rules: [],
       tiers: {},
       /** Per rule id: its card's parts and its chart. */
@@ -76,7 +87,6 @@
   const number = new Intl.NumberFormat("en-US");
   const fmt = (n) => number.format(n);
   const time = (date) => date.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit", second: "2-digit" });
-  const ms = (value) => (value === null || value === undefined ? "–" : value < 10 ? `${value} ms` : `${fmt(value)} ms`);
 
   /** "3 s", "4 min 10 s", "2 h 5 min", "1 d 3 h". */
   function duration(seconds) {
@@ -207,6 +217,7 @@
             text: "Requests per minute under each rule. Shadow rules (action = log) refuse nothing: they show what they would refuse.",
           }),
         ),
+        el("p", { class: "hint clients-hint", id: "clients-hint" }),
         el("div", { class: "rule-grid", id: "rules" }, view.rules.map(ruleCard)),
       ),
       el(
@@ -308,8 +319,12 @@
               "tr",
               {},
               el("th", { text: "Client" }),
-              el("th", { class: "num", text: shadow ? "Would refuse" : "Refused" }),
-              el("th", { text: "Status" }),
+              el("th", {
+                class: "num",
+                text: shadow ? "Would refuse so far" : "Refused so far",
+                title: "Since the statistics began counting; ≤ marks an estimate",
+              }),
+              el("th", { text: "Now", title: "What the client's next request would get" }),
               actionsHeader(),
             ),
           ),
@@ -381,6 +396,9 @@
 
   const chartWidth = (box) => Math.max(240, Math.floor(box.clientWidth));
 
+  /** Tick steps for a time axis in seconds: whole minutes, then hours. */
+  const MINUTE_STEPS = [60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
   function ruleChart(entry) {
     const { shadow, chartBox } = entry;
     const bars = (align) => uPlot.paths.bars({ size: [0.42, 14], align, gap: 1 });
@@ -402,7 +420,8 @@
           y: { range: (_u, _min, max) => [0, Math.max(4, Math.ceil(max * 1.15))] },
         },
         axes: [
-          axis({ space: 60, size: 28, values: (_u, splits) => splits.map((v) => hhmm(v)) }),
+          // Ticks at whole minutes, so that no two read alike.
+          axis({ space: 60, size: 28, incrs: MINUTE_STEPS, values: (_u, splits) => splits.map((v) => hhmm(v)) }),
           // Counts are whole: ticks at whole numbers only.
           axis({ size: 44, incrs: WHOLE_STEPS, values: (_u, splits) => splits.map((v) => compact(v)) }),
         ],
@@ -546,8 +565,8 @@
 
   // ---- statistics ----
 
-  // Shed requests were refused too (503, capacity reduced): in the refused bar, told apart in the totals.
-  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0) + (c.shed ?? 0);
+  /** Refused with a 429: by the rule's object, or by an isolate that knew the refusal. */
+  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0);
   const failedOf = (c) => (c.failed_open ?? 0) + (c.failed_closed ?? 0);
 
   function schedule() {
@@ -560,7 +579,7 @@
     if (document.hidden) return schedule();
     const cycle = state.cycle++;
     try {
-      const stats = await api("GET", "/stats", [["minutes", state.minutes]]);
+      const stats = await api("GET", "/stats", [["minutes", minutesToAsk()]]);
       renderStats(stats, cycle);
       setLive(true, `Live · ${time(new Date())}`);
       byId("stats-error").hidden = true;
@@ -579,6 +598,22 @@
     if (state.token !== null) schedule();
   }
 
+  /**
+   * The minutes to ask the statistics for: the period chosen, or with "fit"
+   * every minute since the first with data (by the statistics object's
+   * clock, one more for a minute that began since), or the whole 24 hours
+   * until that minute is known.
+   */
+  function minutesToAsk() {
+    if (state.minutes !== "fit") return state.minutes;
+    if (state.fitFrom === null || state.lastToMinute === null) return MAX_MINUTES;
+    return Math.min(MAX_MINUTES, Math.max(FIT_MIN_MINUTES, state.lastToMinute - state.fitFrom + 2));
+  }
+
+  /** The period in words: "since 14:05" (fit) or "in the last 1 h". */
+  const periodText = () =>
+    state.minutes === "fit" ? `since ${hhmm(state.shownFrom * 60)}` : `in the last ${duration(state.minutes * 60)}`;
+
   function setLive(ok, text) {
     const live = byId("live");
     live.textContent = text;
@@ -586,10 +621,24 @@
   }
 
   function renderStats(stats, cycle) {
+    // "Fit the data": from the first minute with a decision, at least FIT_MIN_MINUTES; the answer covers
+    // every minute from it, so its totals are the shown minutes' too.
+    let from = stats.fromMinute;
+    if (state.minutes === "fit") {
+      const firsts = stats.rules.flatMap((r) => (r.series.length > 0 ? [r.series[0].minute] : []));
+      state.fitFrom = firsts.length > 0 ? Math.min(...firsts) : null;
+      from = Math.max(
+        stats.fromMinute,
+        Math.min(state.fitFrom ?? stats.toMinute, stats.toMinute - FIT_MIN_MINUTES + 1),
+      );
+    }
+    state.lastToMinute = stats.toMinute;
+    state.shownFrom = from;
     renderTiles(stats);
+    renderClientsHint(stats.rawKeys);
     const rows = new Map(stats.rules.map((r) => [r.id, r]));
     const minutes = [];
-    for (let m = stats.fromMinute; m <= stats.toMinute; m++) minutes.push(m);
+    for (let m = from; m <= stats.toMinute; m++) minutes.push(m);
     const controllers = new Map((stats.adaptive ?? []).map((a) => [a.rule, a.controller]));
     for (const entry of state.cards.values()) {
       const view = rows.get(entry.rule.id);
@@ -600,36 +649,125 @@
     renderFailures(stats.health);
   }
 
+  /**
+   * The summary: each tile a figure and a line that says what it counts.
+   * The request tiles sum the rules' counts, and a request is counted under
+   * each rule that matched it (the statistics keep no other count), so they
+   * say so.
+   */
   function renderTiles(stats) {
     const tiles = byId("tiles");
     if (!tiles) return;
     const sum = (pick) => (stats ? stats.rules.reduce((n, r) => n + pick(r.totals), 0) : null);
     const failures = stats ? Object.values(stats.health.failures).reduce((n, v) => n + v, 0) : null;
-    const period = `last ${state.minutes >= 60 ? `${state.minutes / 60} h` : `${state.minutes} min`}`;
-    const tile = (label, value, sub, tone) =>
+    const tile = (key, label, value, about, tone) =>
       el(
         "div",
-        { class: `tile${tone ? ` ${tone}` : ""}` },
+        { class: `tile${tone ? ` ${tone}` : ""}`, dataset: { tile: key } },
         el("span", { class: "tile-label", text: label }),
         el("span", { class: "tile-value", text: value ?? "–" }),
-        el("span", { class: "tile-sub", text: sub }),
+        el("span", { class: "tile-about", text: about }),
       );
+    const count = (pick) => (stats ? fmt(sum(pick)) : null);
     const lost = stats ? stats.health.lostFlushes : null;
+    const lostDecisions = stats ? stats.health.lostDecisions : 0;
+    const latency = stats?.latency;
     tiles.replaceChildren(
-      tile("Admitted", stats ? fmt(sum((t) => t.admitted)) : null, `${period}, all rules`, "good"),
-      tile("Held", stats ? fmt(sum((t) => t.held ?? 0)) : null, "admitted after a wait", "good"),
-      tile("Refused", stats ? fmt(sum(refusedOf)) : null, `${period}, all rules`, "bad"),
-      tile("Shed", stats ? fmt(sum((t) => t.shed ?? 0)) : null, "503: capacity reduced", "bad"),
-      tile("Would refuse", stats ? fmt(sum((t) => t.shadow_refused)) : null, "shadow rules", "warn"),
-      tile("Latency p50", stats ? ms(stats.latency.p50Ms) : null, "object calls"),
-      tile("Latency p99", stats ? ms(stats.latency.p99Ms) : null, "object calls"),
-      tile("Failures", stats ? fmt(failures) : null, period, failures ? "bad" : ""),
       tile(
+        "admitted",
+        "Admitted",
+        count((t) => t.admitted),
+        "requests let through, once under each rule that matched it",
+        "good",
+      ),
+      tile(
+        "held",
+        "Held",
+        count((t) => t.held ?? 0),
+        "admitted after they waited for their turn (max_delay) or a place (concurrency)",
+        "good",
+      ),
+      tile(
+        "refused",
+        "Refused",
+        count(refusedOf),
+        "answered 429 at the edge, once under each rule that refused it",
+        "bad",
+      ),
+      tile(
+        "shed",
+        "Shed",
+        count((t) => t.shed ?? 0),
+        "answered 503: an adaptive rule's limit was cut while the origin recovers",
+        "bad",
+      ),
+      tile(
+        "would-refuse",
+        "Would refuse",
+        count((t) => t.shadow_refused),
+        "what shadow rules (action = log) would have refused; they went on",
+        "warn",
+      ),
+      tile(
+        "p50",
+        "Latency p50",
+        stats ? quantileText(latency.p50) : null,
+        `median call to a Durable Object, ${bucketText(latency?.p50)}`,
+      ),
+      tile(
+        "p99",
+        "Latency p99",
+        stats ? quantileText(latency.p99) : null,
+        `1 call in 100 took longer, ${bucketText(latency?.p99)}`,
+      ),
+      tile(
+        "failures",
+        "Failures",
+        stats ? fmt(failures) : null,
+        "calls to Durable Objects that failed: timeouts, errors, overload",
+        failures ? "bad" : "",
+      ),
+      tile(
+        "lost-flushes",
         "Lost flushes",
         stats ? fmt(lost) : null,
-        stats ? `${fmt(stats.health.lostDecisions)} decisions lost` : "",
+        `isolates' counts that never reached the statistics: ${fmt(lostDecisions)} decision${lostDecisions === 1 ? "" : "s"} missing`,
         lost ? "warn" : "",
       ),
+    );
+  }
+
+  /**
+   * A latency quantile as the histogram supports it: an estimate within its
+   * bucket ("≈ 35 ms"), or "> 5 s" in the last, open bucket.
+   */
+  function quantileText(q) {
+    if (!q) return "–";
+    if (q.estimateMs === null) return `> ${q.lowMs >= 1000 ? `${q.lowMs / 1000} s` : `${q.lowMs} ms`}`;
+    return `≈ ${q.estimateMs < 10 ? q.estimateMs.toFixed(1) : fmt(Math.round(q.estimateMs))} ms`;
+  }
+
+  /** Where the estimate comes from: "in the 20–50 ms bucket", or "above 5 s". */
+  function bucketText(q) {
+    if (!q) return "none yet";
+    if (q.highMs === null) return `above ${q.lowMs >= 1000 ? `${q.lowMs / 1000} s` : `${q.lowMs} ms`}`;
+    return `in the ${fmt(q.lowMs)}–${fmt(q.highMs)} ms bucket`;
+  }
+
+  /** How clients are shown, and how to show their keys when only hashes are kept. */
+  function renderClientsHint(rawKeys) {
+    const hint = byId("clients-hint");
+    if (!hint) return;
+    if (rawKeys) {
+      hint.replaceChildren(
+        "Clients are shown by their keys as written (STATS_RAW_KEYS is on); a client refused before it was on, by its key's hash.",
+      );
+      return;
+    }
+    hint.replaceChildren(
+      "Clients are shown by the first 12 hex digits of their key's hash. To show their keys (an IP, an API key), set ",
+      el("code", { text: 'STATS_RAW_KEYS = "true"' }),
+      " in the [vars] of wrangler.toml and deploy; the statistics object then keeps them.",
     );
   }
 
@@ -642,10 +780,13 @@
     const admitted = minutes.map((m) => orNull((byMinute.get(m)?.admitted ?? 0) + (byMinute.get(m)?.held ?? 0)));
     const second = minutes.map((m) => {
       const c = byMinute.get(m);
-      return orNull(c ? (entry.shadow ? c.shadow_refused : refusedOf(c)) : 0);
+      // Shed requests were refused too (503, capacity reduced): in the refused bar, told apart in the totals.
+      return orNull(c ? (entry.shadow ? c.shadow_refused : refusedOf(c) + (c.shed ?? 0)) : 0);
     });
     if (entry.chart === null) entry.chart = ruleChart(entry);
     entry.chart.setData([xs, admitted, second]);
+    entry.chartBox.dataset.fromMinute = String(minutes[0]);
+    entry.chartBox.dataset.toMinute = String(minutes.at(-1));
 
     const totals = view?.totals ?? {};
     const pill = (label, value, tone) =>
@@ -657,7 +798,7 @@
       entry.shadow ? pill("would refuse", totals.shadow_refused, "warn") : pill("refused", refusedOf(totals), "bad"),
       (totals.shed ?? 0) > 0 ? pill("shed (503, capacity reduced)", totals.shed, "bad") : null,
       failedOf(totals) > 0 ? pill("failed", failedOf(totals), "bad") : null,
-      el("span", { class: "total muted", text: `in the last ${duration(state.minutes * 60)}` }),
+      el("span", { class: "total muted", text: periodText() }),
     );
     renderTop(entry, view?.topRefused ?? [], cycle);
   }
@@ -693,7 +834,7 @@
     return el(
       "tr",
       { dataset: { hash: client.hash, key: client.key } },
-      el("td", { class: "client", title: `key hash ${client.hash}` }, el("code", { text: client.key })),
+      el("td", { class: "client", title: `key hash ${client.hash.slice(0, 12)}` }, el("code", { text: client.key })),
       el("td", {
         class: "num",
         text: count,
@@ -704,8 +845,15 @@
     );
   }
 
+  /**
+   * A client's state now, in words and a colour that agree: refused (red),
+   * blocked by a penalty (red), what a shadow rule would refuse (amber), at
+   * its limit (amber: its next request is admitted, the one after refused),
+   * admitted with some left (green).
+   */
   function paintStatus(node, status) {
-    node.classList.remove("admitted", "refused", "shadow", "unknown");
+    node.classList.remove("admitted", "refused", "shadow", "limit", "unknown");
+    node.removeAttribute("title");
     if (status === undefined) {
       node.textContent = "…";
       return;
@@ -722,25 +870,42 @@
       paintPlaces(node, status, extra);
       return;
     }
+    const atLimit = status.allowed && status.remaining === 0;
     if (status.blockedUntil) {
       node.classList.add("refused");
       node.textContent = `blocked until ${time(new Date(status.blockedUntil))}${extra}`;
     } else if (!status.allowed && node.dataset.shadow) {
       // A shadow rule refuses nothing: this is what it would do, were it enforced.
       node.classList.add("shadow");
-      node.textContent = `would refuse for ${duration(status.retryAfterSeconds)}${extra}`;
+      node.textContent = `would refuse now · for ${duration(status.retryAfterSeconds)}${extra}`;
     } else if (!status.allowed) {
       node.classList.add("refused");
-      node.textContent = `refused · retry in ${duration(status.retryAfterSeconds)}${extra}`;
+      node.textContent = `refused now · retry in ${duration(status.retryAfterSeconds)}${extra}`;
+    } else if (atLimit) {
+      node.classList.add("limit");
+      node.textContent = `at its limit now${extra}`;
     } else {
       node.classList.add("admitted");
       node.textContent =
         status.remaining === null || status.remaining === undefined
-          ? `admitted${extra}`
-          : `admitted · ${fmt(status.remaining)} left${extra}`;
+          ? `admitted now${extra}`
+          : `admitted now · ${fmt(status.remaining)} left${extra}`;
     }
-    node.title = `count ${status.weighted ?? "?"} of ${status.limit ?? "no limit"}`;
+    if (typeof status.weighted === "number" && typeof status.limit === "number") {
+      node.title =
+        `Sliding-window count ${tenth(status.weighted)} of ${fmt(status.limit)}` +
+        (atLimit ? ": its next request is admitted, and the one after it refused." : ".");
+    } else if (status.limit === null) {
+      node.title = "No limit: an override lifts or denies it.";
+    }
   }
+
+  /**
+   * A count to a tenth, rounded down, so that it compares with a whole
+   * limit as the rule does (admitted below the limit): 2.38 is "2.3".
+   */
+  const tenthFormat = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
+  const tenth = (n) => tenthFormat.format(Math.floor(Math.round(n * 1e6) / 1e5) / 10);
 
   /** A client's places under a concurrency rule: how many are in use, and how many requests wait for one. */
   function paintPlaces(node, status, extra) {
@@ -801,7 +966,7 @@
     const calls = latency.counts.reduce((n, v) => n + v, 0);
     byId("latency-hint").textContent =
       `${fmt(calls)} decisions that called a Durable Object, by milliseconds (upper bound of each bucket) · ` +
-      `p50 ${ms(latency.p50Ms)} · p99 ${ms(latency.p99Ms)}`;
+      `p50 ${quantileText(latency.p50)} · p99 ${quantileText(latency.p99)}, each estimated within its bucket`;
     state.latencyChart?.setData([latency.counts.map((_, i) => i), latency.counts.map((v) => v)]);
   }
 
@@ -917,17 +1082,7 @@
         }),
         el("td", { class: "note", text: entry.note ?? "" }),
         el("td", {}, el("span", { class: `state ${entry.expired ? "expired" : entry.state}`, text: stateOf(entry) })),
-        el(
-          "td",
-          { class: "actions" },
-          actionButton({
-            verb: "Delete",
-            busyVerb: "Deleting…",
-            about: `the override of ${clientText(entry)} under ${entry.rule}`,
-            class: "danger",
-            onclick: (event) => deleteOverride(entry, event.currentTarget),
-          }),
-        ),
+        el("td", { class: "actions" }, deleteButton(entry)),
       ),
     );
     box.replaceChildren(
@@ -958,6 +1113,16 @@
   }
 
   const stateOf = (entry) => (entry.expired ? "expired" : entry.state);
+
+  function deleteButton(entry) {
+    return actionButton({
+      verb: "Delete",
+      busyVerb: "Deleting…",
+      about: `the override of ${clientText(entry)} under ${entry.rule}`,
+      class: "danger",
+      onclick: (event) => deleteOverride(entry, event.currentTarget),
+    });
+  }
 
   async function deleteOverride(entry, button) {
     button.busy();
@@ -1114,7 +1279,8 @@
     });
     byId("signout").addEventListener("click", () => signOut());
     byId("range").addEventListener("change", (event) => {
-      state.minutes = Number(event.currentTarget.value);
+      const value = event.currentTarget.value;
+      state.minutes = value === "fit" ? "fit" : Number(value);
       state.cycle = 0;
       refresh();
     });
