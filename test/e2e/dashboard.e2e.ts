@@ -771,131 +771,326 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     return found;
   }
 
-  it("has no serious or critical accessibility violation (axe-core), with every state it can show on the page", async () => {
-    // Data for every colour the page has: admitted and refused counts, a client refused now
-    // and one blocked, one a shadow rule would refuse, overrides applied and expired.
-    const apiKey = uniqueTag("axe-key");
-    const keyed = { headers: { "x-api-key": apiKey, "cf-connecting-ip": uniqueIp() } };
-    for (let i = 0; i < 5; i++) await send(`/keyed/axe/${i}`, keyed);
-    const shadowed = uniqueIp();
-    for (let i = 0; i < 3; i++) await send(`/shadow/axe/${i}`, from(shadowed));
-    const blocked = uniqueIp();
-    for (let i = 0; i < 4; i++) await send("/status/401", { method: "POST", ...from(blocked) });
-    const applied = uniqueIp();
-    expect((await admin(`/overrides?rule=e2e&key=${applied}`, "PUT", { limit: 80, note: "axe" })).status).toBe(200);
-    const expired = uniqueIp();
-    const expiresMs = Date.now() + 1_500;
-    expect((await admin(`/overrides?rule=e2e&key=${expired}`, "PUT", { limit: 80, expires: expiresMs })).status).toBe(
-      200,
-    );
-    await sleep(Math.max(0, expiresMs - Date.now()) + 200);
-    const keyHash = (await admin<{ keyHash: string }>(`/status?rule=e2e-per-key&key=${apiKey}`)).body.keyHash;
+  it("has no serious or critical accessibility violation (axe-core), with every state it can show on the page, made by the test itself", async () => {
+    const held: (() => void)[] = [];
+    /** A promise the routes below wait on, released when axe is done. */
+    const hold = () => new Promise<void>((resolve) => held.push(resolve));
+    const ws: WebSocket[] = [];
+    try {
+      // ---- The data, made here: rows of every kind, in rules only this file uses where a top-10 list must hold them.
+      const client = (name: string) => uniqueTag(`axe-${name}`);
+      const refuse = async (path: string, headers: Record<string, string>, times = 8) => {
+        for (let i = 0; i < times; i++) await send(`${path}/${i}`, from(uniqueIp(), headers));
+      };
+      const hashOf = async (rule: string, key: string) =>
+        (await admin<{ keyHash: string }>(`/status?rule=${rule}&key=${encodeURIComponent(key)}`)).body.keyHash;
+      // Under a limit of 3 a day: refused now (with an override), reset (admitted now), at its limit, a
+      // status that cannot be read, one being read, and one whose reset is under way.
+      const rate = {
+        refused: client("refused"),
+        admitted: client("admitted"),
+        limit: client("limit"),
+        unknown: client("unknown"),
+        reading: client("reading"),
+        resetting: client("resetting"),
+      };
+      for (const key of Object.values(rate)) await refuse("/dash-rate/axe", { "x-dash-client": key });
+      expect((await admin(`/status?rule=e2e-dash-rate&key=${rate.admitted}`, "DELETE")).status).toBe(200);
+      expect(
+        (await admin(`/overrides?rule=e2e-dash-rate&key=${rate.refused}`, "PUT", { limit: 3, note: "axe: applied" }))
+          .status,
+      ).toBe(200);
+      const rateHash = Object.fromEntries(
+        await Promise.all(Object.entries(rate).map(async ([k, key]) => [k, await hashOf("e2e-dash-rate", key)])),
+      ) as Record<keyof typeof rate, string>;
+      // Blocked by a penalty; what a shadow rule would refuse.
+      await refuse("/dash-penalty/axe", { "x-dash-client": client("blocked") }, 3);
+      const shadowed = uniqueIp();
+      for (let i = 0; i < 3; i++) await send(`/shadow/axe/${i}`, from(shadowed));
+      // A concurrency rule's places: one client's one place in use by a WebSocket, another's free again.
+      const socket = async (ip: string) => {
+        const open = new WebSocket(`${limiterUrl().replace(/^http/, "ws")}/dash-one/echo`, {
+          headers: { "cf-connecting-ip": ip },
+        });
+        ws.push(open);
+        await new Promise((resolve, reject) => {
+          open.once("open", resolve);
+          open.once("error", reject);
+        });
+        expect((await send("/dash-one/beside", from(ip))).status).toBe(429);
+        return open;
+      };
+      await socket(uniqueIp());
+      const freed = await socket(uniqueIp());
+      freed.close();
+      // Overrides: applied (above), expired, pending (below), and more than a page of them (Show more).
+      const expired = uniqueIp();
+      const expiresMs = Date.now() + 1_500;
+      expect((await admin(`/overrides?rule=e2e&key=${expired}`, "PUT", { limit: 80, expires: expiresMs })).status).toBe(
+        200,
+      );
+      const pending = client("pending");
+      expect((await admin(`/overrides?rule=e2e-dash-rate&key=${pending}`, "PUT", { limit: 5 })).status).toBe(200);
+      const deleting = client("deleting");
+      expect((await admin(`/overrides?rule=e2e-dash-rate&key=${deleting}`, "PUT", { limit: 5 })).status).toBe(200);
+      // The list runs by rule, then key: a page's worth after all of the above, so that more is always left to show.
+      const morePage = Array.from({ length: 51 }, (_, i) => ({
+        rule: "e2e-user",
+        key: `jwt:sub=${client(`page-${i}`)}`,
+        limit: 3,
+      }));
+      expect((await admin("/overrides/import", "POST", morePage)).status).toBe(200);
+      await sleep(Math.max(0, expiresMs - Date.now()) + 200);
+      const pendingHash = await hashOf("e2e-dash-rate", pending);
+      const deletingHash = await hashOf("e2e-dash-rate", deleting);
 
-    // The token form with its error.
-    if (await page.locator("#signout").isVisible()) await page.click("#signout");
-    await page.goto(`${limiterUrl()}${PREFIX}/`);
-    await page.fill("#token", "not-the-token");
-    await page.click("#token-submit");
-    await page.locator("#token-error").waitFor({ state: "visible" });
-    const onTheForm = await axeViolations("the token form");
-
-    await signIn();
-    const refusedRow = page.locator(`.rule[data-rule="e2e-per-key"] .top-refused tr[data-key="${keyHash}"]`);
-    await refusedRow.waitFor({ state: "visible", timeout: 30_000 });
-    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 20_000 }).toMatch(/^refused/);
-    // Reset: this client is admitted again, and another stays refused.
-    await refusedRow.locator("button.reset").click();
-    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 15_000 }).toMatch(/^admitted/);
-    // A bad override from the form: its errors.
-    await page.selectOption("#ov-rule", "e2e");
-    await page.fill("#ov-keys input", "not-an-ip");
-    await page.selectOption("#ov-kind", "limit");
-    await page.fill("#ov-limit", "5");
-    await page.click('#override-form button[type="submit"]');
-    await page.locator("#ov-errors li").first().waitFor();
-
-    // States only a failure shows: the statistics unreadable (their notice, the data kept) and a reset
-    // that fails (a red toast beside a green one). Toasts last 5 s, so they are made before each run of axe.
-    await page.route("**/__ratelimit/stats?*", (route) =>
-      route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' }),
-    );
-    await page.selectOption("#range", "15");
-    await page.locator("#stats-error").waitFor({ state: "visible" });
-    // Every coloured state, on the page when axe runs. A pending override, a lost flush and a
-    // status that could not be read share colours checked here (the shadow, warning and plain pills).
-    const states = [
-      ".tile.good .tile-value",
-      ".tile.bad .tile-value",
-      ".tile.warn .tile-value",
-      ".total.good",
-      ".total.bad",
-      ".total.warn",
-      ".total.muted",
-      ".badge.shadow",
-      ".badge:not(.shadow)",
-      ".status.admitted",
-      ".status.refused",
-      ".status.shadow",
-      ".state.applied",
-      ".state.expired",
-      "#overrides td.warn",
-      "td.note",
-      ".empty:not(.ok)",
-      ".empty.ok",
-      ".notice",
-      ".errors li",
-      ".toast.bad",
-      ".toast:not(.bad)",
-      "button.danger",
-      "button.reset:not(:disabled)",
-      "button.reset:disabled",
-      "button.primary",
-      ".hint",
-      ".rule-def",
-      ".u-legend",
-    ];
-    let releaseResets = () => {};
-    const holdResets = async () => {
-      releaseResets();
-      const held = new Promise<void>((resolve) => {
-        releaseResets = resolve;
-      });
+      // ---- What only a moment or a failure shows, from the admin API's real answers held, failed or changed.
+      const failing = new Set<string>();
       await page.route("**/__ratelimit/status?*", async (route) => {
-        if (route.request().method() !== "DELETE") return route.fallback();
-        await held;
+        const method = route.request().method();
+        const hash = new URL(route.request().url()).searchParams.get("hash")?.slice(0, 12);
+        if (method === "GET" && hash === rateHash.unknown) {
+          return route.fulfill({
+            status: 503,
+            contentType: "application/problem+json",
+            body: '{"detail":"unavailable"}',
+          });
+        }
+        if (method === "GET" && hash === rateHash.reading) await hold();
+        if (method === "DELETE" && hash === rateHash.resetting) await hold();
+        if (method === "DELETE" && hash !== undefined && failing.has(hash)) {
+          return route.fulfill({
+            status: 503,
+            contentType: "application/problem+json",
+            body: '{"detail":"unavailable"}',
+          });
+        }
+        if (method === "GET" && hash === rateHash.limit) {
+          // "Admitted, 0 left": only while an earlier window's count slides out, a moment no test can time.
+          const real = await route.fetch();
+          const body = (await real.json()) as Record<string, unknown>;
+          return route.fulfill({
+            response: real,
+            json: { ...body, weighted: 2.5, allowed: true, remaining: 0, retryAfterSeconds: 0 },
+          });
+        }
         return route.fallback();
       });
-    };
-    const showEveryState = async () => {
-      releaseResets();
-      await page.unroute("**/__ratelimit/status?*");
-      await page.route("**/__ratelimit/status?*", (route) =>
-        route.request().method() === "DELETE"
-          ? route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' })
-          : route.fallback(),
-      );
-      await refusedRow.locator("button.reset").click();
-      await page.locator(".toast.bad").first().waitFor();
-      await page.unroute("**/__ratelimit/status?*");
-      await refusedRow.locator("button.reset").click();
-      await page.locator(".toast:not(.bad)").first().waitFor();
-      // A reset in flight while axe runs: its answer is held until axe is done.
-      await holdResets();
-      await refusedRow.locator("button.reset").click();
-      await refusedRow.locator("button.reset:disabled").waitFor();
-      const missing: string[] = [];
-      for (const selector of states) {
-        if ((await page.locator(selector).filter({ visible: true }).count()) === 0) missing.push(selector);
-      }
-      expect(missing).toEqual([]);
-    };
+      await page.route("**/__ratelimit/overrides?*", async (route) => {
+        const request = route.request();
+        const url = new URL(request.url());
+        if (
+          request.method() === "DELETE" &&
+          url.searchParams.getAll("key").includes(`header:x-dash-client=${deleting}`)
+        )
+          await hold();
+        if (request.method() !== "GET" || url.searchParams.has("rule")) return route.fallback();
+        // An override its client's object has not confirmed yet: pending until the registry's alarm sends it again.
+        const real = await route.fetch();
+        const body = (await real.json()) as { overrides: { keyHash: string; state: string }[] };
+        for (const entry of body.overrides) if (entry.keyHash === pendingHash) entry.state = "pending";
+        return route.fulfill({ response: real, json: body });
+      });
 
-    const onTheDashboard = await axeViolations("the dashboard with data", showEveryState);
-    releaseResets();
-    await page.unroute("**/__ratelimit/status?*");
-    await page.unroute("**/__ratelimit/stats?*");
-    expect([...onTheForm, ...onTheDashboard]).toEqual([]);
-  }, 120_000);
+      // ---- The token form: its error, and the form sent while the rules are read.
+      if (await page.locator("#signout").isVisible()) await page.click("#signout");
+      await page.goto(`${limiterUrl()}${PREFIX}/`);
+      await page.fill("#token", "not-the-token");
+      await page.click("#token-submit");
+      await page.locator("#token-error").waitFor({ state: "visible" });
+      await page.route("**/__ratelimit/rules", async (route) => {
+        await hold();
+        return route.fallback();
+      });
+      await page.fill("#token", inject("adminToken"));
+      await page.click("#token-submit");
+      await page.locator("#token-submit:disabled").waitFor();
+      const onTheForm = await axeViolations("the token form", async () => {
+        await expectOnThePage(["#token-error", "#token-submit:disabled", ".login p code"]);
+      });
+      for (const release of held.splice(0)) release();
+      await page.unroute("**/__ratelimit/rules");
+
+      // ---- The dashboard with every state the Worker's data gives.
+      await page
+        .locator(`.rule[data-rule="e2e-dash-rate"] tr[data-hash^="${rateHash.refused}"] .status.refused`)
+        .waitFor({
+          timeout: 30_000,
+        });
+      const rateRow = (k: keyof typeof rate) =>
+        page.locator(`.rule[data-rule="e2e-dash-rate"] tr[data-hash^="${rateHash[k]}"]`);
+      await rateRow("resetting").locator("button.reset").click();
+      await rateRow("resetting").locator("button.reset:disabled").waitFor();
+      // Every override row this test made, after "Show more" as often as it takes; then the one being deleted.
+      const rows = [
+        pendingHash,
+        deletingHash,
+        await hashOf("e2e", expired),
+        await hashOf("e2e-dash-rate", rate.refused),
+      ];
+      await expect
+        .poll(
+          async () => {
+            const shown = await Promise.all(
+              rows.map((hash) => page.locator(`#overrides tr[data-hash="${hash}"]`).count()),
+            );
+            if (shown.every((n) => n > 0)) return true;
+            const more = page.locator("#overrides button.link");
+            if (await more.isVisible()) await more.click();
+            return false;
+          },
+          { timeout: 30_000 },
+        )
+        .toBe(true);
+      await page.locator(`#overrides tr[data-hash="${deletingHash}"] button.danger`).click();
+      await page.locator(`#overrides tr[data-hash="${deletingHash}"] button.danger:disabled`).waitFor();
+      /** Puts an override with the form: `key` under e2e-dash-rate, or a bad one (its errors stay on the form). */
+      const putFromTheForm = async (key: string | null) => {
+        await page.selectOption("#ov-rule", key === null ? "e2e" : "e2e-dash-rate");
+        await page.fill("#ov-keys input", key ?? "not-an-ip");
+        await page.selectOption("#ov-kind", "limit");
+        await page.fill("#ov-limit", "5");
+        await page.click('#override-form button[type="submit"]');
+      };
+      // Toasts last 5 s, so they are made again before each run of axe: an override put from the form
+      // (a toast of success), a bad one (the form's errors), and a reset that fails (a toast of failure).
+      const formKey = client("form");
+      const toasts = async () => {
+        await page.locator("#toasts").evaluate((box) => box.replaceChildren());
+        await putFromTheForm(formKey);
+        await page.locator(".toast:not(.bad)").waitFor();
+        await putFromTheForm(null);
+        await page.locator("#ov-errors li").first().waitFor();
+        failing.add(rateHash.admitted);
+        await rateRow("admitted").locator("button.reset:not(:disabled)").click();
+        await page.locator(".toast.bad").waitFor();
+        failing.delete(rateHash.admitted);
+        await rateRow("admitted").locator("button.reset:not(:disabled)").waitFor();
+      };
+      const asTheWorkerShowsIt: Record<string, string> = {
+        "a tile admitted": '.tile.good[data-tile="admitted"] .tile-value',
+        "a tile refused": '.tile.bad[data-tile="refused"] .tile-value',
+        "a tile would refuse": '.tile.warn[data-tile="would-refuse"] .tile-value',
+        "a tile plain": '.tile:not(.good, .bad, .warn)[data-tile="p50"] .tile-value',
+        "a tile's line": ".tile-about",
+        "the clients' note": "#clients-hint code",
+        "a rule's definition": ".rule-def",
+        "a badge": ".badge:not(.shadow, .adaptive)",
+        "a shadow badge": ".badge.shadow",
+        "an adaptive badge": ".badge.adaptive",
+        "the limit now": ".limit-now:not(.is-reduced)",
+        "a total admitted": ".total.good",
+        "a total refused": ".total.bad",
+        "a total would refuse": ".total.warn",
+        "the period": ".total.muted",
+        "a chart's legend": ".u-legend",
+        "a rule no client was refused under": '.rule[data-rule="e2e-adaptive"] .empty:not(.ok)',
+        "a client refused now, with an override": ".status.refused:text-matches('^refused now .* · override$')",
+        "a client blocked": ".status.refused:text-matches('^blocked until')",
+        "a client a shadow rule would refuse": ".status.shadow:text-matches('^would refuse now')",
+        "a client at its limit": ".status.limit",
+        "a client admitted now": ".status.admitted:text-matches('^admitted now · [1-9]')",
+        "a client's places all in use": ".status.refused:text-is('1 of 1 in flight')",
+        "a client's place free": ".status.admitted:text-is('0 of 1 in flight')",
+        "a status that could not be read": ".status.unknown",
+        "a status being read": ".top-refused .status:not(.admitted, .refused, .shadow, .limit, .unknown)",
+        "a reset button": "button.reset:not(:disabled)",
+        "a reset under way": "button.reset:disabled",
+        "an override applied, with its note": "#overrides tr:has(.state.applied) td.note:text-is('axe: applied')",
+        "an override expired": "#overrides td.warn + td + td .state.expired",
+        "an override pending": ".state.pending",
+        "a delete button": "button.danger:not(:disabled)",
+        "a delete under way": "button.danger:disabled",
+        "more overrides than a page": "#overrides button.link",
+        "the override form's errors": "#ov-errors li",
+        "the form's button": "#override-form button.primary",
+        "no failure": "#failures .empty.ok",
+        "the latency's note": "#latency-hint",
+        "a toast": ".toast:not(.bad)",
+        "a toast of a failure": ".toast.bad",
+        "the sign-out button": "#signout",
+        live: ".live:not(.is-stale)",
+      };
+      const onTheDashboard = await axeViolations("the dashboard as the Worker shows it", async () => {
+        await toasts();
+        await expectOnThePage(Object.values(asTheWorkerShowsIt));
+      });
+
+      // ---- What failures show: failed calls, lost flushes, an adaptive limit cut, then the statistics unreadable.
+      await page.route("**/__ratelimit/stats?*", async (route) => {
+        const real = await route.fetch();
+        const body = (await real.json()) as Record<string, unknown> & {
+          health: Record<string, unknown>;
+          adaptive: { rule: string; controller: unknown }[];
+        };
+        const nowMs = Date.now();
+        return route.fulfill({
+          response: real,
+          json: {
+            ...body,
+            health: {
+              ...body.health,
+              failures: { timeout: 2, error: 1 },
+              failuresLifetime: { timeout: 5, error: 1 },
+              lostFlushes: 1,
+              lostDecisions: 7,
+            },
+            adaptive: body.adaptive.map(({ rule }) => ({
+              rule,
+              controller: {
+                rule,
+                nowMs,
+                factor: 0.4,
+                version: 2,
+                mode: "reducing",
+                configured: 100,
+                limit: 40,
+                history: [
+                  { atMs: nowMs - 120_000, limit: 100, configured: 100 },
+                  { atMs: nowMs - 60_000, limit: 40, configured: 100 },
+                ],
+              },
+            })),
+          },
+        });
+      });
+      await page.selectOption("#range", "15");
+      await page.locator('.tile.bad[data-tile="failures"]').waitFor();
+      await page.unroute("**/__ratelimit/stats?*");
+      await page.route("**/__ratelimit/stats?*", (route) =>
+        route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' }),
+      );
+      await page.selectOption("#range", "60");
+      await page.locator("#stats-error").waitFor({ state: "visible" });
+      const whatFailuresShow: Record<string, string> = {
+        "a tile of failures": '.tile.bad[data-tile="failures"] .tile-value',
+        "a tile of lost flushes": '.tile.warn[data-tile="lost-flushes"] .tile-value',
+        "the failures by reason": "#failures table tbody tr td code",
+        "lost flushes in the facts": "#failures .facts dd.warn",
+        "an adaptive limit cut": ".limit-now.is-reduced",
+        "the statistics unreadable": "#stats-error.notice",
+        stale: ".live.is-stale",
+      };
+      const onFailures = await axeViolations("the dashboard with failures", () =>
+        expectOnThePage(Object.values(whatFailuresShow)),
+      );
+      await page.unroute("**/__ratelimit/stats?*");
+      expect([...onTheForm, ...onTheDashboard, ...onFailures]).toEqual([]);
+    } finally {
+      for (const release of held.splice(0)) release();
+      await page.unrouteAll({ behavior: "ignoreErrors" });
+      for (const socket of ws) socket.close();
+    }
+  }, 180_000);
+
+  /** Fails with the selectors that match nothing visible on the page. */
+  async function expectOnThePage(selectors: string[]) {
+    const missing: string[] = [];
+    for (const selector of selectors) {
+      if ((await page.locator(selector).filter({ visible: true }).count()) === 0) missing.push(selector);
+    }
+    expect(missing).toEqual([]);
+  }
 });
 
 describe.skipIf(skipBrowser)("the dashboard with STATS_RAW_KEYS on", () => {

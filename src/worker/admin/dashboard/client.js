@@ -18,6 +18,8 @@
   const STATUS_EVERY = 3;
   /** The overrides are read every this many refreshes (and at once after a change). */
   const OVERRIDES_EVERY = 6;
+  /** Overrides listed at first, and added by each "Show more". */
+  const OVERRIDES_PAGE = 50;
   /** The most minutes the statistics keep, and so the most a view asks for. */
   const MAX_MINUTES = 1440;
   /** "Fit the data" shows at least this many minutes, so that a minute's bars are not one wide block. */
@@ -54,6 +56,8 @@
       statuses: new Map(),
       /** `${rule} ${hash}` of each reset under way: its row is redrawn with its button busy. */
       resetting: new Set(),
+      /** `${rule} ${keyHash}` of each override being deleted: the same. */
+      deleting: new Set(),
       cycle: 0,
       timer: null,
       overrides: { entries: [], next: null, total: 0, pending: 0, error: null },
@@ -1039,7 +1043,9 @@
   async function loadOverrides(more = false) {
     const box = byId("overrides");
     if (!box) return;
-    const params = [["limit", 50]];
+    // Read again, the list keeps as many entries as it shows: "Show more" is not undone at the next read.
+    const shown = state.overrides.entries.length;
+    const params = [["limit", more ? OVERRIDES_PAGE : Math.min(1000, Math.max(OVERRIDES_PAGE, shown))]];
     if (more && state.overrides.next) params.push(["cursor", state.overrides.next]);
     try {
       const page = await api("GET", "/overrides", params);
@@ -1115,25 +1121,40 @@
   const stateOf = (entry) => (entry.expired ? "expired" : entry.state);
 
   function deleteButton(entry) {
-    return actionButton({
+    const button = actionButton({
       verb: "Delete",
       busyVerb: "Deleting…",
       about: `the override of ${clientText(entry)} under ${entry.rule}`,
       class: "danger",
-      onclick: (event) => deleteOverride(entry, event.currentTarget),
+      onclick: () => deleteOverride(entry),
     });
+    // A delete under way when the list is read again: still shown as such, and not sent twice.
+    if (state.deleting.has(`${entry.rule} ${entry.keyHash}`)) button.busy();
+    return button;
   }
 
-  async function deleteOverride(entry, button) {
-    button.busy();
+  /** The Delete button of an override's row as it is now: the list is redrawn when it is read again. */
+  const deleteButtonOf = (entry) =>
+    byId("overrides")?.querySelector(
+      `tr[data-rule="${CSS.escape(entry.rule)}"][data-hash="${CSS.escape(entry.keyHash)}"] button.danger`,
+    ) ?? null;
+
+  async function deleteOverride(entry) {
+    const id = `${entry.rule} ${entry.keyHash}`;
+    if (state.deleting.has(id)) return;
+    const session = state;
+    state.deleting.add(id);
+    deleteButtonOf(entry)?.busy();
     try {
       await api("DELETE", "/overrides", [["rule", entry.rule], ...entry.keyParams.map((k) => ["key", k])]);
       toast(`Deleted the override of ${clientText(entry)} under ${entry.rule}.`);
     } catch (error) {
       if (error instanceof SignedOut) return;
       toast(`Delete failed: ${error.message}`, true);
-      button.idle();
       return;
+    } finally {
+      session.deleting.delete(id);
+      if (state === session) deleteButtonOf(entry)?.idle();
     }
     loadOverrides();
   }
