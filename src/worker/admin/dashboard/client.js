@@ -614,9 +614,16 @@
     return Math.min(MAX_MINUTES, Math.max(FIT_MIN_MINUTES, state.lastToMinute - state.fitFrom + 2));
   }
 
-  /** The period in words: "since 14:05" (fit) or "in the last 1 h". */
-  const periodText = () =>
-    state.minutes === "fit" ? `since ${hhmm(state.shownFrom * 60)}` : `in the last ${duration(state.minutes * 60)}`;
+  /**
+   * The period in words: "since 14:05" (fit, from the first minute with
+   * data), or "in the last 5 min" (fit, data younger than that), or "in the
+   * last 1 h".
+   */
+  function periodText() {
+    if (state.minutes === "fit" && state.shownFrom === state.fitFrom) return `since ${hhmm(state.shownFrom * 60)}`;
+    const minutes = state.minutes === "fit" ? state.lastToMinute - state.shownFrom + 1 : state.minutes;
+    return `in the last ${duration(minutes * 60)}`;
+  }
 
   function setLive(ok, text) {
     const live = byId("live");
