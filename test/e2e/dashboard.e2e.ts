@@ -6,9 +6,14 @@
  * the page, sees only the token form, signs in, sees the rules, a chart per
  * rule and the offender at the top of the refused clients, presses its Reset,
  * and the offender is admitted again. The overrides' Delete removes exactly
- * the override its row lists, for every shape a key can have; and axe-core
- * finds no serious or critical accessibility violation, with every state the
- * page can colour on it.
+ * the override its row lists, for every shape a key can have. Read as a
+ * person reads it: it opens on the period that shows the data, each tile
+ * says what it counts, latencies are estimates within their bucket, each
+ * client's state reads in words and a colour that agree, and clients are
+ * shown by hash with how to show their keys (or, on a second Worker with
+ * STATS_RAW_KEYS on, by their keys). And axe-core finds no serious or
+ * critical accessibility violation with every state the page can show on
+ * it, each made by the test itself.
  *
  * UPDATE_SCREENSHOT=1 writes the screenshot to docs/dashboard.png (the
  * README's); otherwise it goes to the OS temp directory.
