@@ -1,10 +1,13 @@
 /**
  * The dashboard's files are the only admin paths that answer without the
- * token, and they answer with a strict Content-Security-Policy and no data.
- * The page itself, in a browser, is test/e2e/dashboard.e2e.ts.
+ * token, and they answer with a strict Content-Security-Policy and no data;
+ * the latencies it shows are what the histogram supports. The page itself,
+ * in a browser, is test/e2e/dashboard.e2e.ts.
  */
 import { describe, expect, it } from "vitest";
+import { LATENCY_BOUNDS_MS } from "../src/object/stats-protocol.ts";
 import { CONTENT_SECURITY_POLICY, DASHBOARD_PATHS } from "../src/worker/admin/dashboard.ts";
+import { latencyQuantile } from "../src/worker/admin/stats.ts";
 import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
 
 const TOKEN = "test-admin-token-dashboard-3b9e";
@@ -173,5 +176,77 @@ describe("every other admin path still needs the token", () => {
     expect(res.status).toBe(401);
     expect(res.headers.get("www-authenticate")).toBe('Bearer realm="admin"');
     expect(await originHits(tag)).toBe(0);
+  });
+});
+
+describe("the latency the dashboard shows: a quantile as the histogram supports it", () => {
+  /** Counts per bucket, from a map of a bucket's upper bound ("open" for the last) to its count. */
+  const histogram = (byBound: Record<string, number | undefined>) =>
+    [...LATENCY_BOUNDS_MS.map(String), "open"].map((bound) => byBound[bound] ?? 0);
+
+  it.each([
+    // The case that read "50 ms" twice: every call in the 20–50 ms bucket.
+    { name: "ten calls in (20, 50]", q: 0.5, byBound: { 50: 10 }, expected: { estimateMs: 35, lowMs: 20, highMs: 50 } },
+    {
+      name: "ten calls in (20, 50]",
+      q: 0.99,
+      byBound: { 50: 10 },
+      expected: { estimateMs: 49.7, lowMs: 20, highMs: 50 },
+    },
+    { name: "four calls in [0, 1]", q: 0.5, byBound: { 1: 4 }, expected: { estimateMs: 0.5, lowMs: 0, highMs: 1 } },
+    {
+      name: "ten in (5, 10] and ten in (10, 20]: the median at the top of the first",
+      q: 0.5,
+      byBound: { 10: 10, 20: 10 },
+      expected: { estimateMs: 10, lowMs: 5, highMs: 10 },
+    },
+    {
+      name: "ten in (5, 10] and ten in (10, 20]",
+      q: 0.99,
+      byBound: { 10: 10, 20: 10 },
+      expected: { estimateMs: 19.8, lowMs: 10, highMs: 20 },
+    },
+    {
+      name: "empty buckets between, skipped",
+      q: 0.99,
+      byBound: { 1: 1, 10: 1 },
+      expected: { estimateMs: 9.9, lowMs: 5, highMs: 10 },
+    },
+    {
+      name: "1.97 ms, rounded to a tenth",
+      q: 0.99,
+      byBound: { 1: 2, 2: 1 },
+      expected: { estimateMs: 2, lowMs: 1, highMs: 2 },
+    },
+    {
+      name: "the last, open bucket: above 5 s, no estimate",
+      q: 0.5,
+      byBound: { 50: 1, open: 3 },
+      expected: { estimateMs: null, lowMs: 5000, highMs: null },
+    },
+  ])("$name: quantile $q is $expected", ({ q, byBound, expected }) => {
+    expect(latencyQuantile(histogram(byBound), LATENCY_BOUNDS_MS, q)).toEqual(expected);
+  });
+
+  it("has none without a decision", () => {
+    expect(latencyQuantile(histogram({}), LATENCY_BOUNDS_MS, 0.5)).toBeNull();
+  });
+
+  it("always lies in the bucket where the bound the statistics give (p50Ms) lies, and never above it", () => {
+    const counts = histogram({ 2: 3, 20: 40, 50: 17, 500: 2, open: 1 });
+    const total = counts.reduce((a, b) => a + b, 0);
+    for (const q of [0.01, 0.25, 0.5, 0.9, 0.99]) {
+      const found = latencyQuantile(counts, LATENCY_BOUNDS_MS, q)!;
+      let seen = 0;
+      const bucket = counts.findIndex((n) => {
+        seen += n;
+        return seen >= q * total;
+      });
+      expect([q, found.highMs]).toEqual([q, LATENCY_BOUNDS_MS[bucket] ?? null]);
+      if (found.estimateMs !== null) {
+        expect(found.estimateMs).toBeGreaterThanOrEqual(found.lowMs);
+        expect(found.estimateMs).toBeLessThanOrEqual(found.highMs!);
+      }
+    }
   });
 });

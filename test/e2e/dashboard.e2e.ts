@@ -6,26 +6,33 @@
  * the page, sees only the token form, signs in, sees the rules, a chart per
  * rule and the offender at the top of the refused clients, presses its Reset,
  * and the offender is admitted again. The overrides' Delete removes exactly
- * the override its row lists, for every shape a key can have; and axe-core
- * finds no serious or critical accessibility violation, with every state the
- * page can colour on it.
+ * the override its row lists, for every shape a key can have. Read as a
+ * person reads it: it opens on the period that shows the data, each tile
+ * says what it counts, latencies are estimates within their bucket, each
+ * client's state reads in words and a colour that agree, and clients are
+ * shown by hash with how to show their keys (or, on a second Worker with
+ * STATS_RAW_KEYS on, by their keys). And axe-core finds no serious or
+ * critical accessibility violation with every state the page can show on
+ * it, each made by the test itself.
  *
  * UPDATE_SCREENSHOT=1 writes the screenshot to docs/dashboard.png (the
  * README's); otherwise it goes to the OS temp directory.
  */
 import { execFile } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { AxeResults } from "axe-core";
+import { exportJWK, generateKeyPair } from "jose";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import WebSocket from "ws";
 import { launchChromium, skipBrowser } from "./support/browser.ts";
-import { limiterUrl, send, uniqueIp, uniqueTag } from "./support/client.ts";
+import { limiterUrl, originUrl, send, uniqueIp, uniqueTag } from "./support/client.ts";
+import { type RunningWorker, startWrangler } from "./support/wrangler.ts";
 
 const PREFIX = "/__ratelimit";
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -38,15 +45,61 @@ const from = (ip: string, headers: Record<string, string> = {}) => ({
 });
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Admin API JSON, with the token. */
-async function admin<T>(pathAndQuery: string, method = "GET", body?: unknown): Promise<{ status: number; body: T }> {
-  const reply = await send(`${PREFIX}${pathAndQuery}`, {
-    method,
-    headers: { ...bearer(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
+/** Admin API JSON, with the token; `base` names another Worker than the suite's. */
+async function admin<T>(
+  pathAndQuery: string,
+  method = "GET",
+  body?: unknown,
+  base = limiterUrl(),
+): Promise<{ status: number; body: T }> {
+  const reply = await send(
+    `${PREFIX}${pathAndQuery}`,
+    {
+      method,
+      headers: { ...bearer(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    },
+    base,
+  );
   return { status: reply.status, body: reply.json<T>() };
 }
+
+/** What the tests read of `/stats`. */
+type Quantile = { estimateMs: number | null; lowMs: number; highMs: number | null };
+type Stats = {
+  fromMinute: number;
+  toMinute: number;
+  rules: { id: string; series: { minute: number }[]; totals: Record<string, number> }[];
+  latency: { counts: number[]; p50Ms: number | null; p99Ms: number | null; p50: Quantile | null; p99: Quantile | null };
+  rawKeys: boolean;
+};
+
+/** The statistics of the last 24 hours, all the statistics object keeps. */
+const dayOfStats = async (base = limiterUrl()) =>
+  (await admin<Stats>("/stats?minutes=1440", "GET", undefined, base)).body;
+
+/** The first minute with a decision under any rule in `stats`, or null. */
+const firstMinuteWithData = (stats: Stats): number | null => {
+  const firsts = stats.rules.flatMap((rule) => (rule.series.length > 0 ? [rule.series[0]!.minute] : []));
+  return firsts.length === 0 ? null : Math.min(...firsts);
+};
+
+/** A latency quantile as the dashboard writes it: "≈ 35 ms", "≈ 4.2 ms", or "> 5 s" in the open bucket. */
+const quantileText = (q: Quantile | null) =>
+  q === null
+    ? "–"
+    : q.estimateMs === null
+      ? `> ${q.lowMs / 1000} s`
+      : `≈ ${q.estimateMs < 10 ? q.estimateMs.toFixed(1) : Math.round(q.estimateMs).toLocaleString("en-US")} ms`;
+
+/** What a client's status says, and its colour (its class), must agree: each class and the words it may show. */
+const STATUS_WORDS: Record<string, RegExp> = {
+  admitted: /^admitted now( · [1-9][\d,]* left)?( · override| · tier \S+)?$|^[\d,]+ of [\d,]+ in flight/,
+  limit: /^at its limit now( · override| · tier \S+)?$/,
+  refused: /^refused now · retry in |^blocked until \d\d:\d\d:\d\d|^[\d,]+ of [\d,]+ in flight/,
+  shadow: /^would refuse now · for |^[\d,]+ of [\d,]+ in flight/,
+  unknown: /^unknown$/,
+};
 
 /** axe-core's browser build, injected into the page for the accessibility check. */
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
@@ -267,14 +320,16 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
         .toMatch(/[1-9]\d* would refuse/);
       await expect.poll(() => page.locator("#live").textContent()).toMatch(/^Live/);
 
-      // A tidy picture: the last 15 minutes, once the charts and statuses have drawn.
-      await page.selectOption("#range", "15");
+      // The picture, in the period the page opens with, once the charts and statuses have drawn;
+      // tall enough for the tiles and two rows of rules.
       await expect
         .poll(() => page.locator('.rule[data-rule="e2e"] .totals').textContent(), { timeout: 20_000 })
         .toMatch(/[1-9][\d,]* refused/);
+      await page.setViewportSize({ width: 1280, height: 1200 });
       await page.waitForTimeout(1_500);
-      await page.mouse.move(1270, 890);
+      await page.mouse.move(1270, 1190);
       await page.screenshot({ path: SCREENSHOT });
+      await page.setViewportSize({ width: 1280, height: 900 });
       console.log(`dashboard.e2e: screenshot at ${SCREENSHOT}`);
 
       // Reset: the offender stops, its Reset is pressed, and it is admitted again.
@@ -363,6 +418,223 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       ws.close();
     }
   }, 60_000);
+
+  it("opens on the period that shows the data: from its first minute (at least 5 minutes), not a sliver of an hour", async () => {
+    const ip = uniqueIp();
+    for (let i = 0; i < 3; i++) await send(`/dash/period/${i}`, from(ip));
+    await signIn();
+    expect(await page.locator("#range").inputValue()).toBe("fit");
+    expect(await page.locator("#range option:checked").textContent()).toBe("Fit the data");
+    const chart = page.locator('.rule[data-rule="e2e"] .chart').first();
+    // What the page shows against the data as the statistics hold it, read again until the minute is the same.
+    const shown = async () => {
+      const stats = await dayOfStats();
+      const first = firstMinuteWithData(stats)!;
+      const from = Math.max(stats.toMinute - 1439, Math.min(first, stats.toMinute - 4));
+      const range = await chart.evaluate((box) => [
+        Number((box as HTMLElement).dataset.fromMinute),
+        Number((box as HTMLElement).dataset.toMinute),
+      ]);
+      return { shown: range, expected: [from, stats.toMinute], first };
+    };
+    await expect
+      .poll(async () => ((r) => JSON.stringify(r.shown) === JSON.stringify(r.expected))(await shown()), {
+        timeout: 20_000,
+      })
+      .toBe(true);
+    // The period in words: since the first minute with data, or the last 5 minutes while the data is younger.
+    const { expected, first } = await shown();
+    const since = new Date(expected[0]! * 60_000).toISOString().slice(11, 16);
+    await expect
+      .poll(() => page.locator('.rule[data-rule="e2e"] .total.muted').textContent())
+      .toBe(expected[0] === first ? `since ${since}` : "in the last 5 min");
+    // Another period is still a choice: the last hour, whether or not it has data.
+    await page.selectOption("#range", "60");
+    await expect
+      .poll(async () => chart.evaluate((box) => Number((box as HTMLElement).dataset.fromMinute)), { timeout: 20_000 })
+      .toBe((await dayOfStats()).toMinute - 59);
+    expect(await page.locator('.rule[data-rule="e2e"] .total.muted').textContent()).toBe("in the last 1 h");
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("says in a line what each tile counts: admitted and refused once under each rule, held, shed, would refuse, failures, lost flushes", async () => {
+    await signIn();
+    const about: Record<string, RegExp> = {
+      admitted: /once under each rule that matched it/,
+      held: /waited for their turn \(max_delay\) or a place \(concurrency\)/,
+      refused: /429 .*once under each rule that refused it/,
+      shed: /503\b.*adaptive rule's limit .*cut while the origin recovers/,
+      "would-refuse": /shadow rules \(action = log\) would have refused/,
+      p50: /^median call to a Durable Object, (in the [\d,]+–[\d,]+ ms bucket|above \d+ s)$/,
+      p99: /^1 call in 100 took longer, (in the [\d,]+–[\d,]+ ms bucket|above \d+ s)$/,
+      failures: /calls to Durable Objects that failed/,
+      "lost-flushes": /isolates' counts that never reached the statistics: [\d,]+ decisions? missing/,
+    };
+    await page.locator('.tile[data-tile="admitted"] .tile-value').filter({ hasText: /\d/ }).waitFor();
+    const tiles = await page
+      .locator(".tile")
+      .evaluateAll((all) => all.map((t) => (t as HTMLElement).dataset.tile ?? t.textContent ?? ""));
+    expect(tiles).toEqual(Object.keys(about));
+    for (const [tile, words] of Object.entries(about)) {
+      const text = await page.locator(`.tile[data-tile="${tile}"] .tile-about`).textContent();
+      expect.soft(text, tile).toMatch(words);
+      expect.soft(await page.locator(`.tile[data-tile="${tile}"] .tile-about`).isVisible(), tile).toBe(true);
+    }
+    // The Admitted tile is what it says: the rules' admissions summed, as the statistics count them.
+    await expect
+      .poll(
+        async () => {
+          const stats = await dayOfStats();
+          const sum = stats.rules.reduce((n, rule) => n + (rule.totals.admitted ?? 0), 0);
+          const shown = await page.locator('.tile[data-tile="admitted"] .tile-value').textContent();
+          return shown === sum.toLocaleString("en-US");
+        },
+        { timeout: 20_000 },
+      )
+      .toBe(true);
+    expect(await page.locator('.tile[data-tile="admitted"] .tile-label').textContent()).toBe("Admitted");
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("shows p50 and p99 as the histogram supports them: an estimate within its bucket, never a bucket's bound as a value", async () => {
+    // Some calls to objects, so that the histogram has data.
+    for (let i = 0; i < 6; i++) await send(`/dash/latency/${i}`, from(uniqueIp()));
+    await signIn();
+    // What the page shows against what the statistics hold, read again until they agree.
+    const en = (n: number) => n.toLocaleString("en-US");
+    await expect
+      .poll(
+        async () => {
+          const { latency } = await dayOfStats();
+          const mismatches = [];
+          for (const q of ["p50", "p99"] as const) {
+            const tile = page.locator(`.tile[data-tile="${q}"]`);
+            const value = await tile.locator(".tile-value").textContent();
+            const about = (await tile.locator(".tile-about").textContent()) ?? "";
+            const bucket =
+              latency[q]!.highMs === null
+                ? `above ${latency[q]!.lowMs / 1000} s`
+                : `in the ${en(latency[q]!.lowMs)}–${en(latency[q]!.highMs!)} ms bucket`;
+            if (value !== quantileText(latency[q]) || !about.includes(bucket)) {
+              mismatches.push(`${q}: shows "${value}", "${about}"; the statistics: ${JSON.stringify(latency[q])}`);
+            }
+          }
+          return mismatches;
+        },
+        { timeout: 20_000 },
+      )
+      .toEqual([]);
+    // The statistics' own figures agree: the bucket is the one whose bound p50Ms and p99Ms give,
+    // and the quantile's rank falls in it.
+    const { latency } = await dayOfStats();
+    const total = latency.counts.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThan(0);
+    for (const [q, share, bound] of [
+      [latency.p50!, 0.5, latency.p50Ms],
+      [latency.p99!, 0.99, latency.p99Ms],
+    ] as const) {
+      expect(q.highMs ?? 5000).toBe(bound);
+      let seen = 0;
+      const bucket = latency.counts.findIndex((n) => {
+        seen += n;
+        return seen >= share * total;
+      });
+      expect(latency.counts[bucket]).toBeGreaterThan(0);
+      if (q.estimateMs !== null) expect(q.estimateMs).toBeGreaterThanOrEqual(q.lowMs);
+      if (q.estimateMs !== null) expect(q.estimateMs).toBeLessThanOrEqual(q.highMs!);
+    }
+    expect(await page.locator("#latency-hint").textContent()).toContain(
+      `p50 ${quantileText(latency.p50)} · p99 ${quantileText(latency.p99)}`,
+    );
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
+  it("shows each client's state now in words and a colour that agree, its count rounded, beside its refusals so far", async () => {
+    const client = (name: string) => ({ "x-dash-client": uniqueTag(name) });
+    // Refused under a limit of 3 a day, then reset: admitted, with its limit left.
+    const reset = client("words-reset");
+    for (let i = 0; i < 5; i++) await send(`/dash-rate/words/${i}`, from(uniqueIp(), reset));
+    // Refused under a limit of 1 a minute, then 15 minutes out.
+    const blocked = client("words-blocked");
+    for (let i = 0; i < 3; i++) await send(`/dash-penalty/words/${i}`, from(uniqueIp(), blocked));
+    // The object answers "admitted, 0 left" only while an earlier window's count slides out (a weighted
+    // count between limit − 1 and the limit), a moment no test can time: this client's answer is made so
+    // from the object's real one, as the page would read it then.
+    const edge = client("words-edge");
+    for (let i = 0; i < 5; i++) await send(`/dash-rate/words/${i}`, from(uniqueIp(), edge));
+    const hashOf = async (rule: string, headers: Record<string, string>) =>
+      (await admin<{ keyHash: string }>(`/status?rule=${rule}&key=${Object.values(headers)[0]}`)).body.keyHash;
+    const resetHash = await hashOf("e2e-dash-rate", reset);
+    const blockedHash = await hashOf("e2e-dash-penalty", blocked);
+    const edgeHash = await hashOf("e2e-dash-rate", edge);
+    await page.route("**/__ratelimit/status?*", async (route) => {
+      const url = new URL(route.request().url());
+      if (route.request().method() !== "GET" || !url.searchParams.get("hash")?.startsWith(edgeHash)) {
+        return route.fallback();
+      }
+      const real = await route.fetch();
+      const body = (await real.json()) as Record<string, unknown>;
+      return route.fulfill({
+        response: real,
+        json: { ...body, weighted: 2.3821666666666665, allowed: true, remaining: 0, retryAfterSeconds: 0 },
+      });
+    });
+    try {
+      await signIn();
+      const row = (rule: string, hash: string) => page.locator(`.rule[data-rule="${rule}"] tr[data-hash^="${hash}"]`);
+      await row("e2e-dash-rate", resetHash).locator(".status.refused").waitFor({ timeout: 30_000 });
+      await row("e2e-dash-rate", resetHash).locator("button.reset").click();
+      await expect
+        .poll(() => row("e2e-dash-rate", resetHash).locator(".status").textContent(), { timeout: 15_000 })
+        .toBe("admitted now · 3 left");
+      await expect
+        .poll(() => row("e2e-dash-penalty", blockedHash).locator(".status").textContent(), { timeout: 15_000 })
+        .toMatch(/^blocked until \d\d:\d\d:\d\d/);
+      const atLimit = row("e2e-dash-rate", edgeHash).locator(".status");
+      await expect.poll(() => atLimit.textContent(), { timeout: 15_000 }).toBe("at its limit now");
+      expect(await atLimit.getAttribute("class")).toBe("status limit");
+      // The count as a person reads it: to a tenth, rounded down, so it compares with the limit as the rule does.
+      expect(await atLimit.getAttribute("title")).toBe(
+        "Sliding-window count 2.3 of 3: its next request is admitted, and the one after it refused.",
+      );
+      // Every row on the page: the words and the colour agree, no "0 left" in green, no long decimals.
+      await expect.poll(() => page.locator(".top-refused .status:text-is('…')").count(), { timeout: 15_000 }).toBe(0);
+      const statuses = await page.locator(".top-refused .status").evaluateAll((all) =>
+        all.map((node) => ({
+          class: node.className,
+          text: node.textContent ?? "",
+          title: node.getAttribute("title"),
+        })),
+      );
+      expect(statuses.length).toBeGreaterThanOrEqual(3);
+      for (const status of statuses) {
+        const tone = status.class.replace(/^status /, "");
+        expect.soft(Object.keys(STATUS_WORDS), JSON.stringify(status)).toContain(tone);
+        expect.soft(status.text, JSON.stringify(status)).toMatch(STATUS_WORDS[tone] ?? /^$/);
+        expect.soft(status.text, JSON.stringify(status)).not.toMatch(/\b0 left/);
+        expect.soft(status.title ?? "", JSON.stringify(status)).not.toMatch(/\d\.\d{2,}/);
+      }
+      // The columns say which is which: refusals counted so far, and the state now.
+      expect(
+        await page
+          .locator('.rule[data-rule="e2e-dash-rate"] .top-refused thead th')
+          .evaluateAll((all) => all.map((th) => th.textContent)),
+      ).toEqual(["Client", "Refused so far", "Now", "Actions"]);
+    } finally {
+      await page.unroute("**/__ratelimit/status?*");
+    }
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  }, 60_000);
+
+  it("shows clients by their key's hash, and says on the page how to show their keys (STATS_RAW_KEYS)", async () => {
+    await signIn();
+    const hint = page.locator("#clients-hint");
+    await expect.poll(() => hint.textContent(), { timeout: 20_000 }).toContain('STATS_RAW_KEYS = "true"');
+    expect(await hint.textContent()).toMatch(/first 12 hex digits of their key's hash.*\[vars\] of wrangler\.toml/);
+    const clients = await page.locator(".top-refused td.client code").allTextContents();
+    expect(clients.length).toBeGreaterThan(0);
+    for (const client of clients) expect(client).toMatch(/^[0-9a-f]{12}$/);
+  });
 
   it("deletes exactly the override it lists, for every shape of key, and shows each client as key= names it", async () => {
     const ip = () => uniqueIp();
@@ -512,107 +784,384 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     return found;
   }
 
-  it("has no serious or critical accessibility violation (axe-core), with every state it can show on the page", async () => {
-    // Data for every colour the page has: admitted and refused counts, a client refused now
-    // and one blocked, one a shadow rule would refuse, overrides applied and expired.
-    const apiKey = uniqueTag("axe-key");
-    const keyed = { headers: { "x-api-key": apiKey, "cf-connecting-ip": uniqueIp() } };
-    for (let i = 0; i < 5; i++) await send(`/keyed/axe/${i}`, keyed);
-    const shadowed = uniqueIp();
-    for (let i = 0; i < 3; i++) await send(`/shadow/axe/${i}`, from(shadowed));
-    const blocked = uniqueIp();
-    for (let i = 0; i < 4; i++) await send("/status/401", { method: "POST", ...from(blocked) });
-    const applied = uniqueIp();
-    expect((await admin(`/overrides?rule=e2e&key=${applied}`, "PUT", { limit: 80, note: "axe" })).status).toBe(200);
-    const expired = uniqueIp();
-    const expiresMs = Date.now() + 1_500;
-    expect((await admin(`/overrides?rule=e2e&key=${expired}`, "PUT", { limit: 80, expires: expiresMs })).status).toBe(
-      200,
-    );
-    await sleep(Math.max(0, expiresMs - Date.now()) + 200);
-    const keyHash = (await admin<{ keyHash: string }>(`/status?rule=e2e-per-key&key=${apiKey}`)).body.keyHash;
-
-    // The token form with its error.
-    if (await page.locator("#signout").isVisible()) await page.click("#signout");
-    await page.goto(`${limiterUrl()}${PREFIX}/`);
-    await page.fill("#token", "not-the-token");
-    await page.click("#token-submit");
-    await page.locator("#token-error").waitFor({ state: "visible" });
-    const onTheForm = await axeViolations("the token form");
-
-    await signIn();
-    const refusedRow = page.locator(`.rule[data-rule="e2e-per-key"] .top-refused tr[data-key="${keyHash}"]`);
-    await refusedRow.waitFor({ state: "visible", timeout: 30_000 });
-    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 20_000 }).toMatch(/^refused/);
-    // Reset: this client is admitted again, and another stays refused.
-    await refusedRow.locator("button.reset").click();
-    await expect.poll(() => refusedRow.locator(".status").textContent(), { timeout: 15_000 }).toMatch(/^admitted/);
-    // A bad override from the form: its errors.
-    await page.selectOption("#ov-rule", "e2e");
-    await page.fill("#ov-keys input", "not-an-ip");
-    await page.selectOption("#ov-kind", "limit");
-    await page.fill("#ov-limit", "5");
-    await page.click('#override-form button[type="submit"]');
-    await page.locator("#ov-errors li").first().waitFor();
-
-    // States only a failure shows: the statistics unreadable (their notice, the data kept) and a reset
-    // that fails (a red toast beside a green one). Toasts last 5 s, so they are made before each run of axe.
-    await page.route("**/__ratelimit/stats?*", (route) =>
-      route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' }),
-    );
-    await page.selectOption("#range", "15");
-    await page.locator("#stats-error").waitFor({ state: "visible" });
-    // Every coloured state, on the page when axe runs. A pending override, a lost flush and a
-    // status that could not be read share colours checked here (the shadow, warning and plain pills).
-    const states = [
-      ".tile.good .tile-value",
-      ".tile.bad .tile-value",
-      ".tile.warn .tile-value",
-      ".total.good",
-      ".total.bad",
-      ".total.warn",
-      ".total.muted",
-      ".badge.shadow",
-      ".badge:not(.shadow)",
-      ".status.admitted",
-      ".status.refused",
-      ".status.shadow",
-      ".state.applied",
-      ".state.expired",
-      "#overrides td.warn",
-      "td.note",
-      ".empty:not(.ok)",
-      ".empty.ok",
-      ".notice",
-      ".errors li",
-      ".toast.bad",
-      ".toast:not(.bad)",
-      "button.danger",
-      "button.primary",
-      ".hint",
-      ".rule-def",
-      ".u-legend",
-    ];
-    const showEveryState = async () => {
-      await page.route("**/__ratelimit/status?*", (route) =>
-        route.request().method() === "DELETE"
-          ? route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' })
-          : route.fallback(),
+  it("has no serious or critical accessibility violation (axe-core), with every state it can show on the page, made by the test itself", async () => {
+    const held: (() => void)[] = [];
+    /** A promise the routes below wait on, released when axe is done. */
+    const hold = () => new Promise<void>((resolve) => held.push(resolve));
+    const ws: WebSocket[] = [];
+    try {
+      // ---- The data, made here: rows of every kind, in rules only this file uses where a top-10 list must hold them.
+      const client = (name: string) => uniqueTag(`axe-${name}`);
+      const refuse = async (path: string, headers: Record<string, string>, times = 8) => {
+        for (let i = 0; i < times; i++) await send(`${path}/${i}`, from(uniqueIp(), headers));
+      };
+      const hashOf = async (rule: string, key: string) =>
+        (await admin<{ keyHash: string }>(`/status?rule=${rule}&key=${encodeURIComponent(key)}`)).body.keyHash;
+      // Under a limit of 3 a day: refused now (with an override), reset (admitted now), at its limit, a
+      // status that cannot be read, one being read, and one whose reset is under way.
+      const rate = {
+        refused: client("refused"),
+        admitted: client("admitted"),
+        limit: client("limit"),
+        unknown: client("unknown"),
+        reading: client("reading"),
+        resetting: client("resetting"),
+      };
+      for (const key of Object.values(rate)) await refuse("/dash-rate/axe", { "x-dash-client": key });
+      expect((await admin(`/status?rule=e2e-dash-rate&key=${rate.admitted}`, "DELETE")).status).toBe(200);
+      expect(
+        (await admin(`/overrides?rule=e2e-dash-rate&key=${rate.refused}`, "PUT", { limit: 3, note: "axe: applied" }))
+          .status,
+      ).toBe(200);
+      const rateHash = Object.fromEntries(
+        await Promise.all(Object.entries(rate).map(async ([k, key]) => [k, await hashOf("e2e-dash-rate", key)])),
+      ) as Record<keyof typeof rate, string>;
+      // Blocked by a penalty; what a shadow rule would refuse.
+      await refuse("/dash-penalty/axe", { "x-dash-client": client("blocked") }, 3);
+      const shadowed = uniqueIp();
+      for (let i = 0; i < 3; i++) await send(`/shadow/axe/${i}`, from(shadowed));
+      // A concurrency rule's places: one client's one place in use by a WebSocket, another's free again.
+      const socket = async (ip: string) => {
+        const open = new WebSocket(`${limiterUrl().replace(/^http/, "ws")}/dash-one/echo`, {
+          headers: { "cf-connecting-ip": ip },
+        });
+        ws.push(open);
+        await new Promise((resolve, reject) => {
+          open.once("open", resolve);
+          open.once("error", reject);
+        });
+        expect((await send("/dash-one/beside", from(ip))).status).toBe(429);
+        return open;
+      };
+      await socket(uniqueIp());
+      const freed = await socket(uniqueIp());
+      freed.close();
+      // Overrides: applied (above), expired, pending (below), and more than a page of them (Show more).
+      const expired = uniqueIp();
+      const expiresMs = Date.now() + 1_500;
+      expect((await admin(`/overrides?rule=e2e&key=${expired}`, "PUT", { limit: 80, expires: expiresMs })).status).toBe(
+        200,
       );
-      await refusedRow.locator("button.reset").click();
-      await page.locator(".toast.bad").first().waitFor();
-      await page.unroute("**/__ratelimit/status?*");
-      await refusedRow.locator("button.reset").click();
-      await page.locator(".toast:not(.bad)").first().waitFor();
-      const missing: string[] = [];
-      for (const selector of states) {
-        if ((await page.locator(selector).filter({ visible: true }).count()) === 0) missing.push(selector);
-      }
-      expect(missing).toEqual([]);
-    };
+      const pending = client("pending");
+      expect((await admin(`/overrides?rule=e2e-dash-rate&key=${pending}`, "PUT", { limit: 5 })).status).toBe(200);
+      const deleting = client("deleting");
+      expect((await admin(`/overrides?rule=e2e-dash-rate&key=${deleting}`, "PUT", { limit: 5 })).status).toBe(200);
+      // The list runs by rule, then key: a page's worth after all of the above, so that more is always left to show.
+      const morePage = Array.from({ length: 51 }, (_, i) => ({
+        rule: "e2e-user",
+        key: `jwt:sub=${client(`page-${i}`)}`,
+        limit: 3,
+      }));
+      expect((await admin("/overrides/import", "POST", morePage)).status).toBe(200);
+      await sleep(Math.max(0, expiresMs - Date.now()) + 200);
+      const pendingHash = await hashOf("e2e-dash-rate", pending);
+      const deletingHash = await hashOf("e2e-dash-rate", deleting);
 
-    const onTheDashboard = await axeViolations("the dashboard with data", showEveryState);
-    await page.unroute("**/__ratelimit/stats?*");
-    expect([...onTheForm, ...onTheDashboard]).toEqual([]);
+      // ---- What only a moment or a failure shows, from the admin API's real answers held, failed or changed.
+      const failing = new Set<string>();
+      await page.route("**/__ratelimit/status?*", async (route) => {
+        const method = route.request().method();
+        const hash = new URL(route.request().url()).searchParams.get("hash")?.slice(0, 12);
+        if (method === "GET" && hash === rateHash.unknown) {
+          return route.fulfill({
+            status: 503,
+            contentType: "application/problem+json",
+            body: '{"detail":"unavailable"}',
+          });
+        }
+        if (method === "GET" && hash === rateHash.reading) await hold();
+        if (method === "DELETE" && hash === rateHash.resetting) await hold();
+        if (method === "DELETE" && hash !== undefined && failing.has(hash)) {
+          return route.fulfill({
+            status: 503,
+            contentType: "application/problem+json",
+            body: '{"detail":"unavailable"}',
+          });
+        }
+        if (method === "GET" && hash === rateHash.limit) {
+          // "Admitted, 0 left": only while an earlier window's count slides out, a moment no test can time.
+          const real = await route.fetch();
+          const body = (await real.json()) as Record<string, unknown>;
+          return route.fulfill({
+            response: real,
+            json: { ...body, weighted: 2.5, allowed: true, remaining: 0, retryAfterSeconds: 0 },
+          });
+        }
+        return route.fallback();
+      });
+      await page.route("**/__ratelimit/overrides?*", async (route) => {
+        const request = route.request();
+        const url = new URL(request.url());
+        if (
+          request.method() === "DELETE" &&
+          url.searchParams.getAll("key").includes(`header:x-dash-client=${deleting}`)
+        )
+          await hold();
+        if (request.method() !== "GET" || url.searchParams.has("rule")) return route.fallback();
+        // An override its client's object has not confirmed yet: pending until the registry's alarm sends it again.
+        const real = await route.fetch();
+        const body = (await real.json()) as { overrides: { keyHash: string; state: string }[] };
+        for (const entry of body.overrides) if (entry.keyHash === pendingHash) entry.state = "pending";
+        return route.fulfill({ response: real, json: body });
+      });
+
+      // ---- The token form: its error, and the form sent while the rules are read.
+      if (await page.locator("#signout").isVisible()) await page.click("#signout");
+      await page.goto(`${limiterUrl()}${PREFIX}/`);
+      await page.fill("#token", "not-the-token");
+      await page.click("#token-submit");
+      await page.locator("#token-error").waitFor({ state: "visible" });
+      await page.route("**/__ratelimit/rules", async (route) => {
+        await hold();
+        return route.fallback();
+      });
+      await page.fill("#token", inject("adminToken"));
+      await page.click("#token-submit");
+      await page.locator("#token-submit:disabled").waitFor();
+      const onTheForm = await axeViolations("the token form", async () => {
+        await expectOnThePage(["#token-error", "#token-submit:disabled", ".login p code"]);
+      });
+      for (const release of held.splice(0)) release();
+      await page.unroute("**/__ratelimit/rules");
+
+      // ---- The dashboard with every state the Worker's data gives.
+      await page
+        .locator(`.rule[data-rule="e2e-dash-rate"] tr[data-hash^="${rateHash.refused}"] .status.refused`)
+        .waitFor({
+          timeout: 30_000,
+        });
+      const rateRow = (k: keyof typeof rate) =>
+        page.locator(`.rule[data-rule="e2e-dash-rate"] tr[data-hash^="${rateHash[k]}"]`);
+      await rateRow("resetting").locator("button.reset").click();
+      await rateRow("resetting").locator("button.reset:disabled").waitFor();
+      // Every override row this test made, after "Show more" as often as it takes; then the one being deleted.
+      const rows = [
+        pendingHash,
+        deletingHash,
+        await hashOf("e2e", expired),
+        await hashOf("e2e-dash-rate", rate.refused),
+      ];
+      await expect
+        .poll(
+          async () => {
+            const shown = await Promise.all(
+              rows.map((hash) => page.locator(`#overrides tr[data-hash="${hash}"]`).count()),
+            );
+            if (shown.every((n) => n > 0)) return true;
+            const more = page.locator("#overrides button.link");
+            if (await more.isVisible()) await more.click();
+            return false;
+          },
+          { timeout: 30_000 },
+        )
+        .toBe(true);
+      await page.locator(`#overrides tr[data-hash="${deletingHash}"] button.danger`).click();
+      await page.locator(`#overrides tr[data-hash="${deletingHash}"] button.danger:disabled`).waitFor();
+      /** Puts an override with the form: `key` under e2e-dash-rate, or a bad one (its errors stay on the form). */
+      const putFromTheForm = async (key: string | null) => {
+        await page.selectOption("#ov-rule", key === null ? "e2e" : "e2e-dash-rate");
+        await page.fill("#ov-keys input", key ?? "not-an-ip");
+        await page.selectOption("#ov-kind", "limit");
+        await page.fill("#ov-limit", "5");
+        await page.click('#override-form button[type="submit"]');
+      };
+      // Toasts last 5 s, so they are made again before each run of axe: an override put from the form
+      // (a toast of success), a bad one (the form's errors), and a reset that fails (a toast of failure).
+      const formKey = client("form");
+      const toasts = async () => {
+        await page.locator("#toasts").evaluate((box) => box.replaceChildren());
+        await putFromTheForm(formKey);
+        await page.locator(".toast:not(.bad)").waitFor();
+        await putFromTheForm(null);
+        await page.locator("#ov-errors li").first().waitFor();
+        failing.add(rateHash.admitted);
+        await rateRow("admitted").locator("button.reset:not(:disabled)").click();
+        await page.locator(".toast.bad").waitFor();
+        failing.delete(rateHash.admitted);
+        await rateRow("admitted").locator("button.reset:not(:disabled)").waitFor();
+      };
+      const asTheWorkerShowsIt: Record<string, string> = {
+        "a tile admitted": '.tile.good[data-tile="admitted"] .tile-value',
+        "a tile refused": '.tile.bad[data-tile="refused"] .tile-value',
+        "a tile would refuse": '.tile.warn[data-tile="would-refuse"] .tile-value',
+        "a tile plain": '.tile:not(.good, .bad, .warn)[data-tile="p50"] .tile-value',
+        "a tile's line": ".tile-about",
+        "the clients' note": "#clients-hint code",
+        "a rule's definition": ".rule-def",
+        "a badge": ".badge:not(.shadow, .adaptive)",
+        "a shadow badge": ".badge.shadow",
+        "an adaptive badge": ".badge.adaptive",
+        "the limit now": ".limit-now:not(.is-reduced)",
+        "a total admitted": ".total.good",
+        "a total refused": ".total.bad",
+        "a total would refuse": ".total.warn",
+        "the period": ".total.muted",
+        "a chart's legend": ".u-legend",
+        "a rule no client was refused under": '.rule[data-rule="e2e-adaptive"] .empty:not(.ok)',
+        "a client refused now, with an override": ".status.refused:text-matches('^refused now .* · override$')",
+        "a client blocked": ".status.refused:text-matches('^blocked until')",
+        "a client a shadow rule would refuse": ".status.shadow:text-matches('^would refuse now')",
+        "a client at its limit": ".status.limit",
+        "a client admitted now": ".status.admitted:text-matches('^admitted now · [1-9]')",
+        "a client's places all in use": ".status.refused:text-is('1 of 1 in flight')",
+        "a client's place free": ".status.admitted:text-is('0 of 1 in flight')",
+        "a status that could not be read": ".status.unknown",
+        "a status being read": ".top-refused .status:not(.admitted, .refused, .shadow, .limit, .unknown)",
+        "a reset button": "button.reset:not(:disabled)",
+        "a reset under way": "button.reset:disabled",
+        "an override applied, with its note": "#overrides tr:has(.state.applied) td.note:text-is('axe: applied')",
+        "an override expired": "#overrides td.warn + td + td .state.expired",
+        "an override pending": ".state.pending",
+        "a delete button": "button.danger:not(:disabled)",
+        "a delete under way": "button.danger:disabled",
+        "more overrides than a page": "#overrides button.link",
+        "the override form's errors": "#ov-errors li",
+        "the form's button": "#override-form button.primary",
+        "no failure": "#failures .empty.ok",
+        "the latency's note": "#latency-hint",
+        "a toast": ".toast:not(.bad)",
+        "a toast of a failure": ".toast.bad",
+        "the sign-out button": "#signout",
+        live: ".live:not(.is-stale)",
+      };
+      const onTheDashboard = await axeViolations("the dashboard as the Worker shows it", async () => {
+        await toasts();
+        await expectOnThePage(Object.values(asTheWorkerShowsIt));
+      });
+
+      // ---- What failures show: failed calls, lost flushes, an adaptive limit cut, then the statistics unreadable.
+      await page.route("**/__ratelimit/stats?*", async (route) => {
+        const real = await route.fetch();
+        const body = (await real.json()) as Record<string, unknown> & {
+          health: Record<string, unknown>;
+          adaptive: { rule: string; controller: unknown }[];
+        };
+        const nowMs = Date.now();
+        return route.fulfill({
+          response: real,
+          json: {
+            ...body,
+            health: {
+              ...body.health,
+              failures: { timeout: 2, error: 1 },
+              failuresLifetime: { timeout: 5, error: 1 },
+              lostFlushes: 1,
+              lostDecisions: 7,
+            },
+            adaptive: body.adaptive.map(({ rule }) => ({
+              rule,
+              controller: {
+                rule,
+                nowMs,
+                factor: 0.4,
+                version: 2,
+                mode: "reducing",
+                configured: 100,
+                limit: 40,
+                history: [
+                  { atMs: nowMs - 120_000, limit: 100, configured: 100 },
+                  { atMs: nowMs - 60_000, limit: 40, configured: 100 },
+                ],
+              },
+            })),
+          },
+        });
+      });
+      await page.selectOption("#range", "15");
+      await page.locator('.tile.bad[data-tile="failures"]').waitFor();
+      await page.unroute("**/__ratelimit/stats?*");
+      await page.route("**/__ratelimit/stats?*", (route) =>
+        route.fulfill({ status: 503, contentType: "application/problem+json", body: '{"detail":"unavailable"}' }),
+      );
+      await page.selectOption("#range", "60");
+      await page.locator("#stats-error").waitFor({ state: "visible" });
+      const whatFailuresShow: Record<string, string> = {
+        "a tile of failures": '.tile.bad[data-tile="failures"] .tile-value',
+        "a tile of lost flushes": '.tile.warn[data-tile="lost-flushes"] .tile-value',
+        "the failures by reason": "#failures table tbody tr td code",
+        "lost flushes in the facts": "#failures .facts dd.warn",
+        "an adaptive limit cut": ".limit-now.is-reduced",
+        "the statistics unreadable": "#stats-error.notice",
+        stale: ".live.is-stale",
+      };
+      const onFailures = await axeViolations("the dashboard with failures", () =>
+        expectOnThePage(Object.values(whatFailuresShow)),
+      );
+      await page.unroute("**/__ratelimit/stats?*");
+      expect([...onTheForm, ...onTheDashboard, ...onFailures]).toEqual([]);
+    } finally {
+      for (const release of held.splice(0)) release();
+      await page.unrouteAll({ behavior: "ignoreErrors" });
+      for (const socket of ws) socket.close();
+    }
+  }, 180_000);
+
+  /** Fails with the selectors that match nothing visible on the page. */
+  async function expectOnThePage(selectors: string[]) {
+    const missing: string[] = [];
+    for (const selector of selectors) {
+      if ((await page.locator(selector).filter({ visible: true }).count()) === 0) missing.push(selector);
+    }
+    expect(missing).toEqual([]);
+  }
+});
+
+describe.skipIf(skipBrowser)("the dashboard with STATS_RAW_KEYS on", () => {
+  let worker: RunningWorker;
+  let dir: string;
+  let browser: Browser;
+  let page: Page;
+
+  beforeAll(async () => {
+    // A Worker of its own, as the suite's but with raw keys on: the suite's shows hashes, as a fresh deployment does.
+    dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-e2e-raw-keys-"));
+    const configPath = join(dir, "wrangler.toml");
+    copyFileSync(join(ROOT, "test/e2e/wrangler.e2e.toml"), configPath);
+    const { publicKey } = await generateKeyPair("ES256", { extractable: true });
+    const jwk = { ...(await exportJWK(publicKey)), kid: "raw-keys", alg: "ES256", use: "sig" };
+    worker = await startWrangler({
+      configPath,
+      entryPath: join(ROOT, "src/index.ts"),
+      vars: {
+        ORIGIN_URL: originUrl(),
+        ADMIN_TOKEN: inject("adminToken"),
+        JWT_JWKS: JSON.stringify({ keys: [jwk] }),
+        STATS_RAW_KEYS: "true",
+      },
+      persistTo: join(dir, "state"),
+      logFile: join(dir, "wrangler-dev.log"),
+    });
+    browser = await launchChromium();
+    page = await browser.newPage({ viewport: { width: 1280, height: 900 }, locale: "en-US", timezoneId: "UTC" });
   }, 120_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await worker?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("shows each refused client by its key as written, in its row, its reset and the page's note", async () => {
+    const client = uniqueTag("raw-client");
+    for (let i = 0; i < 5; i++) {
+      await send(`/dash-rate/raw/${i}`, from(uniqueIp(), { "x-dash-client": client }), worker.url);
+    }
+    await page.goto(`${worker.url}${PREFIX}/`);
+    await page.fill("#token", inject("adminToken"));
+    await page.click("#token-submit");
+    const shown = `header:x-dash-client=${client}`;
+    const row = page.locator(`.rule[data-rule="e2e-dash-rate"] .top-refused tr[data-key="${shown}"]`);
+    await row.waitFor({ state: "visible", timeout: 30_000 });
+    expect(await row.locator("td.client code").textContent()).toBe(shown);
+    expect(await row.locator("td.client").getAttribute("title")).toMatch(/^key hash [0-9a-f]{12}$/);
+    expect(await page.locator("#clients-hint").textContent()).toMatch(
+      /by their keys as written \(STATS_RAW_KEYS is on\)/,
+    );
+    expect(await page.locator("#clients-hint").textContent()).not.toContain('set STATS_RAW_KEYS = "true"');
+    await row.locator("button.reset").click();
+    await expect.poll(() => page.locator(".toast").first().textContent()).toBe(`Reset ${shown} under e2e-dash-rate.`);
+    await expect.poll(() => row.locator(".status").textContent(), { timeout: 15_000 }).toBe("admitted now · 3 left");
+    expect(await row.locator("button.reset").textContent()).toBe(`Reset ${shown} under e2e-dash-rate`);
+    expect((await dayOfStats(worker.url)).rawKeys).toBe(true);
+  }, 60_000);
 });

@@ -89,8 +89,9 @@ export function dashboardPage(prefix: string): string {
   <div class="controls" id="controls" hidden>
     <label class="hint" for="range">Period</label>
     <select id="range">
+      <option value="fit" selected>Fit the data</option>
       <option value="15">15 min</option>
-      <option value="60" selected>1 hour</option>
+      <option value="60">1 hour</option>
       <option value="360">6 hours</option>
       <option value="1440">24 hours</option>
     </select>

@@ -46,11 +46,32 @@ export type StatsContext = {
 };
 
 /**
- * What `/stats` answers: the statistics object's view, and each adaptive
- * rule's controller with its history over the same minutes (null for a
- * rule that has never reported, or whose controller did not answer in time).
+ * A latency quantile as a histogram supports it: the bucket it falls in, and
+ * an estimate within that bucket.
  */
-export type StatsAnswer = StatsView & { adaptive: { rule: string; controller: ControllerView | null }[] };
+export type LatencyQuantile = {
+  /**
+   * Interpolated linearly within the bucket (as Prometheus'
+   * `histogram_quantile` does), to a tenth of a millisecond; null in the
+   * last, open bucket, which has no upper bound to interpolate to.
+   */
+  estimateMs: number | null;
+  /** The bucket: above `lowMs` (0 for the first), at most `highMs`; null for the last, open one. */
+  lowMs: number;
+  highMs: number | null;
+};
+
+/**
+ * What `/stats` answers: the statistics object's view, with the latency's
+ * p50 and p99 as {@link LatencyQuantile}s beside its bucket bounds
+ * (`p50Ms`, `p99Ms`), and each adaptive rule's controller with its history
+ * over the same minutes (null for a rule that has never reported, or whose
+ * controller did not answer in time).
+ */
+export type StatsAnswer = Omit<StatsView, "latency"> & {
+  latency: StatsView["latency"] & { p50: LatencyQuantile | null; p99: LatencyQuantile | null };
+  adaptive: { rule: string; controller: ControllerView | null }[];
+};
 
 /** Answers `/stats` (JSON) or `/metrics` (OpenMetrics text). */
 export async function statistics(route: "/stats" | "/metrics", url: URL, context: StatsContext): Promise<Response> {
@@ -64,8 +85,47 @@ export async function statistics(route: "/stats" | "/metrics", url: URL, context
   }
   const [view, adaptive] = await Promise.all([readView(ns, minutes, context), readControllers(minutes, context)]);
   if (!view.ok) return unavailable(view.message);
-  const answer: StatsAnswer = { ...view.value, adaptive };
+  const { latency } = view.value;
+  const answer: StatsAnswer = {
+    ...view.value,
+    latency: {
+      ...latency,
+      p50: latencyQuantile(latency.counts, latency.boundsMs, 0.5),
+      p99: latencyQuantile(latency.counts, latency.boundsMs, 0.99),
+    },
+    adaptive,
+  };
   return route === "/stats" ? json(answer) : metricsResponse(answer);
+}
+
+/**
+ * The latency at quantile `q` of a histogram: `counts` per bucket, each
+ * bucket up to its bound in `boundsMs`, then one open bucket for the rest.
+ * The quantile lies in the first bucket where the running count reaches
+ * `q` of the total (where the statistics' `p50Ms` puts it); within it, it is
+ * estimated as if the bucket's calls were spread evenly. Null with no calls.
+ */
+export function latencyQuantile(
+  counts: readonly number[],
+  boundsMs: readonly number[],
+  q: number,
+): LatencyQuantile | null {
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (total === 0) return null;
+  const rank = q * total;
+  let before = 0;
+  for (let i = 0; i < counts.length; i++) {
+    const n = counts[i]!;
+    if (n > 0 && before + n >= rank) {
+      const lowMs = i === 0 ? 0 : boundsMs[i - 1]!;
+      const highMs = boundsMs[i] ?? null;
+      if (highMs === null) return { estimateMs: null, lowMs, highMs };
+      const estimateMs = Math.round((lowMs + ((highMs - lowMs) * (rank - before)) / n) * 10) / 10;
+      return { estimateMs, lowMs, highMs };
+    }
+    before += n;
+  }
+  return { estimateMs: null, lowMs: boundsMs.at(-1) ?? 0, highMs: null };
 }
 
 /**

@@ -18,6 +18,12 @@
   const STATUS_EVERY = 3;
   /** The overrides are read every this many refreshes (and at once after a change). */
   const OVERRIDES_EVERY = 6;
+  /** Overrides listed at first, and added by each "Show more". */
+  const OVERRIDES_PAGE = 50;
+  /** The most minutes the statistics keep, and so the most a view asks for. */
+  const MAX_MINUTES = 1440;
+  /** "Fit the data" shows at least this many minutes, so that a minute's bars are not one wide block. */
+  const FIT_MIN_MINUTES = 5;
   const COLORS = {
     admitted: "#2f9e6e",
     refused: "#d94848",
@@ -33,7 +39,14 @@
   function freshState() {
     return {
       token: null,
-      minutes: 60,
+      /** The period: "fit" (from the first minute with data), or a number of minutes. */
+      minutes: "fit",
+      /** With "fit": the first minute with data, as the last answer had it (null before any data). */
+      fitFrom: null,
+      /** The last answer's last minute, by the statistics object's clock. */
+      lastToMinute: null,
+      /** The first minute the page shows. */
+      shownFrom: null,
       rules: [],
       tiers: {},
       /** Per rule id: its card's parts and its chart. */
@@ -41,6 +54,10 @@
       latencyChart: null,
       /** `${rule} ${hash}` -> the status answer, or { error }. */
       statuses: new Map(),
+      /** `${rule} ${hash}` of each reset under way: its row is redrawn with its button busy. */
+      resetting: new Set(),
+      /** `${rule} ${keyHash}` of each override being deleted: the same. */
+      deleting: new Set(),
       cycle: 0,
       timer: null,
       overrides: { entries: [], next: null, total: 0, pending: 0, error: null },
@@ -74,7 +91,6 @@
   const number = new Intl.NumberFormat("en-US");
   const fmt = (n) => number.format(n);
   const time = (date) => date.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit", second: "2-digit" });
-  const ms = (value) => (value === null || value === undefined ? "–" : value < 10 ? `${value} ms` : `${fmt(value)} ms`);
 
   /** "3 s", "4 min 10 s", "2 h 5 min", "1 d 3 h". */
   function duration(seconds) {
@@ -205,6 +221,7 @@
             text: "Requests per minute under each rule. Shadow rules (action = log) refuse nothing: they show what they would refuse.",
           }),
         ),
+        el("p", { class: "hint clients-hint", id: "clients-hint" }),
         el("div", { class: "rule-grid", id: "rules" }, view.rules.map(ruleCard)),
       ),
       el(
@@ -306,8 +323,12 @@
               "tr",
               {},
               el("th", { text: "Client" }),
-              el("th", { class: "num", text: shadow ? "Would refuse" : "Refused" }),
-              el("th", { text: "Status" }),
+              el("th", {
+                class: "num",
+                text: shadow ? "Would refuse so far" : "Refused so far",
+                title: "Since the statistics began counting; ≤ marks an estimate",
+              }),
+              el("th", { text: "Now", title: "What the client's next request would get" }),
               actionsHeader(),
             ),
           ),
@@ -332,6 +353,32 @@
     return card;
   }
 
+  /**
+   * A button named by what it shows: the verb on the screen ("Reset"), and
+   * what it acts on after it for screen readers only (" ip=203.0.113.7 under
+   * api"). The accessible name is the button's own text, so it contains the
+   * visible text in every state; `busy()` shows another verb ("Resetting…")
+   * and disables it, `idle()` puts it back.
+   */
+  function actionButton({ verb, busyVerb, about, ...attrs }) {
+    const shown = el("span", { class: "verb", text: verb });
+    const button = el(
+      "button",
+      { type: "button", ...attrs },
+      shown,
+      el("span", { class: "visually-hidden", text: ` ${about}` }),
+    );
+    button.busy = () => {
+      button.disabled = true;
+      shown.textContent = busyVerb;
+    };
+    button.idle = () => {
+      button.disabled = false;
+      shown.textContent = verb;
+    };
+    return button;
+  }
+
   /** The header of a column of buttons: named for screen readers, blank on the screen. */
   const actionsHeader = () => el("th", { class: "actions" }, el("span", { class: "visually-hidden", text: "Actions" }));
 
@@ -352,6 +399,9 @@
   const WHOLE_STEPS = Array.from({ length: 30 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
 
   const chartWidth = (box) => Math.max(240, Math.floor(box.clientWidth));
+
+  /** Tick steps for a time axis in seconds: whole minutes, then hours. */
+  const MINUTE_STEPS = [60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
   function ruleChart(entry) {
     const { shadow, chartBox } = entry;
@@ -374,7 +424,8 @@
           y: { range: (_u, _min, max) => [0, Math.max(4, Math.ceil(max * 1.15))] },
         },
         axes: [
-          axis({ space: 60, size: 28, values: (_u, splits) => splits.map((v) => hhmm(v)) }),
+          // Ticks at whole minutes, so that no two read alike.
+          axis({ space: 60, size: 28, incrs: MINUTE_STEPS, values: (_u, splits) => splits.map((v) => hhmm(v)) }),
           // Counts are whole: ticks at whole numbers only.
           axis({ size: 44, incrs: WHOLE_STEPS, values: (_u, splits) => splits.map((v) => compact(v)) }),
         ],
@@ -518,8 +569,8 @@
 
   // ---- statistics ----
 
-  // Shed requests were refused too (503, capacity reduced): in the refused bar, told apart in the totals.
-  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0) + (c.shed ?? 0);
+  /** Refused with a 429: by the rule's object, or by an isolate that knew the refusal. */
+  const refusedOf = (c) => (c.refused ?? 0) + (c.refused_cached ?? 0);
   const failedOf = (c) => (c.failed_open ?? 0) + (c.failed_closed ?? 0);
 
   function schedule() {
@@ -532,7 +583,7 @@
     if (document.hidden) return schedule();
     const cycle = state.cycle++;
     try {
-      const stats = await api("GET", "/stats", [["minutes", state.minutes]]);
+      const stats = await api("GET", "/stats", [["minutes", minutesToAsk()]]);
       renderStats(stats, cycle);
       setLive(true, `Live · ${time(new Date())}`);
       byId("stats-error").hidden = true;
@@ -551,6 +602,29 @@
     if (state.token !== null) schedule();
   }
 
+  /**
+   * The minutes to ask the statistics for: the period chosen, or with "fit"
+   * every minute since the first with data (by the statistics object's
+   * clock, one more for a minute that began since), or the whole 24 hours
+   * until that minute is known.
+   */
+  function minutesToAsk() {
+    if (state.minutes !== "fit") return state.minutes;
+    if (state.fitFrom === null || state.lastToMinute === null) return MAX_MINUTES;
+    return Math.min(MAX_MINUTES, Math.max(FIT_MIN_MINUTES, state.lastToMinute - state.fitFrom + 2));
+  }
+
+  /**
+   * The period in words: "since 14:05" (fit, from the first minute with
+   * data), or "in the last 5 min" (fit, data younger than that), or "in the
+   * last 1 h".
+   */
+  function periodText() {
+    if (state.minutes === "fit" && state.shownFrom === state.fitFrom) return `since ${hhmm(state.shownFrom * 60)}`;
+    const minutes = state.minutes === "fit" ? state.lastToMinute - state.shownFrom + 1 : state.minutes;
+    return `in the last ${duration(minutes * 60)}`;
+  }
+
   function setLive(ok, text) {
     const live = byId("live");
     live.textContent = text;
@@ -558,10 +632,24 @@
   }
 
   function renderStats(stats, cycle) {
+    // "Fit the data": from the first minute with a decision, at least FIT_MIN_MINUTES; the answer covers
+    // every minute from it, so its totals are the shown minutes' too.
+    let from = stats.fromMinute;
+    if (state.minutes === "fit") {
+      const firsts = stats.rules.flatMap((r) => (r.series.length > 0 ? [r.series[0].minute] : []));
+      state.fitFrom = firsts.length > 0 ? Math.min(...firsts) : null;
+      from = Math.max(
+        stats.fromMinute,
+        Math.min(state.fitFrom ?? stats.toMinute, stats.toMinute - FIT_MIN_MINUTES + 1),
+      );
+    }
+    state.lastToMinute = stats.toMinute;
+    state.shownFrom = from;
     renderTiles(stats);
+    renderClientsHint(stats.rawKeys);
     const rows = new Map(stats.rules.map((r) => [r.id, r]));
     const minutes = [];
-    for (let m = stats.fromMinute; m <= stats.toMinute; m++) minutes.push(m);
+    for (let m = from; m <= stats.toMinute; m++) minutes.push(m);
     const controllers = new Map((stats.adaptive ?? []).map((a) => [a.rule, a.controller]));
     for (const entry of state.cards.values()) {
       const view = rows.get(entry.rule.id);
@@ -572,36 +660,125 @@
     renderFailures(stats.health);
   }
 
+  /**
+   * The summary: each tile a figure and a line that says what it counts.
+   * The request tiles sum the rules' counts, and a request is counted under
+   * each rule that matched it (the statistics keep no other count), so they
+   * say so.
+   */
   function renderTiles(stats) {
     const tiles = byId("tiles");
     if (!tiles) return;
     const sum = (pick) => (stats ? stats.rules.reduce((n, r) => n + pick(r.totals), 0) : null);
     const failures = stats ? Object.values(stats.health.failures).reduce((n, v) => n + v, 0) : null;
-    const period = `last ${state.minutes >= 60 ? `${state.minutes / 60} h` : `${state.minutes} min`}`;
-    const tile = (label, value, sub, tone) =>
+    const tile = (key, label, value, about, tone) =>
       el(
         "div",
-        { class: `tile${tone ? ` ${tone}` : ""}` },
+        { class: `tile${tone ? ` ${tone}` : ""}`, dataset: { tile: key } },
         el("span", { class: "tile-label", text: label }),
         el("span", { class: "tile-value", text: value ?? "–" }),
-        el("span", { class: "tile-sub", text: sub }),
+        el("span", { class: "tile-about", text: about }),
       );
+    const count = (pick) => (stats ? fmt(sum(pick)) : null);
     const lost = stats ? stats.health.lostFlushes : null;
+    const lostDecisions = stats ? stats.health.lostDecisions : 0;
+    const latency = stats?.latency;
     tiles.replaceChildren(
-      tile("Admitted", stats ? fmt(sum((t) => t.admitted)) : null, `${period}, all rules`, "good"),
-      tile("Held", stats ? fmt(sum((t) => t.held ?? 0)) : null, "admitted after a wait", "good"),
-      tile("Refused", stats ? fmt(sum(refusedOf)) : null, `${period}, all rules`, "bad"),
-      tile("Shed", stats ? fmt(sum((t) => t.shed ?? 0)) : null, "503: capacity reduced", "bad"),
-      tile("Would refuse", stats ? fmt(sum((t) => t.shadow_refused)) : null, "shadow rules", "warn"),
-      tile("Latency p50", stats ? ms(stats.latency.p50Ms) : null, "object calls"),
-      tile("Latency p99", stats ? ms(stats.latency.p99Ms) : null, "object calls"),
-      tile("Failures", stats ? fmt(failures) : null, period, failures ? "bad" : ""),
       tile(
+        "admitted",
+        "Admitted",
+        count((t) => t.admitted),
+        "requests let through, once under each rule that matched it",
+        "good",
+      ),
+      tile(
+        "held",
+        "Held",
+        count((t) => t.held ?? 0),
+        "admitted after they waited for their turn (max_delay) or a place (concurrency)",
+        "good",
+      ),
+      tile(
+        "refused",
+        "Refused",
+        count(refusedOf),
+        "answered 429 at the edge, once under each rule that refused it",
+        "bad",
+      ),
+      tile(
+        "shed",
+        "Shed",
+        count((t) => t.shed ?? 0),
+        "answered 503: an adaptive rule's limit was cut while the origin recovers",
+        "bad",
+      ),
+      tile(
+        "would-refuse",
+        "Would refuse",
+        count((t) => t.shadow_refused),
+        "what shadow rules (action = log) would have refused; they went on",
+        "warn",
+      ),
+      tile(
+        "p50",
+        "Latency p50",
+        stats ? quantileText(latency.p50) : null,
+        `median call to a Durable Object, ${bucketText(latency?.p50)}`,
+      ),
+      tile(
+        "p99",
+        "Latency p99",
+        stats ? quantileText(latency.p99) : null,
+        `1 call in 100 took longer, ${bucketText(latency?.p99)}`,
+      ),
+      tile(
+        "failures",
+        "Failures",
+        stats ? fmt(failures) : null,
+        "calls to Durable Objects that failed: timeouts, errors, overload",
+        failures ? "bad" : "",
+      ),
+      tile(
+        "lost-flushes",
         "Lost flushes",
         stats ? fmt(lost) : null,
-        stats ? `${fmt(stats.health.lostDecisions)} decisions lost` : "",
+        `isolates' counts that never reached the statistics: ${fmt(lostDecisions)} decision${lostDecisions === 1 ? "" : "s"} missing`,
         lost ? "warn" : "",
       ),
+    );
+  }
+
+  /**
+   * A latency quantile as the histogram supports it: an estimate within its
+   * bucket ("≈ 35 ms"), or "> 5 s" in the last, open bucket.
+   */
+  function quantileText(q) {
+    if (!q) return "–";
+    if (q.estimateMs === null) return `> ${q.lowMs >= 1000 ? `${q.lowMs / 1000} s` : `${q.lowMs} ms`}`;
+    return `≈ ${q.estimateMs < 10 ? q.estimateMs.toFixed(1) : fmt(Math.round(q.estimateMs))} ms`;
+  }
+
+  /** Where the estimate comes from: "in the 20–50 ms bucket", or "above 5 s". */
+  function bucketText(q) {
+    if (!q) return "none yet";
+    if (q.highMs === null) return `above ${q.lowMs >= 1000 ? `${q.lowMs / 1000} s` : `${q.lowMs} ms`}`;
+    return `in the ${fmt(q.lowMs)}–${fmt(q.highMs)} ms bucket`;
+  }
+
+  /** How clients are shown, and how to show their keys when only hashes are kept. */
+  function renderClientsHint(rawKeys) {
+    const hint = byId("clients-hint");
+    if (!hint) return;
+    if (rawKeys) {
+      hint.replaceChildren(
+        "Clients are shown by their keys as written (STATS_RAW_KEYS is on); a client refused before it was on, by its key's hash.",
+      );
+      return;
+    }
+    hint.replaceChildren(
+      "Clients are shown by the first 12 hex digits of their key's hash. To show their keys (an IP, an API key), set ",
+      el("code", { text: 'STATS_RAW_KEYS = "true"' }),
+      " in the [vars] of wrangler.toml and deploy; the statistics object then keeps them.",
     );
   }
 
@@ -614,10 +791,13 @@
     const admitted = minutes.map((m) => orNull((byMinute.get(m)?.admitted ?? 0) + (byMinute.get(m)?.held ?? 0)));
     const second = minutes.map((m) => {
       const c = byMinute.get(m);
-      return orNull(c ? (entry.shadow ? c.shadow_refused : refusedOf(c)) : 0);
+      // Shed requests were refused too (503, capacity reduced): in the refused bar, told apart in the totals.
+      return orNull(c ? (entry.shadow ? c.shadow_refused : refusedOf(c) + (c.shed ?? 0)) : 0);
     });
     if (entry.chart === null) entry.chart = ruleChart(entry);
     entry.chart.setData([xs, admitted, second]);
+    entry.chartBox.dataset.fromMinute = String(minutes[0]);
+    entry.chartBox.dataset.toMinute = String(minutes.at(-1));
 
     const totals = view?.totals ?? {};
     const pill = (label, value, tone) =>
@@ -629,7 +809,7 @@
       entry.shadow ? pill("would refuse", totals.shadow_refused, "warn") : pill("refused", refusedOf(totals), "bad"),
       (totals.shed ?? 0) > 0 ? pill("shed (503, capacity reduced)", totals.shed, "bad") : null,
       failedOf(totals) > 0 ? pill("failed", failedOf(totals), "bad") : null,
-      el("span", { class: "total muted", text: `in the last ${duration(state.minutes * 60)}` }),
+      el("span", { class: "total muted", text: periodText() }),
     );
     renderTop(entry, view?.topRefused ?? [], cycle);
   }
@@ -652,33 +832,39 @@
     const count = client.error > 0 ? `≤ ${fmt(client.count)}` : fmt(client.count);
     const status = el("span", { class: "status", dataset: { shadow: rule.action === "log" ? "yes" : "" } });
     paintStatus(status, state.statuses.get(id));
+    const reset = actionButton({
+      verb: "Reset",
+      busyVerb: "Resetting…",
+      about: `${client.key} under ${rule.id}`,
+      class: "reset",
+      title: "Reset this client's count (and penalty) under this rule",
+      onclick: () => resetClient(rule, client),
+    });
+    // A reset under way when the table is redrawn: still shown as such, and not sent twice.
+    if (state.resetting.has(id)) reset.busy();
     return el(
       "tr",
       { dataset: { hash: client.hash, key: client.key } },
-      el("td", { class: "client", title: `key hash ${client.hash}` }, el("code", { text: client.key })),
+      el("td", { class: "client", title: `key hash ${client.hash.slice(0, 12)}` }, el("code", { text: client.key })),
       el("td", {
         class: "num",
         text: count,
         title: client.error > 0 ? `between ${fmt(client.count - client.error)} and ${fmt(client.count)}` : undefined,
       }),
       el("td", {}, status),
-      el(
-        "td",
-        { class: "actions" },
-        el("button", {
-          type: "button",
-          class: "reset",
-          text: "Reset",
-          "aria-label": `Reset ${client.key} under ${rule.id}`,
-          title: "Reset this client's count (and penalty) under this rule",
-          onclick: (event) => resetClient(rule, client, event.currentTarget),
-        }),
-      ),
+      el("td", { class: "actions" }, reset),
     );
   }
 
+  /**
+   * A client's state now, in words and a colour that agree: refused (red),
+   * blocked by a penalty (red), what a shadow rule would refuse (amber), at
+   * its limit (amber: its next request is admitted, the one after refused),
+   * admitted with some left (green).
+   */
   function paintStatus(node, status) {
-    node.classList.remove("admitted", "refused", "shadow", "unknown");
+    node.classList.remove("admitted", "refused", "shadow", "limit", "unknown");
+    node.removeAttribute("title");
     if (status === undefined) {
       node.textContent = "…";
       return;
@@ -695,25 +881,42 @@
       paintPlaces(node, status, extra);
       return;
     }
+    const atLimit = status.allowed && status.remaining === 0;
     if (status.blockedUntil) {
       node.classList.add("refused");
       node.textContent = `blocked until ${time(new Date(status.blockedUntil))}${extra}`;
     } else if (!status.allowed && node.dataset.shadow) {
       // A shadow rule refuses nothing: this is what it would do, were it enforced.
       node.classList.add("shadow");
-      node.textContent = `would refuse for ${duration(status.retryAfterSeconds)}${extra}`;
+      node.textContent = `would refuse now · for ${duration(status.retryAfterSeconds)}${extra}`;
     } else if (!status.allowed) {
       node.classList.add("refused");
-      node.textContent = `refused · retry in ${duration(status.retryAfterSeconds)}${extra}`;
+      node.textContent = `refused now · retry in ${duration(status.retryAfterSeconds)}${extra}`;
+    } else if (atLimit) {
+      node.classList.add("limit");
+      node.textContent = `at its limit now${extra}`;
     } else {
       node.classList.add("admitted");
       node.textContent =
         status.remaining === null || status.remaining === undefined
-          ? `admitted${extra}`
-          : `admitted · ${fmt(status.remaining)} left${extra}`;
+          ? `admitted now${extra}`
+          : `admitted now · ${fmt(status.remaining)} left${extra}`;
     }
-    node.title = `count ${status.weighted ?? "?"} of ${status.limit ?? "no limit"}`;
+    if (typeof status.weighted === "number" && typeof status.limit === "number") {
+      node.title =
+        `Sliding-window count ${tenth(status.weighted)} of ${fmt(status.limit)}` +
+        (atLimit ? ": its next request is admitted, and the one after it refused." : ".");
+    } else if (status.limit === null) {
+      node.title = "No limit: an override lifts or denies it.";
+    }
   }
+
+  /**
+   * A count to a tenth, rounded down, so that it compares with a whole
+   * limit as the rule does (admitted below the limit): 2.38 is "2.3".
+   */
+  const tenthFormat = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
+  const tenth = (n) => tenthFormat.format(Math.floor(Math.round(n * 1e6) / 1e5) / 10);
 
   /** A client's places under a concurrency rule: how many are in use, and how many requests wait for one. */
   function paintPlaces(node, status, extra) {
@@ -742,9 +945,16 @@
     if (row) paintStatus(row, status);
   }
 
-  async function resetClient(rule, client, button) {
-    button.disabled = true;
-    button.textContent = "Resetting…";
+  /** The button of a client's row as it is now: the table is redrawn at every refresh. */
+  const resetButton = (rule, client) =>
+    state.cards.get(rule.id)?.topBody.querySelector(`tr[data-hash="${client.hash}"] button.reset`) ?? null;
+
+  async function resetClient(rule, client) {
+    const id = `${rule.id} ${client.hash}`;
+    if (state.resetting.has(id)) return;
+    const session = state;
+    state.resetting.add(id);
+    resetButton(rule, client)?.busy();
     try {
       await api("DELETE", "/status", [
         ["rule", rule.id],
@@ -756,8 +966,8 @@
       toast(`Reset failed: ${error.message}`, true);
     }
     await loadStatus(rule, client);
-    button.disabled = false;
-    button.textContent = "Reset";
+    session.resetting.delete(id);
+    if (state === session) resetButton(rule, client)?.idle();
   }
 
   function renderLatency(latency) {
@@ -767,7 +977,7 @@
     const calls = latency.counts.reduce((n, v) => n + v, 0);
     byId("latency-hint").textContent =
       `${fmt(calls)} decisions that called a Durable Object, by milliseconds (upper bound of each bucket) · ` +
-      `p50 ${ms(latency.p50Ms)} · p99 ${ms(latency.p99Ms)}`;
+      `p50 ${quantileText(latency.p50)} · p99 ${quantileText(latency.p99)}, each estimated within its bucket`;
     state.latencyChart?.setData([latency.counts.map((_, i) => i), latency.counts.map((v) => v)]);
   }
 
@@ -840,7 +1050,9 @@
   async function loadOverrides(more = false) {
     const box = byId("overrides");
     if (!box) return;
-    const params = [["limit", 50]];
+    // Read again, the list keeps as many entries as it shows: "Show more" is not undone at the next read.
+    const shown = state.overrides.entries.length;
+    const params = [["limit", more ? OVERRIDES_PAGE : Math.min(1000, Math.max(OVERRIDES_PAGE, shown))]];
     if (more && state.overrides.next) params.push(["cursor", state.overrides.next]);
     try {
       const page = await api("GET", "/overrides", params);
@@ -883,17 +1095,7 @@
         }),
         el("td", { class: "note", text: entry.note ?? "" }),
         el("td", {}, el("span", { class: `state ${entry.expired ? "expired" : entry.state}`, text: stateOf(entry) })),
-        el(
-          "td",
-          { class: "actions" },
-          el("button", {
-            type: "button",
-            class: "danger",
-            text: "Delete",
-            "aria-label": `Delete the override of ${clientText(entry)} under ${entry.rule}`,
-            onclick: (event) => deleteOverride(entry, event.currentTarget),
-          }),
-        ),
+        el("td", { class: "actions" }, deleteButton(entry)),
       ),
     );
     box.replaceChildren(
@@ -925,16 +1127,41 @@
 
   const stateOf = (entry) => (entry.expired ? "expired" : entry.state);
 
-  async function deleteOverride(entry, button) {
-    button.disabled = true;
+  function deleteButton(entry) {
+    const button = actionButton({
+      verb: "Delete",
+      busyVerb: "Deleting…",
+      about: `the override of ${clientText(entry)} under ${entry.rule}`,
+      class: "danger",
+      onclick: () => deleteOverride(entry),
+    });
+    // A delete under way when the list is read again: still shown as such, and not sent twice.
+    if (state.deleting.has(`${entry.rule} ${entry.keyHash}`)) button.busy();
+    return button;
+  }
+
+  /** The Delete button of an override's row as it is now: the list is redrawn when it is read again. */
+  const deleteButtonOf = (entry) =>
+    byId("overrides")?.querySelector(
+      `tr[data-rule="${CSS.escape(entry.rule)}"][data-hash="${CSS.escape(entry.keyHash)}"] button.danger`,
+    ) ?? null;
+
+  async function deleteOverride(entry) {
+    const id = `${entry.rule} ${entry.keyHash}`;
+    if (state.deleting.has(id)) return;
+    const session = state;
+    state.deleting.add(id);
+    deleteButtonOf(entry)?.busy();
     try {
       await api("DELETE", "/overrides", [["rule", entry.rule], ...entry.keyParams.map((k) => ["key", k])]);
       toast(`Deleted the override of ${clientText(entry)} under ${entry.rule}.`);
     } catch (error) {
       if (error instanceof SignedOut) return;
       toast(`Delete failed: ${error.message}`, true);
-      button.disabled = false;
       return;
+    } finally {
+      session.deleting.delete(id);
+      if (state === session) deleteButtonOf(entry)?.idle();
     }
     loadOverrides();
   }
@@ -1080,7 +1307,8 @@
     });
     byId("signout").addEventListener("click", () => signOut());
     byId("range").addEventListener("change", (event) => {
-      state.minutes = Number(event.currentTarget.value);
+      const value = event.currentTarget.value;
+      state.minutes = value === "fit" ? "fit" : Number(value);
       state.cycle = 0;
       refresh();
     });
