@@ -85,6 +85,26 @@ describe("one object per client key", () => {
     expect((await stub.peek([rule("epoch", 5)])).verdicts[0]!.weighted).toBe(1);
   });
 
+  it.each([
+    ["read (peek)", (stub: DurableObjectStub<RateLimiter>) => stub.peek([rule("again", 1)])],
+    [
+      "its places read",
+      (stub: DurableObjectStub<RateLimiter>) => stub.peekPlaces("again", { concurrency: 1, placeTimeoutMs: 30_000 }),
+    ],
+  ])(
+    "resets again a client it emptied itself and has since %s: the storage it deleted is not asked for",
+    async (_name, touch) => {
+      const stub = freshObject();
+      await stub.check([rule("again", 1)]);
+      expect((await stub.check([rule("again", 1)])).allowed).toBe(false);
+      await stub.reset(["again"]); // nothing left: the object deletes its storage
+      await touch(stub);
+      await expect(stub.reset(["again"])).resolves.toEqual({ freed: 0 });
+      await expect(stub.reset()).resolves.toEqual({ freed: 0 });
+      expect((await stub.check([rule("again", 1)])).allowed).toBe(true);
+    },
+  );
+
   it("keeps apart two rules that share an id but not a period (two rateLimit()s), after one carry-over", async () => {
     vi.useFakeTimers({ toFake: ["Date"] });
     vi.setSystemTime(Date.UTC(2031, 0, 1, 0, 0, 0, 100));

@@ -965,7 +965,8 @@ export class RateLimiter extends DurableObject<unknown> {
     this.rows.delete(key);
     this.refundsDue.delete(key);
     this.tentativePenalties.delete(key);
-    this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
+    // A row only read since the object deleted its storage (a peek) was never stored: there is no table.
+    if (this.schemaReady) this.sql.exec("DELETE FROM counters WHERE rule = ?", key);
   }
 
   /**
