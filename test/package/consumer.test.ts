@@ -143,6 +143,20 @@ describe("docs/library.md's example, installed from the tarball and run by wrang
     expect(health.headers.has("ratelimit")).toBe(false);
   });
 
+  it('hands the handler the decision, typed (c.get("rateLimit")): what is left, as the response\'s headers say it', async () => {
+    for (let i = 1; i <= 3; i++) {
+      const res = await get("/api/orders", { "x-user": "cat", "cf-connecting-ip": "203.0.113.250" });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { user: string; remaining: number; resetSeconds: number };
+      expect(body.user).toBe("cat");
+      expect(body.remaining).toBe(100 - i);
+      expect(res.headers.get("ratelimit")).toBe(`"api-per-user";r=${body.remaining};t=${body.resetSeconds}`);
+    }
+    // A health check the middleware skipped: a decision with no rule.
+    const health = await get("/api/health", { "x-user": "cat", "cf-connecting-ip": "203.0.113.250" });
+    expect(await health.json()).toEqual({ user: "cat", remaining: null, resetSeconds: null });
+  });
+
   it("serves the admin API with the middlewares' rules: an override raises one client's limit", async () => {
     const auth = { authorization: `Bearer ${ADMIN_TOKEN}` };
     const rules = (await (await get("/__ratelimit/rules", auth)).json()) as { rules: { id: string }[] };
