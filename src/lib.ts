@@ -25,6 +25,12 @@ export { RateLimiter } from "./object/rate-limiter.ts";
 export { OverrideRegistry } from "./object/registry.ts";
 export { StatsObject } from "./object/stats.ts";
 export { type AdminApiOptions, adminApi } from "./worker/admin/api.ts";
+export {
+  type ClientLimits,
+  type ClientLimitsOptions,
+  clientLimits,
+  type PerRequestRuleLimit,
+} from "./worker/client-limits.ts";
 export type {
   ConcurrencyRuleLimit,
   RateLimitDecision,

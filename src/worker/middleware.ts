@@ -269,7 +269,9 @@ export function watchHealth(request: Request, health: HealthWatch): void {
 }
 
 /** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */
-function settingsSource<E extends HonoEnv>(options: RateLimitOptions<E>): (env: SettingsInput) => Result<Settings> {
+export function settingsSource<E extends HonoEnv>(
+  options: RateLimitOptions<E>,
+): (env: SettingsInput) => Result<Settings> {
   const overrides: Partial<SettingsInput> = {};
   if (options.ipv6Prefix !== undefined) overrides.IPV6_PREFIX = options.ipv6Prefix;
   if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;

@@ -3,7 +3,7 @@
  * a stock Workers project (test/package/consumer: its own package.json, a
  * stock tsconfig with no special flags, a wrangler.toml), whose Worker is
  * the library example of docs/library.md, taken from the page itself; the
- * README's minimal example is beside it. The project type-checks with `tsc`,
+ * README's minimal example and docs/client-limits.md's are beside it. The project type-checks with `tsc`,
  * and runs the complete example under `wrangler dev`.
  */
 import { execFileSync } from "node:child_process";
@@ -58,6 +58,7 @@ beforeAll(async () => {
   writeFileSync(join(app, "src/index.ts"), example("docs/library.md", "library"));
   // Type-checked with the rest (tsc), never run: the README's few lines must compile as they are.
   writeFileSync(join(app, "src/minimal.ts"), example("README.md", "library-minimal"));
+  writeFileSync(join(app, "src/client-limits.ts"), example("docs/client-limits.md", "library-client-limits"));
   npm(["install", "--prefer-offline", "--no-audit", "--no-fund", join(dir, report[0]!.filename)], app);
   worker = await startWrangler({
     configPath: join(app, "wrangler.toml"),
@@ -94,7 +95,7 @@ describe("the packed package", () => {
     expect(own.scripts?.prepare).toBeDefined();
   });
 
-  it("type-checks in a stock Workers project with tsc, with docs/library.md's example and the README's", () => {
+  it("type-checks in a stock Workers project with tsc, with docs/library.md's example, the README's and docs/client-limits.md's", () => {
     const tsc = join(app, "node_modules/typescript/bin/tsc");
     // execFileSync throws with tsc's output on any error.
     expect(execFileSync(process.execPath, [tsc, "-p", app], { encoding: "utf8" })).toBe("");
