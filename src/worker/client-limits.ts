@@ -50,8 +50,8 @@ export const CLIENT_LIMITS_RULE: WindowLimit & Policy = {
 
 /** A rule whose client key includes the request's path or method: one count per path (or method), none to show here. */
 export type PerRequestRuleLimit = {
-  id: string;
   kind: "rate" | "concurrency";
+  id: string;
   /** The rule's quota (its tier's, for a client a verified token puts in one). */
   limit: number;
   /** A rate rule's window in seconds. */
@@ -280,10 +280,10 @@ function countedPer(rule: Rule): ("path" | "method")[] {
 function perRequestLimit(rule: Rule): PerRequestRuleLimit {
   const countedBy = countedPer(rule);
   return rule.concurrency !== undefined
-    ? { id: rule.id, kind: "concurrency", limit: rule.limit, countedPer: countedBy }
+    ? { kind: "concurrency", id: rule.id, limit: rule.limit, countedPer: countedBy }
     : {
-        id: rule.id,
         kind: "rate",
+        id: rule.id,
         limit: rule.limit,
         windowSeconds: windowSeconds(rule),
         countedPer: countedBy,
