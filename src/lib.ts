@@ -25,5 +25,18 @@ export { RateLimiter } from "./object/rate-limiter.ts";
 export { OverrideRegistry } from "./object/registry.ts";
 export { StatsObject } from "./object/stats.ts";
 export { type AdminApiOptions, adminApi } from "./worker/admin/api.ts";
+export {
+  type ClientLimits,
+  type ClientLimitsOptions,
+  clientLimits,
+  type PerRequestRuleLimit,
+} from "./worker/client-limits.ts";
+export type {
+  ConcurrencyRuleLimit,
+  RateLimitDecision,
+  RateLimitVariables,
+  RateRuleLimit,
+  RuleLimit,
+} from "./worker/decision.ts";
 export type { Env } from "./worker/env.ts";
 export { type RateLimitOptions, type Refusal, rateLimit } from "./worker/middleware.ts";

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import type { RuleInput } from "../src/core/rules.ts";
-import { createIsolate, rateLimit } from "../src/lib.ts";
+import { adminApi, createIsolate, type RateLimitDecision, rateLimit } from "../src/lib.ts";
 import { env } from "./support/env.ts";
 import { uniqueIp } from "./support/limiter.ts";
 
@@ -93,5 +93,238 @@ describe("rateLimit() in your own Hono app", () => {
       await new Promise((resolve) => setTimeout(resolve, 30));
     }
     expect(factor()).toBeLessThan(1);
+  });
+});
+
+/** `"id";k=v;k=v, …` (RateLimit-Policy, RateLimit) as a map from id to its parameters. */
+function headerItems(value: string | null): Map<string, Record<string, string>> {
+  const items = new Map<string, Record<string, string>>();
+  for (const item of (value ?? "").split(", ").filter(Boolean)) {
+    const [name, ...params] = item.split(";");
+    items.set(JSON.parse(name!) as string, Object.fromEntries(params.map((p) => p.split("=") as [string, string])));
+  }
+  return items;
+}
+
+/** A Hono app whose handlers answer with what `c.get("rateLimit")` gave them. */
+function echoingDecision(options: Parameters<typeof rateLimit>[0]) {
+  const app = new Hono<{ Bindings: typeof env }>();
+  app.use("*", rateLimit(options));
+  app.all("*", (c) => c.json(c.get("rateLimit")));
+  return app;
+}
+
+describe('c.get("rateLimit"): the decision in your own handler', () => {
+  it("gives the handler each rule's limit, remaining and reset, the same numbers the response's headers carry", async () => {
+    const app = echoingDecision({
+      rules: [
+        { id: "dec-minute", limit: 10, period: "1m" },
+        { id: "dec-hour", limit: 3, period: "1h" },
+      ],
+    });
+    const ip = uniqueIp();
+    for (let i = 1; i <= 3; i++) {
+      const res = await app.request("/", { headers: { "cf-connecting-ip": ip } }, env);
+      expect(res.status).toBe(200);
+      const decision = (await res.json()) as RateLimitDecision;
+      expect(decision).toMatchObject({ outcome: "allowed", held: false, heldMs: 0, retryAfterSeconds: 0 });
+      expect(decision.rules.map((r) => [r.id, r.kind, r.limit, r.remaining, r.allowed, r.shed])).toEqual([
+        ["dec-minute", "rate", 10, 10 - i, true, false],
+        ["dec-hour", "rate", 3, 3 - i, true, false],
+      ]);
+      // Every number as the headers state it: the policies' q and w, and the closest rule's r, t and reset.
+      const policies = headerItems(res.headers.get("ratelimit-policy"));
+      for (const rule of decision.rules) {
+        expect(rule.kind === "rate" && String(rule.windowSeconds)).toBe(policies.get(rule.id)!.w);
+        expect(String(rule.limit)).toBe(policies.get(rule.id)!.q);
+      }
+      const stating = [...headerItems(res.headers.get("ratelimit"))];
+      expect(stating).toHaveLength(1);
+      const [closestId, stated] = stating[0]!;
+      expect(decision.closest).toEqual(decision.rules.find((r) => r.id === closestId));
+      expect(closestId).toBe("dec-hour");
+      const closest = decision.closest!;
+      expect(closest.kind).toBe("rate");
+      if (closest.kind !== "rate") return;
+      expect(stated).toEqual({ r: String(closest.remaining), t: String(closest.resetSeconds) });
+      expect(res.headers.get("x-ratelimit-remaining")).toBe(String(closest.remaining));
+      expect(res.headers.get("x-ratelimit-reset")).toBe(String(closest.resetEpochSeconds));
+      expect(closest.resetEpochSeconds - Math.floor(Date.now() / 1000)).toBeLessThanOrEqual(closest.resetSeconds + 1);
+      for (const [name, value] of Object.entries(decision.headers)) expect(res.headers.get(name), name).toBe(value);
+    }
+  });
+
+  it("says how long a request was held (max_delay), as Server-Timing does", async () => {
+    const app = echoingDecision({ rules: { id: "dec-held", limit: 1, period: "1s", max_delay: "2s" } });
+    const ip = uniqueIp();
+    const send = () => app.request("/", { headers: { "cf-connecting-ip": ip } }, env);
+    const first = (await (await send()).json()) as RateLimitDecision;
+    expect(first).toMatchObject({ outcome: "allowed", held: false, heldMs: 0 });
+    const res = await send();
+    expect(res.status).toBe(200);
+    const second = (await res.json()) as RateLimitDecision;
+    expect(second.held).toBe(true);
+    expect(second.heldMs).toBeGreaterThan(0);
+    expect(res.headers.get("server-timing")).toBe(`ratelimit;desc="held";dur=${second.heldMs}`);
+    expect(second.headers["Server-Timing"]).toBe(res.headers.get("server-timing"));
+  });
+
+  it("gives a concurrency rule's free places, with no window and no reset", async () => {
+    const app = echoingDecision({ rules: { id: "dec-places", concurrency: 3 } });
+    const res = await app.request("/", { headers: { "cf-connecting-ip": uniqueIp() } }, env);
+    const decision = (await res.json()) as RateLimitDecision;
+    expect(decision.rules).toEqual([
+      { kind: "concurrency", id: "dec-places", limit: 3, remaining: 2, allowed: true, shed: false },
+    ]);
+    expect(res.headers.get("ratelimit")).toBe('"dec-places";r=2');
+  });
+
+  it("gives onRefused, and a middleware before rateLimit(), the refusal: which rule, and the wait", async () => {
+    const seen: RateLimitDecision[] = [];
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use("*", async (c, next) => {
+      await next();
+      seen.push(c.get("rateLimit"));
+    });
+    app.use(
+      "*",
+      rateLimit({
+        rules: { id: "dec-refused", limit: 1, period: "1m" },
+        onRefused: (c, { retryAfterSeconds }) => {
+          const { closest } = c.get("rateLimit");
+          return c.json({ rule: closest?.id, retryAfterSeconds }, 429);
+        },
+      }),
+    );
+    app.get("*", (c) => c.text("ok"));
+    const ip = uniqueIp();
+    expect((await app.request("/", { headers: { "cf-connecting-ip": ip } }, env)).status).toBe(200);
+    const refused = await app.request("/", { headers: { "cf-connecting-ip": ip } }, env);
+    expect(refused.status).toBe(429);
+    const retryAfter = Number(refused.headers.get("retry-after"));
+    expect(await refused.json()).toEqual({ rule: "dec-refused", retryAfterSeconds: retryAfter });
+    expect(seen.map((d) => d.outcome)).toEqual(["allowed", "refused"]);
+    expect(seen[1]).toMatchObject({ retryAfterSeconds: retryAfter, held: false });
+    expect(seen[1]!.rules).toEqual([
+      expect.objectContaining({ id: "dec-refused", remaining: 0, allowed: false, resetSeconds: retryAfter }),
+    ]);
+    expect(seen[1]!.headers).toMatchObject({
+      "Retry-After": String(retryAfter),
+      RateLimit: refused.headers.get("ratelimit"),
+    });
+  });
+
+  it("says what a rule with count settles after the response: the handler sees the request counted, the headers see it given back", async () => {
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use("*", rateLimit({ rules: { id: "dec-failed", limit: 5, period: "1m", count: "failed" } }));
+    app.get("/ok", (c) => c.json(c.get("rateLimit")));
+    app.get("/bad", (c) => c.json(c.get("rateLimit"), 401));
+    const ip = uniqueIp();
+    const ok = await app.request("/ok", { headers: { "cf-connecting-ip": ip } }, env);
+    const seenOk = (await ok.json()) as RateLimitDecision;
+    expect(seenOk.closest?.remaining).toBe(4);
+    // A 200 does not count: given back, the headers say what is left after it.
+    expect(ok.headers.get("ratelimit")).toMatch(/^"dec-failed";r=5;t=\d+$/);
+    const bad = await app.request("/bad", { headers: { "cf-connecting-ip": ip } }, env);
+    expect(((await bad.json()) as RateLimitDecision).closest?.remaining).toBe(4);
+    expect(bad.headers.get("ratelimit")).toMatch(/^"dec-failed";r=4;t=\d+$/);
+  });
+
+  it("says a request skip let through was skipped, and one no rule matched has no rules", async () => {
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use(
+      "*",
+      rateLimit({
+        rules: { id: "dec-api", path: "/api/*", limit: 5, period: "1m" },
+        skip: (c) => c.req.path === "/api/health",
+      }),
+    );
+    app.get("*", (c) => c.json(c.get("rateLimit")));
+    const at = async (path: string) =>
+      (await (
+        await app.request(path, { headers: { "cf-connecting-ip": uniqueIp() } }, env)
+      ).json()) as RateLimitDecision;
+    expect(await at("/api/health")).toEqual({
+      outcome: "skipped",
+      held: false,
+      heldMs: 0,
+      retryAfterSeconds: 0,
+      rules: [],
+      headers: {},
+    });
+    expect(await at("/elsewhere")).toEqual({
+      outcome: "allowed",
+      held: false,
+      heldMs: 0,
+      retryAfterSeconds: 0,
+      rules: [],
+      headers: {},
+    });
+  });
+});
+
+describe('c.get("rateLimit") when the limiter turns a request away', () => {
+  it("says a client an override denies was denied (403)", async () => {
+    const token = "dec-admin-token";
+    const app = new Hono<{ Bindings: typeof env }>();
+    const seen: RateLimitDecision[] = [];
+    app.use("*", adminApi());
+    app.use("*", async (c, next) => {
+      await next();
+      seen.push(c.get("rateLimit"));
+    });
+    app.use("*", rateLimit({ rules: { id: "dec-deny", limit: 5, period: "1m" } }));
+    app.get("*", (c) => c.text("ok"));
+    const vars = { ...env, ADMIN_TOKEN: token };
+    const ip = uniqueIp();
+    const put = await app.request(
+      `/__ratelimit/overrides?rule=dec-deny&key=${ip}`,
+      {
+        method: "PUT",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ deny: true }),
+      },
+      vars,
+    );
+    expect(put.status).toBe(200);
+    const res = await app.request("/", { headers: { "cf-connecting-ip": ip } }, vars);
+    expect(res.status).toBe(403);
+    expect(seen.at(-1)).toMatchObject({
+      outcome: "denied",
+      rules: [expect.objectContaining({ id: "dec-deny", allowed: false })],
+    });
+  });
+
+  it("says a request an adaptive rule's lowered limit refused was shed (503), and which rule shed it", async () => {
+    const isolate = createIsolate();
+    const rule: RuleInput = { id: `dec-shed-${Date.now()}`, limit: 20, period: "1m", adaptive: { latency: "1s" } };
+    const seen: RateLimitDecision[] = [];
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use("*", async (c, next) => {
+      await next();
+      seen.push(c.get("rateLimit"));
+    });
+    app.use("*", rateLimit({ rules: rule, isolate }));
+    app.get("/", (c) => c.text("down for now", 503));
+    const factor = () => isolate.adaptive.get(rule.id)?.factor ?? 1;
+    const startedAt = Date.now();
+    while (factor() === 1 && Date.now() - startedAt < 8_000) {
+      await Promise.all(
+        Array.from({ length: 8 }, () => app.request("/", { headers: { "cf-connecting-ip": uniqueIp() } }, env)),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 30));
+    }
+    expect(factor()).toBeLessThan(1);
+    // One client past the lowered limit, still under the rule's own 20.
+    const ip = uniqueIp();
+    seen.length = 0;
+    for (let i = 0; i < 20 && !seen.some((d) => d.outcome === "shed"); i++) {
+      await app.request("/", { headers: { "cf-connecting-ip": ip } }, env);
+    }
+    const shed = seen.find((d) => d.outcome === "shed");
+    expect(shed).toBeDefined();
+    expect(shed!.retryAfterSeconds).toBeGreaterThan(0);
+    expect(shed!.rules).toEqual([expect.objectContaining({ id: rule.id, allowed: false, shed: true })]);
+    expect(shed!.rules[0]!.limit).toBeLessThan(20);
   });
 });

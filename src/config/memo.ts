@@ -21,6 +21,7 @@ const FIELDS = [
   "JWT_JWKS",
   "STATS_RAW_KEYS",
   "LEGACY_HEADERS",
+  "CLIENT_LIMITS_PATH",
 ] as const satisfies readonly (keyof SettingsInput)[];
 /** Every named variable a parse reads is compared: a compile error names any missing from {@link FIELDS}. */
 const EVERY_FIELD: Exclude<keyof SettingsInput, (typeof FIELDS)[number] | `RULES_${string}`> extends never

@@ -1,13 +1,14 @@
 /**
  * @module
  * The limiter's settings, from the variables `RULES` (and `RULES_<GROUP>`),
- * `IPV6_PREFIX`, `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS`, `TIERS`, `STATS_RAW_KEYS`
- * and `LEGACY_HEADERS`.
+ * `IPV6_PREFIX`, `TRUSTED_IP_HEADER`, `LIMITER_TIMEOUT_MS`, `TIERS`, `STATS_RAW_KEYS`,
+ * `LEGACY_HEADERS` and `CLIENT_LIMITS_PATH`.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code.
  */
 import { DEFAULT_IPV6_PREFIX } from "../core/ip.ts";
+import { matchingPath } from "../core/paths.ts";
 import { all, fail, ok, type Result } from "../core/result.ts";
 import { isClaim, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
@@ -42,6 +43,12 @@ export type Settings = {
   statsRawKeys: boolean;
   /** `LEGACY_HEADERS`: responses carry `X-RateLimit-Limit`, `-Remaining` and `-Reset` besides the draft's headers. */
   legacyHeaders: boolean;
+  /**
+   * `CLIENT_LIMITS_PATH`: where a client reads its own limits, as the
+   * matching path of a case-insensitive rule spells it (lower case); null
+   * when the endpoint is off.
+   */
+  clientLimitsPath: string | null;
 };
 
 export const DEFAULT_TIMEOUT_MS = 1000;
@@ -60,6 +67,7 @@ export type SettingsInput = {
   TIERS?: unknown;
   STATS_RAW_KEYS?: string | boolean;
   LEGACY_HEADERS?: string | boolean;
+  CLIENT_LIMITS_PATH?: string;
 } & JwtInput;
 
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
@@ -82,13 +90,15 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     tiers: parseTiers(input.TIERS),
     statsRawKeys: booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS"),
     legacyHeaders: booleanVar(input.LEGACY_HEADERS, "LEGACY_HEADERS", true),
+    clientLimitsPath: clientLimitsPathVar(input.CLIENT_LIMITS_PATH),
   });
   const jwt = parseJwt(input, parsed.ok ? parsed.value.placed.map(({ rule }) => rule) : []);
   const tierErrors = parsed.ok ? tierLimitErrors(parsed.value.tiers, parsed.value.placed) : [];
   if (!parsed.ok || !jwt.ok || tierErrors.length > 0) {
     return fail(...(parsed.ok ? [] : parsed.errors), ...tierErrors, ...(jwt.ok ? [] : jwt.errors));
   }
-  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys, legacyHeaders } = parsed.value;
+  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys, legacyHeaders, clientLimitsPath } =
+    parsed.value;
   const rules = withTiers(
     parsed.value.placed.map(({ rule }) => rule),
     tiers,
@@ -106,6 +116,7 @@ export function parseSettings(input: SettingsInput): Result<Settings> {
     tokenRules: new Set(rules.filter((rule) => readsToken(rule, jwt.value))),
     statsRawKeys,
     legacyHeaders,
+    clientLimitsPath,
   });
 }
 
@@ -189,6 +200,17 @@ function headerNameVar(raw: unknown): Result<string | null> {
     return fail(`TRUSTED_IP_HEADER: must be a header name; got ${show(raw)}`);
   }
   return ok(raw.toLowerCase());
+}
+
+/** `CLIENT_LIMITS_PATH`: a path such as `/rate_limit`, as its requests' matching path reads; null when unset or empty. */
+function clientLimitsPathVar(raw: unknown): Result<string | null> {
+  if (raw === undefined || raw === "") return ok(null);
+  if (typeof raw !== "string" || !/^(\/[A-Za-z0-9._~-]+)+$/.test(raw) || /\/\.{1,2}(\/|$)/.test(raw)) {
+    return fail(
+      `CLIENT_LIMITS_PATH: must be a path such as "/rate_limit": segments of [A-Za-z0-9._~-], not "." or "..", no trailing slash; got ${show(raw)}`,
+    );
+  }
+  return ok(matchingPath(raw, false));
 }
 
 /** See {@link Settings.tokenRules}. */

@@ -23,6 +23,7 @@ export const VARIABLES = {
   ADMIN_TOKEN: { secret: true, about: "the admin API's bearer token; unset, the admin API is off" },
   ADMIN_PREFIX: { secret: false, about: "the admin API's path prefix" },
   STATS_RAW_KEYS: { secret: false, about: "the statistics keep refused clients' keys as written" },
+  CLIENT_LIMITS_PATH: { secret: false, about: "where a client reads its own limits; unset, the endpoint is off" },
   LEGACY_HEADERS: {
     secret: false,
     about: "false leaves out the X-RateLimit-* headers; the draft's RateLimit headers stay",

@@ -16,6 +16,15 @@ export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
+/** A rate policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it. */
+export const windowSeconds = (p: Policy): number => Math.max(1, seconds(p.periodMs));
+
+/** Whole seconds until a rate rule's quota resets, as `RateLimit`'s `t` says it. */
+export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
+
+/** The Unix second at which a rate rule's quota resets, as `X-RateLimit-Reset` says it. */
+export const resetEpochSeconds = (r: Reported): number => seconds(r.nowMs + r.verdict.resetMs);
+
 /**
  * `RateLimit-Policy`, listing every policy that applied: a rate's quota and
  * window, or a concurrency rule's places with the draft's quota unit
@@ -28,7 +37,7 @@ export const rateLimitPolicy = (policies: Policy[]): string =>
     .map((p) =>
       p.concurrency !== undefined
         ? `"${p.id}";q=${p.limit};qu="concurrent-requests"`
-        : `"${p.id}";q=${p.limit};w=${Math.max(1, seconds(p.periodMs))}`,
+        : `"${p.id}";q=${p.limit};w=${windowSeconds(p)}`,
     )
     .join(", ");
 
@@ -42,7 +51,7 @@ export const rateLimitPolicy = (policies: Policy[]): string =>
 export const rateLimit = (r: Reported): string =>
   r.concurrency !== undefined
     ? `"${r.id}";r=${r.verdict.remaining}`
-    : `"${r.id}";r=${r.verdict.remaining};t=${seconds(r.verdict.resetMs)}`;
+    : `"${r.id}";r=${r.verdict.remaining};t=${resetSeconds(r)}`;
 
 /**
  * The policy closest to its limit: a refusing one first (the longest wait),
@@ -90,7 +99,7 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
     RateLimit: rateLimit(closest),
     "X-RateLimit-Limit": String(closest.limit),
     "X-RateLimit-Remaining": String(closest.verdict.remaining),
-    "X-RateLimit-Reset": String(seconds(closest.nowMs + closest.verdict.resetMs)),
+    "X-RateLimit-Reset": String(resetEpochSeconds(closest)),
   };
 }
 
@@ -100,7 +109,7 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
  * (an override's or a tier's, or an adaptive rule's current quota) rather
  * than the rule's.
  */
-function forThisClient(policies: Policy[], reports: Reported[]): { policies: Policy[]; reports: Reported[] } {
+export function forThisClient(policies: Policy[], reports: Reported[]): { policies: Policy[]; reports: Reported[] } {
   if (!reports.some(appliedOwnLimit)) return { policies, reports };
   const lifted = new Set(reports.filter((r) => r.verdict.override === "unlimited").map((r) => r.id));
   const limits = new Map(reports.map((r) => [r.id, r.limit]));

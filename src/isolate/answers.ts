@@ -50,9 +50,21 @@ export type Outcome =
        * upload off) first.
        */
       health?: HealthWatch;
+      /** What the headers were made from; absent when no rule matched. */
+      reading?: Reading;
+      /** How long the limiter held the request before it went on, in milliseconds; absent when it did not. */
+      heldMs?: number;
     }
-  /** Answer this instead (429, or 503 from a rule that fails closed); the origin is not contacted. */
-  | { kind: "refuse"; response: Response };
+  /**
+   * Answer this instead (429, or 503 from a rule that fails closed); the
+   * origin is not contacted. `reading`: what its headers were made from,
+   * worked out when asked (a refusal the isolate knows of is answered
+   * without it).
+   */
+  | { kind: "refuse"; response: Response; reading?: () => Reading };
+
+/** What a decision's rate-limit headers are made from: the enforcing rules' policies, and each decided rule's verdict. */
+export type Reading = { policies: Policy[]; reports: Reported[] };
 
 /** No rule matched: go on, with no headers. */
 export const NO_HEADERS: Outcome = Object.freeze({ kind: "allow", headers: Object.freeze({}) }) as Outcome;
@@ -70,14 +82,17 @@ export function allowed(
   const now = rateLimitHeaders(headers.policies, headers.reports, context.settings.legacyHeaders);
   const watched = noteDecision(headers.reports, true, context);
   if (heldMs === undefined && inFlight === undefined && watched === undefined) {
-    if (!settlesAfter(groups)) return { kind: "allow", headers: now };
-    return { kind: "allow", headers: now, afterResponse: afterResponse(groups, settlements, headers, context) };
+    if (!settlesAfter(groups)) return { kind: "allow", headers: now, reading: headers };
+    const after = afterResponse(groups, settlements, headers, context);
+    return { kind: "allow", headers: now, afterResponse: after, reading: headers };
   }
   const timing = heldMs === undefined ? undefined : serverTiming(heldMs);
   const outcome: Extract<Outcome, { kind: "allow" }> = {
     kind: "allow",
     headers: timing === undefined ? now : { ...now, "Server-Timing": timing },
+    reading: headers,
   };
+  if (heldMs !== undefined) outcome.heldMs = heldMs;
   if (inFlight !== undefined) outcome.inFlight = inFlight;
   if (watched !== undefined) {
     outcome.health = new HealthWatch(watched, context, (ruleId) => clientKeyOf(ruleId, groups, settlements, places));
@@ -134,13 +149,14 @@ export function refused(policies: Policy[], reports: Reported[], legacy: boolean
       : reducedOnly(reports)
         ? reducedCapacity(policies, reports, legacy)
         : tooManyRequests(policies, reports, legacy);
-  return { kind: "refuse", response };
+  return { kind: "refuse", response, reading: () => ({ policies, reports }) };
 }
 
 /** 503: rules that fail closed could not be decided. */
 export const unavailable = (closedBy: string[], policies: Policy[], reports: Reported[], legacy: boolean): Outcome => ({
   kind: "refuse",
   response: limiterUnavailable(closedBy, policies, reports, legacy),
+  reading: () => ({ policies, reports }),
 });
 
 /** The answer to a request whose client hung up: nobody reads it. */
@@ -174,5 +190,5 @@ export function knownRefusal(
       ? reducedCapacityParts(policies, [knownReport(only, nowMs)], legacy)
       : tooManyRequestsParts(policies, [knownReport(only, nowMs)], legacy),
   );
-  return { kind: "refuse", response: send(parts) };
+  return { kind: "refuse", response: send(parts), reading: () => ({ policies, reports: [knownReport(only, nowMs)] }) };
 }

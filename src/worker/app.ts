@@ -2,11 +2,12 @@
  * @module
  * The Worker: rate-limits every request with the rules in wrangler.toml,
  * then proxies the allowed ones to the origin. The admin API, when on,
- * answers under its prefix before any rule is applied.
+ * answers under its prefix before any rule is applied, and so does the
+ * client-limits endpoint at its path, when set.
  *
- * Every request but the admin API's (and HEAD) is decided and forwarded
- * without the Hono app, with the same answer the app would give: its
- * routing costs every request, and what it adds here is only the admin API.
+ * Every request but those (and HEAD) is decided and forwarded without the
+ * Hono app, with the same answer the app would give: its routing costs
+ * every request, and what it adds here is only those two.
  */
 import { Hono } from "hono";
 import { settingsFromEnv } from "../config/memo.ts";
@@ -24,6 +25,7 @@ import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
 import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
+import { clientLimitsRoute, isClientLimitsPath } from "./client-limits.ts";
 import type { Env } from "./env.ts";
 import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith, watchHealth } from "./middleware.ts";
 
@@ -70,7 +72,9 @@ const decisions = new WeakMap<Request, Decided>();
 
 const hono = new Hono<{ Bindings: Env }>();
 
-// First: admin requests are never counted by the user's rules, and never reach the origin.
+// First: the client-limits endpoint (CLIENT_LIMITS_PATH, off unless set) and the admin API's requests are never
+// counted by the user's rules, and never reach the origin.
+hono.use("*", clientLimitsRoute());
 hono.use("*", adminApi());
 hono.use(
   "*",
@@ -109,9 +113,10 @@ export const app = {
  * Decides and answers a request without the Hono app, as the app would:
  * the refusal, or the origin's answer finished by the decision. Left to the
  * app (undefined): HEAD (the app answers it with the GET's answer,
- * bodiless), the admin API's paths, and an invalid configuration, which the
- * app answers with a 500 and logs; and a decision that threw, which the app's
- * `rateLimit()` throws again where it always has.
+ * bodiless), the admin API's paths, the client-limits endpoint's path, and
+ * an invalid configuration, which the app answers with a 500 and logs; and a
+ * decision that threw, which the app's `rateLimit()` throws again where it
+ * always has.
  */
 function decideFirst(
   request: Request,
@@ -131,6 +136,10 @@ function decideFirst(
   const settings = settingsFromEnv(env);
   const ns = env.RATE_LIMITER;
   if (!settings.ok || !ns) return undefined;
+  if (settings.value.clientLimitsPath !== null) {
+    path ??= pathAsWritten(adminPath(request.url));
+    if (isClientLimitsPath(path, settings.value)) return undefined;
+  }
   let outcome: ReturnType<typeof decide>;
   try {
     outcome = decide(request, {

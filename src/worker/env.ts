@@ -60,6 +60,8 @@ export type Env = {
   ADMIN_TOKEN?: string;
   /** Path prefix of the admin API, such as `/ops/ratelimit`. Default `/__ratelimit`. */
   ADMIN_PREFIX?: string;
+  /** Where a client reads its own limits, such as `/rate_limit` (docs/client-limits.md). Unset: the endpoint is off. */
+  CLIENT_LIMITS_PATH?: string;
 };
 
 /** Every variable `Env` names is one check-config knows (src/config/variables.ts): a compile error names any that is not. */

@@ -18,7 +18,15 @@ import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { logEvent } from "../observe/log.ts";
+import { decisionOf, type RateLimitDecision, skipped } from "./decision.ts";
 import { registerRules } from "./library-rules.ts";
+
+declare module "hono" {
+  /** `c.get("rateLimit")`: what `rateLimit()` decided for the request, typed in every handler. */
+  interface ContextVariableMap {
+    rateLimit: RateLimitDecision;
+  }
+}
 
 /** What `onRefused` is given: the limiter's own 429, and the wait it names. */
 export type Refusal = {
@@ -133,7 +141,10 @@ export const rateLimitWith = <E extends HonoEnv = any>(
   const { key, onRefused, skip } = options;
 
   return async function rateLimitMiddleware(c, next) {
-    if (skip !== undefined && (await skip(c))) return next();
+    if (skip !== undefined && (await skip(c))) {
+      c.set("rateLimit", skipped());
+      return next();
+    }
     const env = (c.env ?? {}) as Record<string, unknown>;
     const settings = settingsOf(env as SettingsInput);
     const ns = env[binding] as LimiterNamespace | undefined;
@@ -158,6 +169,8 @@ export const rateLimitWith = <E extends HonoEnv = any>(
             analytics: env.ANALYTICS as AnalyticsSink | undefined,
           });
     const outcome = decided instanceof Promise ? await decided : decided;
+    // Before the handler (or onRefused) runs, so that it can show the client what is left.
+    c.set("rateLimit", decisionOf(outcome));
     if (outcome.kind === "refuse") {
       const { response } = outcome;
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
@@ -265,7 +278,9 @@ export function watchHealth(request: Request, health: HealthWatch): void {
 }
 
 /** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */
-function settingsSource<E extends HonoEnv>(options: RateLimitOptions<E>): (env: SettingsInput) => Result<Settings> {
+export function settingsSource<E extends HonoEnv>(
+  options: RateLimitOptions<E>,
+): (env: SettingsInput) => Result<Settings> {
   const overrides: Partial<SettingsInput> = {};
   if (options.ipv6Prefix !== undefined) overrides.IPV6_PREFIX = options.ipv6Prefix;
   if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;

@@ -3,7 +3,7 @@
  * a stock Workers project (test/package/consumer: its own package.json, a
  * stock tsconfig with no special flags, a wrangler.toml), whose Worker is
  * the library example of docs/library.md, taken from the page itself; the
- * README's minimal example is beside it. The project type-checks with `tsc`,
+ * README's minimal example and docs/client-limits.md's are beside it. The project type-checks with `tsc`,
  * and runs the complete example under `wrangler dev`.
  */
 import { execFileSync } from "node:child_process";
@@ -58,6 +58,7 @@ beforeAll(async () => {
   writeFileSync(join(app, "src/index.ts"), example("docs/library.md", "library"));
   // Type-checked with the rest (tsc), never run: the README's few lines must compile as they are.
   writeFileSync(join(app, "src/minimal.ts"), example("README.md", "library-minimal"));
+  writeFileSync(join(app, "src/client-limits.ts"), example("docs/client-limits.md", "library-client-limits"));
   npm(["install", "--prefer-offline", "--no-audit", "--no-fund", join(dir, report[0]!.filename)], app);
   worker = await startWrangler({
     configPath: join(app, "wrangler.toml"),
@@ -94,7 +95,7 @@ describe("the packed package", () => {
     expect(own.scripts?.prepare).toBeDefined();
   });
 
-  it("type-checks in a stock Workers project with tsc, with docs/library.md's example and the README's", () => {
+  it("type-checks in a stock Workers project with tsc, with docs/library.md's example, the README's and docs/client-limits.md's", () => {
     const tsc = join(app, "node_modules/typescript/bin/tsc");
     // execFileSync throws with tsc's output on any error.
     expect(execFileSync(process.execPath, [tsc, "-p", app], { encoding: "utf8" })).toBe("");
@@ -141,6 +142,20 @@ describe("docs/library.md's example, installed from the tarball and run by wrang
     const health = await get("/api/health", { "x-user": "ann", "cf-connecting-ip": ips(0) });
     expect(health.status).toBe(200);
     expect(health.headers.has("ratelimit")).toBe(false);
+  });
+
+  it('hands the handler the decision, typed (c.get("rateLimit")): what is left, as the response\'s headers say it', async () => {
+    for (let i = 1; i <= 3; i++) {
+      const res = await get("/api/orders", { "x-user": "cat", "cf-connecting-ip": "203.0.113.250" });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { user: string; remaining: number; resetSeconds: number };
+      expect(body.user).toBe("cat");
+      expect(body.remaining).toBe(100 - i);
+      expect(res.headers.get("ratelimit")).toBe(`"api-per-user";r=${body.remaining};t=${body.resetSeconds}`);
+    }
+    // A health check the middleware skipped: a decision with no rule.
+    const health = await get("/api/health", { "x-user": "cat", "cf-connecting-ip": "203.0.113.250" });
+    expect(await health.json()).toEqual({ user: "cat", remaining: null, resetSeconds: null });
   });
 
   it("serves the admin API with the middlewares' rules: an override raises one client's limit", async () => {
