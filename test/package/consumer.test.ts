@@ -38,6 +38,7 @@ let dir: string;
 let app: string;
 let packed: string[];
 let manifest: Record<string, unknown>;
+let licence: string;
 let worker: RunningWorker;
 
 beforeAll(async () => {
@@ -52,6 +53,9 @@ beforeAll(async () => {
   manifest = JSON.parse(
     execFileSync("tar", ["-xOzf", join(dir, report[0]!.filename), "package/package.json"], { encoding: "utf8" }),
   ) as Record<string, unknown>;
+  licence = packed.includes("LICENSE")
+    ? execFileSync("tar", ["-xOzf", join(dir, report[0]!.filename), "package/LICENSE"], { encoding: "utf8" })
+    : "";
   app = join(dir, "consumer");
   cpSync(join(root, "test/package/consumer"), app, { recursive: true });
   mkdirSync(join(app, "src"));
@@ -78,9 +82,16 @@ describe("the packed package", () => {
     expect(packed).toContain("dist/lib.js");
     expect(packed).toContain("dist/lib.d.ts");
     expect(packed).toContain("dist/index.js");
-    const stray = packed.filter((path) => !/^(dist\/.+\.(js|d\.ts)|package\.json|README\.md)$/.test(path));
+    const stray = packed.filter((path) => !/^(dist\/.+\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path));
     expect(stray).toEqual([]);
     expect(packed.filter((path) => /(^|\/)(test|tools|bench|docs)\//.test(path) || path.endsWith(".png"))).toEqual([]);
+  });
+
+  it("ships the MIT licence: the LICENSE file, and the license field npm and licence checkers read", () => {
+    expect(packed).toContain("LICENSE");
+    expect(licence).toMatch(/^MIT License\n\nCopyright \(c\) 2026 The edge-rate-limiter authors\n/);
+    expect(licence).toContain('THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND');
+    expect(manifest.license).toBe("MIT");
   });
 
   it("ships a manifest without the repository's own scripts and dev dependencies, and leaves the repository's as it was", () => {
