@@ -1,3 +1,4 @@
+import { type Item, parseList, serializeList, Token } from "structured-headers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
 
@@ -13,18 +14,19 @@ describe("rate-limit headers, exactly", () => {
     vi.useRealTimers();
   });
 
-  it("describes the quota on each allowed response (draft-10 and X-RateLimit-*)", async () => {
+  it("describes the quota on each allowed response (draft-11 and X-RateLimit-*)", async () => {
     const send = limiter([{ id: "api-per-ip", limit: 2, period: 60 }]);
     const ip = uniqueIp();
     at("2026-11-21T12:00:45.000Z");
     const first = await send("/api/x", from(ip));
     expect(first.status).toBe(200);
+    // One request left now; spent, the next is admitted 1 ms after 12:01:00, 15.001 s from now: t is 16 whole seconds.
     expect(Object.fromEntries([...first.headers].filter(([name]) => name.includes("ratelimit")))).toEqual({
       "ratelimit-policy": '"api-per-ip";q=2;w=60',
-      ratelimit: '"api-per-ip";r=1;t=15',
+      ratelimit: '"api-per-ip";r=1;t=16',
       "x-ratelimit-limit": "2",
       "x-ratelimit-remaining": "1",
-      "x-ratelimit-reset": unix("2026-11-21T12:01:00Z"),
+      "x-ratelimit-reset": unix("2026-11-21T12:01:01Z"),
     });
     at("2026-11-21T12:00:50.250Z");
     const second = await send("/api/x", from(ip));
@@ -68,7 +70,8 @@ describe("rate-limit headers, exactly", () => {
     expect(res.headers.get("ratelimit-policy")).toBe(
       '"per-minute";q=10;w=60, "per-second";q=3;w=1, "per-hour";q=1000;w=3600',
     );
-    expect(res.headers.get("ratelimit")).toBe('"per-second";r=2;t=1');
+    // Two more may go now; spent, the next waits for 12:00:46.001.
+    expect(res.headers.get("ratelimit")).toBe('"per-second";r=2;t=2');
     expect(res.headers.get("x-ratelimit-limit")).toBe("3");
   });
 
@@ -85,6 +88,113 @@ describe("rate-limit headers, exactly", () => {
     expect(body["violated-policies"]).toEqual(["per-second", "per-minute"]);
     expect(body.retry_after).toBe(16);
     expect(blocked.headers.get("ratelimit")).toBe('"per-minute";r=0;t=16');
+  });
+});
+
+/**
+ * `t` is draft-ietf-httpapi-ratelimit-headers-11's effective window (§4.1.2):
+ * "the number of seconds within which the client can use no more than the
+ * available quota". Here: with every request admissible now spent, the wait
+ * until one more is admitted, so the `r` requests left may go at any time
+ * within it, and one more once it has passed; not the end of the current
+ * window, where the previous window's requests may still weigh whole, and
+ * before which they may already weigh less.
+ */
+describe("t, the effective window", () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("lets the requests left go within it, and one more once it has passed, not at the window's end", async () => {
+    const send = limiter([{ id: "window", limit: 3, period: 60 }]);
+    const ip = uniqueIp();
+    at("2026-11-21T12:00:45.000Z");
+    expect((await send("/api/x", from(ip))).headers.get("ratelimit")).toBe('"window";r=2;t=16');
+    at("2026-11-21T12:00:50.000Z");
+    expect((await send("/api/x", from(ip))).status).toBe(200);
+    const last = await send("/api/x", from(ip));
+    expect([last.status, last.headers.get("ratelimit")]).toEqual([200, '"window";r=0;t=11']);
+    // At 12:01:00, where the current window ends, the three still weigh whole: refused, as t says.
+    at("2026-11-21T12:01:00.000Z");
+    expect((await send("/api/x", from(ip))).status).toBe(429);
+    // t ended at 12:01:01.
+    at("2026-11-21T12:01:01.000Z");
+    expect((await send("/api/x", from(ip))).status).toBe(200);
+  });
+
+  it("is short while the previous window's requests weigh less every moment, and says so rather than the window's end", async () => {
+    const send = limiter([{ id: "window", limit: 4, period: 60 }]);
+    const ip = uniqueIp();
+    at("2026-11-21T12:00:10.000Z");
+    for (let i = 0; i < 4; i++) expect((await send("/api/x", from(ip))).status).toBe(200);
+    // Half-way into the next window the four weigh 2: one more now, then one a moment later, and so on.
+    at("2026-11-21T12:01:30.000Z");
+    expect((await send("/api/x", from(ip))).headers.get("ratelimit")).toBe('"window";r=1;t=1');
+    expect((await send("/api/x", from(ip))).headers.get("ratelimit")).toBe('"window";r=0;t=1');
+    at("2026-11-21T12:01:31.000Z");
+    expect((await send("/api/x", from(ip))).status).toBe(200);
+  });
+
+  it("is the Retry-After of a refusal: the Retry-After never names a moment before t ends (§6)", async () => {
+    const send = limiter([
+      { id: "per-second", limit: 1, period: "1s" },
+      { id: "per-minute", limit: 2, period: "1m" },
+    ]);
+    const ip = uniqueIp();
+    at("2026-11-21T12:00:45.000Z");
+    await send("/api/x", from(ip));
+    at("2026-11-21T12:00:46.500Z");
+    await send("/api/x", from(ip));
+    const refused = await send("/api/x", from(ip));
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("ratelimit")).toBe(`"per-minute";r=0;t=${refused.headers.get("retry-after")}`);
+  });
+});
+
+/**
+ * Both fields are Structured Field Lists (RFC 9651): each item a String
+ * naming the policy (draft-11 §3 and §4 keep Strings, not Tokens: the working
+ * group's issue 158), with Integer parameters, and `qu` a String. Parsed by
+ * the `structured-headers` library, and serialised back to what was sent.
+ */
+describe("the fields, parsed as RFC 9651 Structured Fields", () => {
+  const sent: string[] = [];
+  const fields = (res: Response) => {
+    for (const name of ["ratelimit-policy", "ratelimit"]) {
+      const value = res.headers.get(name);
+      if (value !== null) sent.push(value);
+    }
+    return res;
+  };
+
+  it("are Lists of String items with Integer q, w, r and t, and a String qu, on admissions, refusals and places", async () => {
+    const rates = limiter([
+      { id: "per-minute", limit: 3, period: "1m" },
+      { id: "per-hour", limit: 1000, period: "1h" },
+      { id: "streams", path: "/stream/*", concurrency: 1 },
+    ]);
+    const ip = uniqueIp();
+    for (let i = 0; i < 4; i++) await fields(await rates("/api/x", from(ip))).arrayBuffer();
+    await fields(await rates("/stream/0", from(uniqueIp()))).arrayBuffer();
+    expect(sent.length).toBeGreaterThanOrEqual(9);
+    for (const value of sent) {
+      const list = parseList(value);
+      expect(serializeList(list)).toBe(value);
+      for (const [name, parameters] of list as Item[]) {
+        expect(typeof name, value).toBe("string");
+        expect(name).not.toBeInstanceOf(Token);
+        for (const [key, parameter] of parameters) {
+          if (key === "qu") expect(parameter, value).toBe("concurrent-requests");
+          else {
+            expect(["q", "w", "r", "t"], value).toContain(key);
+            expect(Number.isInteger(parameter) && (parameter as number) >= 0, value).toBe(true);
+          }
+        }
+      }
+    }
   });
 });
 

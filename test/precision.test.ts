@@ -176,18 +176,42 @@ describe("Retry-After and reset are exact in every mode", () => {
     expect(check(s, at, l).decision).toMatchObject({ allowed: false, retryAfterMs: waitMs, resetMs: waitMs });
   });
 
+  it("reports reset, when admitted, as the wait for one more once every request admissible now is spent, over random states and modes", () => {
+    let admitted = 0;
+    fc.assert(
+      fc.property(scenario, ({ l, nowMs, state }) => {
+        const { state: left, decision } = check(state, nowMs, l);
+        // Spent one by one below: only where that is a few hundred requests at most.
+        if (!decision.allowed || decision.remaining > 500) return;
+        admitted++;
+        let spent = left;
+        while (evaluate(spent, nowMs, l).allowed) spent = check(spent, nowMs, l).state;
+        const why = JSON.stringify({ l, nowMs, state, decision });
+        expect(decision.resetMs, why).toBe(retryAfterMs(spent, nowMs, l));
+        expect(decision.resetMs, why).toBeGreaterThan(0);
+        expect(evaluate(spent, nowMs + decision.resetMs, l).allowed, why).toBe(true);
+        expect(evaluate(spent, nowMs + decision.resetMs - 1, l).allowed, why).toBe(false);
+      }),
+      { numRuns: 4_000 },
+    );
+    expect(admitted).toBeGreaterThan(500);
+  });
+
   it.each([
-    { precision: 1, periodMs: 60_000, resetMs: 15_000 },
-    { precision: 6, periodMs: 60_000, resetMs: 5_000 },
-    { precision: 60, periodMs: 60_000, resetMs: 1_000 },
-    // 7 buckets of 1 000/7 ms: bucket 3 of the second ends at ⌈4 000/7⌉ = 572 ms.
-    { precision: 7, periodMs: 1_000, resetMs: 572 - 450 },
+    // 10 admissible at 12:00:45, all in one bucket: the 11th waits as the 3rd of a limit of 2 does above.
+    { precision: 1, periodMs: 60_000, strict: false, resetMs: 15_001 },
+    { precision: 6, periodMs: 60_000, strict: false, resetMs: 55_001 },
+    { precision: 6, periodMs: 60_000, strict: true, resetMs: 65_000 },
+    { precision: 60, periodMs: 60_000, strict: false, resetMs: 60_001 },
+    { precision: 60, periodMs: 60_000, strict: true, resetMs: 61_000 },
+    // 7 buckets of 1 000/7 ms: the bucket of 12:00:45.450 is the oldest from ⌈10 000/7⌉ = 1 429 ms, and weighs less at once.
+    { precision: 7, periodMs: 1_000, strict: false, resetMs: 1_429 - 450 },
   ])(
-    "reports reset as the end of the current bucket when admitted (k = $precision)",
-    ({ precision, periodMs, resetMs }) => {
-      const l: WindowLimit = { limit: 10, periodMs, precision, strict: false };
+    "reports reset, for a first request, as when the 11th of a limit of 10 would be admitted (k = $precision, strict $strict)",
+    ({ precision, periodMs, strict, resetMs }) => {
+      const l: WindowLimit = { limit: 10, periodMs, precision, strict };
       const at = Date.UTC(2026, 10, 21, 12, 0, 45) + (periodMs === 1_000 ? 450 : 0);
-      expect(check(emptyState(at, l), at, l).decision).toMatchObject({ allowed: true, resetMs });
+      expect(check(emptyState(at, l), at, l).decision).toMatchObject({ allowed: true, remaining: 9, resetMs });
     },
   );
 });

@@ -132,14 +132,53 @@ describe("retryAfter is exact", () => {
   });
 });
 
-describe("reset", () => {
-  it("is the time to the end of the current window when admitted", () => {
-    expect(check(state(0, 0), at(45_500), perMinute(10)).decision.resetMs).toBe(14_500);
+/**
+ * `resetMs` is the draft's effective window (`t`, draft-ietf-httpapi-ratelimit-headers-11
+ * §4.1.2): the time within which the client can use no more than what is
+ * admissible now. Counted out: with every request admissible now admitted,
+ * the wait until one more would be, which for a refusal is its Retry-After.
+ */
+describe("reset, the effective window", () => {
+  it("runs, for a client with nothing counted, until 1 ms after the window it would fill ends: 10 now, the 11th at 12:01:00.001", () => {
+    expect(check(state(0, 0), at(45_500), perMinute(10)).decision).toMatchObject({ remaining: 9, resetMs: 14_501 });
+  });
+
+  it("is 1 ms when the previous window's requests weigh less each millisecond: prev 60, curr 20, half-way (seed 000)", () => {
+    // Admitted at weighted 50: 49 more fit now (30 + 21 + 48 < 100); after them the count is exactly 100,
+    // and 1 ms later the previous window's 60 weigh less than 30.
+    expect(check(state(60, 20), at(30_000), perMinute(100)).decision).toMatchObject({ remaining: 49, resetMs: 1 });
   });
 
   it("is retryAfter when rejected", () => {
     const { decision } = check(state(0, 10), at(45_500), perMinute(10));
     expect(decision.resetMs).toBe(decision.retryAfterMs);
     expect(decision.resetMs).toBe(14_501);
+  });
+
+  it("is, when admitted, what Retry-After would say once the requests admissible now are spent, over random states", () => {
+    const random = randomGenerator(0x5eed7);
+    let tested = 0;
+    for (let run = 0; run < 3_000; run++) {
+      const limit = 1 + random.int(40);
+      const l = perMinute(limit);
+      const s: WindowState = { bucket: 5000, counts: [random.int(limit + 1), random.int(limit + 1)] };
+      const now = 5000 * MINUTE + random.int(MINUTE);
+      const { state: after, decision } = check(s, now, l);
+      if (!decision.allowed) continue;
+      tested++;
+      // Spend, at `now`, every request still admissible.
+      let spent = after;
+      let more = 0;
+      while (evaluate(spent, now, l).allowed) {
+        spent = check(spent, now, l).state;
+        more++;
+      }
+      const why = JSON.stringify({ s, now, limit, more, decision });
+      expect(more, why).toBeGreaterThanOrEqual(decision.remaining);
+      expect(decision.resetMs, why).toBe(retryAfterMs(spent, now, l));
+      expect(evaluate(spent, now + decision.resetMs, l).allowed, why).toBe(true);
+      expect(evaluate(spent, now + decision.resetMs - 1, l).allowed, why).toBe(false);
+    }
+    expect(tested).toBeGreaterThan(500);
   });
 });

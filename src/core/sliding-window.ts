@@ -64,7 +64,13 @@ export type Decision = {
   remaining: number;
   /** Smallest wait in milliseconds after which a request would be admitted if nothing else is admitted meanwhile; 0 when admitted. */
   retryAfterMs: number;
-  /** Milliseconds until the current bucket (the current window when `precision = 1`) ends; `retryAfterMs` when rejected. */
+  /**
+   * The effective window of the `RateLimit` header's `t`: milliseconds within
+   * which no more can be used than is admissible now. With every request
+   * admissible now counted, the wait until one more would be admitted;
+   * `retryAfterMs` when rejected. A client that spends `remaining` sooner is
+   * not refused for it, and is admitted again once this has passed.
+   */
   resetMs: number;
 };
 
@@ -246,6 +252,36 @@ function earliestInBucket({ bucket: b, oldest, headroom, nowMs }: BucketWait, wi
   return atMs < bucketStartMs(b + 1, window) ? atMs : null;
 }
 
+/**
+ * How many more requests of the window's cost a rotated state admits at its
+ * instant, one after another: the i-th (from 0) while
+ * `oldest × kept < (headroom − i × cost) × periodMs`, so
+ * `ceil((headroom × periodMs − oldest × kept) / (cost × periodMs))` of them.
+ * One more than `remaining` when the weighted count is not whole.
+ */
+function admissibleNow({ oldest, kept, newer }: Parts, window: WindowLimit): number {
+  const headroom = limitFor(window) - newer;
+  if (headroom <= 0) return 0;
+  const whole = headroom * window.periodMs;
+  const weighed = oldest * kept;
+  const step = (window.cost ?? 1) * window.periodMs;
+  if (Number.isSafeInteger(whole) && Number.isSafeInteger(weighed) && Number.isSafeInteger(step)) {
+    return whole > weighed ? Math.ceil((whole - weighed) / step) : 0;
+  }
+  const room = BigInt(headroom) * BigInt(window.periodMs) - BigInt(oldest) * BigInt(kept);
+  return room > 0n ? Number((room + BigInt(step) - 1n) / BigInt(step)) : 0;
+}
+
+/**
+ * The effective window (see {@link Decision.resetMs}) of a state rotated to
+ * `nowMs`, as a request left it: with every request admissible now counted,
+ * the wait until one more would be.
+ */
+function effectiveWindowMs(left: WindowState, nowMs: number, window: WindowLimit): number {
+  const more = admissibleNow(parts(left, nowMs, window), window);
+  return retryAfterMs(more === 0 ? left : admit(left, more * (window.cost ?? 1)), nowMs, window);
+}
+
 /** Milliseconds until the bucket that holds `nowMs` ends. */
 export const msToBucketEnd = (nowMs: number, window: WindowLimit): number =>
   bucketStartMs(bucketIndex(nowMs, window) + 1, window) - nowMs;
@@ -269,7 +305,7 @@ export function describe(ev: Evaluation, nowMs: number, window: WindowLimit, cou
     weighted: ev.weighted,
     remaining: Math.max(0, left),
     retryAfterMs: 0,
-    resetMs: msToBucketEnd(nowMs, window),
+    resetMs: effectiveWindowMs(counted ? admit(ev.state, cost) : ev.state, nowMs, window),
   };
 }
 

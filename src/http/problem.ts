@@ -4,7 +4,7 @@
  */
 
 export const QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-/** draft-ietf-httpapi-ratelimit-headers-10, section 5.2: the quota is lowered for a while (an adaptive rule's reduction). */
+/** draft-ietf-httpapi-ratelimit-headers-11, section 5.2: the quota is lowered for a while (an adaptive rule's reduction). */
 export const TEMPORARY_REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
 export const LIMITER_UNAVAILABLE = "urn:edge-rate-limiter:limiter-unavailable";
 export const ORIGIN_UNREACHABLE = "urn:edge-rate-limiter:origin-unreachable";

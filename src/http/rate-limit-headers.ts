@@ -1,6 +1,9 @@
 /**
  * @module
- * Rate-limit response headers, one small function per specification.
+ * Rate-limit response headers, one small function per specification:
+ * `RateLimit-Policy` and `RateLimit` as draft-ietf-httpapi-ratelimit-headers-11
+ * defines them (Structured Field Lists of String items with Integer
+ * parameters), and the legacy `X-RateLimit-*`.
  */
 import type { RuleVerdict } from "../object/protocol.ts";
 
@@ -29,7 +32,7 @@ export const resetEpochSeconds = (r: Reported): number => seconds(r.nowMs + r.ve
  * `RateLimit-Policy`, listing every policy that applied: a rate's quota and
  * window, or a concurrency rule's places with the draft's quota unit
  * `concurrent-requests` and no window (its quota does not renew with time).
- * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
+ * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-11#section-3
  * @example `"api-per-ip";q=100;w=60, "completions";q=2;qu="concurrent-requests"`
  */
 export const rateLimitPolicy = (policies: Policy[]): string =>
@@ -42,10 +45,12 @@ export const rateLimitPolicy = (policies: Policy[]): string =>
     .join(", ");
 
 /**
- * `RateLimit` for one policy: remaining quota and seconds until it resets;
- * for a concurrency rule the places free, and no reset (a place frees when
- * a request ends, not at a time the limiter knows).
- * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-10
+ * `RateLimit` for one policy: the available quota `r`, and the effective
+ * window `t`, the seconds within which no more than `r` can be used (the
+ * verdict's `resetMs`, rounded up; on a refusal the wait of `Retry-After`);
+ * for a concurrency rule the places free, and no `t` (a place frees when a
+ * request ends, not at a time the limiter knows).
+ * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-11#section-4
  * @example `"api-per-ip";r=42;t=17`, `"completions";r=1`
  */
 export const rateLimit = (r: Reported): string =>
@@ -55,7 +60,7 @@ export const rateLimit = (r: Reported): string =>
 
 /**
  * The policy closest to its limit: a refusing one first (the longest wait),
- * then the fewest remaining, then the longest until reset.
+ * then the fewest remaining, then the longest effective window.
  */
 export function closestToLimit(reports: Reported[]): Reported | undefined {
   const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : 1);

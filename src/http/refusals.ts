@@ -58,7 +58,7 @@ export function reducedOnly(reports: Reported[]): boolean {
 /**
  * 503 with `Retry-After`, the rate-limit headers (`RateLimit-Policy` with
  * the current, reduced quota) and the temporary-reduced-capacity problem
- * of draft-ietf-httpapi-ratelimit-headers-10, naming every reduced policy.
+ * of draft-ietf-httpapi-ratelimit-headers-11 (§5.2), naming every reduced policy.
  */
 export const reducedCapacity = (policies: Policy[], reports: Reported[], legacy = true): Response =>
   send(reducedCapacityParts(policies, reports, legacy));

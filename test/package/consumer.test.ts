@@ -1,10 +1,16 @@
 /**
- * The package as a user installs it: `npm pack`, the tarball installed into
- * a stock Workers project (test/package/consumer: its own package.json, a
- * stock tsconfig with no special flags, a wrangler.toml), whose Worker is
- * the library example of docs/library.md, taken from the page itself; the
- * README's minimal example and docs/client-limits.md's are beside it. The project type-checks with `tsc`,
- * and runs the complete example under `wrangler dev`.
+ * The package as an adopter installs it on a fresh machine: `npm pack`, then,
+ * in a new Workers project (test/package/consumer: a bare package.json, a
+ * stock tsconfig with no special flags, a wrangler.toml), the install
+ * commands the README and docs/library.md show, run as they are written.
+ * npm picks the peers (hono, wrangler, workers-types, TypeScript) from the
+ * registry, within the ranges the package states and for this Node (22, the
+ * `node` devDependency): nothing comes from this repository's node_modules.
+ * A second project installs the oldest versions those ranges allow. Each
+ * type-checks with its own tsc, docs/library.md's example, the README's and
+ * docs/client-limits.md's, and runs the complete example under its own
+ * `wrangler dev`: a stated
+ * requirement that stops holding, at either end of its range, fails here.
  */
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -17,6 +23,10 @@ import { blocksOf } from "../support/markdown.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const ADMIN_TOKEN = "consumer-test-token";
+/** The peers an adopter installs beside the package: hono, which it imports, and the tools of a Workers project. */
+const PEERS = ["hono", "wrangler", "@cloudflare/workers-types", "typescript"] as const;
+/** Where the docs put the tarball `npm pack` writes, in their install commands. */
+const TARBALL_IN_DOCS = /\/path\/to\/(edge-rate-limiter-\S+\.tgz)/;
 
 /** The `ts` block after a `<!-- example: <name> … -->` comment of a page. */
 function example(page: string, name: string): string {
@@ -27,20 +37,80 @@ function example(page: string, name: string): string {
   return block.text;
 }
 
-/** npm, as `npm run` gave it to this process, run with this Node (22, from the `node` devDependency). */
-function npm(args: string[], cwd: string): string {
-  const cli = process.env.npm_execpath;
-  const [command, prefix] = cli ? [process.execPath, [cli]] : ["npm", []];
-  return execFileSync(command, [...prefix, ...args], { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+/** The `npm install` lines of a page's install block (the one this test runs), without their comments. */
+function installLines(page: string): string[] {
+  const block = blocksOf(readFileSync(join(root, page), "utf8")).find((b) =>
+    b.marker?.includes("test/package/consumer.test.ts runs the npm install lines"),
+  );
+  if (!block) throw new Error(`${page}: no install block marked as run by test/package/consumer.test.ts`);
+  return block.text
+    .split("\n")
+    .map((line) => line.replace(/#.*$/, "").trim())
+    .filter((line) => line.startsWith("npm install "));
 }
 
-let dir: string;
-let app: string;
-let packed: string[];
-let manifest: Record<string, unknown>;
-let worker: RunningWorker;
+/** A section of docs/library.md: from its `## heading` to the next. */
+function section(page: string, heading: string): string {
+  const text = readFileSync(join(root, page), "utf8");
+  const start = text.indexOf(`\n## ${heading}\n`);
+  if (start < 0) throw new Error(`${page}: no "## ${heading}" section`);
+  const end = text.indexOf("\n## ", start + 1);
+  return text.slice(start, end < 0 ? undefined : end);
+}
 
-beforeAll(async () => {
+/** The oldest version a stated range allows: the ranges here are `^x.y.z` or `>=x.y.z`, and nothing else. */
+function oldestOf(range: string): string {
+  const match = /^(?:\^|>=)(\d+\.\d+\.\d+)$/.exec(range);
+  if (!match) throw new Error(`${range}: not a ^x.y.z or >=x.y.z range; say here how to find its oldest version`);
+  return match[1]!;
+}
+
+/** Runs a command and answers what it printed; when it fails, the error says what it printed too. */
+function run(command: string, args: string[], cwd: string): string {
+  try {
+    return execFileSync(command, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  } catch (error) {
+    const { status, stdout, stderr } = error as { status: number | null; stdout?: string; stderr?: string };
+    throw new Error(`${[command, ...args].join(" ")} (in ${cwd}) exited ${status}:\n${stdout ?? ""}${stderr ?? ""}`);
+  }
+}
+
+/**
+ * npm, as `npm run` gave it to this process, run with this Node (22, from
+ * the `node` devDependency), as an adopter's Node that meets `engines`.
+ */
+function npm(args: string[], cwd: string): string {
+  const cli = process.env.npm_execpath;
+  return cli ? run(process.execPath, [cli, ...args], cwd) : run("npm", args, cwd);
+}
+
+/**
+ * Asks the registry, as a fresh machine would (no `--prefer-offline`: npm
+ * looks up what versions there are now), and refuses, rather than warns of,
+ * a package whose `engines` this Node does not meet.
+ */
+const install = (args: string[], cwd: string): string =>
+  npm([...args, "--engine-strict", "--no-audit", "--no-fund"], cwd);
+
+/** The version of a package a project installed in its own node_modules. */
+const installed = (project: string, name: string): string =>
+  (JSON.parse(readFileSync(join(project, "node_modules", name, "package.json"), "utf8")) as { version: string })
+    .version;
+
+let dir: string;
+let tarball: string;
+let packed: string[];
+let manifest: {
+  license?: string;
+  engines?: Record<string, string>;
+  dependencies?: Record<string, string>;
+  peerDependencies?: Record<string, string>;
+  peerDependenciesMeta?: Record<string, { optional?: boolean }>;
+  [field: string]: unknown;
+};
+let licence: string;
+
+beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-package-"));
   // `prepack` builds dist/ and writes the manifest a user installs; its output comes before `--json`'s report.
   const printed = npm(["pack", "--json", "--pack-destination", dir], root);
@@ -48,29 +118,15 @@ beforeAll(async () => {
     filename: string;
     files: { path: string }[];
   }[];
+  tarball = join(dir, report[0]!.filename);
   packed = report[0]!.files.map((file) => file.path);
-  manifest = JSON.parse(
-    execFileSync("tar", ["-xOzf", join(dir, report[0]!.filename), "package/package.json"], { encoding: "utf8" }),
-  ) as Record<string, unknown>;
-  app = join(dir, "consumer");
-  cpSync(join(root, "test/package/consumer"), app, { recursive: true });
-  mkdirSync(join(app, "src"));
-  writeFileSync(join(app, "src/index.ts"), example("docs/library.md", "library"));
-  // Type-checked with the rest (tsc), never run: the README's few lines must compile as they are.
-  writeFileSync(join(app, "src/minimal.ts"), example("README.md", "library-minimal"));
-  writeFileSync(join(app, "src/client-limits.ts"), example("docs/client-limits.md", "library-client-limits"));
-  npm(["install", "--prefer-offline", "--no-audit", "--no-fund", join(dir, report[0]!.filename)], app);
-  worker = await startWrangler({
-    configPath: join(app, "wrangler.toml"),
-    entryPath: join(app, "src/index.ts"),
-    vars: { ADMIN_TOKEN },
-    persistTo: join(dir, "state"),
-    logFile: join(dir, "wrangler-dev.log"),
-  });
+  const fromTarball = (path: string) =>
+    execFileSync("tar", ["-xOzf", tarball, `package/${path}`], { encoding: "utf8" });
+  manifest = JSON.parse(fromTarball("package.json")) as typeof manifest;
+  licence = packed.includes("LICENSE") ? fromTarball("LICENSE") : "";
 });
 
-afterAll(async () => {
-  await worker?.stop();
+afterAll(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -79,35 +135,135 @@ describe("the packed package", () => {
     expect(packed).toContain("dist/lib.js");
     expect(packed).toContain("dist/lib.d.ts");
     expect(packed).toContain("dist/index.js");
-    const stray = packed.filter((path) => !/^(dist\/.+\.(js|d\.ts)|package\.json|README\.md)$/.test(path));
+    const stray = packed.filter((path) => !/^(dist\/.+\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path));
     expect(stray).toEqual([]);
     expect(packed.filter((path) => /(^|\/)(test|tools|bench|docs)\//.test(path) || path.endsWith(".png"))).toEqual([]);
+  });
+
+  it("ships the MIT licence: the LICENSE file, and the license field npm and licence checkers read", () => {
+    expect(packed).toContain("LICENSE");
+    expect(licence).toMatch(/^MIT License\n\nCopyright \(c\) 2026 The edge-rate-limiter authors\n/);
+    expect(licence).toContain('THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND');
+    expect(manifest.license).toBe("MIT");
   });
 
   it("ships a manifest without the repository's own scripts and dev dependencies, and leaves the repository's as it was", () => {
     expect(Object.keys(manifest)).not.toContain("scripts");
     expect(Object.keys(manifest)).not.toContain("devDependencies");
-    expect(manifest).toMatchObject({
-      peerDependencies: { hono: expect.any(String) },
-      dependencies: { jose: expect.any(String) },
-    });
+    expect(manifest).toMatchObject({ dependencies: { jose: expect.any(String) } });
     const own = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts?: Record<string, string> };
     expect(own.scripts?.prepare).toBeDefined();
   });
 
-  it("type-checks in a stock Workers project with tsc, with docs/library.md's example, the README's and docs/client-limits.md's", () => {
-    const tsc = join(app, "node_modules/typescript/bin/tsc");
-    // execFileSync throws with tsc's output on any error.
-    expect(execFileSync(process.execPath, [tsc, "-p", app], { encoding: "utf8" })).toBe("");
+  it("states its requirements: Node in engines, hono as a peer, and wrangler, workers-types and TypeScript as optional peers", () => {
+    expect(oldestOf(manifest.engines?.node ?? "")).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(Object.keys(manifest.peerDependencies ?? {}).sort()).toEqual([...PEERS].sort());
+    for (const name of PEERS) expect(oldestOf(manifest.peerDependencies![name]!)).toMatch(/^\d+\.\d+\.\d+$/);
+    // hono is imported by the package; the others are the tools of the adopter's own project, if it uses them.
+    expect(manifest.peerDependenciesMeta).toEqual({
+      wrangler: { optional: true },
+      "@cloudflare/workers-types": { optional: true },
+      typescript: { optional: true },
+    });
+  });
+
+  it("is listed in docs/library.md's Requirements as the manifest states it, with the consumer's compatibility date and flag", () => {
+    const requirements = section("docs/library.md", "Requirements");
+    const oldest = [
+      oldestOf(manifest.engines!.node!),
+      ...PEERS.map((name) => oldestOf(manifest.peerDependencies![name]!)),
+    ];
+    for (const version of oldest) expect(requirements).toContain(` ${version} or later`);
+    const consumer = readFileSync(join(root, "test/package/consumer/wrangler.toml"), "utf8");
+    const date = /^compatibility_date = "([\d-]+)"$/m.exec(consumer)?.[1];
+    expect(requirements).toContain(`compatibility_date = "${date}"`);
+    expect(requirements).toContain('compatibility_flags = ["enable_request_signal"]');
+  });
+
+  it("is installed by the same commands in the README and docs/library.md, from the tarball npm pack writes", () => {
+    const lines = installLines("docs/library.md");
+    expect(lines.length).toBeGreaterThan(0);
+    expect(installLines("README.md")).toEqual(lines);
+    expect(lines.join("\n").match(TARBALL_IN_DOCS)?.[1]).toBe(tarball.split("/").pop());
   });
 });
 
-describe("docs/library.md's example, installed from the tarball and run by wrangler dev", () => {
+/**
+ * One adopter's project: the newest versions npm picks for the docs'
+ * commands, or the oldest the stated ranges allow.
+ */
+const projects = [
+  {
+    versions: "newest",
+    /** The docs' install commands, as written, with the tarball where they say /path/to/. */
+    install: (app: string) => {
+      for (const line of installLines("docs/library.md")) {
+        const args = line.replace(TARBALL_IN_DOCS, tarball).split(/\s+/).slice(1);
+        install(args, app);
+      }
+    },
+  },
+  {
+    versions: "oldest",
+    /** The same commands with each peer at the oldest version its stated range allows. */
+    install: (app: string) => {
+      const oldest = (name: string) => `${name}@${oldestOf(manifest.peerDependencies![name]!)}`;
+      install(["install", tarball, oldest("hono")], app);
+      install(["install", "--save-dev", ...["wrangler", "@cloudflare/workers-types", "typescript"].map(oldest)], app);
+    },
+  },
+] as const;
+
+describe.each(projects)("a fresh Workers project with the $versions versions the requirements allow", (project) => {
+  let app: string;
+  let worker: RunningWorker;
+
+  beforeAll(async () => {
+    app = join(dir, `consumer-${project.versions}`);
+    cpSync(join(root, "test/package/consumer"), app, { recursive: true });
+    mkdirSync(join(app, "src"));
+    writeFileSync(join(app, "src/index.ts"), example("docs/library.md", "library"));
+    // Type-checked with the rest (tsc), never run: the README's few lines must compile as they are.
+    writeFileSync(join(app, "src/minimal.ts"), example("README.md", "library-minimal"));
+    writeFileSync(join(app, "src/client-limits.ts"), example("docs/client-limits.md", "library-client-limits"));
+    project.install(app);
+    worker = await startWrangler({
+      wrangler: join(app, "node_modules/wrangler/bin/wrangler.js"),
+      configPath: join(app, "wrangler.toml"),
+      entryPath: join(app, "src/index.ts"),
+      vars: { ADMIN_TOKEN },
+      persistTo: join(app, ".state"),
+      logFile: join(dir, `wrangler-dev-${project.versions}.log`),
+    });
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+  });
+
+  it("installs the package and every peer into the project itself, each within its stated range", () => {
+    const versions = Object.fromEntries(PEERS.map((name) => [name, installed(app, name)]));
+    if (project.versions === "oldest") {
+      expect(versions).toEqual(
+        Object.fromEntries(PEERS.map((name) => [name, oldestOf(manifest.peerDependencies![name]!)])),
+      );
+    }
+    // npm refuses (ERESOLVE) a peer outside the package's range, optional or not; `npm ls` finds none invalid.
+    expect(() => npm(["ls", "--all"], app)).not.toThrow();
+    expect(installed(app, "edge-rate-limiter")).toBe(manifest.version);
+  });
+
+  it("type-checks with its own tsc, with docs/library.md's example, the README's and docs/client-limits.md's", () => {
+    const tsc = join(app, "node_modules/typescript/bin/tsc");
+    // A failing tsc throws with the errors it printed.
+    expect(run(process.execPath, [tsc, "-p", app], app)).toBe("");
+  });
+
   const post = (path: string, ip: string) =>
     fetch(`${worker.url}${path}`, { method: "POST", headers: { "cf-connecting-ip": ip } });
   const get = (path: string, headers: Record<string, string>) => fetch(`${worker.url}${path}`, { headers });
 
-  it("admits 5 logins a minute per client, then answers 429 problem+json with Retry-After and the headers", async () => {
+  it("runs docs/library.md's example under its own wrangler dev: 5 logins a minute per client, then 429 problem+json with Retry-After and the headers", async () => {
     for (let i = 1; i <= 5; i++) {
       const admitted = await post("/login", "198.51.100.1");
       expect(admitted.status).toBe(200);

@@ -28,6 +28,8 @@ export type WranglerOptions = {
   logFile: string;
   /** How long to wait for "Ready on"; default 90 s, for a busy 2-core machine. */
   startTimeoutMs?: number;
+  /** The wrangler CLI to run (a `bin/wrangler.js`); default this repository's. A consumer project runs its own. */
+  wrangler?: string;
 };
 
 const WRANGLER = fileURLToPath(new URL("../../../node_modules/wrangler/bin/wrangler.js", import.meta.url));
@@ -37,7 +39,7 @@ const READY = /Ready on (http:\/\/127\.0\.0\.1:\d+)/;
 export async function startWrangler(options: WranglerOptions): Promise<RunningWorker> {
   const vars = Object.entries(options.vars).flatMap(([name, value]) => ["--var", `${name}:${value}`]);
   const args = [
-    WRANGLER,
+    options.wrangler ?? WRANGLER,
     "dev",
     options.entryPath,
     ["--config", options.configPath],
