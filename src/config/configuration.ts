@@ -9,7 +9,7 @@
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code.
  */
-import type { Result } from "../core/result.ts";
+import { fail, ok, type Result } from "../core/result.ts";
 import { parseAdminPrefix } from "./admin-prefix.ts";
 import { type Origin, type OriginSecret, parseOrigin, parseOriginSecret } from "./origin.ts";
 import { readSettings, type Settings, type SettingsInput } from "./settings.ts";
@@ -22,6 +22,9 @@ export type ConfigInput = SettingsInput & {
   ADMIN_PREFIX?: unknown;
 };
 
+/** Where allowed requests go (null: the request's own URL), and the secret they carry (null: none). */
+export type Forwarding = { origin: Origin; secret: OriginSecret | null };
+
 export type Configuration = {
   /**
    * The settings as far as they are valid: what is invalid is left out (a
@@ -32,6 +35,14 @@ export type Configuration = {
   origin: Result<Origin>;
   /** `ORIGIN_SECRET` in `ORIGIN_SECRET_HEADER`, checked against the headers the valid rules count clients by. */
   originSecret: Result<OriginSecret | null>;
+  /**
+   * Where and how allowed requests are forwarded: `ORIGIN_URL`, and the
+   * secret in its header when `ORIGIN_SECRET` is set. A failure while
+   * either is invalid, with their errors: the origin is then not known, or
+   * not reached as the operator meant, so nothing is forwarded. An invalid
+   * header with no secret set fails only `originSecret`: nothing goes in it.
+   */
+  forwarding: Result<Forwarding>;
   /** `ADMIN_PREFIX`, checked whether or not the admin API is on. */
   adminPrefix: Result<string>;
   /** Every error, each naming its variable (and rule and field): the settings' first, then the origin's, then the prefix's. */
@@ -44,11 +55,19 @@ export function readConfiguration(input: ConfigInput): Configuration {
   const origin = parseOrigin(input.ORIGIN_URL as string | undefined);
   const originSecret = parseOriginSecret(input.ORIGIN_SECRET, input.ORIGIN_SECRET_HEADER, settings.keyHeaders);
   const adminPrefix = parseAdminPrefix(input.ADMIN_PREFIX);
+  const secretSet = input.ORIGIN_SECRET !== undefined && input.ORIGIN_SECRET !== "";
+  const forwarding: Result<Forwarding> =
+    origin.ok && (originSecret.ok || !secretSet)
+      ? ok({ origin: origin.value, secret: originSecret.ok ? originSecret.value : null })
+      : fail(...errorsOf(origin), ...(secretSet ? errorsOf(originSecret) : []));
   return {
     settings,
     origin,
     originSecret,
+    forwarding,
     adminPrefix,
-    errors: [...errors, ...[origin, originSecret, adminPrefix].flatMap((r) => (r.ok ? [] : r.errors))],
+    errors: [...errors, ...[origin, originSecret, adminPrefix].flatMap(errorsOf)],
   };
 }
+
+const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);

@@ -66,7 +66,7 @@ export function reportInvalidConfig(errors: readonly string[], nowMs = Date.now(
       event: "invalid_config",
       errors,
       message:
-        "The configuration has errors: each rule, limit or variable named is left out, and the rest applies (docs/configuration.md, Invalid configuration). Fix them and deploy again; npm run check-config lists them.",
+        "The configuration has errors: what each names is left out, and the rest applies; while ORIGIN_URL or the origin secret is invalid, nothing is forwarded (docs/configuration.md, Invalid configuration). Fix them and deploy again: npm run check-config lists them.",
     },
     "error",
   );

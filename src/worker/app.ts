@@ -29,18 +29,18 @@ const upstreams = new WeakMap<Configuration, Map<string | undefined, Result<Upst
 /** The last answer: the Worker's env is one object per isolate, so a request costs two comparisons. */
 let lastUpstream: { env: Env; config: Configuration; upstream: Result<Upstream> } | undefined;
 
-/** Where allowed requests go; a failure, with every error of the configuration, while the origin's settings are invalid. */
+/**
+ * Where allowed requests go; a failure, with every error of the
+ * configuration, while where or how to forward is invalid.
+ */
 function upstreamOf(env: Env, config: Configuration): Result<Upstream> {
   if (lastUpstream?.env === env && lastUpstream.config === config) return lastUpstream.upstream;
   const mark = markOf(env);
-  const { origin, originSecret, settings } = config;
+  const { forwarding, settings } = config;
   const upstream = getOrCreate(
     getOrCreate(upstreams, config, () => new Map()),
     mark,
-    () =>
-      origin.ok && originSecret.ok
-        ? ok({ origin: origin.value, keyHeaders: settings.keyHeaders, secret: originSecret.value, mark })
-        : fail(...config.errors),
+    () => (forwarding.ok ? ok({ ...forwarding.value, keyHeaders: settings.keyHeaders, mark }) : fail(...config.errors)),
   );
   lastUpstream = { env, config, upstream };
   return upstream;
@@ -122,7 +122,9 @@ function decideFirst(
   }
   const config = configurationFromEnv(env);
   const ns = env.RATE_LIMITER;
-  if (!ns || config.errors.length > 0) return undefined;
+  if (!ns) return undefined;
+  // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
+  if (config.errors.length > 0) reportInvalidConfig(config.errors);
   let outcome: ReturnType<typeof decide>;
   try {
     outcome = decide(request, {

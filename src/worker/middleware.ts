@@ -136,13 +136,13 @@ export const rateLimitWith = <E extends HonoEnv = any>(
     const env = (c.env ?? {}) as Record<string, unknown>;
     const { settings, errors } = settingsOf(env as ConfigInput);
     const ns = env[binding] as LimiterNamespace | undefined;
-    if (errors.length > 0 || !ns) {
-      const missing = ns
-        ? []
-        : [`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`];
-      reportInvalidConfig([...errors, ...missing]);
+    if (!ns) {
+      const missing = `${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`;
+      reportInvalidConfig([...errors, missing]);
       return invalidConfigResponse();
     }
+    // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
+    if (errors.length > 0) reportInvalidConfig(errors);
 
     const early = decidedFor(c.req.raw);
     const decided =

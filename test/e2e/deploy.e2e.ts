@@ -4,14 +4,17 @@
  * deploy, and it stops one whose file has an error in any environment,
  * printing check-config's report. Each way of deploying is run as a user
  * runs it, in a copy of the project, with `--dry-run` (which builds as a
- * deploy does, and stops before uploading).
+ * deploy does, and stops before uploading). `wrangler dev` runs the same
+ * command, which lets it start: a configuration broken anyway runs what of
+ * it is valid (test/invalid-config.test.ts has the rest).
  */
 import { type SpawnSyncReturns, spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, inject, it } from "vitest";
+import { startWrangler } from "./support/wrangler.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const SHIPPED = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
@@ -101,5 +104,45 @@ describe("warnings do not stop a deploy", () => {
     expect(output).toContain('warning: RULES[2] "api-per-key": field "period": 0.5 is under 1 second');
     expect(output).toContain("wrangler.toml: 3 rules, 0 errors, 2 warnings (1 DANGER) - OK");
     expect(output).toContain("--dry-run: exiting now.");
+  });
+});
+
+describe("wrangler dev runs the same [build] command, which does not stop it", () => {
+  it("starts on a file with an error: the broken rule is left out, the valid ones apply, and the error is logged", async () => {
+    const dir = project(SHIPPED.replace(LOGIN_LIMIT, "limit = 0"));
+    const logFile = join(dir, "wrangler-dev.log");
+    const worker = await startWrangler({
+      configPath: join(dir, "wrangler.toml"),
+      entryPath: join(ROOT, "src/index.ts"),
+      vars: { ORIGIN_URL: inject("e2eOriginUrl") },
+      persistTo: join(dir, "state"),
+      logFile,
+    });
+    try {
+      const hits = async (tag: string) =>
+        ((await (await fetch(`${inject("e2eOriginUrl")}/__e2e/hits/${tag}`)).json()) as { hits: number }).hits;
+      const login: number[] = [];
+      for (let i = 0; i < 7; i++) {
+        const res = await fetch(`${worker.url}/login`, { method: "POST", headers: { "x-test-tag": "dev-login" } });
+        await res.arrayBuffer();
+        login.push(res.status);
+      }
+      expect(login).toEqual([200, 200, 200, 200, 200, 200, 200]);
+      expect(await hits("dev-login")).toBe(7);
+      const api = await fetch(`${worker.url}/api/hello`);
+      await api.arrayBuffer();
+      expect(api.status).toBe(200);
+      expect(api.headers.get("ratelimit-policy")).toBe('"api-per-ip";q=100;w=60, "api-per-key";q=1000;w=3600');
+    } finally {
+      await worker.stop();
+    }
+    const log = readFileSync(logFile, "utf8");
+    expect(log).toContain("[custom build] Running: node tools/build-check.mjs");
+    expect(log).not.toContain("not deploying");
+    const lines = log.split("\n").filter((line) => line.includes('"event":"invalid_config"'));
+    // At once, then at most once per 10 s: far fewer lines than the 8 requests.
+    expect(lines.length).toBeGreaterThanOrEqual(1);
+    expect(lines.length).toBeLessThan(8);
+    expect(lines[0]).toContain(JSON.stringify(LOGIN_ERROR.slice("error: ".length)).slice(1, -1));
   });
 });

@@ -19,7 +19,7 @@ import { configurationFromEnv } from "../../config/memo.ts";
 import { getOrCreate } from "../../core/maps.ts";
 import { normalizePath, pathnameOf } from "../../core/paths.ts";
 import type { Result } from "../../core/result.ts";
-import { INVALID_CONFIG, invalidConfigResponse, problemResponse, reportInvalidConfig } from "../../http/problem.ts";
+import { INVALID_CONFIG, problemResponse } from "../../http/problem.ts";
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import type { Env } from "../env.ts";
 import { withLibraryRules } from "../library-rules.ts";
@@ -52,11 +52,10 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
     const parsed = adminPrefix(c.env);
     if (parsed === null || token === undefined) return next();
     if (!parsed.ok) {
-      // Which paths are the API's is unknown, and proxying one would hand the token to the origin.
-      const { errors } = configurationFromEnv(c.env);
-      reportInvalidConfig(errors);
-      const holder = await bearerMatches(c.req.header("authorization"), token);
-      return holder ? invalidConfigAnswer(errors) : invalidConfigResponse();
+      // Which paths are the API's is unknown: a request that carries the token is answered here, with every
+      // error, never forwarded with it to the origin; every other request goes on.
+      if (!(await bearerMatches(c.req.header("authorization"), token))) return next();
+      return invalidConfigAnswer(configurationFromEnv(c.env).errors);
     }
     const path = adminPath(c.req.url);
     const { value: prefix } = parsed;
