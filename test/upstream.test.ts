@@ -4,13 +4,16 @@
  * the origin's secret, by which the origin refuses requests that went
  * around the limiter.
  */
+/// <reference types="vite/client" />
 import { describe, expect, it, vi } from "vitest";
+import configurationPage from "../docs/configuration.md?raw";
 import { checkConfig } from "../src/config/check.ts";
-import { parseOriginSecret } from "../src/config/origin.ts";
+import { COMMON_X_HEADERS, parseOriginSecret } from "../src/config/origin.ts";
 import { HOP_HEADER } from "../src/http/upstream.ts";
 import type { Echo } from "./support/echo.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
+import { codeSpans, referenceTable } from "./support/markdown.ts";
 
 const rules = [{ id: "hop", path: "/*", limit: 1000, period: "1m" }];
 /** A header's value as the origin received it: every line of it, joined as one (RFC 9110, 5.3). */
@@ -239,6 +242,16 @@ describe("ORIGIN_SECRET_HEADER: only an X- header of the operator's own", () => 
       expect(checkerErrors(name)).toEqual(errors);
     },
   );
+
+  it("refuses by name exactly the X- headers this table and the reference list", () => {
+    const named = (names: string[]) =>
+      [...new Set(names.map((name) => name.toLowerCase()))].filter((name) => !name.startsWith("x-forwarded-")).sort();
+    expect(named(COMMON_X)).toEqual([...COMMON_X_HEADERS].sort());
+    const [row] = referenceTable(configurationPage, "variables").filter(([name]) => name === "`ORIGIN_SECRET_HEADER`");
+    const refused = codeSpans(row![4]!).filter((span) => /^x-./i.test(span) && span !== "X-Forwarded-*");
+    expect(named(refused)).toEqual([...COMMON_X_HEADERS].sort());
+    expect(codeSpans(row![4]!)).toContain("X-Forwarded-*");
+  });
 
   it.each(ACCEPTED)(
     "accepts %s: the origin receives the secret in it, in place of the client's value",
