@@ -131,13 +131,16 @@ describe("routes", () => {
     expect(await originHits(tag)).toBe(1);
   });
 
-  it("answers every request 500 for an invalid ADMIN_PREFIX, rather than guess which paths are its own", async () => {
+  it("with an invalid ADMIN_PREFIX, answers a request with the token 500 and forwards the others, rather than guess which paths are its own", async () => {
     const error = vi.spyOn(console, "error").mockImplementation(() => {});
     try {
-      const tag = uniqueTag("bad-prefix");
       const send = limiter([{ id: "r", limit: 10, period: "1m" }], { ADMIN_TOKEN: TOKEN, ADMIN_PREFIX: "admin/" });
-      expect((await send("/api/x", from(uniqueIp(), { "x-test-tag": tag }))).status).toBe(500);
-      expect(await originHits(tag)).toBe(0);
+      const held = uniqueTag("bad-prefix-token");
+      expect((await send("/admin/rules", from(uniqueIp(), { ...bearer(), "x-test-tag": held }))).status).toBe(500);
+      expect(await originHits(held)).toBe(0);
+      const passed = uniqueTag("bad-prefix");
+      expect((await send("/api/x", from(uniqueIp(), { "x-test-tag": passed }))).status).toBe(200);
+      expect(await originHits(passed)).toBe(1);
       expect(JSON.parse(String(error.mock.calls[0]![0])).errors).toEqual([
         'ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "admin/"',
       ]);

@@ -150,7 +150,7 @@ const UNKEYED_TIERS = (label: string, key: string) =>
 
 /** The warning for token keys neither in [vars] nor declared in [secrets]. */
 const unseenKeys = (reason: string) =>
-  `JWT_JWKS: ${reason}, and neither JWT_JWKS nor JWT_JWKS_URL is in [vars], so the Worker answers 500 to every request unless JWT_JWKS is set as a secret (\`wrangler secret put JWT_JWKS\`). Declare it with [secrets] required = ["JWT_JWKS"], so that wrangler deploy refuses to deploy without it (wrangler dev then reads only the secrets listed there from .dev.vars: list your others, such as ADMIN_TOKEN, too)`;
+  `JWT_JWKS: ${reason}, and neither JWT_JWKS nor JWT_JWKS_URL is in [vars], so until JWT_JWKS is set as a secret (\`wrangler secret put JWT_JWKS\`) the Worker logs an error and runs without token settings: rules keyed on a token's claims limit nothing, and no token picks a tier. Declare it with [secrets] required = ["JWT_JWKS"], so that wrangler deploy refuses to deploy without it (wrangler dev then reads only the secrets listed there from .dev.vars: list your others, such as ADMIN_TOKEN, too)`;
 
 describe("a trusted forwarding header, on a Worker behind Cloudflare", () => {
   it.each([

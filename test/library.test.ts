@@ -1,5 +1,5 @@
 import { Hono } from "hono";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { RuleInput } from "../src/core/rules.ts";
 import { adminApi, createIsolate, type RateLimitDecision, rateLimit } from "../src/lib.ts";
 import { env } from "./support/env.ts";
@@ -44,24 +44,35 @@ describe("rateLimit() in your own Hono app", () => {
     );
   });
 
-  it("answers 500 when the Durable Object binding is missing, naming it in the log, the same every time", async () => {
+  it("answers 500 when the Durable Object binding is missing, naming it in the log once per 10 s, the same every time", async () => {
     const bare = new Hono();
     bare.get("/", rateLimit({ binding: "MISSING" }), (c) => c.text("ok"));
     const lines: string[] = [];
     const original = console.error;
     console.error = (line: string) => lines.push(line);
+    vi.useFakeTimers({ toFake: ["Date"] });
     try {
       const badEnv = { ...env, RULES: [{ id: "x", limit: 0, period: 1 }] };
       expect((await bare.request("/", {}, badEnv)).status).toBe(500);
+      vi.advanceTimersByTime(9_999);
+      expect((await bare.request("/", {}, badEnv)).status).toBe(500);
+      expect(lines).toHaveLength(1);
+      vi.advanceTimersByTime(1);
       expect((await bare.request("/", {}, badEnv)).status).toBe(500);
     } finally {
       console.error = original;
+      vi.useRealTimers();
     }
-    const logged = lines.map((line) => JSON.parse(line).errors);
-    expect(logged[0]).toEqual([
-      'RULES[0] "x": field "limit": must be an integer from 1 to 1000000000; got 0',
-      "MISSING: no Durable Object binding by this name; bind the RateLimiter class to it",
-    ]);
+    const logged = lines.map((line) => JSON.parse(line));
+    expect(logged).toHaveLength(2);
+    expect(logged[0]).toMatchObject({
+      level: "error",
+      event: "invalid_config",
+      errors: [
+        'RULES[0] "x": field "limit": must be an integer from 1 to 1000000000; got 0',
+        "MISSING: no Durable Object binding by this name; bind the RateLimiter class to it",
+      ],
+    });
     expect(logged[1]).toEqual(logged[0]);
   });
 

@@ -3,7 +3,7 @@
  * Cloudflare limits each variable to 5 KB. The Worker reads them as one list.
  */
 import { describe, expect, it, vi } from "vitest";
-import { settingsFromEnv } from "../src/config/memo.ts";
+import { configurationFromEnv } from "../src/config/memo.ts";
 import { parseSettings } from "../src/config/settings.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, statuses, uniqueIp } from "./support/limiter.ts";
@@ -43,22 +43,22 @@ describe("rules in RULES_<GROUP> variables", () => {
 
   it("are parsed once per isolate: the same variables give the same rule objects, a changed group a new parse", () => {
     const groups = { RULES: [rule("memo-a", "/a", 1)], RULES_X: [rule("memo-x", "/x", 1)] };
-    const first = settingsFromEnv({ ...groups });
-    expect(settingsFromEnv({ ...groups })).toBe(first);
-    const changed = settingsFromEnv({ ...groups, RULES_X: [rule("memo-x", "/x", 2)] });
+    const first = configurationFromEnv({ ...groups });
+    expect(configurationFromEnv({ ...groups })).toBe(first);
+    const changed = configurationFromEnv({ ...groups, RULES_X: [rule("memo-x", "/x", 2)] });
     expect(changed).not.toBe(first);
-    expect(changed.ok && changed.value.rules[1]?.limit).toBe(2);
-    const added = settingsFromEnv({ ...groups, RULES_Y: [rule("memo-y", "/y", 1)] });
-    expect(added.ok && added.value.rules.map((r) => r.id)).toEqual(["memo-a", "memo-x", "memo-y"]);
-    expect(settingsFromEnv({ ...groups })).toBe(first);
+    expect(changed.settings.rules[1]?.limit).toBe(2);
+    const added = configurationFromEnv({ ...groups, RULES_Y: [rule("memo-y", "/y", 1)] });
+    expect(added.settings.rules.map((r) => r.id)).toEqual(["memo-a", "memo-x", "memo-y"]);
+    expect(configurationFromEnv({ ...groups })).toBe(first);
   });
 
   it("costs the Worker's own env one comparison per request: one object, never read again", () => {
     const vars = { ...env, RULES_ONCE: [rule("once", "/once", 1)] };
-    settingsFromEnv(vars);
+    configurationFromEnv(vars);
     const keys = vi.spyOn(Object, "keys");
     try {
-      for (let i = 0; i < 5; i++) settingsFromEnv(vars);
+      for (let i = 0; i < 5; i++) configurationFromEnv(vars);
       expect(keys).not.toHaveBeenCalled();
     } finally {
       keys.mockRestore();

@@ -7,8 +7,8 @@
  * `tools/check-config.ts` reads the file and prints the findings.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
- * checker runs the same code: the errors here are the ones the Worker itself
- * would answer 500 for.
+ * checker runs the same code: the errors about variables here are the very
+ * list the Worker logs and its admin API answers with (readConfiguration).
  */
 
 import { countAsWritten, countsResponse } from "../core/count.ts";
@@ -16,11 +16,10 @@ import { describePeriod, formatDuration } from "../core/duration.ts";
 import type { IpRange } from "../core/ip-ranges.ts";
 import { sourceLabel } from "../core/keys.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
-import type { Result } from "../core/result.ts";
 import { type Characteristic, isClaim, parseRule, type Rule, ruleMatches } from "../core/rules.ts";
 import { show } from "../core/show.ts";
-import { parseAdminPrefix } from "./admin-prefix.ts";
 import { jwtSettings, jwtWarnings, keysFrom, SECRET_KEY_SET, tierClaimKeyWarnings } from "./check-tokens.ts";
+import { type ConfigInput, readConfiguration } from "./configuration.ts";
 import {
   characteristicLabel,
   danger,
@@ -30,7 +29,6 @@ import {
   type WranglerConfig,
   warning,
 } from "./findings.ts";
-import { parseOrigin, parseOriginSecret } from "./origin.ts";
 import {
   environmentFindings,
   loopFindings,
@@ -38,8 +36,8 @@ import {
   variableNameFindings,
   variableSizeFindings,
 } from "./platform.ts";
-import { parseSettings, ruleVariables, type SettingsInput } from "./settings.ts";
-import { parseTiers, type Tiers, tierLimitErrors, unknownRules } from "./tiers.ts";
+import { ruleVariables } from "./settings.ts";
+import { parseTiers, type Tiers, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -72,7 +70,7 @@ export function checkConfig(config: WranglerConfig, file?: FileFacts): CheckRepo
   const jwt = jwtSettings(input, valid);
   const findings: Finding[] = [
     ...(file === undefined ? [] : fileFindings(file)),
-    ...variableErrors(input, tiers, valid),
+    ...variableErrors(input),
     ...variableNameFindings(vars),
     ...variableSizeFindings(vars),
     // Where the Worker answers is known from a whole file only, not from variables alone.
@@ -109,27 +107,14 @@ export type FileFacts = {
 };
 
 /**
- * Every variable's errors: the ones the Worker answers 500 for. parseSettings
- * stops before `TIERS` when another of its variables is invalid; `TIERS`'
- * own errors, and its limits below a valid rule's cost, are reported anyway,
- * so the file is fixed in one pass.
+ * Every variable's errors: the very list the Worker logs and its admin API
+ * answers with (readConfiguration). The secret is never in the file (a
+ * secret in [vars] is warned of apart): a stand-in takes its place.
  */
-function variableErrors(vars: Record<string, unknown>, tiers: Result<Tiers>, valid: ValidRule[]): Finding[] {
-  const parsed = parseSettings(vars as SettingsInput);
-  const settings = errorsOf(parsed);
-  const tierErrors = tiers.ok ? tierLimitErrors(tiers.value, valid) : tiers.errors;
-  const unreported = tierErrors.filter((message) => !settings.includes(message));
-  const keyHeaders = parsed.ok ? parsed.value.keyHeaders : new Set<string>();
-  const others = [
-    parseOrigin(vars.ORIGIN_URL as string | undefined),
-    // The secret is never in the file (a secret in [vars] is warned of apart); its header is checked with a stand-in.
-    parseOriginSecret(vars.ORIGIN_SECRET ?? "a-stand-in-for-the-secret", vars.ORIGIN_SECRET_HEADER, keyHeaders),
-    parseAdminPrefix(vars.ADMIN_PREFIX),
-  ];
-  return [...settings, ...unreported, ...others.flatMap(errorsOf)].map((message) => ({ level: "error", message }));
+function variableErrors(vars: Record<string, unknown>): Finding[] {
+  const input = { ...vars, ORIGIN_SECRET: vars.ORIGIN_SECRET ?? "a-stand-in-for-the-secret" } as ConfigInput;
+  return readConfiguration(input).errors.map((message) => ({ level: "error", message }));
 }
-
-const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
 
 /** The flag that makes `request.signal` abort when a client hangs up (README, "What the isolate remembers"). */
 const REQUEST_SIGNAL = "enable_request_signal";

@@ -1,12 +1,12 @@
 /**
  * @module
- * The settings, parsed once per isolate and shared by every request.
+ * The configuration, read once per isolate and shared by every request.
  *
  * src/config/ is the Worker's variables, validated; pure, so the offline
  * checker (tools/check-config.ts) runs the same code. This file holds the
  * folder's one cache, per isolate; the checker does not use it.
  */
-import { parseSettings, type SettingsInput } from "./settings.ts";
+import { type ConfigInput, readConfiguration } from "./configuration.ts";
 import { RULE_GROUP } from "./variables.ts";
 
 /** The variables a parse reads, besides the `RULES_<GROUP>` ones: equal values (the same objects), the same parse. */
@@ -22,9 +22,13 @@ const FIELDS = [
   "STATS_RAW_KEYS",
   "LEGACY_HEADERS",
   "CLIENT_LIMITS_PATH",
-] as const satisfies readonly (keyof SettingsInput)[];
+  "ORIGIN_URL",
+  "ORIGIN_SECRET",
+  "ORIGIN_SECRET_HEADER",
+  "ADMIN_PREFIX",
+] as const satisfies readonly (keyof ConfigInput)[];
 /** Every named variable a parse reads is compared: a compile error names any missing from {@link FIELDS}. */
-const EVERY_FIELD: Exclude<keyof SettingsInput, (typeof FIELDS)[number] | `RULES_${string}`> extends never
+const EVERY_FIELD: Exclude<keyof ConfigInput, (typeof FIELDS)[number] | `RULES_${string}`> extends never
   ? true
   : never = true;
 void EVERY_FIELD;
@@ -36,9 +40,9 @@ void EVERY_FIELD;
  * is parsed from, and a new parse only when one of them changed: by the
  * identity of an object (a TOML table), or by the text of anything else.
  */
-export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: SettingsInput) => T {
+export function memoByInput<T>(parse: (input: ConfigInput) => T): (input: ConfigInput) => T {
   const cache: Trie<T> = trie();
-  let lastInput: SettingsInput | undefined;
+  let lastInput: ConfigInput | undefined;
   let lastValues: unknown[] = [];
   let lastValue: T | undefined;
   return (input) => {
@@ -54,7 +58,7 @@ export function memoByInput<T>(parse: (input: SettingsInput) => T): (input: Sett
 }
 
 /** What a parse reads, in a fixed order: the named variables, then each rule group's name and value. */
-function valuesOf(input: SettingsInput): unknown[] {
+function valuesOf(input: ConfigInput): unknown[] {
   const values: unknown[] = FIELDS.map((field) => input[field]);
   for (const name of Object.keys(input).sort()) {
     if (RULE_GROUP.test(name)) values.push(name, input[name as `RULES_${string}`]);
@@ -95,8 +99,9 @@ function childOf<T>(node: Trie<T>, value: unknown): Trie<T> {
 }
 
 /**
- * The Worker's settings, parsed once per isolate and shared by every reader,
- * so that all of them hold the same Rule objects (the isolate's caches are
- * keyed by them: an admin reset must reach the middleware's entries).
+ * The Worker's configuration, read once per isolate and shared by every
+ * reader, so that all of them hold the same Rule objects (the isolate's
+ * caches are keyed by them: an admin reset must reach the middleware's
+ * entries) and the same list of errors.
  */
-export const settingsFromEnv = memoByInput(parseSettings);
+export const configurationFromEnv = memoByInput(readConfiguration);

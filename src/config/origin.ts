@@ -48,33 +48,38 @@ export const MIN_ORIGIN_SECRET_CHARS = 16;
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** Visible ASCII and spaces within: a value every HTTP stack passes on unchanged. */
 const VISIBLE = /^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$/;
-/** Headers the secret must not replace: the request's own framing and identity, and what proxies remove on the way. */
-const RESERVED = new Set([
-  "host",
-  "content-length",
-  "content-type",
-  "content-encoding",
-  "transfer-encoding",
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "te",
-  "trailer",
-  "upgrade",
-  "authorization",
-  "proxy-authorization",
-  "cookie",
-  "forwarded",
-  "x-forwarded-for",
+/**
+ * `X-` headers that requests carry in common use, lower-case: the secret may
+ * not replace them. The proxies' own (`X-Forwarded-*`, matched as a prefix,
+ * and `X-Real-IP`), those that change a request's method or target
+ * (`X-HTTP-Method-Override`, `X-Original-URL`, …), tokens and ids that an
+ * origin checks or echoes back, the common non-standard request fields of
+ * carriers, and this limiter's own hop header.
+ */
+export const COMMON_X_HEADERS: ReadonlySet<string> = new Set([
   "x-real-ip",
-  "true-client-ip",
+  "x-requested-with",
+  "x-http-method-override",
+  "x-http-method",
+  "x-method-override",
+  "x-original-url",
+  "x-rewrite-url",
+  "x-csrf-token",
+  "x-xsrf-token",
+  "x-request-id",
+  "x-correlation-id",
+  "x-api-key",
+  "x-att-deviceid",
+  "x-wap-profile",
+  "x-uidh",
   HOP_HEADER,
 ]);
 
 /**
  * `ORIGIN_SECRET` (a secret) and `ORIGIN_SECRET_HEADER` (the header it goes
- * in, default `X-Origin-Secret`): null when no secret is set. The header
- * may not be one a rule counts clients by (`keyHeaders`): the client's
+ * in, default `X-Origin-Secret`): null when no secret is set. The header is
+ * an `X-` name of the operator's own: not one of {@link COMMON_X_HEADERS}
+ * nor `X-Forwarded-*`, and not one a rule counts clients by (`keyHeaders`): the client's
  * value of it is replaced on the way, and the origin must see what the
  * limiter counted.
  */
@@ -89,11 +94,19 @@ export function parseOriginSecret(
     errors.push(`ORIGIN_SECRET_HEADER: must be a header name such as "X-Origin-Secret"; got ${show(header)}`);
   } else {
     const lower = header.toLowerCase();
-    if (RESERVED.has(lower) || lower.startsWith("cf-")) {
-      errors.push(`ORIGIN_SECRET_HEADER: ${show(header)} is a header the request needs as it is; name another`);
-    } else if (keyHeaders.has(lower)) {
+    if (keyHeaders.has(lower)) {
       errors.push(
         `ORIGIN_SECRET_HEADER: ${show(header)} is a header a rule counts clients by; the secret would replace what the limiter counted`,
+      );
+    } else if (!lower.startsWith("x-") || lower === "x-") {
+      // Every standard header has a name outside X-, and any such name may be one that requests or origins use
+      // (an origin that reflects `Origin` for CORS would hand the secret to every client).
+      errors.push(
+        `ORIGIN_SECRET_HEADER: must be an X- header of your own, such as "${DEFAULT_ORIGIN_SECRET_HEADER}"; got ${show(header)}: a header of any other name may be one that requests or origins use, and the secret replaces the client's value of it`,
+      );
+    } else if (lower.startsWith("x-forwarded-") || COMMON_X_HEADERS.has(lower)) {
+      errors.push(
+        `ORIGIN_SECRET_HEADER: ${show(header)} is an X- header that requests carry in common use, and the secret replaces the client's value of it; name one of your own, such as "${DEFAULT_ORIGIN_SECRET_HEADER}"`,
       );
     }
   }

@@ -9,11 +9,11 @@
  */
 import { DEFAULT_IPV6_PREFIX } from "../core/ip.ts";
 import { matchingPath } from "../core/paths.ts";
-import { all, fail, ok, type Result } from "../core/result.ts";
-import { isClaim, parseRules, type Rule } from "../core/rules.ts";
+import { fail, ok, type Result } from "../core/result.ts";
+import { isClaim, parseRule, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 import { type JwtInput, type JwtSettings, parseJwt } from "./jwt.ts";
-import { parseTiers, type Tiers, tierLimitErrors, withTiers } from "./tiers.ts";
+import { readTiers, type Tiers, tierLimitProblems, withTiers } from "./tiers.ts";
 import { RULE_GROUP } from "./variables.ts";
 
 export type Settings = {
@@ -72,52 +72,91 @@ export type SettingsInput = {
 
 /** Validates settings, reporting every problem with the variable (and rule and field) it is in. */
 export function parseSettings(input: SettingsInput): Result<Settings> {
-  const parsed = all({
-    placed: rulesVars(ruleVariables(input)),
-    ipv6PrefixBits: integerVar(input.IPV6_PREFIX, {
-      name: "IPV6_PREFIX",
-      unset: DEFAULT_IPV6_PREFIX,
-      min: 1,
-      max: 128,
-    }),
-    timeoutMs: integerVar(input.LIMITER_TIMEOUT_MS, {
-      name: "LIMITER_TIMEOUT_MS",
-      unset: DEFAULT_TIMEOUT_MS,
-      min: 1,
-      max: 60_000,
-    }),
-    trustedIpHeader: headerNameVar(input.TRUSTED_IP_HEADER),
-    tiers: parseTiers(input.TIERS),
-    statsRawKeys: booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS"),
-    legacyHeaders: booleanVar(input.LEGACY_HEADERS, "LEGACY_HEADERS", true),
-    clientLimitsPath: clientLimitsPathVar(input.CLIENT_LIMITS_PATH),
+  const { settings, errors } = readSettings(input);
+  return errors.length > 0 ? fail(...errors) : ok(settings);
+}
+
+/** The settings as far as they are valid, and every error in them, each naming its variable (and rule and field). */
+export type ReadSettings = { settings: Settings; errors: string[] };
+
+/**
+ * Reads the settings, leaving out what is invalid, and reports every
+ * problem: an invalid rule is left out (and every rule of a variable that
+ * is not a list); an invalid variable is at its default; an invalid tier,
+ * or a tier's invalid limit for a rule, is left out (a client in it keeps
+ * the rule's own limit); with invalid token settings, there are none, and
+ * the rules that key on a token's claims are left out. The errors are in
+ * the order of the variables, rules first; {@link parseSettings} fails with
+ * them.
+ */
+export function readSettings(input: SettingsInput): ReadSettings {
+  const placed = rulesVars(ruleVariables(input));
+  const ipv6PrefixBits = integerVar(input.IPV6_PREFIX, {
+    name: "IPV6_PREFIX",
+    unset: DEFAULT_IPV6_PREFIX,
+    min: 1,
+    max: 128,
   });
-  const jwt = parseJwt(input, parsed.ok ? parsed.value.placed.map(({ rule }) => rule) : []);
-  const tierErrors = parsed.ok ? tierLimitErrors(parsed.value.tiers, parsed.value.placed) : [];
-  if (!parsed.ok || !jwt.ok || tierErrors.length > 0) {
-    return fail(...(parsed.ok ? [] : parsed.errors), ...tierErrors, ...(jwt.ok ? [] : jwt.errors));
-  }
-  const { ipv6PrefixBits, trustedIpHeader, timeoutMs, tiers, statsRawKeys, legacyHeaders, clientLimitsPath } =
-    parsed.value;
-  const rules = withTiers(
-    parsed.value.placed.map(({ rule }) => rule),
-    tiers,
+  const timeoutMs = integerVar(input.LIMITER_TIMEOUT_MS, {
+    name: "LIMITER_TIMEOUT_MS",
+    unset: DEFAULT_TIMEOUT_MS,
+    min: 1,
+    max: 60_000,
+  });
+  const trustedIpHeader = headerNameVar(input.TRUSTED_IP_HEADER);
+  const read = readTiers(input.TIERS);
+  const statsRawKeys = booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS");
+  const legacyHeaders = booleanVar(input.LEGACY_HEADERS, "LEGACY_HEADERS", true);
+  const clientLimitsPath = clientLimitsPathVar(input.CLIENT_LIMITS_PATH);
+  const tierProblems = tierLimitProblems(read.tiers, placed.rules);
+  const jwt = parseJwt(
+    input,
+    placed.rules.map(({ rule }) => rule),
   );
-  const headers = keyHeaders(rules, trustedIpHeader);
-  if (jwt.value !== null) headers.add(jwt.value.header);
-  return ok({
+  const errors = [
+    ...placed.errors,
+    ...[ipv6PrefixBits, timeoutMs, trustedIpHeader].flatMap(errorsOf),
+    ...read.errors,
+    ...[statsRawKeys, legacyHeaders, clientLimitsPath].flatMap(errorsOf),
+    ...tierProblems.map(({ message }) => message),
+    ...errorsOf(jwt),
+  ];
+  const tiers = withoutLimits(read.tiers, tierProblems);
+  const token = jwt.ok ? jwt.value : null;
+  // Without valid token settings, a rule keyed on a claim cannot tell its clients apart.
+  const placedRules = placed.rules.map(({ rule }) => rule).filter((rule) => jwt.ok || !rule.key.flat().some(isClaim));
+  const rules = withTiers(placedRules, tiers);
+  const trusted = valueOr(trustedIpHeader, null);
+  const headers = keyHeaders(rules, trusted);
+  if (token !== null) headers.add(token.header);
+  const settings: Settings = {
     rules,
-    ipv6PrefixBits,
-    trustedIpHeader,
-    timeoutMs,
+    ipv6PrefixBits: valueOr(ipv6PrefixBits, DEFAULT_IPV6_PREFIX),
+    trustedIpHeader: trusted,
+    timeoutMs: valueOr(timeoutMs, DEFAULT_TIMEOUT_MS),
     keyHeaders: headers,
     tiers,
-    jwt: jwt.value,
-    tokenRules: new Set(rules.filter((rule) => readsToken(rule, jwt.value))),
-    statsRawKeys,
-    legacyHeaders,
-    clientLimitsPath,
-  });
+    jwt: token,
+    tokenRules: new Set(rules.filter((rule) => readsToken(rule, token))),
+    statsRawKeys: valueOr(statsRawKeys, false),
+    legacyHeaders: valueOr(legacyHeaders, true),
+    clientLimitsPath: valueOr(clientLimitsPath, null),
+  };
+  return { settings, errors };
+}
+
+const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
+const valueOr = <T>(result: Result<T>, otherwise: T): T => (result.ok ? result.value : otherwise);
+
+/** `tiers` without the limits `problems` name. */
+function withoutLimits(tiers: Tiers, problems: { tier: string; rule: string }[]): Tiers {
+  if (problems.length === 0) return tiers;
+  return new Map(
+    [...tiers].map(([tier, limits]) => [
+      tier,
+      new Map([...limits].filter(([rule]) => !problems.some((p) => p.tier === tier && p.rule === rule))),
+    ]),
+  );
 }
 
 /** The variables that hold rules, with their values: `RULES` first, then each `RULES_<GROUP>` in name order. */
@@ -132,33 +171,45 @@ export function ruleVariables(input: Readonly<Record<string, unknown>>): [name: 
 type PlacedRule = { rule: Rule; where: string };
 
 /**
- * The rules of every rule variable, in order; each a list, or the same list
- * as a JSON string (a secret or `.dev.vars`). Ids are unique across them.
+ * The valid rules of every rule variable, in order, and the errors of the
+ * others; each variable a list, or the same list as a JSON string (a secret
+ * or `.dev.vars`). Ids are unique across them: a rule whose id an earlier
+ * one has is an error, and left out.
  */
-function rulesVars(variables: [name: string, value: unknown][]): Result<PlacedRule[]> {
+function rulesVars(variables: [name: string, value: unknown][]): { rules: PlacedRule[]; errors: string[] } {
   const errors: string[] = [];
   const rules: PlacedRule[] = [];
-  const seen = new Map<string, string>();
+  const seen = new Map<string, { name: string; index: number }>();
   for (const [name, raw] of variables) {
     const list = listVar(name, raw);
-    const parsed = list.ok ? parseRules(list.value, name) : list;
-    if (!parsed.ok) {
-      errors.push(...parsed.errors);
+    if (!list.ok || !Array.isArray(list.value)) {
+      // Not a list: parseRules says so.
+      errors.push(...errorsOf(list.ok ? parseRules(list.value, name) : list));
       continue;
     }
-    for (const [index, rule] of parsed.value.entries()) {
+    for (const [index, input] of (list.value as unknown[]).entries()) {
+      const parsed = parseRule(input, `${name}[${index}]`);
+      if (!parsed.ok) {
+        errors.push(...parsed.errors);
+        continue;
+      }
+      const rule = parsed.value;
       const first = seen.get(rule.id);
-      if (first !== undefined) {
+      if (first === undefined) {
+        seen.set(rule.id, { name, index });
+        rules.push({ rule, where: `${name}[${index}]` });
+      } else if (first.name === name) {
         errors.push(
-          `${name}[${index}] "${rule.id}": field "id": duplicates ${first}; ids must be unique across RULES and RULES_*`,
+          `${name}[${index}] "${rule.id}": field "id": duplicates ${name}[${first.index}]; ids must be unique`,
         );
       } else {
-        seen.set(rule.id, `${name}[${index}]`);
-        rules.push({ rule, where: `${name}[${index}]` });
+        errors.push(
+          `${name}[${index}] "${rule.id}": field "id": duplicates ${first.name}[${first.index}]; ids must be unique across RULES and RULES_*`,
+        );
       }
     }
   }
-  return errors.length > 0 ? fail(...errors) : ok(rules);
+  return { rules, errors };
 }
 
 /** A rule variable's list: as it is, or parsed from JSON; unset is none. */

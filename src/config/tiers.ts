@@ -12,7 +12,7 @@
  * ```
  */
 import { isTierName } from "../core/overrides.ts";
-import { fail, mapAll, ok, type Result } from "../core/result.ts";
+import { fail, ok, type Result } from "../core/result.ts";
 import { MAX_CONCURRENCY, MAX_LIMIT, parseIntegerFrom1, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 
@@ -24,34 +24,51 @@ const isTable = (value: unknown): value is Record<string, unknown> =>
 
 /** Parses `TIERS`: a table, or the same as a JSON string. */
 export function parseTiers(raw: unknown): Result<Tiers> {
-  if (raw === undefined || raw === "") return ok(new Map());
+  const { tiers, errors } = readTiers(raw);
+  return errors.length > 0 ? fail(...errors) : ok(tiers);
+}
+
+/**
+ * `TIERS` as far as it is valid, and every error in it: a tier whose name
+ * or table is invalid is left out, and so is each invalid limit of a tier
+ * (a client in that tier then keeps the rule's own limit).
+ */
+export function readTiers(raw: unknown): { tiers: Tiers; errors: string[] } {
+  if (raw === undefined || raw === "") return { tiers: new Map(), errors: [] };
   let value = raw;
   if (typeof raw === "string") {
     try {
       value = JSON.parse(raw);
     } catch (error) {
-      return fail(`TIERS: is a string but not valid JSON (${(error as Error).message})`);
+      return { tiers: new Map(), errors: [`TIERS: is a string but not valid JSON (${(error as Error).message})`] };
     }
   }
   if (!isTable(value)) {
-    return fail(
-      `TIERS: must be a table of tiers, such as [vars.TIERS.pro] with api-per-key = 10000; got ${show(value)}`,
-    );
+    return {
+      tiers: new Map(),
+      errors: [
+        `TIERS: must be a table of tiers, such as [vars.TIERS.pro] with api-per-key = 10000; got ${show(value)}`,
+      ],
+    };
   }
-  const tiers = mapAll(Object.entries(value), ([name, limits]) => parseTier(name, limits));
-  return tiers.ok ? ok(new Map(tiers.value)) : tiers;
-}
-
-function parseTier(name: string, limits: unknown): Result<[string, Map<string, number>]> {
-  if (!isTierName(name)) return fail(`TIERS: a tier's name must be 1 to 64 of [A-Za-z0-9_-]; got ${show(name)}`);
-  if (!isTable(limits)) {
-    return fail(`TIERS.${name}: must be a table of rule ids and limits, such as login = 20; got ${show(limits)}`);
+  const tiers = new Map<string, Map<string, number>>();
+  const errors: string[] = [];
+  for (const [name, limits] of Object.entries(value)) {
+    if (!isTierName(name)) {
+      errors.push(`TIERS: a tier's name must be 1 to 64 of [A-Za-z0-9_-]; got ${show(name)}`);
+    } else if (!isTable(limits)) {
+      errors.push(`TIERS.${name}: must be a table of rule ids and limits, such as login = 20; got ${show(limits)}`);
+    } else {
+      const tier = new Map<string, number>();
+      for (const [id, limit] of Object.entries(limits)) {
+        const parsed = parseIntegerFrom1(limit, MAX_LIMIT);
+        if (parsed.ok) tier.set(id, parsed.value);
+        else errors.push(`TIERS.${name}.${id}: ${parsed.errors[0]}`);
+      }
+      tiers.set(name, tier);
+    }
   }
-  const entries = mapAll(Object.entries(limits), ([id, limit]): Result<[string, number]> => {
-    const parsed = parseIntegerFrom1(limit, MAX_LIMIT);
-    return parsed.ok ? ok([id, parsed.value]) : fail(`TIERS.${name}.${id}: ${parsed.errors[0]}`);
-  });
-  return entries.ok ? ok([name, new Map(entries.value)]) : entries;
+  return { tiers, errors };
 }
 
 /**
@@ -74,20 +91,29 @@ export function unknownRules(tiers: Tiers, rules: Rule[]): { tier: string; rule:
  * each is written (`RULES[2]`, `RULES_AUTH[0]`).
  */
 export function tierLimitErrors(tiers: Tiers, rules: { rule: Rule; where: string }[]): string[] {
+  return tierLimitProblems(tiers, rules).map(({ message }) => message);
+}
+
+/** {@link tierLimitErrors}, each with the tier and the rule it is about. */
+export function tierLimitProblems(
+  tiers: Tiers,
+  rules: { rule: Rule; where: string }[],
+): { tier: string; rule: string; message: string }[] {
   return [...tiers].flatMap(([tier, limits]) =>
     rules.flatMap(({ rule, where }) => {
       const limit = limits.get(rule.id);
       const cost = rule.cost ?? 1;
+      const problem = (message: string) => [{ tier, rule: rule.id, message }];
       if (limit === undefined) return [];
       if (limit < cost) {
-        return [
+        return problem(
           `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
-        ];
+        );
       }
       if (rule.concurrency !== undefined && limit > MAX_CONCURRENCY) {
-        return [
+        return problem(
           `TIERS.${tier}.${rule.id}: ${limit} is above the most places ${where} ${show(rule.id)} may give a client (field "concurrency": at most ${MAX_CONCURRENCY}), so it cannot be enforced as written; make it at most ${MAX_CONCURRENCY}`,
-        ];
+        );
       }
       return [];
     }),

@@ -10,45 +10,44 @@
  * every request, and what it adds here is only those two.
  */
 import { Hono } from "hono";
-import { settingsFromEnv } from "../config/memo.ts";
-import { parseOrigin, parseOriginSecret } from "../config/origin.ts";
-import type { Settings } from "../config/settings.ts";
+import type { Configuration } from "../config/configuration.ts";
+import { configurationFromEnv } from "../config/memo.ts";
 import { getOrCreate } from "../core/maps.ts";
 import { pathAsWritten, type RequestPath } from "../core/paths.ts";
 import { fail, ok, type Result } from "../core/result.ts";
-import { invalidConfigResponse } from "../http/problem.ts";
+import { invalidConfigResponse, reportInvalidConfig } from "../http/problem.ts";
 import { type ForwardOptions, forward, type Upstream } from "../http/proxy.ts";
 import { hasPassed, loopDetected } from "../http/upstream.ts";
 import type { HealthWatch } from "../isolate/adaptive.ts";
 import type { Outcome } from "../isolate/answers.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
-import { logEvent } from "../observe/log.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import { clientLimitsRoute, isClientLimitsPath } from "./client-limits.ts";
 import type { Env } from "./env.ts";
 import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith, watchHealth } from "./middleware.ts";
 
-/** Where allowed requests go, parsed once per isolate and per settings (the rules' key headers). */
-const upstreams = new WeakMap<Settings, Map<string, Result<Upstream>>>();
+/** Where allowed requests go, made once per isolate and per configuration (and deployment mark). */
+const upstreams = new WeakMap<Configuration, Map<string | undefined, Result<Upstream>>>();
 /** The last answer: the Worker's env is one object per isolate, so a request costs two comparisons. */
-let lastUpstream: { env: Env; settings: Settings; upstream: Result<Upstream> } | undefined;
+let lastUpstream: { env: Env; config: Configuration; upstream: Result<Upstream> } | undefined;
 
-function upstreamOf(env: Env, settings: Settings): Result<Upstream> {
-  if (lastUpstream?.env === env && lastUpstream.settings === settings) return lastUpstream.upstream;
-  const { ORIGIN_URL: url, ORIGIN_SECRET: secret, ORIGIN_SECRET_HEADER: header } = env;
-  const bySettings = getOrCreate(upstreams, settings, () => new Map<string, Result<Upstream>>());
-  const upstream = getOrCreate(bySettings, [url, secret, header].join("\u0000"), () => {
-    const origin = parseOrigin(url);
-    const originSecret = parseOriginSecret(secret, header, settings.keyHeaders);
-    if (!origin.ok || !originSecret.ok) return fail(...errorsOf(origin), ...errorsOf(originSecret));
-    return ok({ origin: origin.value, keyHeaders: settings.keyHeaders, secret: originSecret.value, mark: markOf(env) });
-  });
-  lastUpstream = { env, settings, upstream };
+/**
+ * Where allowed requests go; a failure, with every error of the
+ * configuration, while where or how to forward is invalid.
+ */
+function upstreamOf(env: Env, config: Configuration): Result<Upstream> {
+  if (lastUpstream?.env === env && lastUpstream.config === config) return lastUpstream.upstream;
+  const mark = markOf(env);
+  const { forwarding, settings } = config;
+  const upstream = getOrCreate(
+    getOrCreate(upstreams, config, () => new Map()),
+    mark,
+    () => (forwarding.ok ? ok({ ...forwarding.value, keyHeaders: settings.keyHeaders, mark }) : fail(...config.errors)),
+  );
+  lastUpstream = { env, config, upstream };
   return upstream;
 }
-
-const errorsOf = (result: Result<unknown>): string[] => (result.ok ? [] : result.errors);
 
 let lastMark: { ns: object; mark: string } | undefined;
 
@@ -81,10 +80,7 @@ hono.use(
   rateLimitWith({}, (request) => decisions.get(request)),
 );
 
-hono.all("*", (c) => {
-  const settings = settingsFromEnv(c.env);
-  return forwarded(c.req.raw, settings.ok ? upstreamOf(c.env, settings.value) : settings);
-});
+hono.all("*", (c) => forwarded(c.req.raw, upstreamOf(c.env, configurationFromEnv(c.env))));
 
 /** The origin's answer to `request`, or the invalid configuration's 500 when there is no upstream to forward to. */
 function forwarded(
@@ -93,7 +89,7 @@ function forwarded(
   options?: ForwardOptions,
 ): Promise<Response> | Response {
   if (!upstream.ok) {
-    logEvent({ event: "invalid_config", errors: upstream.errors }, "error");
+    reportInvalidConfig(upstream.errors);
     return invalidConfigResponse();
   }
   return forward(request, upstream.value, options);
@@ -114,9 +110,10 @@ export const app = {
  * the refusal, or the origin's answer finished by the decision. Left to the
  * app (undefined): HEAD (the app answers it with the GET's answer,
  * bodiless), the admin API's paths, the client-limits endpoint's path, and
- * an invalid configuration, which the app answers with a 500 and logs; and a
- * decision that threw, which the app's `rateLimit()` throws again where it
- * always has.
+ * a Worker without its counters' binding, which the app answers with a 500
+ * and logs; and a decision that threw, which the app's `rateLimit()` throws
+ * again where it always has. A configuration with errors is decided here
+ * with what of it is valid.
  */
 function decideFirst(
   request: Request,
@@ -133,17 +130,19 @@ function decideFirst(
     if (isUnder(written, prefix.value)) return undefined;
     path = pathAsWritten(written);
   }
-  const settings = settingsFromEnv(env);
+  const config = configurationFromEnv(env);
   const ns = env.RATE_LIMITER;
-  if (!settings.ok || !ns) return undefined;
-  if (settings.value.clientLimitsPath !== null) {
+  if (!ns) return undefined;
+  // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
+  if (config.errors.length > 0) reportInvalidConfig(config.errors);
+  if (config.settings.clientLimitsPath !== null) {
     path ??= pathAsWritten(adminPath(request.url));
-    if (isClientLimitsPath(path, settings.value)) return undefined;
+    if (isClientLimitsPath(path, config.settings)) return undefined;
   }
   let outcome: ReturnType<typeof decide>;
   try {
     outcome = decide(request, {
-      settings: settings.value,
+      settings: config.settings,
       ns,
       isolate: defaultIsolate(),
       background: inBackground(() => ctx),
@@ -160,11 +159,10 @@ function decideFirst(
   }
   if (!(outcome instanceof Promise)) {
     if (outcome.kind === "refuse") return outcome.response;
-    return answered(request, outcome, upstreamOf(env, settings.value));
+    return answered(request, outcome, upstreamOf(env, config));
   }
   return outcome.then(
-    (decided) =>
-      decided.kind === "refuse" ? decided.response : answered(request, decided, upstreamOf(env, settings.value)),
+    (decided) => (decided.kind === "refuse" ? decided.response : answered(request, decided, upstreamOf(env, config))),
     internalError,
   );
 }

@@ -12,15 +12,16 @@
  * ({@link clientLimitsRoute}); your own app mounts {@link clientLimits}.
  */
 import type { Env as HonoEnv, MiddlewareHandler } from "hono";
-import { settingsFromEnv } from "../config/memo.ts";
-import type { Settings, SettingsInput } from "../config/settings.ts";
+import type { ConfigInput } from "../config/configuration.ts";
+import { configurationFromEnv } from "../config/memo.ts";
+import type { Settings } from "../config/settings.ts";
 import { type Address, ipKey, parseAddress } from "../core/ip.ts";
 import { hashKey } from "../core/keys.ts";
 import { LruMap } from "../core/lru.ts";
 import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import { type Rule, ruleCoversClient } from "../core/rules.ts";
 import { check, emptyState, type WindowLimit, type WindowState } from "../core/sliding-window.ts";
-import { invalidConfigResponse, LIMITER_UNAVAILABLE, problemResponse } from "../http/problem.ts";
+import { invalidConfigResponse, LIMITER_UNAVAILABLE, problemResponse, reportInvalidConfig } from "../http/problem.ts";
 import { type Policy, type Reported, rateLimitHeaders, windowSeconds } from "../http/rate-limit-headers.ts";
 import { tooManyRequests } from "../http/refusals.ts";
 import { clientAddress } from "../http/request-facts.ts";
@@ -83,17 +84,19 @@ export const clientLimits = <E extends HonoEnv = any>(options: ClientLimitsOptio
   const { key } = options;
   return async function clientLimitsHandler(c) {
     const env = (c.env ?? {}) as Record<string, unknown>;
-    const settings = settingsOf(env as SettingsInput);
+    const { settings, errors } = settingsOf(env as ConfigInput);
     const ns = env[binding] as LimiterNamespace | undefined;
-    if (!settings.ok || !ns) {
-      const missing = ns
-        ? []
-        : [`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`];
-      logEvent({ event: "invalid_config", errors: [...(settings.ok ? [] : settings.errors), ...missing] }, "error");
+    if (!ns) {
+      reportInvalidConfig([
+        ...errors,
+        `${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`,
+      ]);
       return invalidConfigResponse();
     }
+    // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
+    if (errors.length > 0) reportInvalidConfig(errors);
     return answer(c.req.raw, {
-      settings: settings.value,
+      settings,
       ns,
       isolate: options.isolate ?? defaultIsolate(),
       clientKey: key === undefined ? undefined : await key(c),
@@ -105,10 +108,11 @@ export const clientLimits = <E extends HonoEnv = any>(options: ClientLimitsOptio
 /** The Worker's endpoint: answers `CLIENT_LIMITS_PATH`, when set, before any rule counts it; any other request goes on. */
 export const clientLimitsRoute = (): MiddlewareHandler<{ Bindings: Env }> =>
   async function clientLimitsMiddleware(c, next) {
-    const settings = settingsFromEnv(c.env);
-    if (!settings.ok || !isClientLimitsPath(requestPath(pathnameOf(c.req.url)), settings.value)) return next();
+    // What of the configuration is valid applies, as for the rules (the errors are reported where they decide).
+    const { settings } = configurationFromEnv(c.env);
+    if (!isClientLimitsPath(requestPath(pathnameOf(c.req.url)), settings)) return next();
     return answer(c.req.raw, {
-      settings: settings.value,
+      settings,
       ns: c.env.RATE_LIMITER,
       isolate: defaultIsolate(),
       background: inBackground(() => c.executionCtx),

@@ -4,11 +4,11 @@
  * project and for your own Hono app.
  */
 import type { Context, Env as HonoEnv, MiddlewareHandler } from "hono";
-import { settingsFromEnv } from "../config/memo.ts";
+import type { ConfigInput } from "../config/configuration.ts";
+import { configurationFromEnv } from "../config/memo.ts";
 import { parseSettings, type Settings, type SettingsInput } from "../config/settings.ts";
-import type { Result } from "../core/result.ts";
 import type { RuleInput } from "../core/rules.ts";
-import { invalidConfigResponse } from "../http/problem.ts";
+import { invalidConfigResponse, reportInvalidConfig } from "../http/problem.ts";
 import { type Ending, untilSent } from "../http/until-sent.ts";
 import type { HealthWatch } from "../isolate/adaptive.ts";
 import { decide, type Outcome } from "../isolate/decide.ts";
@@ -17,7 +17,6 @@ import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { LimiterNamespace } from "../object/client.ts";
-import { logEvent } from "../observe/log.ts";
 import { decisionOf, type RateLimitDecision, skipped } from "./decision.ts";
 import { registerRules } from "./library-rules.ts";
 
@@ -146,21 +145,22 @@ export const rateLimitWith = <E extends HonoEnv = any>(
       return next();
     }
     const env = (c.env ?? {}) as Record<string, unknown>;
-    const settings = settingsOf(env as SettingsInput);
+    const { settings, errors } = settingsOf(env as ConfigInput);
     const ns = env[binding] as LimiterNamespace | undefined;
-    if (!settings.ok || !ns) {
-      const missing = ns
-        ? []
-        : [`${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`];
-      return invalidConfig([...(settings.ok ? [] : settings.errors), ...missing]);
+    if (!ns) {
+      const missing = `${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`;
+      reportInvalidConfig([...errors, missing]);
+      return invalidConfigResponse();
     }
+    // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
+    if (errors.length > 0) reportInvalidConfig(errors);
 
     const early = decidedFor(c.req.raw);
     const decided =
       early !== undefined
         ? early()
         : decide(c.req.raw, {
-            settings: settings.value,
+            settings,
             ns,
             isolate: options.isolate ?? defaultIsolate(),
             background: inBackground(() => c.executionCtx),
@@ -277,10 +277,10 @@ export function watchHealth(request: Request, health: HealthWatch): void {
   else signal.addEventListener("abort", () => health.gone(), { once: true });
 }
 
-/** The settings a middleware decides with: fixed by its options, or the Worker's variables with its overrides. */
+/** The settings a middleware decides with, and the errors left out of them: fixed by its options, or the Worker's variables with its overrides. */
 export function settingsSource<E extends HonoEnv>(
   options: RateLimitOptions<E>,
-): (env: SettingsInput) => Result<Settings> {
+): (env: ConfigInput) => { settings: Settings; errors: readonly string[] } {
   const overrides: Partial<SettingsInput> = {};
   if (options.ipv6Prefix !== undefined) overrides.IPV6_PREFIX = options.ipv6Prefix;
   if (options.trustedIpHeader !== undefined) overrides.TRUSTED_IP_HEADER = options.trustedIpHeader;
@@ -290,10 +290,11 @@ export function settingsSource<E extends HonoEnv>(
     const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
     if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);
     registerRules(parsed.value.rules);
-    return () => parsed;
+    const fixed = { settings: parsed.value, errors: [] };
+    return () => fixed;
   }
-  if (Object.keys(overrides).length === 0) return settingsFromEnv;
-  return (env) => settingsFromEnv({ ...env, ...overrides });
+  if (Object.keys(overrides).length === 0) return configurationFromEnv;
+  return (env) => configurationFromEnv({ ...env, ...overrides });
 }
 
 /** The user's answer to a refusal, with the limiter's headers on it where the user set none. */
@@ -310,11 +311,6 @@ async function refusedBy<E extends HonoEnv>(
     if (value !== null && !custom.headers.has(name)) missing[name] = value;
   }
   return withHeaders(custom, missing);
-}
-
-function invalidConfig(errors: string[]): Response {
-  logEvent({ event: "invalid_config", errors }, "error");
-  return invalidConfigResponse();
 }
 
 /**
