@@ -173,8 +173,12 @@ describe("a window under the current factor", () => {
     // Nothing answered: every client gave up after waiting past the target.
     const window = counts({ forwarded: 30, answered: 30, slow: 30, gone: 30, goneSlow: 30 });
     const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
-    expect(health).toMatchObject({ answered: 30, breached: true, keepingUp: 1 });
-    expect(decide(at(1), window).step.kind).toBe("cut");
+    // It kept up with none of them: the deepest cut.
+    expect(health).toMatchObject({ answered: 30, breached: true, keepingUp: 0 });
+    expect(decide(at(1), window)).toMatchObject({ step: { kind: "cut" }, state: { factor: 0.5 } });
+    // As before clients' hang-ups were told apart: a request given up after the target is not one kept up with.
+    const mixed = counts({ forwarded: 100, answered: 80, slow: 30, gone: 30, goneSlow: 10 });
+    expect(judge(mixed, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut).keepingUp).toBeCloseTo(70 / 80, 12);
   });
 
   it("judges nothing before 500 ms of reports, nor on fewer than 20 answers", () => {

@@ -173,14 +173,17 @@ export const breaches = (count: number, n: number, share: number, z: number): bo
  * unless those keys are all the answers there are: a few clients that see
  * slow or failed answers while the rest do not are not an unhealthy origin.
  * A client gone before its answer counts as neither success nor failure
- * (it is left out of what the origin kept up with), unless the origin had
- * already kept it longer than the target.
+ * (it is left out of what the origin was sent), unless the origin had
+ * already kept it longer than the target: then it is slow, and one the
+ * origin did not keep up with.
  */
 export function judge(window: HealthCounts, target: ControlTarget, z: number, leaveOut = 0): Health {
   const { answered: n, slow, errors, leftOut } = withoutWorst(window, leaveOut);
   const slowShare = n === 0 ? 0 : slow / n;
   const errorShare = n === 0 ? 0 : errors / n;
-  const sent = window.forwarded - window.gone;
+  // Sent to the origin, as far as the origin's health goes: not the requests whose clients left before the
+  // origin could be late (they say nothing of it); the ones that left after it was (goneSlow) it did not keep up with.
+  const sent = window.forwarded - (window.gone - window.goneSlow);
   return {
     answered: n,
     slowShare,
