@@ -14,7 +14,9 @@
  *
  * `-- --simulate` plays the same scenario in virtual time with the limiter
  * modelled in Node (simulate.ts), the adaptive rule run by the product's own
- * controller, with and without C halved; `-- --sweep '{"raiseBinding":[1.05,1.1]}'`
+ * controller, beside the published controllers of a concurrency limit at a
+ * proxy (envoy-gradient.ts, gradient2.ts, with their defaults), with and
+ * without C halved; `-- --sweep '{"raiseBinding":[1.05,1.1]}'`
  * runs a grid of controller parameters (and `latencyMs`) over three seeds.
  *
  * Environment: ORIGIN_C (requests/s; 100, or 200 simulated), ORIGIN_BEFORE,
@@ -37,6 +39,8 @@ import {
   ROOT,
   startWorkerd,
 } from "../../workerd.ts";
+import { EnvoyGradient } from "./envoy-gradient.ts";
+import { Gradient2 } from "./gradient2.ts";
 import { type FactorPoint, type Figures, figures, figuresTable, type Outcome, type RequestRecord } from "./metrics.ts";
 import { arrivals, type Scenario, scenarioFromEnv } from "./scenario.ts";
 import { startOrigin } from "./server.ts";
@@ -328,6 +332,11 @@ function simulated(): void {
       ["no limiter", { kind: "none" }],
       [`fixed limit at C (${c}/s, all clients together)`, { kind: "fixed", limit: c, periodMs: 1_000 }],
       [`adaptive, per client, ${10 * c}/s configured`, simulatedAdaptive(scenario, 2 * unloadedP99Of(scenario))],
+      [
+        "Envoy adaptive concurrency, gradient controller (defaults)",
+        { kind: "concurrency", create: (schedule, random) => new EnvoyGradient(schedule, random) },
+      ],
+      ["Netflix Gradient2 in WindowedLimit (defaults)", { kind: "concurrency", create: () => new Gradient2() }],
     ];
     for (const [label, limiter] of limiters) {
       const r = simulate(scenario, limiter);
