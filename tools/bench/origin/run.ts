@@ -21,7 +21,7 @@
  *
  * Environment: ORIGIN_C (requests/s; 100, or 200 simulated), ORIGIN_BEFORE,
  * ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30), ORIGIN_HALVE=1 (C
- * halves halfway through the overload), ORIGIN_SEED. The machine's load is
+ * halves halfway through the overload), ORIGIN_WORKERS (10), ORIGIN_SEED. The machine's load is
  * printed with the figures: on a shared machine, run it when the load is low.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -293,6 +293,7 @@ function report(
     "ORIGIN_OVERLOAD",
     "ORIGIN_AFTER",
     "ORIGIN_HALVE",
+    "ORIGIN_WORKERS",
     "ORIGIN_VARIANTS",
     "ORIGIN_SEED",
   ]
