@@ -14,12 +14,14 @@
  *
  * `-- --simulate` plays the same scenario in virtual time with the limiter
  * modelled in Node (simulate.ts), the adaptive rule run by the product's own
- * controller, with and without C halved; `-- --sweep '{"raiseBinding":[1.05,1.1]}'`
+ * controller, beside the published controllers of a concurrency limit at a
+ * proxy (envoy-gradient.ts, gradient2.ts, with their defaults), with and
+ * without C halved; `-- --sweep '{"raiseBinding":[1.05,1.1]}'`
  * runs a grid of controller parameters (and `latencyMs`) over three seeds.
  *
  * Environment: ORIGIN_C (requests/s; 100, or 200 simulated), ORIGIN_BEFORE,
  * ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30), ORIGIN_HALVE=1 (C
- * halves halfway through the overload), ORIGIN_SEED. The machine's load is
+ * halves halfway through the overload), ORIGIN_WORKERS (10), ORIGIN_SEED. The machine's load is
  * printed with the figures: on a shared machine, run it when the load is low.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -37,6 +39,8 @@ import {
   ROOT,
   startWorkerd,
 } from "../../workerd.ts";
+import { EnvoyGradient } from "./envoy-gradient.ts";
+import { Gradient2 } from "./gradient2.ts";
 import { type FactorPoint, type Figures, figures, figuresTable, type Outcome, type RequestRecord } from "./metrics.ts";
 import { arrivals, type Scenario, scenarioFromEnv } from "./scenario.ts";
 import { startOrigin } from "./server.ts";
@@ -289,6 +293,7 @@ function report(
     "ORIGIN_OVERLOAD",
     "ORIGIN_AFTER",
     "ORIGIN_HALVE",
+    "ORIGIN_WORKERS",
     "ORIGIN_VARIANTS",
     "ORIGIN_SEED",
   ]
@@ -328,6 +333,11 @@ function simulated(): void {
       ["no limiter", { kind: "none" }],
       [`fixed limit at C (${c}/s, all clients together)`, { kind: "fixed", limit: c, periodMs: 1_000 }],
       [`adaptive, per client, ${10 * c}/s configured`, simulatedAdaptive(scenario, 2 * unloadedP99Of(scenario))],
+      [
+        "Envoy adaptive concurrency, gradient controller (defaults)",
+        { kind: "concurrency", create: (schedule, random) => new EnvoyGradient(schedule, random) },
+      ],
+      ["Netflix Gradient2 in WindowedLimit (defaults)", { kind: "concurrency", create: () => new Gradient2() }],
     ];
     for (const [label, limiter] of limiters) {
       const r = simulate(scenario, limiter);

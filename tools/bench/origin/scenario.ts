@@ -35,7 +35,8 @@ const seconds = (name: string, fallback: number): number => Number(process.env[n
 /**
  * The scenario of the environment: ORIGIN_C (requests/s, default 200),
  * ORIGIN_BEFORE, ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30),
- * ORIGIN_HALVE ("1": C halves halfway through the overload).
+ * ORIGIN_HALVE ("1": C halves halfway through the overload), ORIGIN_WORKERS
+ * (the origin's requests served at once, default 10).
  */
 export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scenario {
   const capacityPerSecond = Number(process.env.ORIGIN_C ?? 200);
@@ -52,7 +53,7 @@ export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scena
     lightClients: 50,
     lightShare: 1 / 3,
     clientTimeoutMs: 2_000,
-    workers: 10,
+    workers: Number(process.env.ORIGIN_WORKERS ?? 10),
     // Two seconds of work: a full queue answers later than clients wait.
     queueBound: Math.round(capacityPerSecond * 2),
     jitter: 0.2,

@@ -4,8 +4,10 @@
  * limiter, a fixed limit at C, and an adaptive rule run by the product's own
  * controller (src/core/controller.ts) through isolates that report every
  * interval and learn the factor in the answer, and clients' keys counted by
- * the product's own sliding window. A minute of overload takes well under a
- * second to simulate, which is how the controller's parameters were chosen
+ * the product's own sliding window; and the published controllers that
+ * limit the requests in flight at one proxy in front of the origin (Envoy's
+ * gradient controller, Netflix's Gradient2: concurrency-limiter.ts). A minute
+ * of overload takes well under a second to simulate, which is how the controller's parameters were chosen
  * (docs/adaptive.md): the same runs with other parameters, side by side.
  */
 import {
@@ -21,9 +23,10 @@ import {
 } from "../../../src/core/controller.ts";
 import { type HealthCounts, noCounts, slowShareOf } from "../../../src/core/health.ts";
 import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
-import { seededRandom } from "../../accuracy/random.ts";
+import { type Random, seededRandom } from "../../accuracy/random.ts";
+import type { ConcurrencyLimiter, Flight, Schedule } from "./concurrency-limiter.ts";
 import type { FactorPoint, Outcome, RequestRecord, ServedRecord } from "./metrics.ts";
-import { arrivals, originOf, type Scenario } from "./scenario.ts";
+import { arrivals, originOf, phaseBounds, type Scenario } from "./scenario.ts";
 
 /** How the requests are limited. */
 export type Limiter =
@@ -50,13 +53,26 @@ export type Limiter =
       countInFlight?: boolean;
       /** Called with each report's step, for tracing. */
       onStep?: (atMs: number, step: Step) => void;
+    }
+  /** One limit on the requests in flight, for all clients, at a proxy that sees every request and answer. */
+  | {
+      kind: "concurrency";
+      /** Builds the limiter, with the simulation's clock for its timers and a seeded random. */
+      create: (schedule: Schedule, random: Random) => ConcurrencyLimiter;
     };
 
 export type SimulationResult = {
   requests: RequestRecord[];
   served: ServedRecord[];
   originRefusedAtMs: number[];
+  /**
+   * The limit over time as a share of the configured one (adaptive); for a
+   * concurrency limit, as a share of its value at the overload's onset (at
+   * most 1), from the onset on.
+   */
   factors: FactorPoint[] | null;
+  /** A concurrency limit's value at every change. */
+  limits: { atMs: number; limit: number }[] | null;
 };
 
 /** A binary heap of events by time; ties in the order pushed. */
@@ -207,7 +223,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
 
   /** The limiter's decision for a request of `client` at `nowMs` through `isolate`. */
   const decide = (client: number, atMs: number, isolate: Isolate): "admitted" | "refused" | "shed" => {
-    if (limiter.kind === "none") return "admitted";
+    if (limiter.kind === "none" || limiter.kind === "concurrency") return "admitted";
     const nowMs = Math.floor(atMs);
     const key = limiter.kind === "fixed" ? -1 : client;
     const configured: WindowLimit = { limit: limiter.limit, periodMs: limiter.periodMs, precision: 1, strict: false };
@@ -223,8 +239,45 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     return limit < limiter.limit && evaluate(state, nowMs, configured).allowed ? "shed" : "refused";
   };
 
+  // A concurrency limit's controller, and its limit at every change.
+  const limits: { atMs: number; limit: number }[] = [];
+  const noteLimit = (atMs: number) => {
+    if (gate && gate.limit !== limits.at(-1)?.limit) limits.push({ atMs, limit: gate.limit });
+  };
+  const gate =
+    limiter.kind === "concurrency"
+      ? limiter.create(
+          (atMs, run) =>
+            events.push(atMs, () => {
+              run();
+              noteLimit(atMs);
+            }),
+          seededRandom(scenario.seed + 3),
+        )
+      : null;
+  noteLimit(0);
+  /** A request through the concurrency limit: refused at once, or to the origin until answered or abandoned. */
+  const throughGate = (gate: ConcurrencyLimiter, client: number, atMs: number) => {
+    const flight: Flight | null = gate.admit(atMs);
+    noteLimit(atMs);
+    if (flight === null) return record(client, atMs, atMs, "shed");
+    const answer = origin.arrive(atMs);
+    const timeoutAt = atMs + scenario.clientTimeoutMs;
+    if (answer.kind === "refused") originRefusedAtMs.push(atMs);
+    else served.push({ arriveMs: atMs, finishMs: answer.finishMs });
+    const abandoned = answer.kind === "served" && answer.finishMs > timeoutAt;
+    const doneMs = answer.kind === "refused" ? atMs : Math.min(answer.finishMs, timeoutAt);
+    events.push(doneMs, () => {
+      if (abandoned) gate.abandoned(flight, doneMs);
+      else gate.answered(flight, doneMs);
+      noteLimit(doneMs);
+      record(client, atMs, doneMs, answer.kind === "refused" ? "error" : abandoned ? "timeout" : "ok");
+    });
+  };
+
   for (const { atMs, client } of arrivals(scenario)) {
     events.push(atMs, () => {
+      if (gate) return throughGate(gate, client, atMs);
       const isolate = isolates[Math.floor(random.next() * isolates.length)]!;
       isolate.sawTraffic = true;
       const verdict = decide(client, atMs, isolate);
@@ -254,5 +307,26 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     });
   }
   for (let event = events.pop(); event; event = events.pop()) event.run();
-  return { requests, served, originRefusedAtMs, factors };
+  return {
+    requests,
+    served,
+    originRefusedAtMs,
+    factors: gate ? sharesOfOnset(scenario, limits) : factors,
+    limits: gate ? limits : null,
+  };
+}
+
+/**
+ * A concurrency limit as the figures' "limit": its share of what it was at
+ * the overload's onset, capped at 1, from the onset on. Back at 1 is back
+ * where it stood before the overload, as the adaptive rule's factor back at
+ * 1 is back at its configured limit.
+ */
+function sharesOfOnset(scenario: Scenario, limits: { atMs: number; limit: number }[]): FactorPoint[] {
+  const onsetMs = phaseBounds(scenario)[1]?.startMs ?? 0;
+  const atOnset = limits.filter((l) => l.atMs <= onsetMs).at(-1)?.limit ?? limits[0]!.limit;
+  return [
+    { atMs: onsetMs, factor: 1 },
+    ...limits.filter((l) => l.atMs > onsetMs).map((l) => ({ atMs: l.atMs, factor: Math.min(1, l.limit / atOnset) })),
+  ];
 }
