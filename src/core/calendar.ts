@@ -6,7 +6,9 @@
  *
  * Pure: instants are Unix milliseconds passed in; no clock, no I/O. Offsets
  * come from the runtime's own time zone data, through `Intl.DateTimeFormat`
- * (one formatter per zone, kept).
+ * (one formatter per zone, kept). Runtimes can hold different releases of
+ * that data: where a zone's rules changed lately, a tool run in Node can
+ * name a different instant than the Worker does.
  *
  * The rules, in wall-clock terms:
  * - A period starts when the zone's clock reads the anchor: its day (of the
@@ -38,8 +40,12 @@
  *
  * Cost: a request in the same period as the last one costs two comparisons
  * (keep the last {@link Period}; {@link currentPeriod} checks it first). A
+ * calendar period is the same for every key under a calendar, so one kept
+ * per calendar serves them all; only periods from a first request differ
+ * by key. A
  * change of period costs a few `formatToParts` calls: three for the next
- * period, seven for one found from scratch, about thirty across a gap.
+ * period, seven for one found from scratch, about twenty when a boundary
+ * falls in a gap. Only UTC costs none.
  */
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
@@ -343,16 +349,18 @@ function firstInstantAt(localMs: number, zone: Zone): number {
   if (wallMs(early, zone) === localMs) return early;
   const late = localMs - Math.min(before, after);
   if (late !== early && wallMs(late, zone) === localMs) return late;
-  // A gap: the clock never reads localMs. Find where it jumps past it, to the millisecond.
-  let lo = Math.min(early, late) - 1;
-  let hi = Math.max(early, late);
-  while (wallMs(hi, zone) < localMs) hi += HOUR; // two changes within a day: widen until past it
+  // A gap: the clock never reads localMs. Find the second it jumps past it (offsets change on whole seconds).
+  let lo = Math.floor(Math.min(early, late) / SECOND) - 1;
+  let hi = Math.ceil(Math.max(early, late) / SECOND);
+  while (wallMs(hi * SECOND, zone) < localMs) hi += 3_600; // two changes within a day: widen until past it
   while (hi - lo > 1) {
     const mid = Math.floor((lo + hi) / 2);
-    if (wallMs(mid, zone) >= localMs) hi = mid;
+    if (wallMs(mid * SECOND, zone) >= localMs) hi = mid;
     else lo = mid;
   }
-  return hi;
+  // The offset holds through the second before: the clock may reach localMs within it, else at the jump.
+  const within = localMs - (wallMs(lo * SECOND, zone) - lo * SECOND);
+  return Math.min(within, hi * SECOND);
 }
 
 // ---------------------------------------------------------------------------------------------
