@@ -80,7 +80,9 @@ describe("clients that cannot move an adaptive rule's limit, over real sockets",
       const ips = Array.from({ length: attackers }, (_, i) => `10.66.${a}.${i + 1}`);
       const sockets: Promise<void>[] = [];
       for (let round = 0; Date.now() - startedAt < RUN_MS; round++) {
-        ips.forEach((ip, i) => sockets.push(attack(edge.urls[(round + i) % ISOLATES]!, `/${path}/x`, ip, how)));
+        ips.forEach((ip, i) => {
+          sockets.push(attack(edge.urls[(round + i) % ISOLATES]!, `/${path}/x`, ip, how));
+        });
         await sleep(1_000);
       }
       await Promise.all(sockets);

@@ -14,7 +14,14 @@ import { type Edge, startEdge } from "./support/harness.ts";
 const ISOLATES = 4;
 const KEY = "198.51.100.77";
 /** 1 every 3 s, held up to 20 s: of 6 at once, 1 goes, and 5 are held until 3, 6, 9, 12 and 15 s on. */
-const RULE = { id: "held-crash", path: "/x", limit: 1, period: "3s", max_delay: "20s", key: ["ip"] } satisfies RuleInput;
+const RULE = {
+  id: "held-crash",
+  path: "/x",
+  limit: 1,
+  period: "3s",
+  max_delay: "20s",
+  key: ["ip"],
+} satisfies RuleInput;
 /** The bound the docs state: a booking nobody claims goes this long after the object's restart. */
 const CLAIM_WITHIN_MS = 5_000;
 
