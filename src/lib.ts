@@ -32,10 +32,8 @@ export {
   type PerRequestRuleLimit,
 } from "./worker/client-limits.ts";
 export type {
-  ConcurrencyRuleLimit,
   RateLimitDecision,
   RateLimitVariables,
-  RateRuleLimit,
   RuleLimit,
 } from "./worker/decision.ts";
 export type { Env } from "./worker/env.ts";

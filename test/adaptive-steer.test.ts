@@ -22,13 +22,16 @@ import { expectRuntimeReports } from "./support/logs.ts";
 let rules = 0;
 const uniqueRule = (name: string) => `${name}-${++rules}-${Date.now()}`;
 
-/** The issue's rule, on a shorter clock: each client 600 a minute, the origin within 100 ms at the 99th percentile. */
+/**
+ * The issue's rule: each client 600 a minute, the origin within 300 ms at the 99th percentile (which the
+ * origin here, answering in milliseconds, meets even while the machine runs the rest of the suite).
+ */
 const rule = (id: string): RuleInput => ({
   id,
   limit: 600,
   period: "1m",
   key: ["ip"],
-  adaptive: { latency: "100ms", percentile: 99, errors: "5%" },
+  adaptive: { latency: "300ms", percentile: 99, errors: "5%" },
 });
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -70,9 +73,9 @@ type Attack = (send: ReturnType<typeof limiter>, ip: string) => Promise<unknown>
 
 const attacks: [string, Attack][] = [
   [
-    "a body trickled over 250 ms",
+    "a body trickled over 600 ms",
     (send, ip) =>
-      send("/echo", { method: "POST", body: trickled(250), duplex: "half", ...from(ip) } as RequestInit).then((r) =>
+      send("/echo", { method: "POST", body: trickled(600), duplex: "half", ...from(ip) } as RequestInit).then((r) =>
         r.arrayBuffer(),
       ),
   ],
@@ -153,23 +156,23 @@ describe("a request forwarded under an adaptive rule", () => {
 });
 
 describe("rateLimit() with an adaptive rule in your own Hono app", () => {
-  it("times your handler from the body's last byte: a client trickling its body does not move the limit", async () => {
+  it("times your handler from the body's last byte: clients trickling their bodies do not move the limit", async () => {
     const id = uniqueRule("library");
     const app = new Hono<{ Bindings: typeof env }>();
     app.post("/echo", rateLimit({ rules: rule(id) }), async (c) => c.json({ read: (await c.req.text()).length }));
     const call = (ip: string, init: RequestInit) =>
       app.request("/echo", { method: "POST", ...init, headers: { "cf-connecting-ip": ip } }, env);
-    const attacker = uniqueIp();
+    // Six of them: more than the few clients a decision leaves out, so only the timing keeps the limit where it is.
+    const attackers = Array.from({ length: 6 }, uniqueIp);
     const legitimate = uniqueIp();
     const statuses: number[] = [];
     const startedAt = Date.now();
-    while (Date.now() - startedAt < 3_500) {
-      const [trickle, plain] = await Promise.all([
-        call(attacker, { body: trickled(250), duplex: "half" } as RequestInit),
+    while (Date.now() - startedAt < 4_000) {
+      const [trickles, plain] = await Promise.all([
+        Promise.all(attackers.map((ip) => call(ip, { body: trickled(600), duplex: "half" } as RequestInit))),
         call(legitimate, { body: "{}" }),
-        pause(200),
       ]);
-      expect(await trickle.json()).toEqual({ read: 2 });
+      for (const trickle of trickles) expect(await trickle.json()).toEqual({ read: 2 });
       await plain.arrayBuffer();
       statuses.push(plain.status);
     }

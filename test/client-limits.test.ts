@@ -72,9 +72,9 @@ describe("a client reads its own limits", () => {
     expect(stated?.[1]).toBe("7");
     const limits = await limitsOf(await send(PATH, from(ip)));
     expect(Object.keys(limits)).toEqual(["cl-api", "cl-login"]);
-    const own = limits["cl-api"] as RuleLimit & { kind: "rate" };
+    const own = limits["cl-api"] as Required<RuleLimit>;
     expect(own).toMatchObject({
-      kind: "rate",
+      kind: "window",
       limit: 10,
       remaining: 7,
       windowSeconds: 3600,
@@ -89,7 +89,7 @@ describe("a client reads its own limits", () => {
     expect(own.resetEpochSeconds).toBeGreaterThanOrEqual(resetAt);
     expect(own.resetEpochSeconds).toBeLessThanOrEqual(resetAt + 1);
     expect(limits["cl-login"]).toMatchObject({
-      kind: "rate",
+      kind: "window",
       limit: 5,
       remaining: 5,
       windowSeconds: 60,
@@ -118,7 +118,7 @@ describe("a client reads its own limits", () => {
     const wait = Number(refused.headers.get("retry-after"));
     const limits = await limitsOf(await send(PATH, from(ip)));
     expect(limits["cl-login"]).toMatchObject({ remaining: 0, allowed: false });
-    const { resetSeconds } = limits["cl-login"] as RuleLimit & { kind: "rate" };
+    const { resetSeconds } = limits["cl-login"] as Required<RuleLimit>;
     expect(resetSeconds).toBeGreaterThanOrEqual(wait - 1);
     expect(resetSeconds).toBeLessThanOrEqual(wait);
   });
@@ -229,7 +229,7 @@ describe("never another client's data, nor a rule the client is not under", () =
     const ip = uniqueIp();
     await send("/api/a", from(ip));
     expect(await limitsOf(await send(PATH, from(ip)))).toEqual({
-      "cl-per-path": { id: "cl-per-path", kind: "rate", limit: 4, windowSeconds: 60, countedPer: ["path"] },
+      "cl-per-path": { id: "cl-per-path", kind: "window", limit: 4, windowSeconds: 60, countedPer: ["path"] },
     });
   });
 });
@@ -302,8 +302,14 @@ describe("every kind of rule", () => {
     const held = send("/x", from(ip));
     await new Promise((resolve) => setTimeout(resolve, 100));
     const limits = await limitsOf(await send(PATH, from(ip)));
-    expect(limits["cl-held"]).toMatchObject({ kind: "rate", limit: 1, remaining: 0, allowed: false, windowSeconds: 2 });
-    const { resetSeconds } = limits["cl-held"] as RuleLimit & { kind: "rate" };
+    expect(limits["cl-held"]).toMatchObject({
+      kind: "window",
+      limit: 1,
+      remaining: 0,
+      allowed: false,
+      windowSeconds: 2,
+    });
+    const { resetSeconds } = limits["cl-held"] as Required<RuleLimit>;
     expect(resetSeconds).toBeGreaterThanOrEqual(1);
     expect(resetSeconds).toBeLessThanOrEqual(4);
     const answered = await held;
@@ -319,7 +325,7 @@ describe("what applies to the client now", () => {
     const statuses: number[] = [];
     for (let i = 0; i < 3; i++) statuses.push((await send("/x", from(ip))).status);
     expect(statuses).toEqual([200, 200, 429]);
-    const rule = (await limitsOf(await send(PATH, from(ip))))["cl-penalty"] as RuleLimit & { kind: "rate" };
+    const rule = (await limitsOf(await send(PATH, from(ip))))["cl-penalty"] as Required<RuleLimit>;
     expect(rule).toMatchObject({ remaining: 0, allowed: false });
     expect(rule.resetSeconds).toBeGreaterThan(295);
     expect(rule.resetSeconds).toBeLessThanOrEqual(300);
@@ -337,7 +343,7 @@ describe("what applies to the client now", () => {
     });
     expect(put.status).toBe(200);
     expect((await send("/api/orders", from(ip))).status).toBe(403);
-    const rule = (await limitsOf(await send(PATH, from(ip))))["cl-api"] as RuleLimit & { kind: "rate" };
+    const rule = (await limitsOf(await send(PATH, from(ip))))["cl-api"] as Required<RuleLimit>;
     expect(rule).toMatchObject({ remaining: 0, allowed: false });
     expect(rule.resetSeconds).toBeGreaterThan(595);
     expect(rule.resetSeconds).toBeLessThanOrEqual(600);

@@ -15,6 +15,7 @@ import {
 import { type PlaceAcquired, type PlaceRequest, type PlaceWait, toPlaceRequest } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
+import { placed } from "./support/isolate.ts";
 
 /** Three of a client's requests in flight at once; a place not renewed for 30 s is taken back. */
 const three = (over: Partial<PlaceRequest> = {}): PlaceRequest => ({ concurrency: 3, placeTimeoutMs: 30_000, ...over });
@@ -147,7 +148,7 @@ describe("a concurrency rule's places", () => {
 
   it("are what a parsed rule asks for: its concurrency, place timeout, delay and bound", () => {
     const parsed = parseRules([{ id: "ai", concurrency: 2, place_timeout: "20s", max_delay: "3s" }]);
-    expect(parsed.ok && toPlaceRequest(parsed.value[0]!)).toEqual({
+    expect(parsed.ok && toPlaceRequest(placed(parsed.value[0]))).toEqual({
       concurrency: 2,
       placeTimeoutMs: 20_000,
       maxDelayMs: 3_000,

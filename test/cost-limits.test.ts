@@ -179,7 +179,7 @@ describe("the admin API: an override whose limit is below the rule's cost is a 4
       'field "tier": "cheap" gives rule "api" a limit of 9, below its cost (10), so no request of this client could ever be admitted; must be at least 10',
     ],
   ])("the check the API makes names %s, whichever gives the limit", (_, setting, message) => {
-    const rule = { id: "api", limit: 100, cost: 10, tiers: { cheap: 9, fair: 20 } };
+    const rule = { id: "api", kind: "window", limit: 100, cost: 10, tiers: { cheap: 9, fair: 20 } } as const;
     expect(limitOutOfRange(setting, rule)).toBe(message);
     expect(limitOutOfRange({ kind: "limit", limit: 10 }, rule)).toBeNull();
     expect(limitOutOfRange({ kind: "tier", tier: "fair" }, rule)).toBeNull();

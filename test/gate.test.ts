@@ -12,13 +12,13 @@ import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate, type Step, Visit } from "../src/isolate/gate.ts";
 import type { KeyCall, Settlement } from "../src/isolate/vocabulary.ts";
 import type { CheckResult, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
-import { createIsolate, settingsFor } from "./support/isolate.ts";
+import { counted, createIsolate, settingsFor } from "./support/isolate.ts";
 
 const TIMEOUT_MS = 1_000;
 /** Before any call has landed, a call is presumed lost after 4 typical calls of 50 ms. */
 const STALE_MS = 200;
 
-const rules = settingsFor([{ id: "gate", limit: 10, period: "1m" }]).rules;
+const rules = counted(settingsFor([{ id: "gate", limit: 10, period: "1m" }]).rules);
 
 function setUp() {
   const counters = new IsolateCounters();
@@ -324,7 +324,7 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
 
 // Held requests and places: states of the same gate, on the same clock of the test's own.
 
-const smoothRules = settingsFor([{ id: "smooth", limit: 2, period: "1s", max_delay: "5s" }]).rules;
+const smoothRules = counted(settingsFor([{ id: "smooth", limit: 2, period: "1s", max_delay: "5s" }]).rules);
 const capRules = settingsFor([{ id: "cap", concurrency: 3, max_delay: "10s" }]).rules;
 const RECEIPT = { row: "smooth|1000|1", epoch: 7, bucket: 3 };
 

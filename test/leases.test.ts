@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { scriptedNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
-import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
+import { counted, createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
 import { gatedNamespace, ipCanonical, storedRows, storedTotal } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
@@ -369,7 +369,7 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
   /** One rule's book in a fresh isolate, and a grant of `units` as a call sent at `sentAtMs` would bring it. */
   const bookFor = (id: string) => {
     const isolate = createIsolate();
-    const rules = settingsFor([{ id, limit: 1000, period: "1h" }]).rules;
+    const rules = counted(settingsFor([{ id, limit: 1000, period: "1h" }]).rules);
     const digest = isolate.digest("a key");
     const receipt = { row: `${id}|3600000|1`, epoch: 1, bucket: 0 };
     const verdict = { ...settledVerdict, counted: null };

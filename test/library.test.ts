@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it, vi } from "vitest";
 import type { RuleInput } from "../src/core/rules.ts";
-import { adminApi, createIsolate, type RateLimitDecision, rateLimit } from "../src/lib.ts";
+import { adminApi, createIsolate, type RateLimitDecision, type RuleLimit, rateLimit } from "../src/lib.ts";
 import { env } from "./support/env.ts";
 import { uniqueIp } from "./support/limiter.ts";
 
@@ -140,13 +140,13 @@ describe('c.get("rateLimit"): the decision in your own handler', () => {
       const decision = (await res.json()) as RateLimitDecision;
       expect(decision).toMatchObject({ outcome: "allowed", held: false, heldMs: 0, retryAfterSeconds: 0 });
       expect(decision.rules.map((r) => [r.id, r.kind, r.limit, r.remaining, r.allowed, r.shed])).toEqual([
-        ["dec-minute", "rate", 10, 10 - i, true, false],
-        ["dec-hour", "rate", 3, 3 - i, true, false],
+        ["dec-minute", "window", 10, 10 - i, true, false],
+        ["dec-hour", "window", 3, 3 - i, true, false],
       ]);
       // Every number as the headers state it: the policies' q and w, and the closest rule's r, t and reset.
       const policies = headerItems(res.headers.get("ratelimit-policy"));
       for (const rule of decision.rules) {
-        expect(rule.kind === "rate" && String(rule.windowSeconds)).toBe(policies.get(rule.id)!.w);
+        expect(String(rule.windowSeconds)).toBe(policies.get(rule.id)!.w);
         expect(String(rule.limit)).toBe(policies.get(rule.id)!.q);
       }
       const stating = [...headerItems(res.headers.get("ratelimit"))];
@@ -154,9 +154,9 @@ describe('c.get("rateLimit"): the decision in your own handler', () => {
       const [closestId, stated] = stating[0]!;
       expect(decision.closest).toEqual(decision.rules.find((r) => r.id === closestId));
       expect(closestId).toBe("dec-hour");
-      const closest = decision.closest!;
-      expect(closest.kind).toBe("rate");
-      if (closest.kind !== "rate") return;
+      const closest = decision.closest as Required<RuleLimit>;
+      expect(closest.kind).toBe("window");
+      expect(closest.resetSeconds).toBeTypeOf("number");
       expect(stated).toEqual({ r: String(closest.remaining), t: String(closest.resetSeconds) });
       expect(res.headers.get("x-ratelimit-remaining")).toBe(String(closest.remaining));
       expect(res.headers.get("x-ratelimit-reset")).toBe(String(closest.resetEpochSeconds));

@@ -73,7 +73,7 @@ describe("a valid rule", () => {
     ["365d", 365 * 86_400_000],
   ])("reads block_for %o as a penalty of %i ms (0: none)", (blockFor, ms) => {
     const parsed = parseRules([{ ...base, ...(blockFor === undefined ? {} : { block_for: blockFor }) }]);
-    expect(parsed.ok && parsed.value[0]!.blockForMs).toBe(ms);
+    expect(parsed.ok && parsed.value[0]!.kind === "window" && parsed.value[0]!.blockForMs).toBe(ms);
   });
 
   it("can come as a JSON string (a secret or .dev.vars)", () => {
@@ -194,7 +194,7 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "a misspelt field",
       { ...base, limt: 5 },
-      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, limit, period, key, action, on_error, precision, strict, count, cost, cost_header, keep_cost_header, block_for, ips, exclude_ips, max_delay, max_held, concurrency, place_timeout, adaptive',
+      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout',
     ],
     [
       "a block_for under a second",
@@ -294,9 +294,15 @@ describe("held requests (max_delay, max_held) and concurrency limits (concurrenc
   });
 
   it("reads a concurrency rule: its places as its limit (tiers and overrides give other numbers), its place timeout", () => {
-    expect(parsedRule(concurrent)).toMatchObject({ concurrency: 2, limit: 2, placeTimeoutMs: 60_000 });
+    const rule = parsedRule(concurrent);
+    expect(rule).toMatchObject({ kind: "concurrency", limit: 2, placeTimeoutMs: 60_000 });
+    // None of a rate's fields: a concurrency rule is a kind of its own, not a window with its places as a limit.
+    for (const field of ["periodMs", "precision", "strict", "count", "blockForMs", "concurrency"]) {
+      expect(rule).not.toHaveProperty(field);
+    }
     expect(parsedRule({ ...concurrent, place_timeout: "30s", max_delay: "10s", max_held: 20 })).toMatchObject({
-      concurrency: 2,
+      kind: "concurrency",
+      limit: 2,
       placeTimeoutMs: 30_000,
       maxDelayMs: 10_000,
       maxHeld: 20,

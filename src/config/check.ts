@@ -11,10 +11,9 @@
  * list the Worker logs and its admin API answers with (readConfiguration).
  */
 
-import { countAsWritten, countsResponse } from "../core/count.ts";
-import { describePeriod, formatDuration } from "../core/duration.ts";
 import type { IpRange } from "../core/ip-ranges.ts";
 import { sourceLabel } from "../core/keys.ts";
+import { kindOf } from "../core/kinds/registry.ts";
 import { canonicalGlob, normalizePath, type PathGlob } from "../core/paths.ts";
 import { type Characteristic, isClaim, parseRule, type Rule, ruleMatches } from "../core/rules.ts";
 import { show } from "../core/show.ts";
@@ -417,36 +416,19 @@ function otherSpellings(written: string, caseSensitive: boolean): string[] {
 /** Warnings about one valid rule, each starting with `label`; `raw` is the rule as written. */
 function ruleWarnings(rule: Rule, label: string, raw: Record<string, unknown>): Finding[] {
   const messages = [
-    ...periodWarnings(rule, raw.period),
+    ...kindOf(rule).warnings(rule, raw),
     ...pathWarnings(rule),
     ...excludeWarnings(rule),
     ...excludedPathWarnings(rule),
     ...methodWarnings(rule),
     ...shadowWarnings(rule),
-    ...blockForWarnings(rule, raw.block_for),
     ...delayWarnings(rule, raw.max_delay),
     ...adaptiveWarnings(rule),
-    ...countingWarnings(rule),
     ...rangeWarnings(rule),
     ...claimKeyWarnings(rule),
     ...ja4KeyWarnings(rule),
   ];
   return messages.map((message) => warning(`${label}: ${message}`));
-}
-
-/** A period so short that jitter dominates it, or a number of seconds that looks like milliseconds. */
-function periodWarnings(rule: Rule, period: unknown): string[] {
-  if (rule.periodMs < 1_000) {
-    return [
-      `field "period": ${show(period)} is under 1 second${typeof period === "number" ? " (a number is seconds)" : ""}: every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit`,
-    ];
-  }
-  if (typeof period === "number" && period >= 1_000 && period % 1_000 === 0) {
-    return [
-      `field "period": ${period} is seconds, that is ${describePeriod(rule.periodMs)}; if you meant milliseconds, write "${period / 1_000}s"`,
-    ];
-  }
-  return [];
 }
 
 /** The rule's path globs that can match some request. */
@@ -558,43 +540,14 @@ function shadowWarnings(rule: Rule): string[] {
   return ['field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request'];
 }
 
-/** A penalty on a shadow rule, which never starts one; or one shorter than the period, which adds little. */
-function blockForWarnings(rule: Rule, blockFor: unknown): string[] {
-  if (rule.blockForMs === 0) return [];
-  if (rule.action === "log") {
-    return [
-      `field "block_for": ${show(blockFor)} has no effect on a shadow rule (action = "log"), which never refuses a request and so never starts a penalty`,
-    ];
-  }
-  if (rule.blockForMs < rule.periodMs) {
-    return [
-      `field "block_for": ${show(blockFor)} is shorter than the period (${formatDuration(rule.periodMs)}), and the window alone refuses a client at its limit for up to a period, so the penalty changes little; make it longer than the period`,
-    ];
-  }
-  return [];
-}
-
 /**
- * A delay on a shadow rule, which never refuses and so never holds anything;
- * or, on a rate, one longer than the period: a client then keeps more than a
- * period's worth of requests held, and an overload that lasts is queued,
- * connections open, where a limit would refuse it.
+ * A delay on a shadow rule, which never refuses and so never holds anything
+ * (a kind warns of a delay too long for its own fields).
  */
 function delayWarnings(rule: Rule, maxDelay: unknown): string[] {
-  if (rule.maxDelayMs === undefined) return [];
-  if (rule.action === "log") {
-    return [
-      `field "max_delay": ${show(maxDelay)} has no effect on a shadow rule (action = "log"), which never refuses a request and so never holds one`,
-    ];
-  }
-  if (rule.concurrency !== undefined || rule.maxDelayMs <= rule.periodMs) return [];
-  const periods = rule.maxDelayMs / rule.periodMs;
-  const held = Math.min(
-    rule.maxHeld ?? Number.POSITIVE_INFINITY,
-    Math.floor((rule.limit / (rule.cost ?? 1)) * periods),
-  );
+  if (rule.maxDelayMs === undefined || rule.action !== "log") return [];
   return [
-    `field "max_delay": ${show(maxDelay)} is longer than the period (${formatDuration(rule.periodMs)}), so a client keeps about ${Number(periods.toFixed(1))} periods' worth of requests held (up to ${held} at this limit) with their connections open, and a sustained overload is queued rather than refused; make it at most the period, unless that is meant`,
+    `field "max_delay": ${show(maxDelay)} has no effect on a shadow rule (action = "log"), which never refuses a request and so never holds one`,
   ];
 }
 
@@ -672,22 +625,6 @@ function ja4KeyWarnings(rule: Rule): string[] {
     });
 }
 
-/** Combinations of `count`, `cost_header` and `block_for` that cannot work as written. */
-function countingWarnings(rule: Rule): string[] {
-  const warnings: string[] = [];
-  if (rule.blockForMs > 0 && !rule.count.all && [200, 204, 302].every((status) => countsResponse(rule.count, status))) {
-    warnings.push(
-      `field "block_for": with count = ${show(countAsWritten(rule.count))}, the penalty falls on clients whose requests succeed: a login rule wants count = "failed" (or [401, 403])`,
-    );
-  }
-  if (rule.costHeader !== undefined && rule.action === "log") {
-    warnings.push(
-      `field "cost_header": ${show(rule.costHeader)} on a shadow rule (action = "log") charges counts that never refuse anything; drop it, or enforce the rule`,
-    );
-  }
-  return warnings;
-}
-
 /** What decides which requests a rule counts, and how: equal signatures count the same requests the same way. */
 function signature(rule: Rule): string {
   const sources = (globs: PathGlob[]) => globs.map((g) => g.source).sort();
@@ -697,8 +634,8 @@ function signature(rule: Rule): string {
   // GET covers HEAD, so ["GET"] and ["GET", "HEAD"] count the same requests.
   const methods =
     rule.methods === null ? null : [...new Set([...rule.methods, ...(rule.methods.has("GET") ? ["HEAD"] : [])])].sort();
-  // Concurrency rules count requests in flight, whatever their place timeout: they compare only with each other.
-  const measure = rule.concurrency === undefined ? rule.periodMs : "in flight";
+  // What the rule's kind counts over: a period, or requests in flight (whatever the place timeout).
+  const measure = [rule.kind, kindOf(rule).measure(rule)];
   // An adaptive rule's limit moves with its own controller: it may fall below a fixed one, or another adaptive one's.
   const adaptive = rule.adaptive === undefined ? null : rule.id;
   return JSON.stringify([paths, sources(rule.exclude), methods, key, rule.caseSensitive, measure, adaptive]);
@@ -727,17 +664,7 @@ function sameRequestsWarnings(rules: ValidRule[]): Finding[] {
     const b = `${where} "${rule.id}"`;
     const looser = first.rule.limit >= rule.limit ? a : b;
     const same = first.rule.limit === rule.limit;
-    out.push({
-      level: "warning",
-      message:
-        rule.concurrency !== undefined
-          ? same
-            ? `${a} and ${b}: are the same limit on the same requests in flight and key; remove one`
-            : `${a} and ${b}: limit the same requests in flight with the same key, so ${looser}, the looser, never refuses anything; remove it`
-          : same
-            ? `${a} and ${b}: are the same limit on the same requests, key and period; remove one`
-            : `${a} and ${b}: count the same requests with the same key and period, so ${looser}, the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit`,
-    });
+    out.push({ level: "warning", message: kindOf(rule).overlap(a, b, looser, same) });
   }
   return out;
 }

@@ -11,9 +11,13 @@
  * login = 20
  * ```
  */
+
+import { parseIntegerFrom1 } from "../core/fields.ts";
+import { kindOf } from "../core/kinds/registry.ts";
+import { MAX_LIMIT } from "../core/kinds/window.ts";
 import { isTierName } from "../core/overrides.ts";
 import { fail, ok, type Result } from "../core/result.ts";
-import { MAX_CONCURRENCY, MAX_LIMIT, parseIntegerFrom1, type Rule } from "../core/rules.ts";
+import type { Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
 
 /** Tier name → rule id → the limit the tier gives that rule. */
@@ -85,9 +89,9 @@ export function unknownRules(tiers: Tiers, rules: Rule[]): { tier: string; rule:
 /**
  * An error for each limit a tier gives a rule that cannot be enforced as
  * written: below the rule's `cost`, no request of a client in that tier (by
- * an override or a token's `tier_claim`) would ever fit; above a
- * concurrency rule's most places (`concurrency` is 1 to 10000), it is more
- * than the rule itself may give. `rules` are the valid ones, with where
+ * an override or a token's `tier_claim`) would ever fit; above the most its
+ * kind lets a rule give (a concurrency rule's places are 1 to 10000), it is
+ * more than the rule itself may give. `rules` are the valid ones, with where
  * each is written (`RULES[2]`, `RULES_AUTH[0]`).
  */
 export function tierLimitErrors(tiers: Tiers, rules: { rule: Rule; where: string }[]): string[] {
@@ -110,9 +114,10 @@ export function tierLimitProblems(
           `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
         );
       }
-      if (rule.concurrency !== undefined && limit > MAX_CONCURRENCY) {
+      const { maxLimit, limitNoun, limitField } = kindOf(rule);
+      if (limit > maxLimit) {
         return problem(
-          `TIERS.${tier}.${rule.id}: ${limit} is above the most places ${where} ${show(rule.id)} may give a client (field "concurrency": at most ${MAX_CONCURRENCY}), so it cannot be enforced as written; make it at most ${MAX_CONCURRENCY}`,
+          `TIERS.${tier}.${rule.id}: ${limit} is above the most ${limitNoun} ${where} ${show(rule.id)} may give a client (field "${limitField}": at most ${maxLimit}), so it cannot be enforced as written; make it at most ${maxLimit}`,
         );
       }
       return [];

@@ -8,8 +8,12 @@
  * An override never changes a rule's period or bucket layout, so the
  * client's counts carry over when it is set, changed or removed.
  */
+
+import { parseIntegerFrom1 } from "./fields.ts";
+import type { KindName } from "./kinds/kind.ts";
+import { KINDS } from "./kinds/registry.ts";
+import { MAX_LIMIT } from "./kinds/window.ts";
 import { fail, ok, type Result } from "./result.ts";
-import { MAX_CONCURRENCY, MAX_LIMIT, parseIntegerFrom1 } from "./rules.ts";
 import { show } from "./show.ts";
 
 /** What an override does to its rule, for its client. */
@@ -149,8 +153,6 @@ type RuleLimits = {
   limit: number;
   tiers?: Readonly<Record<string, number>> | undefined;
   cost?: number | undefined;
-  /** A concurrency rule's places as configured; absent for a rate. */
-  concurrency?: number | undefined;
 };
 
 /** Whether a tier name is one `TIERS` may define. */
@@ -208,17 +210,21 @@ export const overrideView = (o: Override) => ({
 /**
  * Why `setting` cannot be a client's override of `rule`: the limit it gives
  * is below the rule's `cost`, so no request of the client would ever fit, and
- * each 429's Retry-After would lead only to another; or, under a concurrency
- * rule, above the most places a rule may give (`concurrency` is 1 to 10000).
+ * each 429's Retry-After would lead only to another; or above the most its
+ * kind lets a rule give (a concurrency rule's places are 1 to 10000).
  * Null when it can.
  */
-export function limitOutOfRange(setting: OverrideSetting, rule: RuleLimits & { id: string }): string | null {
+export function limitOutOfRange(
+  setting: OverrideSetting,
+  rule: RuleLimits & { id: string; kind: KindName },
+): string | null {
   const cost = rule.cost ?? 1;
   const limit = limitOf(setting, rule);
   if (typeof limit !== "number") return null;
-  if (rule.concurrency !== undefined && limit > MAX_CONCURRENCY) {
-    // A tier's places are checked with the configuration: only an override's own limit gets here.
-    return `field "limit": ${limit} is above the most places rule ${show(rule.id)} may give a client (${MAX_CONCURRENCY}); must be at most ${MAX_CONCURRENCY}`;
+  const { maxLimit, limitNoun } = KINDS[rule.kind];
+  if (limit > maxLimit) {
+    // A tier's limits are checked with the configuration: only an override's own limit gets here.
+    return `field "limit": ${limit} is above the most ${limitNoun} rule ${show(rule.id)} may give a client (${maxLimit}); must be at most ${maxLimit}`;
   }
   if (limit >= cost) return null;
   const given =

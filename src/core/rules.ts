@@ -3,11 +3,14 @@
  * Rate-limit rules: the `[[vars.RULES]]` schema, and its validation into
  * compiled rules. Every problem is reported, each naming the rule and field.
  */
-import { COUNT_ALL, type CountWhen, parseCount } from "./count.ts";
-import { type Duration, formatDuration, parseDurationMs } from "./duration.ts";
+import type { CountWhen } from "./count.ts";
+import { type Duration, parseDurationMs } from "./duration.ts";
+import { isZero, parseChoice, parseFlag, parseIntegerFrom1, TOKEN } from "./fields.ts";
 import { type AdaptiveInput, type HealthTarget, parseAdaptive } from "./health.ts";
 import type { Address } from "./ip.ts";
 import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
+import type { AnyKind, Fields, KindName, Quota } from "./kinds/kind.ts";
+import { KIND_FIELDS, KINDS, type KindFieldsOf, kindsMarked, kindsWith } from "./kinds/registry.ts";
 import {
   compileGlob,
   compileRuleGlob,
@@ -19,7 +22,6 @@ import {
 } from "./paths.ts";
 import { fail, mapAll, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
-import type { WindowLimit } from "./sliding-window.ts";
 
 /** What every rule may have, whatever it limits. */
 type RuleCommonInput = {
@@ -125,8 +127,8 @@ export type NetworkFact = "asn" | "country" | "continent" | "ja4";
 /** One part of a client key: its sources in order of preference; the first present one is used. */
 export type Characteristic = Source[];
 
-/** A validated rule. */
-export type Rule = WindowLimit & {
+/** What every validated rule has, whatever its kind. */
+export type RuleCommon = {
   id: string;
   paths: RuleGlob[];
   exclude: PathGlob[];
@@ -136,14 +138,6 @@ export type Rule = WindowLimit & {
   key: Characteristic[];
   action: "block" | "log";
   onError: "open" | "closed";
-  /** Which responses count (the `count` field); the rest are given back once the origin answers. */
-  count: CountWhen;
-  /** The response header that says what the request really cost (lower-case); the difference is charged after. */
-  costHeader?: string;
-  /** Whether the client sees that header; by default it is stripped. */
-  keepCostHeader?: boolean;
-  /** How long a refusal under this rule blocks the client, in milliseconds; 0 for no penalty. */
-  blockForMs: number;
   /** The only clients the rule applies to (`ips`); every client when absent. */
   ips?: IpRange[];
   /** Clients the rule skips (`exclude_ips`). */
@@ -152,70 +146,64 @@ export type Rule = WindowLimit & {
   tiers?: Readonly<Record<string, number>>;
   /** The tier a verified token's `tier_claim` put this request in; `limit` is then that tier's. */
   tier?: string;
-  /** How long a request over the limit may be held until its turn (`max_delay`); absent: refused at once. */
+  /**
+   * How long a request over the limit may be held until its turn, or wait
+   * in line for a place (`max_delay`); absent: refused at once.
+   */
   maxDelayMs?: number;
   /** With `maxDelayMs`: how many of a client's requests may be held at once under the rule (`max_held`). */
   maxHeld?: number;
-  /**
-   * A concurrency rule's places (`concurrency`): requests of a client in
-   * flight at once. `limit` is the same number (a tier or an override gives
-   * a client another through it, as for a rate), `periodMs` is
-   * `placeTimeoutMs`; the window fields count nothing for such a rule.
-   */
-  concurrency?: number;
-  /** With `concurrency`: how long a place not renewed stays counted (`place_timeout`). */
-  placeTimeoutMs?: number;
   /** The health target that makes the rule adaptive (`adaptive`); absent: its limit never moves. */
   adaptive?: HealthTarget;
+  /** The rule's quota as the rate-limit headers and the problem details say it (its kind's). */
+  quota: Quota;
 };
 
-export const RULE_FIELDS = [
+/**
+ * A validated rule: what every rule has, its kind's name, and its kind's
+ * own fields (kinds/). Its `limit` is the number a tier, an override and an
+ * adaptive factor scale: requests per period, or places.
+ */
+export type Rule = { [K in KindName]: RuleCommon & { kind: K } & KindFieldsOf[K] }[KindName];
+
+/** A rule of one kind. */
+export type RuleOf<K extends KindName> = Extract<Rule, { kind: K }>;
+
+/** A rule its client's object counts (the `count` protocol): a check decides it, with the key's other counted rules. */
+export type CountedRule = RuleOf<"window">;
+
+/** A rule its client's object gives places under (the `place` protocol), once the request's counted rules admit it. */
+export type PlacedRule = RuleOf<"concurrency">;
+
+/** Whether a rule's object counts it (its kind's protocol is `count`), or else gives places under it. */
+export const isCounted = (rule: Rule): rule is CountedRule => KINDS[rule.kind].protocol === "count";
+
+/** The fields every rule may have, whatever its kind. */
+const COMMON_FIELDS = [
   "id",
   "path",
   "methods",
   "exclude",
   "case_sensitive",
-  "limit",
-  "period",
   "key",
   "action",
   "on_error",
-  "precision",
-  "strict",
-  "count",
-  "cost",
-  "cost_header",
-  "keep_cost_header",
-  "block_for",
   "ips",
   "exclude_ips",
   "max_delay",
   "max_held",
-  "concurrency",
-  "place_timeout",
   "adaptive",
 ] as const;
 
+/** Every rule field: the common ones, then each kind's own. */
+export const RULE_FIELDS: readonly string[] = [...COMMON_FIELDS, ...KIND_FIELDS];
+
 const ID = /^[a-z0-9_-]{1,64}$/;
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-/** The largest limit a rule, a tier or an override may give. */
-export const MAX_LIMIT = 1_000_000_000;
-const MAX_PRECISION = 60;
-/** The shortest penalty: anything shorter is over before a client could notice. */
-const MIN_BLOCK_FOR_MS = 1_000;
 /** The longest a request may be held: a held request keeps its client's connection open. */
 export const MAX_DELAY_MS = 60_000;
 /** The most requests of one client held (or waiting for a place) at once under a rule, and the default. */
 export const MAX_HELD = 10_000;
 export const DEFAULT_MAX_HELD = 1_000;
-/** The most places a concurrency rule may give one client. */
-export const MAX_CONCURRENCY = 10_000;
-/** A place not renewed is taken back after this long by default, and within these bounds. */
-export const DEFAULT_PLACE_TIMEOUT_MS = 60_000;
-const MIN_PLACE_TIMEOUT_MS = 5_000;
-const MAX_PLACE_TIMEOUT_MS = 3_600_000;
-/** The fields of a rate that a concurrency rule has no use for. */
-const RATE_ONLY_FIELDS = ["precision", "strict", "cost", "cost_header", "count", "block_for"] as const;
 
 /**
  * Validates rules. Returns the compiled rules, or every problem found.
@@ -289,32 +277,11 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     take("path", fail("must name at least one path glob"), null);
   }
   const methods = take("methods", parseMethods(fields.methods), null);
-  // A concurrency rule: `concurrency` instead of `limit` and `period`, and none of a rate's other fields.
-  const concurrent = fields.concurrency !== undefined;
-  if (concurrent) {
-    for (const field of ["limit", "period"] as const) {
-      if (fields[field] !== undefined) take(field, fail(BOTH_KINDS), null);
-    }
-  }
-  const concurrency = concurrent ? take("concurrency", parseIntegerFrom1(fields.concurrency, MAX_CONCURRENCY), 1) : 0;
-  const placeTimeoutMs = take("place_timeout", parsePlaceTimeout(fields.place_timeout, concurrent), 0);
-  const limit = concurrent ? concurrency : take("limit", parseIntegerFrom1(fields.limit, MAX_LIMIT), 0);
-  const periodMs = concurrent ? placeTimeoutMs : take("period", parsePeriod(fields.period), 0);
+  const kind = kindOfFields(fields, take);
+  const own = kind.parse(fields, take) as KindFieldsOf[KindName];
   const key = take("key", parseKey(fields.key ?? ["ip"], caseSensitive), []);
   const action = take("action", parseChoice(fields.action ?? "block", ["block", "log"]), "block");
   const onError = take("on_error", parseChoice(fields.on_error ?? "open", ["open", "closed"]), "open");
-  if (concurrent) {
-    for (const field of RATE_ONLY_FIELDS) {
-      if (fields[field] !== undefined) take(field, fail(NOT_CONCURRENT), null);
-    }
-  }
-  const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
-  const strict = take("strict", parseFlag(fields.strict ?? false), false);
-  const count = take("count", parseCount(fields.count), COUNT_ALL);
-  const cost = take("cost", parseCost(fields.cost, limit), 1);
-  const costHeader = take("cost_header", parseHeaderName(fields.cost_header), null);
-  const keepCostHeader = take("keep_cost_header", parseFlag(fields.keep_cost_header ?? false), false);
-  const blockForMs = take("block_for", parseBlockFor(fields.block_for), 0);
   const ips = take("ips", parseIps(fields.ips), null);
   const excludeIps = take(
     "exclude_ips",
@@ -323,42 +290,47 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   );
   const maxDelayMs = take("max_delay", parseMaxDelay(fields.max_delay), null);
   const maxHeld = take("max_held", parseMaxHeld(fields.max_held, fields.max_delay !== undefined), DEFAULT_MAX_HELD);
+  const cost = ("cost" in own ? own.cost : undefined) ?? 1;
   const adaptive = take(
     "adaptive",
-    fields.adaptive === undefined ? ok(null) : parseAdaptive(fields.adaptive, Math.max(1, limit), cost),
+    fields.adaptive === undefined ? ok(null) : parseAdaptive(fields.adaptive, Math.max(1, own.limit), cost),
     null,
   );
-  const window = concurrent
-    ? { limit, periodMs, precision: 1, strict: false }
-    : { limit, periodMs, precision, strict, ...(cost === 1 ? {} : { cost }) };
   const held = maxDelayMs === null ? {} : { maxDelayMs, maxHeld };
-  const places = concurrent ? { concurrency, placeTimeoutMs } : {};
-  const charged = costHeader === null ? {} : { costHeader, keepCostHeader };
   const ranges = { ...(ips === null ? {} : { ips }), ...(excludeIps.length === 0 ? {} : { excludeIps }) };
   return {
     id,
+    kind: kind.name,
     paths,
     exclude,
     methods,
     caseSensitive,
-    ...window,
+    ...own,
     key,
     action,
     onError,
-    count,
-    ...charged,
-    blockForMs,
     ...ranges,
     ...held,
-    ...places,
     ...(adaptive === null ? {} : { adaptive }),
-  };
+    quota: kind.quota(own as never),
+  } as Rule;
 }
 
-const BOTH_KINDS =
-  'a rule has either "limit" and "period" (requests per period) or "concurrency" (requests in flight at once), not both';
-const NOT_CONCURRENT =
-  "does not apply to a concurrency rule, which counts requests in flight, each holding one place until it ends; remove it";
+/**
+ * The kind a rule's fields are written as: the one whose marking field it
+ * has (`concurrency`), or the default (a rate: `limit` and `period`). Two
+ * kinds' marks at once, or a field another kind has and this one does not,
+ * is an error naming the field.
+ */
+function kindOfFields(fields: Fields, take: Take): AnyKind {
+  const marked = kindsMarked(fields);
+  const kind = marked[0] ?? KINDS.window;
+  for (const field of KIND_FIELDS) {
+    if (fields[field] === undefined || kind.fields.includes(field)) continue;
+    take(field, fail(kind.foreignField?.(field) ?? kindsWith(field)[0]!.ownField(field)), null);
+  }
+  return kind;
+}
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
 
@@ -367,29 +339,6 @@ const parseId = (value: unknown): Result<string> =>
     ? ok(value)
     : fail(`must be 1–64 characters of [a-z0-9_-]; got ${show(value)}`);
 
-const parseFlag = (value: unknown): Result<boolean> =>
-  typeof value === "boolean" ? ok(value) : fail(`must be true or false; got ${show(value)}`);
-
-/** An integer from 1 to `max`: a rule's `limit` or `precision`. */
-export const parseIntegerFrom1 = (value: unknown, max: number): Result<number> =>
-  typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= max
-    ? ok(value)
-    : fail(`must be an integer from 1 to ${max}; got ${show(value)}`);
-
-/** One of `choices`, such as `"block"` or `"log"`. */
-function parseChoice<const C extends string>(value: unknown, choices: readonly C[]): Result<C> {
-  if ((choices as readonly unknown[]).includes(value)) return ok(value as C);
-  return fail(`must be ${choices.map((choice) => `"${choice}"`).join(" or ")}; got ${show(value)}`);
-}
-
-/** A response header's name, lower-cased; null when absent. */
-const parseHeaderName = (value: unknown): Result<string | null> =>
-  value === undefined
-    ? ok(null)
-    : typeof value === "string" && TOKEN.test(value)
-      ? ok(value.toLowerCase())
-      : fail(`must be a header name such as "x-tokens-used"; got ${show(value)}`);
-
 /** `ips`: the only clients the rule applies to; null (every client) when absent. */
 function parseIps(value: unknown): Result<IpRange[] | null> {
   if (value === undefined) return ok(null);
@@ -397,17 +346,6 @@ function parseIps(value: unknown): Result<IpRange[] | null> {
     return fail("must name at least one range; leave it out for every client");
   return parseRanges(value);
 }
-
-/** What one request counts: an integer from 1 to the rule's limit (1 when absent). */
-const parseCost = (value: unknown, limit: number): Result<number> =>
-  value === undefined
-    ? ok(1)
-    : parseIntegerFrom1(value, Math.max(1, limit)).ok
-      ? ok(value as number)
-      : fail(`must be an integer from 1 to the rule's limit (${limit}); got ${show(value)}`);
-
-const parsePeriod = (value: unknown): Result<number> =>
-  value === undefined ? fail('is required: seconds, or a string like "10s", "1m", "1h", "1d"') : parseDurationMs(value);
 
 /** How long a request may be held (`max_delay`): null when absent; otherwise more than 0 and at most 60 s. */
 function parseMaxDelay(value: unknown): Result<number | null> {
@@ -424,37 +362,6 @@ function parseMaxHeld(value: unknown, delayed: boolean): Result<number> {
   if (!delayed) return fail('needs "max_delay": it bounds how many requests are held, and without max_delay none is');
   return parseIntegerFrom1(value, MAX_HELD);
 }
-
-/** A concurrency rule's `place_timeout`: 60 s when absent, from 5 s to 1 h; no other rule has one. */
-function parsePlaceTimeout(value: unknown, concurrent: boolean): Result<number> {
-  if (!concurrent) {
-    return value === undefined
-      ? ok(0)
-      : fail('only a concurrency rule has places; add "concurrency" (and remove "limit" and "period"), or remove it');
-  }
-  if (value === undefined) return ok(DEFAULT_PLACE_TIMEOUT_MS);
-  const outOfRange = fail(
-    `must be from ${formatDuration(MIN_PLACE_TIMEOUT_MS)} to ${formatDuration(MAX_PLACE_TIMEOUT_MS)}; got ${show(value)}`,
-  );
-  if (typeof value === "number" && value < 0) return outOfRange;
-  const parsed = parseDurationMs(value);
-  return parsed.ok && (parsed.value < MIN_PLACE_TIMEOUT_MS || parsed.value > MAX_PLACE_TIMEOUT_MS)
-    ? outOfRange
-    : parsed;
-}
-
-/** A penalty's length: absent or zero is none (0); otherwise a duration of at least 1 s. */
-function parseBlockFor(value: unknown): Result<number> {
-  if (value === undefined || isZero(value)) return ok(0);
-  const tooShort = fail(`must be at least 1s, or 0 for no penalty; got ${show(value)}`);
-  if (typeof value === "number" && value < 0) return tooShort;
-  const parsed = parseDurationMs(value);
-  return parsed.ok && parsed.value < MIN_BLOCK_FOR_MS ? tooShort : parsed;
-}
-
-/** `0`, or a zero written with a unit, such as `"0s"`. */
-const isZero = (value: unknown): boolean =>
-  value === 0 || (typeof value === "string" && /^0+(?:\.0+)?\s*(?:ms|s|m|h|d)$/.test(value.trim()));
 
 /** A glob or a list of globs, each compiled. */
 function parseGlobs<G extends PathGlob>(value: unknown, compile: (glob: string) => G): Result<G[]> {
@@ -543,8 +450,8 @@ function parseSource(text: string, caseSensitive: boolean): Result<Source> {
  * (its `count` or `cost_header`): its count may be given back, or charged
  * more, once the response is known.
  */
-export const settledByAnswer = (rule: Pick<Rule, "count" | "costHeader">): boolean =>
-  !rule.count.all || rule.costHeader !== undefined;
+export const settledByAnswer = (rule: { count?: CountWhen; costHeader?: string }): boolean =>
+  (rule.count !== undefined && !rule.count.all) || rule.costHeader !== undefined;
 
 /**
  * Whether the rule applies to this client by its IP ranges: in `ips`, when

@@ -5,22 +5,24 @@
  * defines them (Structured Field Lists of String items with Integer
  * parameters), and the legacy `X-RateLimit-*`.
  */
+import type { KindName, Quota } from "../core/kinds/kind.ts";
 import type { RuleVerdict } from "../object/protocol.ts";
 
 /**
- * What a `RateLimit-Policy` entry says of a rule. `concurrency`: the rule
- * limits requests in flight, not a rate (its quota unit is
- * `concurrent-requests`, and it has no window).
+ * What a `RateLimit-Policy` entry says of a rule: its id and kind, its limit (`q`),
+ * and its quota as its kind says it (the window `w` of a quota that renews
+ * with time; a quota unit `qu` when it is not requests).
  */
-export type Policy = { id: string; limit: number; periodMs: number; concurrency?: number | undefined };
+export type Policy = { id: string; kind: KindName; limit: number; quota: Quota };
 
 /** A rule's verdict, with what the headers need of the rule. */
 export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
-/** A rate policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it. */
-export const windowSeconds = (p: Policy): number => Math.max(1, seconds(p.periodMs));
+/** A policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it; null for a quota that does not renew with time. */
+export const windowSeconds = (p: Policy): number | null =>
+  p.quota.windowMs === undefined ? null : Math.max(1, seconds(p.quota.windowMs));
 
 /** Whole seconds until a rate rule's quota resets, as `RateLimit`'s `t` says it. */
 export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
@@ -29,20 +31,19 @@ export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
 export const resetEpochSeconds = (r: Reported): number => seconds(r.nowMs + r.verdict.resetMs);
 
 /**
- * `RateLimit-Policy`, listing every policy that applied: a rate's quota and
- * window, or a concurrency rule's places with the draft's quota unit
- * `concurrent-requests` and no window (its quota does not renew with time).
+ * `RateLimit-Policy`, listing every policy that applied: its quota `q`, its
+ * unit `qu` when it is not requests (`concurrent-requests`), and its window
+ * `w` when it renews with time (a rate's; requests in flight have none).
  * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-11#section-3
  * @example `"api-per-ip";q=100;w=60, "completions";q=2;qu="concurrent-requests"`
  */
-export const rateLimitPolicy = (policies: Policy[]): string =>
-  policies
-    .map((p) =>
-      p.concurrency !== undefined
-        ? `"${p.id}";q=${p.limit};qu="concurrent-requests"`
-        : `"${p.id}";q=${p.limit};w=${windowSeconds(p)}`,
-    )
-    .join(", ");
+export const rateLimitPolicy = (policies: Policy[]): string => policies.map(policyEntry).join(", ");
+
+const policyEntry = (p: Policy): string => {
+  const { unit } = p.quota;
+  const w = windowSeconds(p);
+  return `"${p.id}";q=${p.limit}${unit === undefined ? "" : `;qu="${unit}"`}${w === null ? "" : `;w=${w}`}`;
+};
 
 /**
  * `RateLimit` for one policy: the available quota `r`, and the effective
@@ -54,7 +55,7 @@ export const rateLimitPolicy = (policies: Policy[]): string =>
  * @example `"api-per-ip";r=42;t=17`, `"completions";r=1`
  */
 export const rateLimit = (r: Reported): string =>
-  r.concurrency !== undefined
+  r.quota.windowMs === undefined
     ? `"${r.id}";r=${r.verdict.remaining}`
     : `"${r.id}";r=${r.verdict.remaining};t=${resetSeconds(r)}`;
 
@@ -90,8 +91,8 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
   const closest = closestToLimit(reports);
   if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
   if (!legacy) return { "RateLimit-Policy": rateLimitPolicy(policies), RateLimit: rateLimit(closest) };
-  if (closest.concurrency !== undefined) {
-    // A concurrency rule's places free when requests end, at no time the limiter knows: no reset to say.
+  if (closest.quota.windowMs === undefined) {
+    // A quota that does not renew with time (places free when requests end, at no time the limiter knows): no reset.
     return {
       "RateLimit-Policy": rateLimitPolicy(policies),
       RateLimit: rateLimit(closest),

@@ -5,7 +5,6 @@
  * that fails closed could not be decided. The origin is not contacted for
  * any of them.
  */
-import { describePeriod } from "../core/duration.ts";
 import {
   DENIED,
   LIMITER_UNAVAILABLE,
@@ -81,11 +80,8 @@ export function reducedCapacityParts(policies: Policy[], reports: Reported[], le
   );
 }
 
-/** A rule's quota in words: a rate, or requests in flight at once. */
-const quotaOf = (r: Reported): string =>
-  r.concurrency !== undefined
-    ? `${r.limit} request${r.limit === 1 ? "" : "s"} in flight at once`
-    : `${r.limit} per ${describePeriod(r.periodMs)}`;
+/** A rule's quota in words, as its kind says it: "100 per minute", "2 requests in flight at once". */
+const quotaOf = (r: Reported): string => r.quota.words(r.limit);
 
 const tierOf = (r: Reported): string => (r.verdict.tier === undefined ? "" : `, tier "${r.verdict.tier}"`);
 

@@ -9,7 +9,7 @@
  * to learn it. Nothing here runs for a configuration without adaptive
  * rules: the map stays empty, and every entry point looks at it first.
  */
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
 import { contentLengthOf, passedOn } from "../http/upload.ts";
 import { type LimiterNamespace, reportHealth } from "../object/client.ts";
@@ -27,8 +27,8 @@ export const REPORT_TIMEOUT_MS = 2_000;
 export class AdaptiveRules {
   private readonly reporters = new Map<string, HealthReporter>();
   /** Per rule object (a tier variant is one): its check with the factor of the version it was made for. */
-  private readonly checks = new WeakMap<Rule, { version: number; check: RuleCheck }>();
-  private readonly places = new WeakMap<Rule, { version: number; request: PlaceRequest }>();
+  private readonly checks = new WeakMap<CountedRule, { version: number; check: RuleCheck }>();
+  private readonly places = new WeakMap<PlacedRule, { version: number; request: PlaceRequest }>();
 
   /** How many adaptive rules this isolate has seen: 0 means nothing here runs. */
   get size(): number {
@@ -56,7 +56,7 @@ export class AdaptiveRules {
   }
 
   /** What the object is sent for a rule: an adaptive rule's check carries the factor last learned. */
-  readonly checkOf = (rule: Rule): RuleCheck => {
+  readonly checkOf = (rule: CountedRule): RuleCheck => {
     if (rule.adaptive === undefined) return ruleCheckOf(rule);
     const reporter = this.of(rule as Rule & ReportedRule);
     const made = this.checks.get(rule);
@@ -67,7 +67,7 @@ export class AdaptiveRules {
   };
 
   /** What `acquire` is sent for a concurrency rule: an adaptive one's carries the factor last learned. */
-  placeRequestOf(rule: Rule, base: PlaceRequest): PlaceRequest {
+  placeRequestOf(rule: PlacedRule, base: PlaceRequest): PlaceRequest {
     if (rule.adaptive === undefined) return base;
     const reporter = this.of(rule as Rule & ReportedRule);
     const made = this.places.get(rule);

@@ -15,7 +15,7 @@
  */
 import type { Settings } from "../config/settings.ts";
 import { countsResponse } from "../core/count.ts";
-import { type Rule, settledByAnswer } from "../core/rules.ts";
+import { type CountedRule, settledByAnswer } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { rateLimitHeaders } from "../http/rate-limit-headers.ts";
 import { type CheckResult, costOf, type Receipt, type Refund } from "../object/protocol.ts";
@@ -120,7 +120,7 @@ function settleLate(
  * number, or past {@link MAX_REPORTED_COST} (logged, never trusted).
  */
 function reportedExtra(
-  rule: Rule,
+  rule: CountedRule,
   answer: Headers,
   context: { group: KeyGroup; name: string | null; options: AfterContext },
 ): number {

@@ -8,7 +8,7 @@
  * for a request that stopped waiting for it. The gate (gate.ts) forms and
  * sends them.
  */
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule } from "../core/rules.ts";
 import { type CheckResult, costOf } from "../object/protocol.ts";
 import type { IsolateCounters } from "./counters.ts";
 import type { Flight } from "./flight.ts";
@@ -107,7 +107,7 @@ export class Batch {
    * answers from it, with what it admitted for those that stopped waiting
    * written off.
    */
-  answered(call: KeyCall, rules: Rule[], counters: IsolateCounters): void {
+  answered(call: KeyCall, rules: CountedRule[], counters: IsolateCounters): void {
     this.call = call;
     this.writeOffAbandoned(rules, counters);
     if (call.outcome.ok || call.outcome.late === undefined)
@@ -115,14 +115,14 @@ export class Batch {
   }
 
   /** Admissions the batch counted for requests that had stopped waiting for it: nobody spends them. */
-  writeOffAbandoned(rules: Rule[], counters: IsolateCounters): void {
+  writeOffAbandoned(rules: CountedRule[], counters: IsolateCounters): void {
     const outcome = this.call?.outcome;
     if (!outcome?.ok) return;
     this.writeOffSlots(outcome.result, this.abandonedSlots(), rules, counters);
   }
 
   /** Writes off what `result` admitted for these slots of the batch, each once. */
-  private writeOffSlots(result: CheckResult, slots: number[], rules: Rule[], counters: IsolateCounters): void {
+  private writeOffSlots(result: CheckResult, slots: number[], rules: CountedRule[], counters: IsolateCounters): void {
     const admitted = result.admitted ?? (result.allowed ? 1 : 0);
     const lost = slots.filter((slot) => slot < admitted && !this.writtenOff.has(slot));
     for (const slot of lost) this.writtenOff.add(slot);
@@ -139,7 +139,7 @@ export class Batch {
   async lateDecision(
     size: number,
     late: Promise<CheckResult | undefined>,
-    rules: Rule[],
+    rules: CountedRule[],
     counters: IsolateCounters,
   ): Promise<void> {
     const result = await late;

@@ -9,7 +9,7 @@
  */
 import type { Settings } from "../config/settings.ts";
 import { hashKey } from "../core/keys.ts";
-import { type Rule, settledByAnswer } from "../core/rules.ts";
+import { type CountedRule, settledByAnswer } from "../core/rules.ts";
 import { checkKey, type LimiterNamespace } from "../object/client.ts";
 import { type CheckOptions, LEASE_MIN_UNITS } from "../object/protocol.ts";
 import type { AdaptiveRules } from "./adaptive.ts";
@@ -74,7 +74,7 @@ export function refundableForMs(group: KeyGroup, otherKeys: boolean, timeoutMs: 
  * response comes, so their refusals are remembered as any other's.
  */
 function refundWindows(
-  rules: Rule[],
+  rules: CountedRule[],
   allMs: number,
   timeoutMs: number,
 ): Pick<CheckOptions, "refundableForMs" | "refundableByRuleMs"> {

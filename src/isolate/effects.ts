@@ -12,7 +12,7 @@
  * in the background that does not arrive is written off and counted.
  */
 import type { Settings } from "../config/settings.ts";
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule } from "../core/rules.ts";
 import {
   cancelBooking,
   cancelTicket,
@@ -76,7 +76,7 @@ export function giveBackAll(groups: KeyGroup[], settlements: Settlement[], effec
 }
 
 /** Takes back, in the background, what an answer counted for a request that was then turned away. */
-function refundCounted(name: string, result: CheckResult, rules: Rule[], effects: Effects): void {
+function refundCounted(name: string, result: CheckResult, rules: CountedRule[], effects: Effects): void {
   if (!result.allowed) return;
   const refunds = result.verdicts.flatMap((v, j): Refund[] =>
     v.counted ? [{ receipt: v.counted, count: costOf(rules[j]!) }] : [],
@@ -135,7 +135,7 @@ export function watchLateBatch(
   batch: Batch,
   size: number,
   outcome: LimiterOutcome,
-  rules: Rule[],
+  rules: CountedRule[],
   effects: Effects,
 ): void {
   const late = outcome.ok ? undefined : outcome.late;

@@ -39,7 +39,7 @@
  * A visit is either for a rate rule set (arriving … calling, held) or for one
  * concurrency rule (acquiring, queued): each is a gate of the same key state.
  */
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule, Rule } from "../core/rules.ts";
 import type { Answered } from "../object/client.ts";
 import type {
   Held,
@@ -512,7 +512,7 @@ export class Gate {
   private abandon(visit: Visit): void {
     visit.batch!.abandon(visit.ticket!);
     // If the call answered already; else the call does when it does.
-    visit.batch!.writeOffAbandoned(this.rules, this.counters);
+    visit.batch!.writeOffAbandoned(this.rules as CountedRule[], this.counters);
   }
 
   /** Ends a request whose client hung up, with what it had that must be handed back. */

@@ -26,7 +26,7 @@
  * long as the object says its refusal holds (`holdsForMs`), capped. Its
  * clock starts when the call was sent, so it ends early rather than late.
  */
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule, Rule } from "../core/rules.ts";
 import {
   costOf,
   type Lease,
@@ -118,7 +118,7 @@ export type InTransit = { refunds: Refund[]; units: number; sentAtMs: number; st
 export type Grant = {
   /** The key's object name. */
   name: string;
-  rules: Rule[];
+  rules: CountedRule[];
   verdicts: RuleVerdict[];
   lease: Lease | undefined;
   /** Isolate time the call was sent. */
@@ -204,7 +204,7 @@ export class KeyState {
    * Spends one unit of every rule's lease for this key, if each rule holds a
    * live one; otherwise spends nothing. Leases past their time are retired.
    */
-  spend(rules: Rule[], nowMs: number): SpentUnits | undefined {
+  spend(rules: CountedRule[], nowMs: number): SpentUnits | undefined {
     const held = this.leases;
     if (held.size === 0) return undefined;
     const leases: HeldLease[] = [];
@@ -242,7 +242,7 @@ export class KeyState {
    * for all of them). They stay here until {@link landed} says how the call
    * went; those of a call that never answers are written off.
    */
-  takeReturns(rules: Rule[], nowMs: number): InTransit | null {
+  takeReturns(rules: CountedRule[], nowMs: number): InTransit | null {
     this.writeOffLost(nowMs);
     for (const rule of rules) {
       const lease = this.leases.get(rule);
@@ -313,7 +313,7 @@ export class KeyState {
    * changed under it (a `cost_header` charge): its unspent units are handed
    * back with the key's next call, which the object then decides on.
    */
-  retireLease(rule: Rule): void {
+  retireLease(rule: CountedRule): void {
     const lease = this.leases.get(rule);
     if (!lease) return;
     lease.retire();

@@ -11,7 +11,7 @@ import { type Claims, claimAt } from "../core/claims.ts";
 import { type Address, parseAddress } from "../core/ip.ts";
 import { canonicalKey, customCanonicalKey, type RequestFacts } from "../core/keys.ts";
 import type { RequestPath } from "../core/paths.ts";
-import { type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
+import { isCounted, type PlacedRule, type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
 import { clientAddress, requestFacts } from "../http/request-facts.ts";
 import type { Tokens } from "../identity/tokens.ts";
 import { tierVariant } from "./rule-ids.ts";
@@ -72,9 +72,9 @@ export function keyGroups(
 ): KeyGroup[] {
   if (clientKey !== undefined) {
     const canonical = customCanonicalKey(clientKey);
-    if (!rules.some(isConcurrency)) return [{ canonical, digest: digest(canonical), rules, places: NO_PLACES }];
-    const rates = rules.filter((rule) => !isConcurrency(rule));
-    return [{ canonical, digest: digest(canonical), rules: rates, places: rules.filter(isConcurrency) }];
+    const counted = rules.filter(isCounted);
+    const placed = counted.length === rules.length ? NO_PLACES : rules.filter(isPlaced);
+    return [{ canonical, digest: digest(canonical), rules: counted, places: placed }];
   }
   const facts: RequestFacts = requestFacts(client.request, client.path, settings, client.claims, client.method);
   const groups: KeyGroup[] = [];
@@ -85,15 +85,15 @@ export function keyGroups(
       group = { canonical, digest: digest(canonical), rules: [], places: NO_PLACES };
       groups.push(group);
     }
-    if (!isConcurrency(rule)) group.rules.push(rule);
+    if (isCounted(rule)) group.rules.push(rule);
     else if (group.places === NO_PLACES) group.places = [rule];
     else group.places.push(rule);
   }
   return groups;
 }
 
-/** Whether a rule limits requests in flight (`concurrency`) rather than a rate. */
-export const isConcurrency = (rule: Rule): boolean => rule.concurrency !== undefined;
+/** Whether a rule's object gives places under it, rather than counting it. */
+const isPlaced = (rule: Rule): rule is PlacedRule => !isCounted(rule);
 
-/** A group's concurrency rules when it has none: shared, never written to. */
-const NO_PLACES: Rule[] = [];
+/** A group's placed rules when it has none: shared, never written to. */
+const NO_PLACES: PlacedRule[] = [];

@@ -24,10 +24,9 @@ import {
 /** A rule's verdict as the rate-limit headers report it. */
 const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   id: rule.id,
+  kind: rule.kind,
   limit: verdict.limit ?? rule.limit,
-  periodMs: rule.periodMs,
-  // Always present (undefined for a rate rule): one object shape on the hot path, no spread.
-  concurrency: rule.concurrency,
+  quota: rule.quota,
   verdict,
   nowMs,
 });
@@ -81,7 +80,7 @@ export function readPlaces(
     const { rule, name } = p;
     const group = asked[i]!.group;
     if (p.via === "failed") {
-      closedBy.push(...failed({ ...group, rules: [rule] }, name, { ...p, attempts: 1 }));
+      closedBy.push(...failed([rule], name, { ...p, attempts: 1 }));
       return;
     }
     const answer = p.via === "place" ? p.place : p.refusal;
@@ -136,7 +135,7 @@ export function readSettlements(groups: KeyGroup[], settlements: Settlement[], k
     const group = groups[i]!;
     const failure = failureOf(s);
     if (failure !== null) {
-      closedBy.push(...failed(group, nameOf(s)!, failure));
+      closedBy.push(...failed(group.rules, nameOf(s)!, failure));
     } else if (s.via === "lease") {
       group.rules.forEach((rule, j) => {
         if (rule.action === "block") reports.push(report(rule, s.spent.verdicts[j]!, nowMs));
@@ -205,9 +204,9 @@ function logRefusal({ rule, digest, name, weighted, applied }: Refused, keys: Cl
 type Failure = { reason: FailureReason; message: string; attempts: number };
 
 /** Logs a key's failed call; returns the rules that refuse the request because of it. */
-function failed(group: KeyGroup, name: string, failure: Failure): string[] {
+function failed(rules: readonly Rule[], name: string, failure: Failure): string[] {
   const closedBy: string[] = [];
-  for (const rule of group.rules) {
+  for (const rule of rules) {
     const closed = rule.action === "block" && rule.onError === "closed";
     if (closed) closedBy.push(rule.id);
     logEvent(

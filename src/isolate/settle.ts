@@ -10,7 +10,7 @@
  * listens for its client hanging up once per gate.
  */
 import type { Settings } from "../config/settings.ts";
-import { type Rule, settledByAnswer } from "../core/rules.ts";
+import { type PlacedRule, settledByAnswer } from "../core/rules.ts";
 import { type Answered, acquirePlace, awaitPlace, awaitTurn, deadline } from "../object/client.ts";
 import {
   type CheckResult,
@@ -327,7 +327,7 @@ async function ranOut(
  */
 export async function settlePlace(
   group: KeyGroup,
-  rule: Rule,
+  rule: PlacedRule,
   deadlineMs: number,
   ctx: SettleContext,
 ): Promise<PlaceSettlement> {
@@ -383,7 +383,7 @@ export async function settlePlace(
 }
 
 /** How a place was settled, from how the request left its gate; what it must hand back goes back now. */
-function placeEnded(end: End, rule: Rule, name: string, ctx: SettleContext): PlaceSettlement {
+function placeEnded(end: End, rule: PlacedRule, name: string, ctx: SettleContext): PlaceSettlement {
   switch (end.by) {
     case "place":
       return { via: "place", rule, name, place: end.place, waited: end.waited };
@@ -402,12 +402,12 @@ function placeEnded(end: End, rule: Rule, name: string, ctx: SettleContext): Pla
   }
 }
 
-const placeRequests = new WeakMap<Rule, PlaceRequest>();
+const placeRequests = new WeakMap<PlacedRule, PlaceRequest>();
 /**
  * What `acquire` asks for a rule, made once per rule: a shadow rule
  * (`action = "log"`) never waits in line, as it never refuses.
  */
-function placeRequestOf(rule: Rule): PlaceRequest {
+function placeRequestOf(rule: PlacedRule): PlaceRequest {
   let request = placeRequests.get(rule);
   if (request === undefined) {
     const { maxDelayMs: _delay, maxHeld: _held, ...now } = toPlaceRequest(rule);

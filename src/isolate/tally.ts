@@ -7,6 +7,7 @@
  */
 import { keyParams } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
+import { costOf } from "../object/protocol.ts";
 import type { StatsOutcome } from "../object/stats-protocol.ts";
 import { keyHashPrefix } from "../observe/log.ts";
 import type { StatsRecorder } from "./stats.ts";
@@ -146,7 +147,7 @@ function count({ rule, outcome, group, name }: Counted, context: TallyContext): 
   }
   context.analytics?.writeDataPoint({
     blobs: [rule.id, outcome, name === null ? "" : keyHashPrefix(name), context.colo],
-    doubles: [rule.cost ?? 1],
+    doubles: [costOf(rule)],
     indexes: [rule.id],
   });
 }

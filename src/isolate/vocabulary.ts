@@ -6,7 +6,7 @@
  * it imports nothing else of the isolate layer, and every file of it may
  * import from here.
  */
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
 import type {
   CheckResult,
   FailureReason,
@@ -23,10 +23,10 @@ export type KeyGroup = {
   canonical: string;
   /** The isolate's digest of `canonical`. */
   digest: string;
-  /** Its rate rules: one check decides them all. */
-  rules: Rule[];
-  /** Its concurrency rules (`concurrency`): a place under each, once the rate rules admit the request. */
-  places: Rule[];
+  /** Its counted rules (a window, …): one check decides them all. */
+  rules: CountedRule[];
+  /** Its rules that give places (concurrency): a place under each, once the counted rules admit the request. */
+  places: PlacedRule[];
 };
 
 /** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */

@@ -6,7 +6,7 @@
  * helpers only, so Node-side tools can use them too.
  */
 import type { OverrideSetting } from "../core/overrides.ts";
-import { DEFAULT_MAX_HELD, type Rule } from "../core/rules.ts";
+import { type CountedRule, DEFAULT_MAX_HELD, type PlacedRule } from "../core/rules.ts";
 import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 
 /** One rule to check, as the Worker sends it. */
@@ -358,7 +358,7 @@ export const rowOf = (rule: Pick<WindowLimit, "periodMs" | "precision"> & { id: 
   `${rule.id}|${rule.periodMs}|${rule.precision}`;
 
 /** What the object needs to know of a rule. */
-export const toRuleCheck = (rule: Rule): RuleCheck => ({
+export const toRuleCheck = (rule: CountedRule): RuleCheck => ({
   id: rule.id,
   limit: rule.limit,
   periodMs: rule.periodMs,
@@ -373,17 +373,17 @@ export const toRuleCheck = (rule: Rule): RuleCheck => ({
 });
 
 /** What `acquire` needs of a concurrency rule (one with `concurrency`), with `limit` as its places (a tier's, if chosen). */
-export const toPlaceRequest = (rule: Rule): PlaceRequest => ({
+export const toPlaceRequest = (rule: PlacedRule): PlaceRequest => ({
   concurrency: rule.limit,
-  placeTimeoutMs: rule.placeTimeoutMs ?? rule.periodMs,
+  placeTimeoutMs: rule.placeTimeoutMs,
   ...(rule.maxDelayMs !== undefined ? { maxDelayMs: rule.maxDelayMs, maxHeld: rule.maxHeld ?? DEFAULT_MAX_HELD } : {}),
   ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
   ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
 });
 
-const checks = new WeakMap<Rule, RuleCheck>();
+const checks = new WeakMap<CountedRule, RuleCheck>();
 /** {@link toRuleCheck}, made once per rule rather than per request. */
-export function ruleCheckOf(rule: Rule): RuleCheck {
+export function ruleCheckOf(rule: CountedRule): RuleCheck {
   let check = checks.get(rule);
   if (!check) {
     check = toRuleCheck(rule);

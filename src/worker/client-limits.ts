@@ -17,6 +17,8 @@ import { configurationFromEnv } from "../config/memo.ts";
 import type { Settings } from "../config/settings.ts";
 import { type Address, ipKey, parseAddress } from "../core/ip.ts";
 import { hashKey } from "../core/keys.ts";
+import type { KindName } from "../core/kinds/kind.ts";
+import { windowQuota } from "../core/kinds/window.ts";
 import { LruMap } from "../core/lru.ts";
 import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import { type Rule, ruleCoversClient } from "../core/rules.ts";
@@ -43,19 +45,22 @@ import { inBackground, type RateLimitOptions, settingsSource } from "./middlewar
  */
 export const CLIENT_LIMITS_RULE: WindowLimit & Policy = {
   id: "client-limits",
+  kind: "window",
   limit: 30,
   periodMs: 60_000,
   precision: 1,
   strict: false,
+  quota: windowQuota(60_000),
 };
 
 /** A rule whose client key includes the request's path or method: one count per path (or method), none to show here. */
 export type PerRequestRuleLimit = {
-  kind: "rate" | "concurrency";
+  /** The rule's kind (see `RuleLimit`). */
+  kind: KindName;
   id: string;
   /** The rule's quota (its tier's, for a client a verified token puts in one). */
   limit: number;
-  /** A rate rule's window in seconds. */
+  /** The policy's window in seconds, for a quota that renews with time. */
   windowSeconds?: number;
   /** What the count is kept per besides the client: `"path"`, `"method"`, or both. */
   countedPer: ("path" | "method")[];
@@ -186,7 +191,7 @@ function endpointLimit(isolate: Isolate, ip: string): Reported {
   const { state: next, decision } = check(state, nowMs, CLIENT_LIMITS_RULE);
   counts.set(ip, next);
   const verdict: RuleVerdict = { ...decision, ruleAllows: decision.allowed, counted: null, holdsForMs: 0 };
-  return { ...CLIENT_LIMITS_RULE, concurrency: undefined, verdict, nowMs };
+  return { ...CLIENT_LIMITS_RULE, verdict, nowMs };
 }
 
 /** The rules the client is under, read from its objects; or why one could not be read. */
@@ -268,9 +273,9 @@ async function readGroup(
 /** A rule's verdict as the headers report it (see reports.ts). */
 const reported = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   id: rule.id,
+  kind: rule.kind,
   limit: verdict.limit ?? rule.limit,
-  periodMs: rule.periodMs,
-  concurrency: rule.concurrency,
+  quota: rule.quota,
   verdict,
   nowMs,
 });
@@ -282,14 +287,12 @@ function countedPer(rule: Rule): ("path" | "method")[] {
 }
 
 function perRequestLimit(rule: Rule): PerRequestRuleLimit {
-  const countedBy = countedPer(rule);
-  return rule.concurrency !== undefined
-    ? { kind: "concurrency", id: rule.id, limit: rule.limit, countedPer: countedBy }
-    : {
-        kind: "rate",
-        id: rule.id,
-        limit: rule.limit,
-        windowSeconds: windowSeconds(rule),
-        countedPer: countedBy,
-      };
+  const w = windowSeconds(rule);
+  return {
+    kind: rule.kind,
+    id: rule.id,
+    limit: rule.limit,
+    ...(w === null ? {} : { windowSeconds: w }),
+    countedPer: countedPer(rule),
+  };
 }

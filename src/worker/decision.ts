@@ -5,6 +5,8 @@
  * client-limits endpoint answers with too). The numbers are worked out by
  * the very functions that write the headers, from the same verdicts.
  */
+
+import type { KindName } from "../core/kinds/kind.ts";
 import {
   closestToLimit,
   forThisClient,
@@ -34,25 +36,26 @@ type RuleCommon = {
   shed: boolean;
 };
 
-/** A rate rule: a quota per window. */
-export type RateRuleLimit = RuleCommon & {
-  kind: "rate";
-  /** The policy's window in seconds (`RateLimit-Policy`'s `w`). */
-  windowSeconds: number;
+/**
+ * One rule's state for the client: what every rule says, and, for a quota
+ * that renews with time (every kind but requests in flight), its window and
+ * when it resets. `kind` is the rule's kind: `"window"` (requests per
+ * period) or `"concurrency"` (places for requests in flight, which free when
+ * requests end, at no time known in advance).
+ */
+export type RuleLimit = RuleCommon & {
+  kind: KindName;
+  /** The policy's window in seconds (`RateLimit-Policy`'s `w`); absent for requests in flight. */
+  windowSeconds?: number;
   /**
    * Seconds until the quota resets (`RateLimit`'s `t`), rounded up; when
    * the rule refuses, until a request is admitted again (`Retry-After`).
+   * Absent for requests in flight.
    */
-  resetSeconds: number;
-  /** The same instant in Unix seconds (`X-RateLimit-Reset`). */
-  resetEpochSeconds: number;
+  resetSeconds?: number;
+  /** The same instant in Unix seconds (`X-RateLimit-Reset`); absent for requests in flight. */
+  resetEpochSeconds?: number;
 };
-
-/** A concurrency rule: places for requests in flight, which free when requests end, at no time known in advance. */
-export type ConcurrencyRuleLimit = RuleCommon & { kind: "concurrency" };
-
-/** One rule's state for the client: a rate rule's, or a concurrency rule's (`kind`). */
-export type RuleLimit = RateRuleLimit | ConcurrencyRuleLimit;
 
 /**
  * What the limiter decided for a request, as `c.get("rateLimit")` gives it
@@ -113,20 +116,16 @@ export function ruleLimits(reading: Reading): { rules: RuleLimit[]; closest: Rul
 /** One rule's verdict in the headers' terms. */
 function ruleLimit(r: Reported): RuleLimit {
   const common = {
+    kind: r.kind,
     id: r.id,
     limit: r.limit,
     remaining: r.verdict.remaining,
     allowed: r.verdict.ruleAllows,
     shed: r.verdict.reduced === true,
   };
-  if (r.concurrency !== undefined) return { kind: "concurrency", ...common };
-  return {
-    kind: "rate",
-    ...common,
-    windowSeconds: windowSeconds(r),
-    resetSeconds: resetSeconds(r),
-    resetEpochSeconds: resetEpochSeconds(r),
-  };
+  const w = windowSeconds(r);
+  if (w === null) return common;
+  return { ...common, windowSeconds: w, resetSeconds: resetSeconds(r), resetEpochSeconds: resetEpochSeconds(r) };
 }
 
 /** The headers of a refusal that carry its limits. */

@@ -4,6 +4,7 @@
  * clock, or turn its caches off to see what the object alone decides.
  */
 import { parseSettings, type Settings } from "../../src/config/settings.ts";
+import { type CountedRule, isCounted, type PlacedRule, type Rule } from "../../src/core/rules.ts";
 import { decide, type Outcome } from "../../src/isolate/decide.ts";
 import { createIsolate, type Isolate, type IsolateOptions } from "../../src/isolate/isolate.ts";
 import type { LimiterNamespace } from "../../src/object/client.ts";
@@ -43,3 +44,15 @@ export const statusOf = (outcome: Outcome): number => (outcome.kind === "allow" 
 /** A request from this client IP, as Cloudflare's edge sets it. */
 export const requestFrom = (ip: string, path = "/x", headers: Record<string, string> = {}): Request =>
   new Request(`http://limiter.test${path}`, { headers: { "cf-connecting-ip": ip, ...headers } });
+
+/** Rules a test wrote as counted ones (a window, …): typed so, and checked. */
+export function counted(rules: Rule[]): CountedRule[] {
+  if (!rules.every(isCounted)) throw new Error(`not all counted rules: ${rules.map((r) => r.kind).join(", ")}`);
+  return rules;
+}
+
+/** A rule a test wrote as one that gives places (concurrency): typed so, and checked. */
+export function placed(rule: Rule | undefined): PlacedRule {
+  if (rule === undefined || isCounted(rule)) throw new Error(`not a rule that gives places: ${rule?.kind}`);
+  return rule;
+}

@@ -18,7 +18,7 @@ import { parseSettings } from "../../src/config/settings.ts";
 import { ipKey } from "../../src/core/ip.ts";
 import { canonicalKey, hashKey, type RequestFacts } from "../../src/core/keys.ts";
 import { normalizePath, requestPath } from "../../src/core/paths.ts";
-import { type Rule, ruleMatches } from "../../src/core/rules.ts";
+import { type CountedRule, isCounted, ruleMatches } from "../../src/core/rules.ts";
 import { type Reported, rateLimitHeaders } from "../../src/http/rate-limit-headers.ts";
 import { tooManyRequests } from "../../src/http/refusals.ts";
 import { requestFacts } from "../../src/http/request-facts.ts";
@@ -49,7 +49,7 @@ const facts: RequestFacts = {
   claim: () => null,
 };
 const path = requestPath("/api/users/42");
-const matched = settings.rules.filter((rule) => ruleMatches(rule, "GET", path));
+const matched = settings.rules.filter((rule) => ruleMatches(rule, "GET", path)).filter(isCounted);
 const canonical = canonicalKey(matched[0]!.key, facts);
 const verdict: RuleVerdict = {
   allowed: true,
@@ -71,7 +71,7 @@ const refused: Reported[] = reports.map((r) => ({
  * the matched rules that make it), a lease that never runs out, so every
  * spend in the loop finds a unit.
  */
-function leasing(granted: RuleVerdict, groups: [string, Rule[]][] = [[canonical, matched]]) {
+function leasing(granted: RuleVerdict, groups: [string, CountedRule[]][] = [[canonical, matched]]) {
   const iso = createIsolate();
   for (const [key, rules] of groups) {
     iso.keys.use(iso.digest(key), Date.now()).keep({
@@ -173,9 +173,9 @@ const cachedClaimSteps = await Promise.all(JWT_ALGORITHMS.map(cachedClaims));
 // A whole decision with the token rule: the client's RS256 token verified before, a lease for each of its two keys
 // (its IP, for the shipped rules; its subject, for the token rule).
 const jwtRequest = new Request(url, { headers: bearer(await tokenBy(signerOf("RS256"), "decide")) });
-const jwtMatched = jwtSettings.rules.filter((rule) => ruleMatches(rule, "GET", path));
+const jwtMatched = jwtSettings.rules.filter((rule) => ruleMatches(rule, "GET", path)).filter(isCounted);
 const jwtFacts = requestFacts(jwtRequest, path, jwtSettings, { sub: "user-42" });
-const jwtGroups = new Map<string, Rule[]>();
+const jwtGroups = new Map<string, CountedRule[]>();
 for (const rule of jwtMatched) {
   const key = canonicalKey(rule.key, jwtFacts);
   jwtGroups.set(key, [...(jwtGroups.get(key) ?? []), rule]);

@@ -23,7 +23,7 @@
 import type { Settings } from "../../config/settings.ts";
 import { hashKey } from "../../core/keys.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
-import type { Rule } from "../../core/rules.ts";
+import { isCounted, type PlacedRule, type Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
 import { forgetClient, forgetClientNamed, type Isolate } from "../../isolate/isolate.ts";
@@ -108,8 +108,8 @@ type Client = {
 async function reset({ rule, name, canonical, stub, about }: Client, { settings, isolate }: StatusContext) {
   const done = await withDeadline(stub.reset([rule.id]), settings.timeoutMs);
   if (!done.ok) return unavailable(about, done.message);
-  // Under a concurrency rule: how many of the client's places were freed (its requests in flight are not stopped).
-  const freed = rule.concurrency === undefined ? {} : { freed: done.value.freed };
+  // Under a rule that gives places: how many of the client's places were freed (its requests in flight are not stopped).
+  const freed = isCounted(rule) ? {} : { freed: done.value.freed };
   logEvent({ event: "admin_reset", rule: rule.id, key: about.keyHash, ...freed }, "info");
   if (canonical !== null) {
     // This isolate forgets its refusal and its lease at once; other isolates' refusals lapse within maxRefusalMs.
@@ -121,7 +121,7 @@ async function reset({ rule, name, canonical, stub, about }: Client, { settings,
 
 async function peek(client: Client, timeoutMs: number): Promise<Response> {
   const { rule, stub, about } = client;
-  if (rule.concurrency !== undefined) return peekPlaces(client, timeoutMs);
+  if (!isCounted(rule)) return peekPlaces(client, rule, timeoutMs);
   const peeked = await withDeadline(stub.peek([toRuleCheck(rule)]), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
   const verdict = peeked.value.verdicts[0]!;
@@ -131,7 +131,7 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
     limit: verdict.limit ?? (verdict.override === undefined ? rule.limit : null),
     ...(verdict.override ? { override: verdict.override } : {}),
     ...(verdict.tier ? { tier: verdict.tier } : {}),
-    periodMs: rule.periodMs,
+    periodMs: rule.quota.windowMs,
     weighted: verdict.weighted,
     allowed: verdict.ruleAllows,
     // While the rule's penalty (block_for) lasts: when it ends, by the object's clock.
@@ -145,7 +145,7 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
 }
 
 /** A concurrency rule's places for the client: how many it has, how many are held, how many requests wait. */
-async function peekPlaces({ rule, stub, about }: Client, timeoutMs: number): Promise<Response> {
+async function peekPlaces({ stub, about }: Client, rule: PlacedRule, timeoutMs: number): Promise<Response> {
   const peeked = await withDeadline(stub.peekPlaces(rule.id, toPlaceRequest(rule)), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
   const { limit, inUse, waiting, override } = peeked.value;

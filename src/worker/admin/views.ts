@@ -5,8 +5,8 @@
  */
 import type { JwtSettings } from "../../config/jwt.ts";
 import type { Settings } from "../../config/settings.ts";
-import { countAsWritten } from "../../core/count.ts";
 import { formatDuration } from "../../core/duration.ts";
+import { kindOf } from "../../core/kinds/registry.ts";
 import { DEFAULT_MAX_HELD, type Rule } from "../../core/rules.ts";
 import { keyAsWritten } from "./key.ts";
 
@@ -33,76 +33,33 @@ type CommonView = {
   adaptive?: { latency: string; percentile: number; errors: string; floor: number };
 };
 
-/** A rate rule: requests per period. */
-type RateView = CommonView & {
-  limit: number;
-  /** The period as wrangler.toml spells it, such as "1m". */
-  period: string;
-  periodMs: number;
-  precision: number;
-  strict: boolean;
-  /** Which responses count, as wrangler.toml spells it. */
-  count: unknown;
-  /** What one request counts. */
-  cost: number;
-  /** The response header that reports what a request cost, when the rule names one. */
-  cost_header?: string;
-  keep_cost_header?: boolean;
-  /** The penalty as wrangler.toml spells it, such as "15m"; null when the rule has none. */
-  block_for: string | null;
-  blockForMs: number;
+/**
+ * A rule as the API shows it: the fields every rule has and its kind's own
+ * (`limit` and `period` for a rate, `concurrency` and `place_timeout` for
+ * requests in flight: see each kind's `view`), as they would be written in
+ * wrangler.toml, plus durations in milliseconds.
+ */
+export type RuleView = CommonView & {
+  id: string;
+  path: string[];
+  methods: string[] | null;
+  exclude: string[];
+  case_sensitive: boolean;
+  [field: string]: unknown;
 };
-
-/** A concurrency rule: requests in flight at once, none of a rate's fields. */
-type ConcurrencyView = CommonView & {
-  concurrency: number;
-  /** How long a place not renewed stays counted, as wrangler.toml spells it, such as "1m". */
-  place_timeout: string;
-  placeTimeoutMs: number;
-};
-
-/** A rule as the API shows it: its fields as they would be written in wrangler.toml, plus durations in milliseconds. */
-export type RuleView = RateView | ConcurrencyView;
 
 export function ruleView(rule: Rule): RuleView {
   const { key, action, on_error, ...extra } = commonView(rule);
-  const head = {
+  return {
     id: rule.id,
     path: rule.paths.map((glob) => glob.source),
     methods: rule.methods === null ? null : [...rule.methods],
     exclude: rule.exclude.map((glob) => glob.source),
     case_sensitive: rule.caseSensitive,
-  };
-  if (rule.concurrency !== undefined) {
-    const placeTimeoutMs = rule.placeTimeoutMs ?? rule.periodMs;
-    return {
-      ...head,
-      concurrency: rule.concurrency,
-      place_timeout: formatDuration(placeTimeoutMs),
-      placeTimeoutMs,
-      key,
-      action,
-      on_error,
-      ...extra,
-    };
-  }
-  return {
-    ...head,
-    limit: rule.limit,
-    period: formatDuration(rule.periodMs),
-    periodMs: rule.periodMs,
+    ...kindOf(rule).view(rule),
     key,
     action,
     on_error,
-    precision: rule.precision,
-    strict: rule.strict,
-    count: countAsWritten(rule.count),
-    cost: rule.cost ?? 1,
-    ...(rule.costHeader === undefined
-      ? {}
-      : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
-    block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
-    blockForMs: rule.blockForMs,
     ...extra,
   };
 }

@@ -7,11 +7,12 @@
  * path with the limiter's answer: (d) against (l) is what deciding costs,
  * and (l) against (e) what the longer answer costs.
  */
+import { windowQuota } from "../../../src/core/kinds/window.ts";
 import { type ProblemParts, send } from "../../../src/http/problem.ts";
 import { tooManyRequestsParts } from "../../../src/http/refusals.ts";
 
 /** The bench's blocked rule (run.ts): 1 request per hour; its client waits most of an hour. */
-const rule = { id: "blocked", limit: 1, periodMs: 3_600_000 };
+const rule = { id: "blocked", kind: "window", limit: 1, quota: windowQuota(3_600_000) } as const;
 const WAIT_MS = 3_000_000;
 let parts: ProblemParts | undefined;
 

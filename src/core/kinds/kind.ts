@@ -1,0 +1,98 @@
+/**
+ * @module
+ * What a kind of limit is, as the rest of the limiter sees it: the words
+ * every kind's module and the registry share, and nothing else. A leaf: it
+ * imports no kind.
+ *
+ * A rule is one kind: a sliding window (requests per period), or a number
+ * of requests in flight at once (concurrency); next a token bucket and a
+ * calendar quota. Each kind is one module in this folder that owns its own
+ * fields and their validation, how its quota reads in the rate-limit
+ * headers and in words, how the admin API shows it, what `check-config`
+ * warns of, and by which protocol its client's object decides it: `count`
+ * (a check counts the request, all or nothing with the key's other counted
+ * rules, with leases, known refusals and held requests) or `place` (a place
+ * is taken once the counted rules admit the request, and held until it
+ * ends). Nothing outside the kinds' modules and the registry asks which kind
+ * a rule is.
+ */
+import type { Result } from "../result.ts";
+
+/** The kinds there are (see registry.ts). */
+export type KindName = "window" | "concurrency";
+
+/** How a client's object decides a rule: it counts the request, or gives it a place while it is in flight. */
+export type Protocol = "count" | "place";
+
+/**
+ * A rule's quota as the rate-limit headers and the problem details say it
+ * (draft-ietf-httpapi-ratelimit-headers-11): the window `w` of a quota that
+ * renews with time (absent for one that does not, such as requests in
+ * flight: then no `t` and no `X-RateLimit-Reset` either), the quota unit
+ * `qu` when it is not requests, and the quota in words.
+ */
+export type Quota = {
+  /** `w`, in milliseconds: the time the quota is for. Absent: it does not renew with time. */
+  readonly windowMs?: number;
+  /** `qu`: the quota's unit, when it is not requests. */
+  readonly unit?: "concurrent-requests";
+  /** The quota `limit` in words, for a problem's detail: "100 per minute", "2 requests in flight at once". */
+  words(limit: number): string;
+};
+
+/** Records a field's problems against its name and answers its value, or `fallback` when it has problems. */
+export type TakeField = <T>(field: string, parsed: Result<T>, fallback: T) => T;
+
+/** A rule's fields as written, each by its name in wrangler.toml. */
+export type Fields = Record<string, unknown>;
+
+/**
+ * What every kind's own fields compile to, besides its own: the limit a
+ * tier, an override or an adaptive factor scales (a rate's requests, a
+ * number of places), and what one request costs in the same units (1 when
+ * the kind has no `cost`).
+ */
+export type KindFields = { limit: number; cost?: number };
+
+/** What every rule has that a kind's warnings read: whether it enforces, and its delay and bound on held requests. */
+export type Common = { action: "block" | "log"; maxDelayMs?: number | undefined; maxHeld?: number | undefined };
+
+/** One kind of limit: everything about a rule of this kind that is not common to every rule. `Part`: its own compiled fields. */
+export interface RuleKind<Part extends KindFields = KindFields> {
+  readonly name: KindName;
+  readonly protocol: Protocol;
+  /** Its own fields, as wrangler.toml writes them, in the order they are checked. */
+  readonly fields: readonly string[];
+  /** The fields whose presence makes a rule this kind (none: the default kind). */
+  readonly marks: readonly string[];
+  /** The most a limit of this kind may be, from a tier or an override too. */
+  readonly maxLimit: number;
+  /** The field that says its limit, as wrangler.toml writes it (for messages: "concurrency", "limit"). */
+  readonly limitField: string;
+  /** What its limit counts, for messages: "requests", "places". */
+  readonly limitNoun: string;
+  /** Why another kind's field does not apply to a rule of this kind; absent: its owner says (see {@link ownField}). */
+  foreignField?(field: string): string;
+  /** Why one of its own fields does not apply to a rule of another kind. */
+  ownField(field: string): string;
+  /** Its own fields parsed; `take` records each field's problems (a value from a field with problems is never used). */
+  parse(fields: Fields, take: TakeField): Part;
+  /** Its quota, for the rate-limit headers and the problem details. */
+  quota(part: Part): Quota;
+  /** Its own fields as the admin API shows them (wrangler.toml's spelling, plus durations in milliseconds). */
+  view(part: Part): Record<string, unknown>;
+  /** What `check-config` warns of in its own fields (`written`: the rule as written), given what every rule has. */
+  warnings(rule: Part & Common, written: Fields): string[];
+  /**
+   * What makes two rules of this kind count the same requests, beside their
+   * paths, methods and key: two such rules where one has the lower limit
+   * leave the other nothing to refuse.
+   */
+  measure(part: Part): string | number;
+  /** The words `check-config` warns with when two rules of this kind count the same requests. */
+  overlap(a: string, b: string, looser: string, same: boolean): string;
+}
+
+/** Any kind, as the registry lists them: each takes its own fields, which the registry hands it by the rule's `kind`. */
+// biome-ignore lint/suspicious/noExplicitAny: each kind's own fields; the registry dispatches by the rule's kind name
+export type AnyKind = RuleKind<any>;

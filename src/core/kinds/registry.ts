@@ -1,0 +1,35 @@
+/**
+ * @module
+ * The kinds of limit there are, listed once: a new kind is one module and
+ * one line here. The rest of the limiter reaches a rule's kind through
+ * `kindOf`, and which protocol its object decides it by through
+ * `isCounted`/`isPlaced`; nothing else asks which kind a rule is.
+ */
+import { type ConcurrencyFields, concurrencyKind } from "./concurrency.ts";
+import type { AnyKind, Fields, KindName } from "./kind.ts";
+import { type WindowFields, windowKind } from "./window.ts";
+
+/** Every kind, by name; the first is the default (a rule whose fields mark no other kind). */
+export const KINDS = {
+  window: windowKind,
+  concurrency: concurrencyKind,
+} as const satisfies Record<KindName, AnyKind>;
+
+/** Each kind's own compiled fields, by kind. */
+export type KindFieldsOf = { window: WindowFields; concurrency: ConcurrencyFields };
+
+const LIST: AnyKind[] = Object.values(KINDS);
+
+/** The kind a rule is written as: the kinds whose marking fields it has (several is an error), or the default. */
+export function kindsMarked(fields: Fields): AnyKind[] {
+  return LIST.filter((kind) => kind.marks.some((field) => fields[field] !== undefined));
+}
+
+/** The kind of a rule, for what it owns. */
+export const kindOf = (rule: { kind: KindName }): AnyKind => KINDS[rule.kind];
+
+/** Every kind's own fields, each once, in the registry's order. */
+export const KIND_FIELDS: readonly string[] = [...new Set(LIST.flatMap((kind) => kind.fields))];
+
+/** The kinds that have a field, for messages. */
+export const kindsWith = (field: string): AnyKind[] => LIST.filter((kind) => kind.fields.includes(field));
