@@ -13,6 +13,7 @@ import {
   evaluate,
   fullFromMs,
   fullState,
+  giveBack,
   MAX_DEPTH_MS,
   retryAfterMs,
 } from "../src/core/gcra.ts";
@@ -232,6 +233,33 @@ describe("leases", () => {
     expect(atEnd.length - 1).toBe(10);
     expect(firstOverBound(atEnd, tenPerSecond)).toBeNull();
   });
+
+  it("hand back what was not spent: 15 of 20 at the lease's end leave 15 in the bucket; 1 s later, a full bucket", () => {
+    const full = fullState(T0, tenPerSecond);
+    const leased = admitAt(full, tenPerSecond, 20, T0 + 1_000);
+    // 5 spent by 1 000 ms: the bucket then holds 15, and is full again at 1 500 ms.
+    const back = giveBack(leased, tenPerSecond, 15, leased, T0 + 1_000);
+    expect(back).toEqual({ tatMs: T0 + 1_500, ticks: 0, perMs: 1 });
+    expect(admitUnits(back, T0 + 1_000, tenPerSecond, 50)).toBe(15);
+    // Handed back at 2 500 ms, only what is still ahead goes: full from then on, as it would be.
+    expect(fullFromMs(giveBack(leased, tenPerSecond, 15, leased, T0 + 2_500))).toBe(T0 + 2_500);
+  });
+
+  it("hand back a request another object refused exactly, also behind later ones, and nothing once it is behind them", () => {
+    const full = fullState(T0, tenPerSecond);
+    const first = evaluate(full, T0, tenPerSecond, 3).state; // 300 ms ahead
+    const later = evaluate(first, T0 + 50, tenPerSecond, 2).state; // 500 ms ahead of T0
+    expect(giveBack(later, tenPerSecond, 3, first, T0 + 50)).toEqual(evaluate(full, T0 + 50, tenPerSecond, 2).state);
+    // A lease counted since ends at 2 s: counts go in there, beyond the first request's receipt.
+    const leased = admitAt(later, tenPerSecond, 1, T0 + 2_000);
+    expect(giveBack(leased, tenPerSecond, 3, first, T0 + 2_000)).toBe(leased);
+  });
+
+  it("hand back nothing across a change of limit", () => {
+    const third: BucketLimit = { limit: 3, periodMs: 1_000, burst: 5 };
+    const charged = evaluate(fullState(T0, third), T0, third, 2).state;
+    expect(giveBack(charged, tenPerSecond, 2, charged, T0)).toBe(charged);
+  });
 });
 
 /** Buckets small enough that a few dozen requests contend, with periods that do not divide by the limit. */
@@ -430,8 +458,12 @@ describe("held requests, paced at their conformance instants", () => {
   });
 });
 
-describe("leases never take a trace over the bound", () => {
-  /** What happens to a key: requests to the object, leases granted, and leased units spent by an isolate. */
+describe("leases and hand-backs never take a trace over the bound", () => {
+  /**
+   * What happens to a key: requests to the object (some refused by another
+   * object, and handed back), leases granted, leased units spent by an
+   * isolate, and the rest of a lease handed back.
+   */
   const step = fc.oneof(
     fc.record({ kind: fc.constant("request" as const), request }),
     fc.record({
@@ -449,27 +481,37 @@ describe("leases never take a trace over the bound", () => {
       /** Thousandths of what the lease has left. */
       share: fc.integer({ min: 0, max: 1_000 }),
     }),
+    fc.record({ kind: fc.constant("hand back" as const), gap: fc.integer({ min: 0, max: 500 }), pick: fc.nat() }),
   );
 
-  it("whenever an isolate spends its leased units within the lease, and the object counts them at the lease's end", () => {
+  it("whenever an isolate spends leased units within the lease, the object counting them at its end, and units go back", () => {
     let spent = 0;
+    let givenBack = 0;
     fc.assert(
       fc.property(anyBucket, fc.array(step, { minLength: 1, maxLength: 50, size: "max" }), (bucket, steps) => {
         let state = fullState(T0, bucket);
         let nowMs = T0;
+        /** The latest instant any count has gone in at. */
+        let countedAtMs = T0;
         const admitted: Admission[] = [];
-        const leases: { left: number; expiresAtMs: number }[] = [];
+        const leases: { left: number; expiresAtMs: number; receipt: BucketState }[] = [];
+        const handBack = (units: number, receipt: BucketState) => {
+          const before = state;
+          state = giveBack(state, bucket, units, receipt, Math.max(nowMs, countedAtMs));
+          if (state !== before) givenBack++;
+        };
         for (const s of steps) {
+          nowMs += gapMs(bucket, s.kind === "request" ? s.request.gap : s.gap);
           if (s.kind === "request") {
-            nowMs += gapMs(bucket, s.request.gap);
             const cost = costOf(bucket, s.request.cost);
             const ev = evaluate(state, nowMs, bucket, cost);
-            if (ev.allowed) {
-              state = ev.state;
-              admitted.push({ atMs: nowMs, cost });
-            }
+            if (!ev.allowed) continue;
+            state = ev.state;
+            countedAtMs = Math.max(countedAtMs, nowMs);
+            // Refused by another object: it never reaches the origin, and its units go back.
+            if (s.request.otherRefuses) handBack(cost, ev.state);
+            else admitted.push({ atMs: nowMs, cost });
           } else if (s.kind === "lease") {
-            nowMs += gapMs(bucket, s.gap);
             const wanted = Math.ceil((s.wanted / 1_000) * bucket.burst);
             const units = admitUnits(state, nowMs, bucket, wanted);
             // No more than evaluate admits at once, and as many as it does, up to what was wanted.
@@ -479,9 +521,9 @@ describe("leases never take a trace over the bound", () => {
             if (units === 0) continue;
             const expiresAtMs = nowMs + gapMs(bucket, s.life);
             state = admitAt(state, bucket, units, expiresAtMs);
-            leases.push({ left: units, expiresAtMs });
-          } else {
-            nowMs += gapMs(bucket, s.gap);
+            countedAtMs = Math.max(countedAtMs, expiresAtMs);
+            leases.push({ left: units, expiresAtMs, receipt: state });
+          } else if (s.kind === "spend") {
             const live = leases.filter((l) => l.left > 0 && l.expiresAtMs >= nowMs);
             if (live.length === 0) continue;
             const lease = live[s.pick % live.length]!;
@@ -489,6 +531,13 @@ describe("leases never take a trace over the bound", () => {
             lease.left -= cost;
             admitted.push({ atMs: nowMs, cost });
             spent++;
+          } else {
+            // What is left of a lease, live or ended, handed back: the lease is closed.
+            const open = leases.filter((l) => l.left > 0);
+            if (open.length === 0) continue;
+            const lease = open[s.pick % open.length]!;
+            handBack(lease.left, lease.receipt);
+            lease.left = 0;
           }
         }
         expect(firstOverBound(admitted, bucket), JSON.stringify({ bucket, admitted })).toBeNull();
@@ -496,5 +545,6 @@ describe("leases never take a trace over the bound", () => {
       { numRuns: 400 },
     );
     expect(spent).toBeGreaterThan(1_000);
+    expect(givenBack).toBeGreaterThan(300);
   });
 });

@@ -318,6 +318,38 @@ export function describe(ev: Evaluation, nowMs: number, bucket: BucketLimit, cou
   };
 }
 
+/**
+ * The state with `units` of one charge handed back: leased units never
+ * spent, or a request another object refused. `receipt` is the state the
+ * charge left (R); `bucket` the one it was counted under; `sinceMs` (M) is at
+ * least now and every instant a count has gone in at since the charge (a
+ * lease's end may be later than now). Gives back
+ * `min(units × T, max(0, R − M))`: every count since went in at an instant
+ * no later than M, so above M each one only added its own cost, and the TAT
+ * without the units is at most the TAT less that much. With nothing counted
+ * since, it is exact: a TAT before now is a full bucket, as `R − units × T`
+ * would be. Across a change of the bucket's scale (another limit) nothing
+ * is given back.
+ */
+export function giveBack(
+  state: BucketState,
+  bucket: BucketLimit,
+  units: number,
+  receipt: BucketState,
+  sinceMs: number,
+): BucketState {
+  const { perMs, unitTicks } = scaleOf(bucket);
+  if (state.perMs !== perMs || receipt.perMs !== perMs) return state;
+  // Off the request path: in BigInt throughout, absolute instants in ticks included.
+  const n = BigInt(perMs);
+  const ahead = (BigInt(receipt.tatMs) - BigInt(sinceMs)) * n + BigInt(receipt.ticks);
+  const wanted = BigInt(units) * BigInt(unitTicks);
+  const take = ahead <= 0n ? 0n : ahead < wanted ? ahead : wanted;
+  if (take === 0n) return state;
+  const tat = BigInt(state.tatMs) * n + BigInt(state.ticks) - take;
+  return { tatMs: Number(tat / n), ticks: Number(tat % n), perMs };
+}
+
 /** Checks one request against one bucket: counts it if it conforms. */
 export function check(
   state: BucketState,
