@@ -234,7 +234,7 @@ describe("leases", () => {
     expect(firstOverBound(atEnd, tenPerSecond)).toBeNull();
   });
 
-  it("hand back what was not spent: 15 of 20 at the lease's end leave 15 in the bucket; 1 s later, a full bucket", () => {
+  it("hand back what was not spent: 15 of 20 at the lease's end leave 15 in the bucket; 1.5 s later, only what is still ahead", () => {
     const full = fullState(T0, tenPerSecond);
     const leased = admitAt(full, tenPerSecond, 20, T0 + 1_000);
     // 5 spent by 1 000 ms: the bucket then holds 15, and is full again at 1 500 ms.
@@ -245,7 +245,7 @@ describe("leases", () => {
     expect(fullFromMs(giveBack(leased, tenPerSecond, 15, leased, T0 + 2_500))).toBe(T0 + 2_500);
   });
 
-  it("hand back a request another object refused exactly, also behind later ones, and nothing once it is behind them", () => {
+  it("hand back a request another object refused: exactly, even behind a later one; nothing once a count since went in past its receipt", () => {
     const full = fullState(T0, tenPerSecond);
     const first = evaluate(full, T0, tenPerSecond, 3).state; // 300 ms ahead
     const later = evaluate(first, T0 + 50, tenPerSecond, 2).state; // 500 ms ahead of T0
@@ -353,8 +353,9 @@ describe("against the conformance bound, over random traces", () => {
       }),
       { numRuns: 300 },
     );
-    expect(refused).toBeGreaterThan(1_000);
-    expect(never).toBeGreaterThan(100);
+    // The traces make many requests wait, and some ask for more than the burst (coverage, not the property).
+    expect(refused).toBeGreaterThan(500);
+    expect(never).toBeGreaterThan(150);
   });
 });
 
@@ -454,7 +455,7 @@ describe("held requests, paced at their conformance instants", () => {
       ),
       { numRuns: 300 },
     );
-    expect(held).toBeGreaterThan(500);
+    expect(held).toBeGreaterThan(400);
   });
 });
 
@@ -544,7 +545,7 @@ describe("leases and hand-backs never take a trace over the bound", () => {
       }),
       { numRuns: 400 },
     );
-    expect(spent).toBeGreaterThan(1_000);
-    expect(givenBack).toBeGreaterThan(300);
+    expect(spent).toBeGreaterThan(300);
+    expect(givenBack).toBeGreaterThan(600);
   });
 });
