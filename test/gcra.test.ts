@@ -14,7 +14,9 @@ import {
   fullFromMs,
   fullState,
   giveBack,
+  type HandBacks,
   MAX_DEPTH_MS,
+  type Receipt,
   retryAfterMs,
 } from "../src/core/gcra.ts";
 import {
@@ -234,31 +236,53 @@ describe("leases", () => {
     expect(firstOverBound(atEnd, tenPerSecond)).toBeNull();
   });
 
+  /** Hands back on a row that has handed back nothing, at `sinceMs`. */
+  const handBack = (state: BucketState, units: number, receipt: BucketState, sinceMs: number) =>
+    giveBack(state, tenPerSecond, units, { state: receipt, givenBackMs: 0 }, { sinceMs, row: { givenBackMs: 0 } })
+      .state;
+
   it("hand back what was not spent: 15 of 20 at the lease's end leave 15 in the bucket; 1.5 s later, only what is still ahead", () => {
     const full = fullState(T0, tenPerSecond);
     const leased = admitAt(full, tenPerSecond, 20, T0 + 1_000);
     // 5 spent by 1 000 ms: the bucket then holds 15, and is full again at 1 500 ms.
-    const back = giveBack(leased, tenPerSecond, 15, leased, T0 + 1_000);
+    const back = handBack(leased, 15, leased, T0 + 1_000);
     expect(back).toEqual({ tatMs: T0 + 1_500, ticks: 0, perMs: 1 });
     expect(admitUnits(back, T0 + 1_000, tenPerSecond, 50)).toBe(15);
     // Handed back at 2 500 ms, only what is still ahead goes: full from then on, as it would be.
-    expect(fullFromMs(giveBack(leased, tenPerSecond, 15, leased, T0 + 2_500))).toBe(T0 + 2_500);
+    expect(fullFromMs(handBack(leased, 15, leased, T0 + 2_500))).toBe(T0 + 2_500);
   });
 
   it("hand back a request another object refused: exactly, even behind a later one; nothing once a count since went in past its receipt", () => {
     const full = fullState(T0, tenPerSecond);
     const first = evaluate(full, T0, tenPerSecond, 3).state; // 300 ms ahead
     const later = evaluate(first, T0 + 50, tenPerSecond, 2).state; // 500 ms ahead of T0
-    expect(giveBack(later, tenPerSecond, 3, first, T0 + 50)).toEqual(evaluate(full, T0 + 50, tenPerSecond, 2).state);
+    expect(handBack(later, 3, first, T0 + 50)).toEqual(evaluate(full, T0 + 50, tenPerSecond, 2).state);
     // A lease counted since ends at 2 s: counts go in there, beyond the first request's receipt.
     const leased = admitAt(later, tenPerSecond, 1, T0 + 2_000);
-    expect(giveBack(leased, tenPerSecond, 3, first, T0 + 2_000)).toBe(leased);
+    expect(handBack(leased, 3, first, T0 + 2_000)).toBe(leased);
+  });
+
+  it("hand back behind an earlier hand-back no more than what that one left ahead (the case fast-check found)", () => {
+    // Leases A and B of 3 at 0, ending at once; A handed back whole. C takes 19 at 270 ms and spends them all.
+    const row0 = { givenBackMs: 0 };
+    const a = admitAt(fullState(T0, tenPerSecond), tenPerSecond, 3, T0);
+    const b = admitAt(a, tenPerSecond, 3, T0);
+    const afterA = giveBack(b, tenPerSecond, 3, { state: a, givenBackMs: 0 }, { sinceMs: T0, row: row0 });
+    expect(afterA).toEqual({ state: a, row: { givenBackMs: 300 } });
+    expect(admitUnits(afterA.state, T0 + 270, tenPerSecond, 50)).toBe(19);
+    const c = admitAt(afterA.state, tenPerSecond, 19, T0 + 270);
+    // B handed back: its receipt, 600 ms, counted A's 300 ms, handed back since. Without them, what is ahead of
+    // 270 ms is 30 ms: the TAT goes back to 2 170 ms, C's 19 from a full bucket. Taking B's whole 300 ms would
+    // leave 1 900 ms, and 3 more would then be admitted at 270 ms beside C's 19: 22 at once, over the burst.
+    const afterB = giveBack(c, tenPerSecond, 3, { state: b, givenBackMs: 0 }, { sinceMs: T0 + 270, row: afterA.row });
+    expect(afterB.state).toEqual({ tatMs: T0 + 2_170, ticks: 0, perMs: 1 });
+    expect(afterB.row).toEqual({ givenBackMs: 330 });
   });
 
   it("hand back nothing across a change of limit", () => {
     const third: BucketLimit = { limit: 3, periodMs: 1_000, burst: 5 };
     const charged = evaluate(fullState(T0, third), T0, third, 2).state;
-    expect(giveBack(charged, tenPerSecond, 2, charged, T0)).toBe(charged);
+    expect(handBack(charged, 2, charged, T0)).toBe(charged);
   });
 });
 
@@ -466,23 +490,36 @@ describe("leases and hand-backs never take a trace over the bound", () => {
    * isolate, and the rest of a lease handed back.
    */
   const step = fc.oneof(
-    fc.record({ kind: fc.constant("request" as const), request }),
-    fc.record({
-      kind: fc.constant("lease" as const),
-      gap: fc.integer({ min: 0, max: 500 }),
-      /** Thousandths of the burst. */
-      wanted: fc.integer({ min: 0, max: 1_000 }),
-      /** How long it lasts, in thousandths of the bucket's depth (squared, as gaps are). */
-      life: fc.integer({ min: 0, max: 1_200 }),
-    }),
-    fc.record({
-      kind: fc.constant("spend" as const),
-      gap: fc.integer({ min: 0, max: 500 }),
-      pick: fc.nat(),
-      /** Thousandths of what the lease has left. */
-      share: fc.integer({ min: 0, max: 1_000 }),
-    }),
-    fc.record({ kind: fc.constant("hand back" as const), gap: fc.integer({ min: 0, max: 500 }), pick: fc.nat() }),
+    { weight: 2, arbitrary: fc.record({ kind: fc.constant("request" as const), request }) },
+    {
+      weight: 3,
+      arbitrary: fc.record({
+        kind: fc.constant("lease" as const),
+        gap: fc.integer({ min: 0, max: 500 }),
+        /** Thousandths of the burst. */
+        wanted: fc.integer({ min: 0, max: 1_000 }),
+        /** How long it lasts, in thousandths of the bucket's depth (squared, as gaps are). */
+        life: fc.integer({ min: 0, max: 1_200 }),
+      }),
+    },
+    {
+      weight: 3,
+      arbitrary: fc.record({
+        kind: fc.constant("spend" as const),
+        gap: fc.integer({ min: 0, max: 500 }),
+        pick: fc.nat(),
+        /** Thousandths of what the lease has left. */
+        share: fc.integer({ min: 0, max: 1_000 }),
+      }),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        kind: fc.constant("hand back" as const),
+        gap: fc.integer({ min: 0, max: 500 }),
+        pick: fc.nat(),
+      }),
+    },
   );
 
   it("whenever an isolate spends leased units within the lease, the object counting them at its end, and units go back", () => {
@@ -495,10 +532,11 @@ describe("leases and hand-backs never take a trace over the bound", () => {
         /** The latest instant any count has gone in at. */
         let countedAtMs = T0;
         const admitted: Admission[] = [];
-        const leases: { left: number; expiresAtMs: number; receipt: BucketState }[] = [];
-        const handBack = (units: number, receipt: BucketState) => {
+        let row: HandBacks = { givenBackMs: 0 };
+        const leases: { left: number; expiresAtMs: number; receipt: Receipt }[] = [];
+        const handBack = (units: number, receipt: Receipt) => {
           const before = state;
-          state = giveBack(state, bucket, units, receipt, Math.max(nowMs, countedAtMs));
+          ({ state, row } = giveBack(state, bucket, units, receipt, { sinceMs: Math.max(nowMs, countedAtMs), row }));
           if (state !== before) givenBack++;
         };
         for (const s of steps) {
@@ -510,7 +548,7 @@ describe("leases and hand-backs never take a trace over the bound", () => {
             state = ev.state;
             countedAtMs = Math.max(countedAtMs, nowMs);
             // Refused by another object: it never reaches the origin, and its units go back.
-            if (s.request.otherRefuses) handBack(cost, ev.state);
+            if (s.request.otherRefuses) handBack(cost, { state: ev.state, givenBackMs: row.givenBackMs });
             else admitted.push({ atMs: nowMs, cost });
           } else if (s.kind === "lease") {
             const wanted = Math.ceil((s.wanted / 1_000) * bucket.burst);
@@ -523,7 +561,7 @@ describe("leases and hand-backs never take a trace over the bound", () => {
             const expiresAtMs = nowMs + gapMs(bucket, s.life);
             state = admitAt(state, bucket, units, expiresAtMs);
             countedAtMs = Math.max(countedAtMs, expiresAtMs);
-            leases.push({ left: units, expiresAtMs, receipt: state });
+            leases.push({ left: units, expiresAtMs, receipt: { state, givenBackMs: row.givenBackMs } });
           } else if (s.kind === "spend") {
             const live = leases.filter((l) => l.left > 0 && l.expiresAtMs >= nowMs);
             if (live.length === 0) continue;
@@ -540,10 +578,15 @@ describe("leases and hand-backs never take a trace over the bound", () => {
             handBack(lease.left, lease.receipt);
             lease.left = 0;
           }
+          // The object never holds more than the bound allows after what was admitted (it also counts leased units
+          // not yet spent): a hand-back that gave back too much shows here before any request takes advantage of it.
+          expect(admitUnits(state, nowMs, bucket, bucket.burst)).toBeLessThanOrEqual(
+            oracleRoom(admitted, nowMs, bucket),
+          );
         }
         expect(firstOverBound(admitted, bucket), JSON.stringify({ bucket, admitted })).toBeNull();
       }),
-      { numRuns: 400 },
+      { numRuns: 1_000 },
     );
     expect(spent).toBeGreaterThan(300);
     expect(givenBack).toBeGreaterThan(600);

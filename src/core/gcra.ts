@@ -319,35 +319,51 @@ export function describe(ev: Evaluation, nowMs: number, bucket: BucketLimit, cou
 }
 
 /**
- * The state with `units` of one charge handed back: leased units never
- * spent, or a request another object refused. `receipt` is the state the
- * charge left (R); `bucket` the one it was counted under; `sinceMs` (M) is at
- * least now and every instant a count has gone in at since the charge (a
- * lease's end may be later than now). Gives back
- * `min(units × T, max(0, R − M))`: every count since went in at an instant
- * no later than M, so above M each one only added its own cost, and the TAT
- * without the units is at most the TAT less that much. With nothing counted
- * since, it is exact: a TAT before now is a full bucket, as `R − units × T`
- * would be. Across a change of the bucket's scale (another limit) nothing
- * is given back.
+ * A charge's receipt, for handing its units back later: the state the charge
+ * left (R), and the row's {@link HandBacks} when it was made.
+ */
+export type Receipt = { state: BucketState; givenBackMs: number };
+
+/** What a row keeps for hand-backs beside its TAT: the milliseconds of TAT handed back so far, each hand-back rounded up. */
+export type HandBacks = { givenBackMs: number };
+
+/**
+ * Hands back `units` of one charge: leased units never spent, or a request
+ * another object refused. `bucket` is the one the charge was counted under;
+ * `sinceMs` (M) is at least now and every instant a count has gone in at
+ * since the charge (a lease's end may be later than now); `row` is the
+ * row's hand-backs now, and D the milliseconds handed back since the receipt.
+ *
+ * Gives back `min(units × T, max(0, R − M − D))`. Since the receipt, every
+ * count went in at an instant no later than M, and hand-backs took at most
+ * D off; so from any TAT of at least M + D in place of R, every later count
+ * would only have added its own cost, and the TAT without the units is at
+ * most the TAT less that much. With nothing counted or handed back since,
+ * it is exact: a TAT before now is a full bucket, as `R − units × T` would
+ * be. Across a change of the bucket's scale (another limit) nothing is
+ * given back. Returns the state and the row's hand-backs after it.
  */
 export function giveBack(
   state: BucketState,
   bucket: BucketLimit,
   units: number,
-  receipt: BucketState,
-  sinceMs: number,
-): BucketState {
+  receipt: Receipt,
+  { sinceMs, row }: { sinceMs: number; row: HandBacks },
+): { state: BucketState; row: HandBacks } {
   const { perMs, unitTicks } = scaleOf(bucket);
-  if (state.perMs !== perMs || receipt.perMs !== perMs) return state;
+  if (state.perMs !== perMs || receipt.state.perMs !== perMs) return { state, row };
   // Off the request path: in BigInt throughout, absolute instants in ticks included.
   const n = BigInt(perMs);
-  const ahead = (BigInt(receipt.tatMs) - BigInt(sinceMs)) * n + BigInt(receipt.ticks);
+  const floorMs = BigInt(sinceMs) + BigInt(row.givenBackMs - receipt.givenBackMs);
+  const ahead = (BigInt(receipt.state.tatMs) - floorMs) * n + BigInt(receipt.state.ticks);
   const wanted = BigInt(units) * BigInt(unitTicks);
   const take = ahead <= 0n ? 0n : ahead < wanted ? ahead : wanted;
-  if (take === 0n) return state;
+  if (take === 0n) return { state, row };
   const tat = BigInt(state.tatMs) * n + BigInt(state.ticks) - take;
-  return { tatMs: Number(tat / n), ticks: Number(tat % n), perMs };
+  return {
+    state: { tatMs: Number(tat / n), ticks: Number(tat % n), perMs },
+    row: { givenBackMs: row.givenBackMs + Number((take + n - 1n) / n) },
+  };
 }
 
 /** Checks one request against one bucket: counts it if it conforms. */
