@@ -254,9 +254,9 @@ export function retryAfterMs(
  * spent at any instants from now to that one, in any pieces, and no request
  * the isolate admits with them, nor any the object admits after counting
  * them, takes the trace over the conformance bound (test/gcra.test.ts replays
- * it). Counted at now instead, units spent after the bucket has emptied would
- * come on top of a bucket refilled meanwhile. While the TAT is at
- * least the lease's end, both are the same.
+ * it). Counted at now instead, units spent late would come on top of a
+ * bucket refilled meanwhile. While the TAT is at least the lease's end, both
+ * are the same.
  */
 export function admitUnits(state: BucketState, nowMs: number, bucket: BucketLimit, wanted: number): number {
   const scale = scaleOf(bucket);
