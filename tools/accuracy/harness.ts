@@ -4,6 +4,7 @@
  * Node script and the workerd test share it.
  */
 import { ALGORITHMS, type Algorithm } from "./algorithms.ts";
+import { type BucketRow, replayBuckets } from "./buckets.ts";
 import { type Measured, replay } from "./replay.ts";
 import { allTraces, SETUP, type Trace } from "./traces.ts";
 
@@ -19,6 +20,9 @@ export type Row = Measured & {
 };
 
 export type TraceResult = { trace: Trace; rows: Row[] };
+
+/** A trace in the report: the windows' rows, and the token buckets' beside them. */
+export type ReportedTrace = TraceResult & { buckets: BucketRow[] };
 
 /** One trace through `algorithms` (the exact log must be among them: the others are measured against it). */
 export function runTrace(trace: Trace, algorithms: Algorithm[] = ALGORITHMS, keepAdmitted = false): TraceResult {
@@ -39,6 +43,6 @@ export function runTrace(trace: Trace, algorithms: Algorithm[] = ALGORITHMS, kee
   return { trace, rows };
 }
 
-/** Every trace of the report through every algorithm. */
-export const runAll = (keepAdmitted = false): TraceResult[] =>
-  allTraces().map((trace) => runTrace(trace, ALGORITHMS, keepAdmitted));
+/** Every trace of the report through every algorithm, and through the token buckets. */
+export const runAll = (keepAdmitted = false): ReportedTrace[] =>
+  allTraces().map((trace) => ({ ...runTrace(trace, ALGORITHMS, keepAdmitted), buckets: replayBuckets(trace) }));

@@ -2,13 +2,15 @@
  * @module
  * `npm run accuracy`: replays every trace through every algorithm, prints the
  * tables, and writes docs/accuracy.md and docs/accuracy-boundary.svg.
- * Exits 1 if strict mode or the exact log ever admits more than the limit.
+ * Exits 1 if strict mode or the exact log ever admits more than the limit,
+ * or the token bucket decides a request otherwise than an exact one or
+ * admits more than `burst + rate × t`.
  */
 import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { runAll } from "./harness.ts";
 import { type Series, slidingWindowChart } from "./plot.ts";
-import { checkLines, checks, markdown, traceTable } from "./report.ts";
+import { bucketTable, checkLines, checks, markdown, traceTable } from "./report.ts";
 import { SETUP } from "./traces.ts";
 
 const PLOT_FILE = "accuracy-boundary.svg";
@@ -33,6 +35,7 @@ const elapsedMs = performance.now() - startedMs;
 for (const result of results) {
   console.log(`\n${result.trace.id}: ${result.trace.description} (${result.trace.timesMs.length} requests)\n`);
   console.log(traceTable(result));
+  console.log(`\n${bucketTable(result)}`);
 }
 const c = checks(results);
 console.log(`\n${checkLines(c).join("\n")}`);
@@ -55,4 +58,4 @@ const svg = slidingWindowChart(series, {
 writeFileSync(docs(PLOT_FILE), svg);
 writeFileSync(docs("accuracy.md"), markdown(results, PLOT_FILE));
 console.log(`\nWrote docs/accuracy.md and docs/${PLOT_FILE}. Replay took ${(elapsedMs / 1000).toFixed(2)} s.`);
-if (!c.strictHolds) process.exitCode = 1;
+if (!c.strictHolds || !c.bucketsHold) process.exitCode = 1;
