@@ -1,11 +1,34 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type BookedCount, type Booking, dueBy, repack, type StateOf, tailsOf, turnOf } from "../src/core/bookings.ts";
-import { admitAt, type WindowLimit, type WindowState } from "../src/core/sliding-window.ts";
+import {
+  type BookedCount,
+  type Booking,
+  dueBy,
+  type Pace,
+  type Rows,
+  repack,
+  tailsOf,
+  turnOf,
+} from "../src/core/bookings.ts";
+import {
+  admitAt,
+  earliestAdmission,
+  emptyState,
+  type WindowLimit,
+  type WindowState,
+} from "../src/core/sliding-window.ts";
 import { firstOverLimit, oracleAdmits } from "./support/window-oracle.ts";
 
 /** A window start in late 2026, so instants have realistic magnitudes; whole seconds, so buckets start on it. */
 const T0 = 1_795_000_000_000;
+
+/** How a sliding window paces held requests in its rows: the window's own arithmetic. */
+const WINDOW_PACE: Pace = {
+  start: (count, atMs) => emptyState(atMs, count.window as WindowLimit),
+  admitAt: (state, count, atMs) => admitAt(state as WindowState, count.window as WindowLimit, atMs),
+  earliestAdmission: (state, count, fromMs) =>
+    earliestAdmission(state as WindowState, count.window as WindowLimit, fromMs),
+};
 
 /**
  * One key's rows and held requests, decided the way the object decides them,
@@ -18,7 +41,7 @@ class Key {
   queue: Booking[] = [];
   readonly admitted: { row: string; atMs: number; cost: number; window: WindowLimit }[] = [];
   private ids = 0;
-  readonly stateOf: StateOf = (row) => this.states.get(row);
+  readonly rows: Rows = { stateOf: (row) => this.states.get(row), pace: WINDOW_PACE };
 
   /** Counts the bookings whose turn has come, in order. */
   settle(nowMs: number): void {
@@ -30,7 +53,7 @@ class Key {
   /** A request counting in `counts` at `nowMs`, held for at most `maxDelayMs`. */
   arrive(nowMs: number, counts: BookedCount[], maxDelayMs: number): "admitted" | "held" | "refused" {
     this.settle(nowMs);
-    const turn = turnOf(counts, nowMs, tailsOf(this.queue, this.stateOf), this.stateOf);
+    const turn = turnOf(counts, nowMs, tailsOf(this.queue, this.rows), this.rows);
     if (turn.atMs === nowMs) {
       this.count(counts, nowMs);
       return "admitted";
@@ -45,12 +68,13 @@ class Key {
     this.queue = repack(
       this.queue.filter((b) => b.id !== id),
       nowMs,
-      this.stateOf,
+      this.rows,
     );
   }
 
   private count(counts: readonly BookedCount[], atMs: number): void {
-    for (const { row, window } of counts) {
+    for (const { row, window: written } of counts) {
+      const window = written as WindowLimit;
       const state = this.states.get(row) ?? { bucket: 0, counts: new Array<number>(window.precision + 1).fill(0) };
       this.states.set(row, admitAt(state, window, atMs));
       this.admitted.push({ row, atMs, cost: window.cost ?? 1, window });
@@ -123,7 +147,7 @@ describe("a burst of 5 against 2 per second, held up to 5 s", () => {
     const other = { row: "other", window: perSecond(10) };
     key.arrive(T0, [tight], 0);
     key.arrive(T0, [tight, other], 5_000); // books "other" at 1 001 ms too
-    const turn = turnOf([tight, loose, other], T0 + 10, tailsOf(key.queue, key.stateOf), key.stateOf);
+    const turn = turnOf([tight, loose, other], T0 + 10, tailsOf(key.queue, key.rows), key.rows);
     // "tight" waits for its next second; "loose" has room now; "other" waits behind its booking.
     expect(turn.earliestMs.map((ms) => ms - T0)).toEqual([2_001, 10, 1_001]);
     expect(turn.atMs - T0).toBe(2_001);
@@ -228,7 +252,7 @@ function expectInOrderAndEarliest(key: Key, nowMs: number) {
       const t = booking.atMs - 1;
       const refusedBySome = booking.counts.some(({ row, window }) => {
         const history = [...key.admitted, ...booked].filter((a) => a.row === row);
-        return !oracleAdmits(history, t, window.cost ?? 1, window);
+        return !oracleAdmits(history, t, window.cost ?? 1, window as WindowLimit);
       });
       expect(refusedBySome, `booking ${booking.id} at +${booking.atMs - T0} ms could go 1 ms earlier`).toBe(true);
     }

@@ -79,6 +79,7 @@ describe("k buckets in the Durable Object", () => {
         bucket: bucketIndex(FUTURE_MS + 13_000, r),
         counts: [0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 1],
         epochSet: true,
+        kind: "window",
         penalty_until: 0, // the rule has no block_for
       },
     ]);

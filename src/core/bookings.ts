@@ -16,12 +16,29 @@
  * each to its earliest turn again, never later than it was.
  *
  * Pure: states and queues in, states and queues out. No I/O, no clock.
- * Every function is O(bookings × k).
+ * The arithmetic of a row is its kind's ({@link Pace}): a sliding window's
+ * buckets, a bucket's theoretical arrival time. Every function is
+ * O(bookings × k).
  */
-import { admitAt, earliestAdmission, type WindowLimit, type WindowState } from "./sliding-window.ts";
 
-/** One row a booking counts in, and how: the rule's window as it applied when booked, with the request's cost. */
-export type BookedCount = { row: string; window: WindowLimit };
+/**
+ * One row a booking counts in, and how: the rule as it applied when booked
+ * (its limit, its layout, the request's cost), which the row's kind reads.
+ */
+export type BookedCount = { row: string; window: { cost?: number | undefined } };
+
+/** A row's settled state, as its kind keeps it. */
+export type RowState = unknown;
+
+/** How a row's kind paces held requests: its state with a request counted at an instant, and its earliest turn. */
+export interface Pace {
+  /** The state a row with no counts starts from, for a request counted in it at `atMs`. */
+  start(count: BookedCount, atMs: number): RowState;
+  /** The state with the request counted at `atMs` (no earlier than the row's own last count). */
+  admitAt(state: RowState, count: BookedCount, atMs: number): RowState;
+  /** The earliest instant from `fromMs` at which the row admits the request. */
+  earliestAdmission(state: RowState, count: BookedCount, fromMs: number): number;
+}
 
 /** A held request's counts, booked for `atMs`. */
 export type Booking = {
@@ -32,27 +49,30 @@ export type Booking = {
 };
 
 /** A row's counts settled so far: its state, or undefined for a row with none. */
-export type StateOf = (row: string) => WindowState | undefined;
+export type StateOf = (row: string) => RowState | undefined;
 
 /** A row with bookings ahead: its state with every one of them counted, and the last one's instant. */
-export type Tail = { state: WindowState; lastAtMs: number };
+export type Tail = { state: RowState; lastAtMs: number };
+
+/** The rows' settled states, and how each kind paces a request in them. */
+export type Rows = { stateOf: StateOf; pace: Pace };
 
 /** The state a count starts from: the row's own, or none counted yet. */
-const startOf = (stateOf: StateOf, count: BookedCount): WindowState =>
-  stateOf(count.row) ?? { bucket: 0, counts: new Array<number>(count.window.precision + 1).fill(0) };
+const startOf = (rows: Rows, count: BookedCount, atMs: number): RowState =>
+  rows.stateOf(count.row) ?? rows.pace.start(count, atMs);
 
 /** The tails of every row `queue` books in, counted from their settled states. */
-export function tailsOf(queue: readonly Booking[], stateOf: StateOf): Map<string, Tail> {
+export function tailsOf(queue: readonly Booking[], rows: Rows): Map<string, Tail> {
   const tails = new Map<string, Tail>();
-  for (const booking of queue) countIn(tails, booking, stateOf);
+  for (const booking of queue) countIn(tails, booking, rows);
   return tails;
 }
 
 /** Counts a booking into `tails` (in place: the caller owns them). */
-export function countIn(tails: Map<string, Tail>, booking: Booking, stateOf: StateOf): void {
+export function countIn(tails: Map<string, Tail>, booking: Booking, rows: Rows): void {
   for (const count of booking.counts) {
-    const before = tails.get(count.row)?.state ?? startOf(stateOf, count);
-    tails.set(count.row, { state: admitAt(before, count.window, booking.atMs), lastAtMs: booking.atMs });
+    const before = tails.get(count.row)?.state ?? startOf(rows, count, booking.atMs);
+    tails.set(count.row, { state: rows.pace.admitAt(before, count, booking.atMs), lastAtMs: booking.atMs });
   }
 }
 
@@ -75,12 +95,12 @@ export function turnOf(
   counts: readonly BookedCount[],
   fromMs: number,
   tails: ReadonlyMap<string, Tail>,
-  stateOf: StateOf,
+  rows: Rows,
 ): Turn {
   const earliestMs = counts.map((count) => {
     const tail = tails.get(count.row);
-    if (tail === undefined) return earliestAdmission(startOf(stateOf, count), count.window, fromMs);
-    return earliestAdmission(tail.state, count.window, Math.max(fromMs, tail.lastAtMs));
+    if (tail === undefined) return rows.pace.earliestAdmission(startOf(rows, count, fromMs), count, fromMs);
+    return rows.pace.earliestAdmission(tail.state, count, Math.max(fromMs, tail.lastAtMs));
   });
   return { atMs: Math.max(fromMs, ...earliestMs), earliestMs };
 }
@@ -92,15 +112,15 @@ export function turnOf(
  * places freed go to the next in line. Returns the queue in the same order,
  * with a new object for each booking that moved.
  */
-export function repack<B extends Booking>(queue: readonly B[], nowMs: number, stateOf: StateOf): B[] {
+export function repack<B extends Booking>(queue: readonly B[], nowMs: number, rows: Rows): B[] {
   const tails = new Map<string, Tail>();
   return queue.map((booking) => {
-    const turn = turnOf(booking.counts, nowMs, tails, stateOf);
+    const turn = turnOf(booking.counts, nowMs, tails, rows);
     // Never later: counts moved earlier weigh no more at any later instant, so the old turn still admits;
     // the bound keeps a turn already promised even where counts were charged past a limit since.
     const atMs = Math.min(turn.atMs, booking.atMs);
     const moved = atMs === booking.atMs ? booking : { ...booking, atMs };
-    countIn(tails, moved, stateOf);
+    countIn(tails, moved, rows);
     return moved;
   });
 }

@@ -14,14 +14,13 @@ import {
   type Booking,
   countIn,
   dueBy,
+  type Rows,
   repack,
-  type StateOf,
   type Tail,
   type Turn,
   tailsOf,
   turnOf,
 } from "../core/bookings.ts";
-import { bucketIndex, bucketStartMs, type WindowLimit } from "../core/sliding-window.ts";
 import { Callers } from "./callers.ts";
 import type { Receipt, Refund, RuleCheck, TurnAnswer } from "./protocol.ts";
 
@@ -53,8 +52,8 @@ export type HeldBooking = Booking & {
  */
 export const CLAIM_WITHIN_MS = 5_000;
 
-/** How an admin change applies a rule to a held request: another window, no count at all, or a refusal. */
-export type Replanned = WindowLimit | "unlimited" | "deny";
+/** How an admin change applies a rule to a held request: the rule as it now applies, no count at all, or a refusal. */
+export type Replanned = BookedCount["window"] | "unlimited" | "deny";
 
 const SCHEMA = `CREATE TABLE IF NOT EXISTS bookings (
   id TEXT PRIMARY KEY,
@@ -67,16 +66,10 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS bookings (
   checks TEXT
 )`;
 
-/** A count stays in its row until its bucket and the `precision` after it have rotated out: then nothing is left to refund. */
-function countedUntilMs(booking: Booking): number {
-  let until = booking.atMs;
-  for (const { window } of booking.counts) {
-    until = Math.max(until, bucketStartMs(bucketIndex(booking.atMs, window) + window.precision + 1, window));
-  }
-  return until;
-}
+/** How long a count taken at `atMs` stays in its row (its kind's arithmetic): nothing is left to refund after. */
+export type CountedUntil = (count: BookedCount, atMs: number) => number;
 
-/** The id of the rule a row counts for (a row is named `id|period|precision`). */
+/** The id of the rule a row counts for (a row is named `id|…`, its layout after the bar). */
 const ruleIdOf = (row: string): string => row.slice(0, row.indexOf("|"));
 
 /** What a counted booking took, to be given back: per count, its receipt and cost. */
@@ -121,9 +114,19 @@ export class BookingBook {
   private readonly unclaimed = new Map<string, number>();
 
   private readonly sql: SqlStorage;
+  private readonly countedUntil: CountedUntil;
 
-  constructor(sql: SqlStorage) {
+  /** `countedUntil`: how long each kind's count stays in its row. */
+  constructor(sql: SqlStorage, countedUntil: CountedUntil) {
     this.sql = sql;
+    this.countedUntil = countedUntil;
+  }
+
+  /** When every count of a booking will have left its rows. */
+  private countedUntilMs(booking: Booking): number {
+    let until = booking.atMs;
+    for (const count of booking.counts) until = Math.max(until, this.countedUntil(count, booking.atMs));
+    return until;
   }
 
   /**
@@ -184,24 +187,24 @@ export class BookingBook {
   }
 
   /** The row with every booking ahead counted, and its last turn; undefined for a row with none ahead. */
-  tailOf(row: string, stateOf: StateOf): Tail | undefined {
-    return this.currentTails(stateOf).get(row);
+  tailOf(row: string, rows: Rows): Tail | undefined {
+    return this.currentTails(rows).get(row);
   }
 
   /** The turn of a request counting `counts`, from `nowMs` (see `turnOf`). */
-  turnOf(counts: readonly BookedCount[], nowMs: number, stateOf: StateOf): Turn {
-    return turnOf(counts, nowMs, this.currentTails(stateOf), stateOf);
+  turnOf(counts: readonly BookedCount[], nowMs: number, rows: Rows): Turn {
+    return turnOf(counts, nowMs, this.currentTails(rows), rows);
   }
 
   /** Books a held request for its turn, at `nowMs`: stored, queued, counted into the tails, to be claimed by its caller. */
-  book(booking: Omit<HeldBooking, "seq" | "counted">, nowMs: number, stateOf: StateOf): HeldBooking {
+  book(booking: Omit<HeldBooking, "seq" | "counted">, nowMs: number, rows: Rows): HeldBooking {
     const held: HeldBooking = { ...booking, seq: ++this.lastSeq, counted: null };
-    const tails = this.currentTails(stateOf);
-    countIn(tails, held, stateOf);
+    const tails = this.currentTails(rows);
+    countIn(tails, held, rows);
     this.byId.set(held.id, held);
     this.enqueue(held);
     this.unclaimed.set(held.id, nowMs + CLAIM_WITHIN_MS);
-    this.latestMs = Math.max(this.latestMs ?? 0, countedUntilMs(held));
+    this.latestMs = Math.max(this.latestMs ?? 0, this.countedUntilMs(held));
     this.ensureSchema();
     this.sql.exec(
       "INSERT INTO bookings (id, seq, at_ms, counts, rules, slots, counted, checks) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
@@ -244,12 +247,12 @@ export class BookingBook {
    * Cancels a booking ahead: the ones after it move up to their earliest
    * turns again, never later (see `repack`). Answers its callers: unknown.
    */
-  cancel(id: string, nowMs: number, stateOf: StateOf): void {
+  cancel(id: string, nowMs: number, rows: Rows): void {
     const booking = this.byId.get(id);
     if (booking === undefined || booking.counted !== null) return;
     this.withdraw(booking, nowMs);
     this.latestMs = this.workOutLatest();
-    this.moveUp(nowMs, stateOf);
+    this.moveUp(nowMs, rows);
   }
 
   /** Takes a booking ahead off the queue and out of storage; its callers are answered unknown (they decide again). */
@@ -275,10 +278,10 @@ export class BookingBook {
    * were taken back (a cancellation, a refund): the places freed go to the
    * next in line. Stores the turns that moved.
    */
-  moveUp(nowMs: number, stateOf: StateOf): void {
+  moveUp(nowMs: number, rows: Rows): void {
     this.tails = null;
     if (this.ahead.length === 0) return;
-    const moved = repack(this.ahead, nowMs, stateOf);
+    const moved = repack(this.ahead, nowMs, rows);
     moved.forEach((booking, i) => {
       const before = this.ahead[i]!;
       if (booking.atMs === before.atMs) return;
@@ -309,7 +312,7 @@ export class BookingBook {
    * withdrawn (the ones after them move up), and those counted already are
    * forgotten, their counts returned as refunds for the object to take back.
    */
-  dropUnclaimed(nowMs: number, stateOf: StateOf): Refund[] {
+  dropUnclaimed(nowMs: number, rows: Rows): Refund[] {
     const refunds: Refund[] = [];
     let withdrawn = false;
     for (const [id, byMs] of [...this.unclaimed]) {
@@ -327,7 +330,7 @@ export class BookingBook {
     }
     if (withdrawn) {
       this.latestMs = this.workOutLatest();
-      this.moveUp(nowMs, stateOf);
+      this.moveUp(nowMs, rows);
     }
     return refunds;
   }
@@ -341,7 +344,7 @@ export class BookingBook {
    * (`deny`: withdrawn, and its caller decides again). Then the queue moves
    * up, in order. A booking stored before checks were kept is left as it is.
    */
-  replan(ruleIds: ReadonlySet<string>, planOf: (check: RuleCheck) => Replanned, nowMs: number, stateOf: StateOf): void {
+  replan(ruleIds: ReadonlySet<string>, planOf: (check: RuleCheck) => Replanned, nowMs: number, rows: Rows): void {
     for (const booking of [...this.ahead]) {
       const { checks } = booking;
       if (checks === undefined || !checks.some((check) => ruleIds.has(check.id))) continue;
@@ -357,7 +360,7 @@ export class BookingBook {
       });
     }
     this.latestMs = this.workOutLatest();
-    this.moveUp(nowMs, stateOf);
+    this.moveUp(nowMs, rows);
   }
 
   /**
@@ -366,18 +369,21 @@ export class BookingBook {
    * included: they go on as far as those rules are concerned). Then the
    * queue moves up; a booking left with no count is due at once.
    */
-  forgetRules(ruleIds: ReadonlySet<string> | null, nowMs: number, stateOf: StateOf): void {
+  forgetRules(ruleIds: ReadonlySet<string> | null, nowMs: number, rows: Rows): void {
     const forgotten = (count: BookedCount) => ruleIds === null || ruleIds.has(ruleIdOf(count.row));
     for (const booking of [...this.ahead]) {
       if (!booking.counts.some(forgotten)) continue;
       this.recount(booking, (count) => (forgotten(count) ? null : count.window));
     }
     this.latestMs = this.workOutLatest();
-    this.moveUp(nowMs, stateOf);
+    this.moveUp(nowMs, rows);
   }
 
   /** A booking ahead with each count's window as `windowOf` says (null: the count is dropped), stored. */
-  private recount(booking: HeldBooking, windowOf: (count: BookedCount, k: number) => WindowLimit | null): void {
+  private recount(
+    booking: HeldBooking,
+    windowOf: (count: BookedCount, k: number) => BookedCount["window"] | null,
+  ): void {
     this.unqueue(booking);
     const keep: number[] = [];
     const counts: BookedCount[] = [];
@@ -418,7 +424,7 @@ export class BookingBook {
   /** Forgets counted bookings whose counts have rotated out of their rows: nothing is left to refund. */
   purge(nowMs: number): void {
     for (const booking of [...this.byId.values()]) {
-      if (booking.counted === null || countedUntilMs(booking) > nowMs) continue;
+      if (booking.counted === null || this.countedUntilMs(booking) > nowMs) continue;
       this.byId.delete(booking.id);
       this.sql.exec("DELETE FROM bookings WHERE id = ?", booking.id);
     }
@@ -432,7 +438,7 @@ export class BookingBook {
 
   private workOutLatest(): number | null {
     let latest: number | null = null;
-    for (const booking of this.byId.values()) latest = Math.max(latest ?? 0, countedUntilMs(booking));
+    for (const booking of this.byId.values()) latest = Math.max(latest ?? 0, this.countedUntilMs(booking));
     return latest;
   }
 
@@ -450,8 +456,8 @@ export class BookingBook {
     this.latestMs = null;
   }
 
-  private currentTails(stateOf: StateOf): Map<string, Tail> {
-    this.tails ??= tailsOf(this.ahead, stateOf);
+  private currentTails(rows: Rows): Map<string, Tail> {
+    this.tails ??= tailsOf(this.ahead, rows);
     return this.tails;
   }
 

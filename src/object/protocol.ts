@@ -12,6 +12,8 @@ import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 /** One rule to check, as the Worker sends it. */
 export type RuleCheck = WindowLimit & {
   id: string;
+  /** The rule's kind, when it counts by another arithmetic than the sliding window's (absent: a window, as before kinds). */
+  kind?: "window";
   /** False for `action = "log"`: the rule is counted and reported but never refuses the request. */
   enforce: boolean;
   /** The rule's limit in each tier of `TIERS` that gives it one, for a client an override puts in a tier. */

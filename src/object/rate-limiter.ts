@@ -21,29 +21,17 @@
  * (`wake.ts`) answers the callers awaiting a turn or a place.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { BookedCount } from "../core/bookings.ts";
+import type { BookedCount, Rows } from "../core/bookings.ts";
 import { scaledLimit } from "../core/controller.ts";
 import { limitUnder, type Override } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
-import {
-  admit,
-  admitAt,
-  bucketIndex,
-  bucketStartMs,
-  type Decision,
-  describe,
-  type Evaluation,
-  earliestAdmission,
-  emptyState,
-  evaluate,
-  msToBucketEnd,
-  type WindowLimit,
-  type WindowState,
-} from "../core/sliding-window.ts";
+import type { Decision } from "../core/sliding-window.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import { BookingBook } from "./booking-book.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
+import type { Counter, Seen } from "./kinds/counter.ts";
+import { type CountedKind, countedUntilMs, counterOf, counterOfKind, kindOfCheck, PACE } from "./kinds/registry.ts";
 import { PlaceBook } from "./place-book.ts";
 import {
   ADAPTIVE_LEASE_MAX_MS,
@@ -69,18 +57,25 @@ import {
   type Renewal,
   type RuleCheck,
   type RuleVerdict,
-  rowOf,
   type TurnAnswer,
 } from "./protocol.ts";
 import { Wake } from "./wake.ts";
 
-/** What the layout of a rule's buckets depends on. */
-type Shape = Pick<WindowLimit, "periodMs" | "precision">;
 /**
- * A rule's counters for this key. `key` is its name in storage and in receipts (see rowOf).
- * `penaltyUntilMs` is when the rule's penalty ends (0: none was started).
+ * A rule's counters for this key, in its kind's arithmetic (`counter`, over
+ * `data`). `key` is its name in storage and in receipts (the counter's
+ * `rowOf`). `penaltyUntilMs` is when the rule's penalty ends (0: none was
+ * started).
  */
-type Row = { key: string; id: string; shape: Shape; epoch: number; state: WindowState; penaltyUntilMs: number };
+type Row = {
+  key: string;
+  id: string;
+  kind: CountedKind;
+  counter: Counter<unknown>;
+  epoch: number;
+  data: unknown;
+  penaltyUntilMs: number;
+};
 
 const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   rule TEXT PRIMARY KEY,
@@ -89,7 +84,8 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   bucket INTEGER NOT NULL,
   counts TEXT NOT NULL,
   epoch INTEGER NOT NULL DEFAULT 0,
-  penalty_until INTEGER NOT NULL DEFAULT 0
+  penalty_until INTEGER NOT NULL DEFAULT 0,
+  kind TEXT NOT NULL DEFAULT 'window'
 )`;
 
 /** A rule's override for this client (null once deleted), and the registry's version of that change. */
@@ -116,8 +112,8 @@ const DENY_FOREVER_MS = 365 * 86_400_000;
 const LATEST_ALARM_MS = Date.UTC(2100, 0, 1);
 const DAY_MS = 86_400_000;
 
-const expiresAtMs = ({ shape, state, penaltyUntilMs }: Row): number =>
-  Math.max(bucketStartMs(state.bucket + shape.precision + 1, { ...shape, limit: 1, strict: false }), penaltyUntilMs);
+const expiresAtMs = ({ counter, data, penaltyUntilMs }: Row): number =>
+  Math.max(counter.expiresAtMs(data), penaltyUntilMs);
 
 /** A fresh row's epoch: never 0, which rows stored before epochs existed have. */
 const newEpoch = (): number => (crypto.getRandomValues(new Uint32Array(1))[0]! % 0x7fffffff) + 1;
@@ -126,7 +122,7 @@ const newEpoch = (): number => (crypto.getRandomValues(new Uint32Array(1))[0]! %
 const newId = (): string => crypto.randomUUID();
 
 /** An evaluation now, and, when held requests wait ahead under an enforcing rule, the turn a request would get behind them. */
-type Seen = Evaluation & { turnMs?: number };
+type Looked = Seen<unknown> & { turnMs?: number };
 
 export class RateLimiter extends DurableObject<unknown> {
   private readonly sql: SqlStorage;
@@ -162,13 +158,13 @@ export class RateLimiter extends DurableObject<unknown> {
   private controller: ControllerBook | undefined;
   /** Whether a controller is stored here, loaded or not. */
   private hasController: boolean;
-  /** A row's settled state, for the bookings' arithmetic. */
-  private readonly stateOf = (row: string): WindowState | undefined => this.rows.get(row)?.state;
+  /** The rows' settled states, and how their kinds pace held requests, for the bookings' arithmetic. */
+  private readonly booked: Rows = { stateOf: (row) => this.rows.get(row)?.data, pace: PACE };
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.books = new BookingBook(this.sql);
+    this.books = new BookingBook(this.sql, countedUntilMs);
     this.places = new PlaceBook(this.sql);
     // A fresh or cleaned-up object has no tables: reading them must not create one.
     const tables = new Set(
@@ -195,12 +191,20 @@ export class RateLimiter extends DurableObject<unknown> {
     this.upgradeSchema();
     for (const row of this.sql.exec<Record<string, string | number>>("SELECT * FROM counters")) {
       const key = String(row.rule);
+      const kind = String(row.kind) as CountedKind;
+      const counter = counterOfKind(kind);
       this.rows.set(key, {
         key,
         id: key.slice(0, key.indexOf("|")),
-        shape: { periodMs: Number(row.period_ms), precision: Number(row.precision) },
+        kind,
+        counter,
         epoch: Number(row.epoch),
-        state: { bucket: Number(row.bucket), counts: JSON.parse(String(row.counts)) as number[] },
+        data: counter.decode({
+          periodMs: Number(row.period_ms),
+          precision: Number(row.precision),
+          bucket: Number(row.bucket),
+          counts: String(row.counts),
+        }),
         penaltyUntilMs: Number(row.penalty_until),
       });
     }
@@ -223,6 +227,9 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     if (!columns.includes("penalty_until")) {
       this.sql.exec("ALTER TABLE counters ADD COLUMN penalty_until INTEGER NOT NULL DEFAULT 0");
+    }
+    if (!columns.includes("kind")) {
+      this.sql.exec("ALTER TABLE counters ADD COLUMN kind TEXT NOT NULL DEFAULT 'window'");
     }
   }
 
@@ -315,7 +322,7 @@ export class RateLimiter extends DurableObject<unknown> {
       const counted = allowed && ev.allowed;
       // A shadow rule counts now even where requests are held ahead: their tails must count it too.
       if (counted && this.books.anyAhead && this.books.heldIn(row.key) > 0) this.books.invalidate();
-      row.state = counted ? admit(ev.state, costOf(plan.rule)) : ev.state;
+      row.data = counted ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule) : ev.data;
       if (!ev.allowed) this.penalize(plan.rule, row, nowMs);
       return this.verdict(ev, nowMs, plan, row, counted);
     });
@@ -328,12 +335,13 @@ export class RateLimiter extends DurableObject<unknown> {
    * while held requests wait ahead in the row, with the turn it would get
    * behind them. A later request never takes a place promised to an earlier one.
    */
-  private see(row: Row, nowMs: number, rule: RuleCheck): Seen {
+  private see(row: Row, nowMs: number, rule: RuleCheck): Looked {
     const ev = evaluateRow(row, nowMs, rule);
     if (!this.books.anyAhead || !rule.enforce || this.books.heldIn(row.key) === 0) return ev;
-    if (ev.allowed && this.roomForAll(ev.state, row.key, rule, nowMs)) return ev;
-    const tail = this.books.tailOf(row.key, this.stateOf)!;
-    return { ...ev, allowed: false, turnMs: earliestAdmission(tail.state, rule, Math.max(nowMs, tail.lastAtMs)) };
+    if (ev.allowed && this.roomForAll(row, ev.data, rule, nowMs)) return ev;
+    const tail = this.books.tailOf(row.key, this.booked)!;
+    const turnMs = row.counter.earliestAdmission(tail.state, rule, Math.max(nowMs, tail.lastAtMs));
+    return { ...ev, allowed: false, turnMs };
   }
 
   /**
@@ -344,10 +352,8 @@ export class RateLimiter extends DurableObject<unknown> {
    * admits at its turn. A rule far from its limit beside one that holds
    * requests (10 a second, 1 000 an hour) neither queues nor refuses them.
    */
-  private roomForAll(state: WindowState, row: string, rule: RuleCheck, nowMs: number): boolean {
-    const counts = state.counts.slice();
-    counts[counts.length - 1]! += this.books.unitsIn(row);
-    return evaluate({ bucket: state.bucket, counts }, nowMs, rule).allowed;
+  private roomForAll(row: Row, seen: unknown, rule: RuleCheck, nowMs: number): boolean {
+    return row.counter.roomFor(seen, this.books.unitsIn(row.key), nowMs, rule);
   }
 
   /**
@@ -367,7 +373,7 @@ export class RateLimiter extends DurableObject<unknown> {
       if (plan.kind !== "count" || !plan.rule.enforce) continue;
       const row = rows[i]!;
       if (penalizes(plan.rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0) return undefined;
-      counts.push({ row: row.key, window: windowOf(plan.rule) });
+      counts.push({ row: row.key, window: plan.rule });
       slots.push(i);
     }
     if (counts.length === 0) return undefined;
@@ -379,7 +385,7 @@ export class RateLimiter extends DurableObject<unknown> {
     ) {
       return undefined;
     }
-    const turn = this.books.turnOf(counts, nowMs, this.stateOf);
+    const turn = this.books.turnOf(counts, nowMs, this.booked);
     if (turn.atMs === nowMs) return undefined;
     let delayMs = Number.POSITIVE_INFINITY;
     for (const [k, earliestMs] of turn.earliestMs.entries()) {
@@ -388,7 +394,7 @@ export class RateLimiter extends DurableObject<unknown> {
       if (rule.maxDelayMs === undefined) {
         // A rule without a delay that waits only for its place in line, with room for everyone held: not it.
         const row = rows[slots[k]!]!;
-        if (this.roomForAll(evaluateRow(row, nowMs, rule).state, row.key, rule, nowMs)) continue;
+        if (this.roomForAll(row, evaluateRow(row, nowMs, rule).data, rule, nowMs)) continue;
         return undefined;
       }
       if (this.books.heldIn(counts[k]!.row) >= (rule.maxHeld ?? DEFAULT_MAX_HELD)) return undefined;
@@ -396,21 +402,21 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     if (turn.atMs - nowMs > delayMs) return undefined;
     // The verdicts are the admission at the turn: each row as it will be then, before this request.
-    const before = counts.map(({ row }) => this.books.tailOf(row, this.stateOf)?.state ?? this.rows.get(row)!.state);
+    const before = counts.map(({ row }) => this.books.tailOf(row, this.booked)?.state ?? this.rows.get(row)!.data);
     const checks = slots.map((i) => rules[i]!);
     const booked = { id: newId(), atMs: turn.atMs, counts, rules: plans.length, slots, checks };
-    const booking = this.books.book(booked, nowMs, this.stateOf);
+    const booking = this.books.book(booked, nowMs, this.booked);
     const verdicts = plans.map((plan, i): RuleVerdict => {
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = rows[i]!;
       const k = slots.indexOf(i);
       if (k >= 0) {
         this.save(row); // its epoch is in the receipt: stored now, so a restart keeps it
-        return this.verdict(evaluate(before[k]!, booking.atMs, plan.rule), booking.atMs, plan, row, true);
+        return this.verdict(row.counter.see(before[k]!, booking.atMs, plan.rule), booking.atMs, plan, row, true);
       }
       const ev = evaluateRow(row, nowMs, plan.rule);
       if (ev.allowed && this.books.heldIn(row.key) > 0) this.books.invalidate();
-      row.state = ev.allowed ? admit(ev.state, costOf(plan.rule)) : ev.state;
+      row.data = ev.allowed ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule) : ev.data;
       if (ev.allowed) this.save(row);
       return this.verdict(ev, nowMs, plan, row, ev.allowed);
     });
@@ -430,18 +436,19 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   private countTurnsDue(nowMs: number): void {
     // Bookings no caller claimed in time are of requests that no longer exist: they go, and what they counted.
-    const unclaimed = this.books.dropUnclaimed(nowMs, this.stateOf);
+    const unclaimed = this.books.dropUnclaimed(nowMs, this.booked);
     if (unclaimed.length > 0) this.refund(unclaimed);
     for (const booking of this.books.takeDue(nowMs)) {
       const receipts = new Array<Receipt | null>(booking.rules).fill(null);
       booking.counts.forEach((count, k) => {
+        const check = count.window as RuleCheck;
         const row = this.rowFor(count, booking.atMs);
-        row.state = admitAt(row.state, count.window, booking.atMs);
+        row.data = row.counter.admitAt(row.data, check, booking.atMs);
         this.save(row);
         receipts[booking.slots[k]!] = {
           row: row.key,
           epoch: row.epoch,
-          bucket: bucketIndex(booking.atMs, count.window),
+          bucket: row.counter.whereAt(booking.atMs, check),
         };
       });
       this.books.counted(booking, receipts, nowMs);
@@ -452,12 +459,15 @@ export class RateLimiter extends DurableObject<unknown> {
   private rowFor(count: BookedCount, atMs: number): Row {
     const row = this.rows.get(count.row);
     if (row) return row;
+    const check = count.window as RuleCheck;
+    const counter = counterOf(check);
     const fresh: Row = {
       key: count.row,
       id: count.row.slice(0, count.row.indexOf("|")),
-      shape: { periodMs: count.window.periodMs, precision: count.window.precision },
+      kind: kindOfCheck(check),
+      counter,
       epoch: newEpoch(),
-      state: emptyState(atMs, count.window),
+      data: counter.fresh(atMs, check),
       penaltyUntilMs: 0,
     };
     this.rows.set(count.row, fresh);
@@ -503,7 +513,7 @@ export class RateLimiter extends DurableObject<unknown> {
       this.refund(refunds);
       return { status: "refunded" };
     }
-    this.books.cancel(bookingId, nowMs, this.stateOf);
+    this.books.cancel(bookingId, nowMs, this.booked);
     this.rearm(nowMs);
     this.scheduleCleanup();
     return { status: "cancelled" };
@@ -726,10 +736,10 @@ export class RateLimiter extends DurableObject<unknown> {
         new Set([ruleId]),
         (check) => {
           const plan = this.plan(check, nowMs);
-          return plan.kind === "count" ? windowOf(plan.rule) : plan.kind;
+          return plan.kind === "count" ? plan.rule : plan.kind;
         },
         nowMs,
-        this.stateOf,
+        this.booked,
       );
       this.countTurnsDue(nowMs);
     }
@@ -795,7 +805,7 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     // Under an adaptive rule, no longer than an isolate takes to learn a cut: units leased before it go unspent.
     const longest = rules.some((rule) => rule.factor !== undefined) ? ADAPTIVE_LEASE_MAX_MS : LEASE_MAX_MS;
-    const expiresInMs = Math.min(longest, ...rules.map((rule) => msToBucketEnd(nowMs, rule)));
+    const expiresInMs = Math.min(longest, ...rules.map((rule) => counterOf(rule).leaseEndsInMs(nowMs, rule)));
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
     const likely = Math.floor((wanted.seen * Math.min(expiresInMs, wanted.seenInMs)) / wanted.seenInMs);
@@ -808,8 +818,9 @@ export class RateLimiter extends DurableObject<unknown> {
     if (units < LEASE_MIN_UNITS) return undefined;
     const receipts = rows.map((row): Receipt => {
       if (!row) return NOWHERE;
-      row.state.counts[row.state.counts.length - 1]! += units;
-      return { row: row.key, epoch: row.epoch, bucket: row.state.bucket };
+      const ahead = row.counter.countAhead(row.data, units);
+      row.data = ahead.data;
+      return { row: row.key, epoch: row.epoch, bucket: ahead.where };
     });
     return { units, receipts, expiresInMs } satisfies Lease;
   }
@@ -837,12 +848,9 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const { receipt, count: taken } of refunds) {
       const row = this.rows.get(receipt.row);
       if (!row || row.epoch !== receipt.epoch) continue;
-      const index = receipt.bucket - (row.state.bucket - row.shape.precision);
-      const count = row.state.counts[index];
-      if (count === undefined || count <= 0) continue;
-      const counts = row.state.counts.slice();
-      counts[index] = count - Math.min(count, taken);
-      row.state = { bucket: row.state.bucket, counts };
+      const after = row.counter.takeBack(row.data, receipt.bucket, taken);
+      if (after === null) continue;
+      row.data = after;
       this.liftTentativePenalty(row);
       this.save(row);
     }
@@ -850,7 +858,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (this.books.anyAhead) {
       const nowMs = Date.now();
       this.countTurnsDue(nowMs);
-      this.books.moveUp(nowMs, this.stateOf);
+      this.books.moveUp(nowMs, this.booked);
       this.rearm(nowMs);
     }
   }
@@ -866,11 +874,9 @@ export class RateLimiter extends DurableObject<unknown> {
     for (const { receipt, count } of charges) {
       const row = this.rows.get(receipt.row);
       if (!row || row.epoch !== receipt.epoch || count <= 0) continue;
-      const index = receipt.bucket - (row.state.bucket - row.shape.precision);
-      if (index < 0 || index >= row.state.counts.length) continue;
-      const counts = row.state.counts.slice();
-      counts[index] = counts[index]! + count;
-      row.state = { bucket: row.state.bucket, counts };
+      const after = row.counter.addAt(row.data, receipt.bucket, count);
+      if (after === null) continue;
+      row.data = after;
       this.save(row);
     }
     // Bookings ahead keep their turns (they were promised); the next ones are worked out with the charge.
@@ -901,7 +907,7 @@ export class RateLimiter extends DurableObject<unknown> {
     // its other rules, at their turns), before any request that comes after the reset.
     const nowMs = Date.now();
     if (this.books.anyAhead) {
-      this.books.forgetRules(ruleIds === undefined ? null : new Set(ruleIds), nowMs, this.stateOf);
+      this.books.forgetRules(ruleIds === undefined ? null : new Set(ruleIds), nowMs, this.booked);
       this.countTurnsDue(nowMs);
       this.rearm(nowMs);
     } else this.books.invalidate();
@@ -1021,31 +1027,30 @@ export class RateLimiter extends DurableObject<unknown> {
    * share an id only meet here once, when the second row is made.)
    */
   private current(rule: RuleCheck, nowMs: number): Row {
-    const key = rowOf(rule);
+    const counter = counterOf(rule);
+    const key = counter.rowOf(rule);
     const row = this.rows.get(key);
     if (row) return row;
+    // The rule's layout changed (its period, its precision): the new row carries the old one's count and penalty.
+    const previous = [...this.rows.values()].find((r) => r.id === rule.id);
     const fresh: Row = {
       key,
       id: rule.id,
-      shape: { periodMs: rule.periodMs, precision: rule.precision },
+      kind: kindOfCheck(rule),
+      counter,
       epoch: newEpoch(),
-      state: emptyState(nowMs, rule),
-      penaltyUntilMs: 0,
+      data: counter.fresh(nowMs, rule, previous),
+      penaltyUntilMs: previous?.penaltyUntilMs ?? 0,
     };
-    const previous = [...this.rows.values()].find((r) => r.id === rule.id);
-    if (previous) {
-      fresh.penaltyUntilMs = previous.penaltyUntilMs;
-      const carried = evaluate(previous.state, nowMs, { ...previous.shape, limit: rule.limit, strict: rule.strict });
-      fresh.state.counts[rule.precision] = Math.ceil(carried.weighted);
-    }
     this.rows.set(key, fresh);
     return fresh;
   }
 
-  private verdict(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row, counted: boolean): RuleVerdict {
+  private verdict(ev: Looked, nowMs: number, plan: Plan & { kind: "count" }, row: Row, counted: boolean): RuleVerdict {
     const { rule, override, configured } = plan;
     const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
-    const decision = underPenalty(behindHeld(describe(ev, nowMs, rule, counted), ev.turnMs, nowMs), penaltyMs);
+    const described = row.counter.describe(ev, nowMs, rule, counted);
+    const decision = underPenalty(behindHeld(described, ev.turnMs, nowMs), penaltyMs);
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
     // A refusal under an override holds no longer than the override.
     const untilChange = override?.expiresAtMs != null ? override.expiresAtMs - nowMs : Number.POSITIVE_INFINITY;
@@ -1053,7 +1058,7 @@ export class RateLimiter extends DurableObject<unknown> {
       ...decision,
       ...(penaltyMs > 0 ? { penaltyMs } : {}),
       ruleAllows: ev.allowed,
-      counted: counted ? { row: row.key, epoch: row.epoch, bucket: ev.state.bucket } : null,
+      counted: counted ? { row: row.key, epoch: row.epoch, bucket: row.counter.where(ev.data, rule) } : null,
       // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
       holdsForMs: ev.allowed || refundDue || ev.turnMs !== undefined ? 0 : Math.min(decision.retryAfterMs, untilChange),
       ...(override || configured !== undefined ? { limit: rule.limit } : {}),
@@ -1067,9 +1072,9 @@ export class RateLimiter extends DurableObject<unknown> {
    * Whether a refusal is the factor's doing alone: the limit before it would
    * have admitted the request now (no penalty, and no held request ahead).
    */
-  private reducedOnly(ev: Seen, nowMs: number, plan: Plan & { kind: "count" }, row: Row): boolean {
+  private reducedOnly(ev: Looked, nowMs: number, plan: Plan & { kind: "count" }, row: Row): boolean {
     if (plan.configured === undefined || ev.turnMs !== undefined) return false;
-    return evaluateRow({ ...row, state: ev.state }, nowMs, { ...plan.rule, limit: plan.configured }).allowed;
+    return evaluateRow({ ...row, data: ev.data }, nowMs, { ...plan.rule, limit: plan.configured }).allowed;
   }
 
   private save(row: Row): void {
@@ -1077,17 +1082,19 @@ export class RateLimiter extends DurableObject<unknown> {
       this.sql.exec(SCHEMA);
       this.schemaReady = true;
     }
+    const stored = row.counter.encode(row.data);
     this.sql.exec(
-      `INSERT INTO counters (rule, period_ms, precision, bucket, counts, epoch, penalty_until) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO counters (rule, period_ms, precision, bucket, counts, epoch, penalty_until, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (rule) DO UPDATE SET bucket = excluded.bucket, counts = excluded.counts, epoch = excluded.epoch,
          penalty_until = excluded.penalty_until`,
       row.key,
-      row.shape.periodMs,
-      row.shape.precision,
-      row.state.bucket,
-      JSON.stringify(row.state.counts),
+      stored.periodMs,
+      stored.precision,
+      stored.bucket,
+      stored.counts,
       row.epoch,
       row.penaltyUntilMs,
+      row.kind,
     );
   }
 
@@ -1114,15 +1121,6 @@ export class RateLimiter extends DurableObject<unknown> {
     await this.ctx.storage.deleteAll();
   }
 }
-
-/** How a rule counts a request, for a booking: its window, with its cost. */
-const windowOf = (rule: RuleCheck): WindowLimit => ({
-  limit: rule.limit,
-  periodMs: rule.periodMs,
-  precision: rule.precision,
-  strict: rule.strict,
-  cost: costOf(rule),
-});
 
 /** A concurrency rule as a check, so that its overrides and tiers apply as to any rule: `limit` is its places. */
 const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
@@ -1157,8 +1155,8 @@ function holdLess(rules: RuleCheck[], verdicts: RuleVerdict[]): void {
 }
 
 /** What a request now would see of a row: the window's evaluation, refused while the rule's penalty lasts. */
-function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Evaluation {
-  const ev = evaluate(row.state, nowMs, rule);
+function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Seen<unknown> {
+  const ev = row.counter.see(row.data, nowMs, rule);
   return ev.allowed && penalizes(rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0 ? { ...ev, allowed: false } : ev;
 }
 

@@ -1,0 +1,58 @@
+/**
+ * @module
+ * What a counted kind is in its client's object: the state of its row, and
+ * what a check, a lease, a held request's turn, a refund and a charge do to
+ * it. The object (rate-limiter.ts) decides every counted rule of a key the
+ * same way, all or nothing, with penalties, overrides, factors, leases and
+ * bookings, and asks the rule's counter for the arithmetic alone. A leaf:
+ * it imports no counter.
+ */
+import type { Decision } from "../../core/sliding-window.ts";
+import type { RuleCheck } from "../protocol.ts";
+
+/** What a request now would see of a row: whether one more request of the rule's cost fits, and the row brought to now. */
+export type Seen<D> = { allowed: boolean; data: D; weighted: number };
+
+/** A row as it is stored: the columns of the `counters` table a counter's state is written in. */
+export type Stored = { periodMs: number; precision: number; bucket: number; counts: string };
+
+/**
+ * A counted kind's arithmetic in the object, over its row's data `D`. Every
+ * function is pure: a state and an instant in, a state out; the object reads
+ * the clock and writes storage.
+ */
+export interface Counter<D = unknown> {
+  /** The row a rule's counts live in: its id and the layout they are counted in (another layout: another row). */
+  rowOf(check: RuleCheck): string;
+  /** A row made at `nowMs`; `previous`, the rule's row in another layout (the rule changed), whose count it may carry over. */
+  fresh(nowMs: number, check: RuleCheck, previous?: { data: unknown; counter: Counter<unknown> }): D;
+  /** What a request at `nowMs` sees: whether it fits, the row brought to `nowMs`, and its count (for display). */
+  see(data: D, nowMs: number, check: RuleCheck): Seen<D>;
+  /** A row seen at `nowMs` with the request counted in it (`cost` units). */
+  admit(seen: D, cost: number, check: RuleCheck): D;
+  /** The verdict's numbers for a request seen at `nowMs`, counted or not. */
+  describe(seen: Seen<D>, nowMs: number, check: RuleCheck, counted: boolean): Decision;
+  /** Where a count taken now goes (a receipt's `bucket`). */
+  where(seen: D, check: RuleCheck): number;
+  /** Where a count taken at `atMs` goes (a held request's turn). */
+  whereAt(atMs: number, check: RuleCheck): number;
+  /** Whether a row seen at `nowMs` has room for `units` more and one more request (held requests booked ahead). */
+  roomFor(seen: D, units: number, nowMs: number, check: RuleCheck): boolean;
+  /** The earliest instant from `fromMs` at which a request fits in the row (a held request's turn). */
+  earliestAdmission(data: D, check: RuleCheck, fromMs: number): number;
+  /** The row with a request counted at `atMs`, not before the row's own last count (a held request's turn). */
+  admitAt(data: D, check: RuleCheck, atMs: number): D;
+  /** `units` counted ahead now for a lease: the row after, and where they went. */
+  countAhead(seen: D, units: number): { data: D; where: number };
+  /** How long a lease may last from `nowMs`: no longer than the counts it holds stay where they were counted. */
+  leaseEndsInMs(nowMs: number, check: RuleCheck): number;
+  /** The row with `units` taken back from where they were counted; null when they are there no more (rotated out). */
+  takeBack(data: D, where: number, units: number): D | null;
+  /** The row with `units` more where a request was counted (a `cost_header` charge); null when that is gone. */
+  addAt(data: D, where: number, units: number): D | null;
+  /** When the row holds nothing any more: it may be deleted from then on. */
+  expiresAtMs(data: D): number;
+  /** The row in its storage columns, and back. */
+  encode(data: D): Stored;
+  decode(stored: Stored): D;
+}
