@@ -1,0 +1,192 @@
+/**
+ * One lifecycle, every kind of limit (docs/lifecycle.md): each registered
+ * kind, through its fixture in test/support/lifecycle.ts, meets every admin
+ * action (a reset, a deny, unlimited, a raise, a lower limit, a tier) in
+ * every state a request can be in when it comes: refused, and waiting (held
+ * until its turn, or in line for a place), through the Worker, its isolate
+ * and real objects, in front of the real origin. A change applies at once,
+ * to the waiting requests too, in the order they came:
+ *
+ * | state | reset | deny | unlimited | raise / tier | lower |
+ * | --- | --- | --- | --- | --- | --- |
+ * | refused | the next request goes | the next is 403 | the next goes | the next goes | the next is still refused |
+ * | held | go at once, counted nowhere; the next request on empty counters | 403 at once, the origin untouched | go at once | move up, in order, before any later request | keep the turns they were given |
+ * | in line | a place at once (the places are freed) | 403 at once, the origin untouched | a place at once | a place at once, as room allows | wait until in use is below the new limit |
+ */
+import { describe, expect, it } from "vitest";
+import { KINDS } from "../src/core/kinds/registry.ts";
+import { LIFECYCLE, type LifecycleFixture } from "./support/lifecycle.ts";
+import { from, originHits, timedLimiter, uniqueIp, uniqueTag } from "./support/limiter.ts";
+
+const TOKEN = "lifecycle-token";
+const auth = { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.9" };
+
+let rules = 0;
+const uniqueRule = (name: string) => `${name}-${++rules}-${Date.now() % 100_000}`;
+
+/** Limits the admin actions set: a raise (with room for the whole scenario), a lower limit of one, a tier `pro` as a raise. */
+const RAISED = 20;
+const LOWERED = 1;
+
+/** The Worker under one rule, the admin API on, the tier `pro` raising the rule to RAISED. */
+function worker(rule: Record<string, unknown>) {
+  const send = timedLimiter([rule], { ADMIN_TOKEN: TOKEN, TIERS: { pro: { [rule.id as string]: RAISED } } });
+  const admin = async (method: string, path: string, body?: unknown) => {
+    const { response } = await send(`/__ratelimit${path}`, {
+      method,
+      headers: { ...auth, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+  return { send, admin };
+}
+
+type Action = "reset" | "deny" | "unlimited" | "raise" | "tier" | "lower";
+
+/** Carries out an admin action on one client under one rule. */
+async function act(admin: ReturnType<typeof worker>["admin"], action: Action, rule: string, ip: string) {
+  const query = `?rule=${rule}&key=${ip}`;
+  const override = {
+    deny: { deny: true },
+    unlimited: { unlimited: true },
+    raise: { limit: RAISED },
+    tier: { tier: "pro" },
+    lower: { limit: LOWERED },
+  };
+  const done =
+    action === "reset"
+      ? await admin("DELETE", `/status${query}`)
+      : await admin("PUT", `/overrides${query}`, override[action]);
+  expect(done.status, JSON.stringify(done.body)).toBe(200);
+}
+
+it("every registered kind has a lifecycle fixture: a kind is not done until it keeps the lifecycle", () => {
+  expect(Object.keys(KINDS).filter((kind) => LIFECYCLE[kind as keyof typeof KINDS] === undefined)).toEqual([]);
+});
+
+const kinds = Object.keys(KINDS).flatMap((name) => {
+  const fixture = LIFECYCLE[name as keyof typeof KINDS];
+  return fixture === undefined ? [] : [[name, fixture] as [string, LifecycleFixture]];
+});
+
+describe.each(kinds)("a %s rule", (kind, fixture) => {
+  // Each test is a client and a rule of its own: they run side by side.
+  describe.concurrent("a refused client, when an admin change comes", () => {
+    it.each([
+      ["reset", 200],
+      ["deny", 403],
+      ["unlimited", 200],
+      ["raise", 200],
+      ["tier", 200],
+      ["lower", 429],
+    ] as [Action, number][])("%s: its next request is %i", async (action, status) => {
+      const id = uniqueRule(`${kind}-refused-${action}`);
+      const { send, admin } = worker(fixture.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const beside = await fixture.fill(send, ip, fixture.path, id);
+      const refused = await send(fixture.path(id), from(ip));
+      await refused.response.arrayBuffer();
+      expect(refused.response.status).toBe(429);
+      await act(admin, action, id, ip);
+      const tag = uniqueTag(id);
+      const next = await send(fixture.path(id), from(ip, { "x-test-tag": tag }));
+      await next.response.arrayBuffer();
+      expect(next.response.status).toBe(status);
+      expect(await originHits(tag)).toBe(status === 200 ? 1 : 0);
+      await Promise.all(beside);
+    });
+  });
+
+  const waiting = fixture.waiting;
+  if (waiting === null) return;
+
+  describe.concurrent(`a request ${waiting.state === "held" ? "held until its turn" : "waiting in line for a place"}, when an admin change comes`, () => {
+    it.each([
+      ["reset", 200],
+      ["unlimited", 200],
+      ["raise", 200],
+      ["tier", 200],
+      ["deny", 403],
+    ] as [Action, number][])(
+      "%s: the waiting requests are answered at once (%i), and the origin sees only those that go",
+      async (action, status) => {
+        const id = uniqueRule(`${kind}-waiting-${action}`);
+        const { send, admin } = worker(waiting.rule(id) as Record<string, unknown>);
+        const ip = uniqueIp();
+        const tag = uniqueTag(id);
+        const put = await waiting.put(send, ip, tag, id);
+        const changedAtMs = put.at();
+        await act(admin, action, id, ip);
+        const answered = await Promise.all(put.waiting);
+        const waited = answered.filter((a) => a.atMs > changedAtMs);
+        expect(waited.length).toBeGreaterThan(0);
+        for (const a of waited) {
+          expect(a.status).toBe(status);
+          expect(a.atMs - changedAtMs).toBeLessThan(500);
+        }
+        // Those answered before the change went; of the waiting, only those that now go reach the origin.
+        const went = answered.filter((a) => a.status === 200).length;
+        expect(answered.length - went).toBe(status === 200 ? 0 : waited.length);
+        expect(await originHits(tag)).toBe(went);
+        await Promise.all(put.beside);
+      },
+    );
+
+    it("lower: the waiting requests keep waiting, for their turns or for in use to fall below the new limit", async () => {
+      const id = uniqueRule(`${kind}-waiting-lower`);
+      const { send, admin } = worker(waiting.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const tag = uniqueTag(id);
+      const put = await waiting.put(send, ip, tag, id);
+      const changedAtMs = put.at();
+      await act(admin, "lower", id, ip);
+      const answered = await Promise.all(put.waiting);
+      const waited = answered.filter((a) => a.atMs > changedAtMs);
+      expect(waited.length).toBeGreaterThan(0);
+      for (const a of waited) {
+        expect(a.status).toBe(200);
+        expect(a.atMs - changedAtMs).toBeGreaterThan(500);
+      }
+      expect(await originHits(tag)).toBe(answered.length);
+      if (waiting.state === "in line") {
+        // Not when the first stream beside it ended (one still in flight, at a limit of one): once both had.
+        const endedAtMs = (await Promise.all(put.beside)) as number[];
+        for (const a of waited) expect(a.atMs).toBeGreaterThanOrEqual(Math.max(...endedAtMs) - 50);
+      }
+      await Promise.all(put.beside);
+    });
+
+    if (waiting.state !== "held") return;
+
+    it("reset: the client is as a client never seen; its next request is decided on empty counters", async () => {
+      const id = uniqueRule(`${kind}-held-reset-after`);
+      const { send, admin } = worker(waiting.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const put = await waiting.put(send, ip, uniqueTag(id), id);
+      await act(admin, "reset", id, ip);
+      await Promise.all(put.waiting);
+      const status = await admin("GET", `/status?rule=${id}&key=${ip}`);
+      expect(status.body).toMatchObject({ allowed: true, retryAfterSeconds: 0 });
+      const { response } = await send(fixture.path(id), from(ip));
+      expect(response.status).toBe(200);
+      expect(response.headers.get("server-timing")).toBeNull();
+      // One of the limit used: nothing from before the reset.
+      expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=1;`));
+    });
+
+    it("raise: the held requests are counted before a request sent after the change", async () => {
+      const id = uniqueRule(`${kind}-held-raise-order`);
+      const { send, admin } = worker(waiting.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const put = await waiting.put(send, ip, uniqueTag(id), id);
+      await act(admin, "raise", id, ip);
+      const { response } = await send(fixture.path(id), from(ip));
+      expect(response.status).toBe(200);
+      // Every request sent before it, then this one, counted against the raised limit.
+      const before = put.waiting.length;
+      expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=${RAISED - before - 1};`));
+      await Promise.all(put.waiting);
+    });
+  });
+});
