@@ -12,6 +12,12 @@
  * | refused | the next request goes | the next is 403 | the next goes | the next goes | the next is still refused |
  * | held | go at once, counted nowhere; the next request on empty counters | 403 at once, the origin untouched | go at once | move up, in order, before any later request | keep the turns they were given |
  * | in line | a place at once (the places are freed) | 403 at once, the origin untouched | a place at once | a place at once, as room allows | wait until in use is below the new limit |
+ *
+ * And a client that hangs up: before its request is decided, it is counted
+ * nowhere; while it waits, it is let go at once and the others go on; while
+ * it is in flight, its count stays (a counted kind) or its place is freed (a
+ * placed kind). The crashes (an isolate, a kill -9) are in the edge tier:
+ * test/edge/held-crash.edge.ts.
  */
 import { describe, expect, it } from "vitest";
 import { KINDS } from "../src/core/kinds/registry.ts";
@@ -20,6 +26,8 @@ import { from, originHits, timedLimiter, uniqueIp, uniqueTag } from "./support/l
 
 const TOKEN = "lifecycle-token";
 const auth = { authorization: `Bearer ${TOKEN}`, "cf-connecting-ip": "198.51.100.9" };
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let rules = 0;
 const uniqueRule = (name: string) => `${name}-${++rules}-${Date.now() % 100_000}`;
@@ -84,7 +92,7 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
       const id = uniqueRule(`${kind}-refused-${action}`);
       const { send, admin } = worker(fixture.rule(id) as Record<string, unknown>);
       const ip = uniqueIp();
-      const beside = await fixture.fill(send, ip, fixture.path, id);
+      const { beside } = await fixture.fill(send, ip, id);
       const refused = await send(fixture.path(id), from(ip));
       await refused.response.arrayBuffer();
       expect(refused.response.status).toBe(429);
@@ -94,6 +102,42 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
       await next.response.arrayBuffer();
       expect(next.response.status).toBe(status);
       expect(await originHits(tag)).toBe(status === 200 ? 1 : 0);
+      await Promise.all(beside);
+    });
+  });
+
+  describe.concurrent("a client that hangs up", () => {
+    it("before its request is decided: it is counted nowhere, and the origin never sees it", async () => {
+      const id = uniqueRule(`${kind}-gone-before`);
+      const { send } = worker(fixture.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const tag = uniqueTag(id);
+      const gone = new AbortController();
+      gone.abort();
+      await send(fixture.path(id), { ...from(ip, { "x-test-tag": tag }), signal: gone.signal })
+        .then(({ response }) => response.arrayBuffer())
+        .catch(() => null);
+      // The client's whole limit is still there.
+      const { statuses, beside } = await fixture.fill(send, ip, id);
+      expect(statuses).toEqual([200, 200]);
+      expect(await originHits(tag)).toBe(0);
+      await Promise.all(beside);
+    });
+
+    it(`while admitted, before the origin answers: its request is ${fixture.hungUp === "counted" ? "still counted" : "counted nowhere, its place freed"}`, async () => {
+      const id = uniqueRule(`${kind}-gone-admitted`);
+      const { send } = worker(fixture.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const gone = new AbortController();
+      const inFlight = send(fixture.slow(id, 3_000), { ...from(ip), signal: gone.signal })
+        .then(({ response }) => response.arrayBuffer())
+        .catch(() => null);
+      await pause(300);
+      gone.abort();
+      await inFlight;
+      await pause(300);
+      const { statuses, beside } = await fixture.fill(send, ip, id);
+      expect(statuses).toEqual(fixture.hungUp === "counted" ? [200, 429] : [200, 200]);
       await Promise.all(beside);
     });
   });
@@ -132,6 +176,24 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
         await Promise.all(put.beside);
       },
     );
+
+    it("hang-up: the request is let go at once, never reaches the origin, and the others still go", async () => {
+      const id = uniqueRule(`${kind}-waiting-gone`);
+      const { send } = worker(waiting.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const tag = uniqueTag(id);
+      const gone = new AbortController();
+      const put = await waiting.put(send, ip, tag, id, gone.signal);
+      const goneAtMs = put.at();
+      gone.abort();
+      const answered = await Promise.all(put.waiting);
+      const last = answered.at(-1)!;
+      expect(last.status).not.toBe(200);
+      expect(last.atMs - goneAtMs).toBeLessThan(500);
+      expect(answered.slice(0, -1).map((a) => a.status)).toEqual(answered.slice(0, -1).map(() => 200));
+      expect(await originHits(tag)).toBe(answered.length - 1);
+      await Promise.all(put.beside);
+    });
 
     it("lower: the waiting requests keep waiting, for their turns or for in use to fall below the new limit", async () => {
       const id = uniqueRule(`${kind}-waiting-lower`);

@@ -30,16 +30,28 @@ export type LifecycleFixture = {
    * places) is refused the next, and stays refused for the test's length.
    */
   rule(id: string): RuleInput;
-  /** Puts the client of `ip` at its limit under `rule(id)`; returns what must finish before the test ends. */
-  fill(send: Send, ip: string, path: (id: string) => string, id: string): Promise<Promise<unknown>[]>;
+  /**
+   * Sends the client of `ip` the 2 requests that put it at its limit under
+   * `rule(id)`, and keeps them there (in flight, where the kind counts what
+   * is in flight); returns their statuses, and what must finish before the
+   * test ends.
+   */
+  fill(send: Send, ip: string, id: string): Promise<{ statuses: number[]; beside: Promise<unknown>[] }>;
   /** The path a request under the rule is sent to. */
   path(id: string): string;
+  /** The path of a request under the rule that the origin answers `ms` later. */
+  slow(id: string, ms: number): string;
+  /** What a request admitted and in flight leaves behind when its client hangs up: its count, or nothing (its place freed). */
+  hungUp: "counted" | "freed";
   /** How the kind makes a request wait with `max_delay`, if it does: held until its turn, or in line for a place. */
   waiting: {
     state: "held" | "in line";
     rule(id: string): RuleInput;
-    /** Leaves waiting requests of `ip` (each tagged `tag` for the origin), 300 ms or more after they came. */
-    put(send: Send, ip: string, tag: string, id: string): Promise<Waiting>;
+    /**
+     * Leaves waiting requests of `ip` (each tagged `tag` for the origin), 300 ms or more after they came;
+     * the last of them hangs up on `hangUp`.
+     */
+    put(send: Send, ip: string, tag: string, id: string, hangUp?: AbortSignal): Promise<Waiting>;
   } | null;
 };
 
@@ -49,29 +61,50 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const windowStart = () => pause(2_000 - (Date.now() % 2_000) + 5);
 
 /** A request's answer, timed from `startedAt`, its body read. */
-async function answer(send: Send, path: string, ip: string, tag: string | null, startedAt: number): Promise<Answer> {
-  const { response } = await send(path, from(ip, tag === null ? {} : { "x-test-tag": tag }));
-  await response.arrayBuffer();
-  return { status: response.status, atMs: Date.now() - startedAt, held: response.headers.has("server-timing") };
+async function answer(
+  send: Send,
+  path: string,
+  ip: string,
+  tag: string,
+  startedAt: number,
+  signal?: AbortSignal,
+): Promise<Answer> {
+  try {
+    const { response } = await send(path, { ...from(ip, { "x-test-tag": tag }), signal });
+    await response.arrayBuffer();
+    return { status: response.status, atMs: Date.now() - startedAt, held: response.headers.has("server-timing") };
+  } catch {
+    // Its client hung up, and the runtime let it go with no answer.
+    return { status: 0, atMs: Date.now() - startedAt, held: false };
+  }
 }
 
 /** Every registered kind's fixture: test/lifecycle.test.ts fails for a kind without one. */
 export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
   window: {
-    rule: (id) => ({ id, path: `/${id}/*`, limit: 2, period: "1h", key: ["ip"] }),
-    path: (id) => `/${id}/x`,
-    async fill(send, ip, path, id) {
-      for (let i = 0; i < 2; i++) await (await send(path(id), from(ip))).response.arrayBuffer();
-      return [];
+    rule: (id) => ({ id, path: "/slow/*", limit: 2, period: "1h", key: ["ip"] }),
+    path: () => "/slow/0",
+    slow: (_id, ms) => `/slow/${ms}`,
+    hungUp: "counted",
+    async fill(send, ip) {
+      const statuses: number[] = [];
+      for (let i = 0; i < 2; i++) {
+        const { response } = await send("/slow/0", from(ip));
+        await response.arrayBuffer();
+        statuses.push(response.status);
+      }
+      return { statuses, beside: [] };
     },
     waiting: {
       state: "held",
       // 2 per 2 s, held up to 10 s: of 5 requests at once, 2 go, and 3 are held until turns 1 to 4 s away.
-      rule: (id) => ({ id, path: `/${id}/*`, limit: 2, period: "2s", max_delay: "10s", key: ["ip"] }),
-      async put(send, ip, tag, id) {
+      rule: (id) => ({ id, path: "/slow/*", limit: 2, period: "2s", max_delay: "10s", key: ["ip"] }),
+      async put(send, ip, tag, _id, hangUp) {
         await windowStart();
         const startedAt = Date.now();
-        const waiting = Array.from({ length: 5 }, () => answer(send, `/${id}/x`, ip, tag, startedAt));
+        const waiting = Array.from({ length: 5 }, (_, i) =>
+          answer(send, "/slow/0", ip, tag, startedAt, i === 4 ? hangUp : undefined),
+        );
         await pause(300);
         return { waiting, beside: [], at: () => Date.now() - startedAt };
       },
@@ -80,20 +113,21 @@ export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
   concurrency: {
     rule: (id) => ({ id, path: "/stream/*", concurrency: 2, key: ["ip"] }),
     path: () => "/stream/0",
+    slow: (_id, ms) => `/stream/${ms}`,
+    hungUp: "freed",
     async fill(send, ip) {
       // Two streams in flight for the test's length: the client's two places are held.
-      const streams = [0, 1].map(async () => {
-        const { response } = await send("/stream/4000", from(ip));
-        await response.text();
-      });
+      const sent = [0, 1].map(() => send("/stream/4000", from(ip)));
+      const statuses = (await Promise.all(sent)).map(({ response }) => response.status);
+      const beside = sent.map(async (answer) => (await answer).response.text());
       await pause(300);
-      return streams;
+      return { statuses, beside };
     },
     waiting: {
       state: "in line",
       // 2 in flight at once, a request waits up to 10 s for a place.
       rule: (id) => ({ id, path: "/stream/*", concurrency: 2, max_delay: "10s", place_timeout: "6s", key: ["ip"] }),
-      async put(send, ip, tag) {
+      async put(send, ip, tag, _id, hangUp) {
         const startedAt = Date.now();
         const stream = async (ms: number) => {
           const { response } = await send(`/stream/${ms}`, from(ip));
@@ -103,7 +137,7 @@ export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
         // Two streams in flight (1.5 s and 3 s long), and a third request in line.
         const beside = [stream(1_500), stream(3_000)];
         await pause(200);
-        const waiting = [answer(send, "/stream/0", ip, tag, startedAt)];
+        const waiting = [answer(send, "/stream/0", ip, tag, startedAt, hangUp)];
         await pause(300);
         return { waiting, beside, at: () => Date.now() - startedAt };
       },
