@@ -185,7 +185,8 @@ export class HeldLeases {
    * they be taken twice).
    */
   landed(transit: InTransit, taken: boolean): void {
-    this.inTransit.delete(transit);
+    // Already written off as lost (cannot happen: a call answers within its timeout, or never): not twice.
+    if (!this.inTransit.delete(transit)) return;
     if (!taken) this.host.counters.writeOff("call failed", transit.units);
   }
 
@@ -287,9 +288,7 @@ export class HeldLeases {
    */
   evicted(nowMs: number): void {
     this.live = false;
-    for (const transit of this.inTransit) {
-      if (nowMs - transit.sentAtMs >= CALL_LOST_AFTER_MS) this.host.counters.writeOff("call lost", transit.units);
-    }
+    this.writeOffLost(nowMs);
     for (const lease of this.byRule.values()) lease.retire();
     this.byRule.clear();
     if (this.owed.length > 0) this.owe(this.owed.splice(0));
