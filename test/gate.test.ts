@@ -12,7 +12,7 @@ import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate, type Step, Visit } from "../src/isolate/gate.ts";
 import type { KeyCall, Settlement } from "../src/isolate/vocabulary.ts";
 import type { CheckResult, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
-import { counted, createIsolate, settingsFor } from "./support/isolate.ts";
+import { counted, settingsFor } from "./support/isolate.ts";
 
 const TIMEOUT_MS = 1_000;
 /** Before any call has landed, a call is presumed lost after 4 typical calls of 50 ms. */
@@ -551,25 +551,5 @@ describe("a place under a concurrency rule: acquiring, and queued in line for on
     expect(gate.hangUp(visit)).toBeNull();
     const ended = endOf(gate.acquired(visit, answer, "object", 20));
     expect(ended).toEqual(cancel === undefined ? { by: "gone" } : { by: "gone", cancel });
-  });
-});
-
-describe("a key's places in flight, renewed together", () => {
-  it("one call renews every place of the key due within a sixth of its timeout; the others' timers then find theirs fresh", () => {
-    const state = createIsolate().keys.use("digest", 0);
-    for (const id of ["a", "b", "c"]) state.holdPlace(id, "cap", 3_000, 0);
-    state.holdPlace("late", "cap", 3_000, 800);
-    expect(state.placesToRenew("a", 999)).toBeNull(); // a third of 3 s is 1 s
-    // At a's third: a, b and c (a third old), not "late" (200 ms old, under a sixth).
-    expect(state.placesToRenew("a", 1_000)).toEqual(["a", "b", "c"]);
-    // b's and c's timers, a moment later, while a's call is on its way: theirs count as renewed.
-    expect(state.placesToRenew("b", 1_001)).toBeNull();
-    expect(state.nextRenewalMs("b", 1_001)).toBe(2_000);
-    // "late"'s third: the others are 800 ms from theirs, within a sixth, and go with it.
-    expect(state.placesToRenew("late", 1_800)).toEqual(["a", "b", "c", "late"]);
-    // A place whose request ended is no longer renewed, nor held.
-    expect(state.dropPlace("c")).toEqual({ rule: "cap", timeoutMs: 3_000, renewedAtMs: 1_800 });
-    expect(state.holdsPlace("c")).toBe(false);
-    expect(state.placesToRenew("a", 2_800)).toEqual(["a", "b", "late"]);
   });
 });

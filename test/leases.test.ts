@@ -388,10 +388,10 @@ describe("every leased unit is spent, handed back, or written off on purpose", (
     const { isolate, rules, digest, grant } = bookFor("lost");
     const state = isolate.keys.use(digest, 0);
     state.keep(grant(5, 0));
-    const sent = state.takeReturns(rules, 1_000); // the call carrying them is never heard of again
+    const sent = state.leases.takeReturns(rules, 1_000); // the call carrying them is never heard of again
     expect(sent?.units).toBe(5);
     expect(isolate.counters.writtenOff["call lost"]).toBe(0);
-    state.takeReturns(rules, 1_000 + 150_000); // the key's next call, long after any call may take
+    state.leases.takeReturns(rules, 1_000 + 150_000); // the key's next call, long after any call may take
     expect(isolate.counters.writtenOff["call lost"]).toBe(5);
   });
 

@@ -155,5 +155,5 @@ function settle(settlement: Settlement, { group, index, receipt, delta }: Move, 
   charge(name, moves, options);
   // Any lease this isolate holds for the rule was granted before the charge (by this request's call, or an
   // earlier one): the next request asks the object, which now knows.
-  options.isolate.keys.peek(group.digest)?.retireLease(rule);
+  options.isolate.keys.peek(group.digest)?.leases.retire(rule);
 }

@@ -130,10 +130,10 @@ export async function callObject(
   const lease = caller.alone && !hold ? state?.leaseRequest(sentAtMs) : undefined;
   let flight: Flight | null = null;
   if (!caller.alone) flight = caller.flight;
-  else if ((lease && (state?.leasable ?? true)) || batchable(group, keys))
+  else if ((lease && (state?.leases.leasable ?? true)) || batchable(group, keys))
     flight = gate.depart(sentAtMs, settings.timeoutMs);
   const name = await objectName(group, state);
-  const returns = keys.peek(group.digest)?.takeReturns(group.rules, sentAtMs) ?? null;
+  const returns = keys.peek(group.digest)?.leases.takeReturns(group.rules, sentAtMs) ?? null;
   const refundable = refundWindows(group.rules, caller.refundableMs, settings.timeoutMs);
   const check = {
     name,
@@ -150,7 +150,7 @@ export async function callObject(
     ...(size > 1 ? { batch: size } : {}),
     ...(hold ? { hold: true } : {}),
   });
-  if (returns) returns.state.landed(returns, outcome.ok && outcome.attempts === 1);
+  if (returns) returns.leases.landed(returns, outcome.ok && outcome.attempts === 1);
   if (outcome.ok) {
     const { verdicts, lease: granted, refused } = outcome.result;
     // Only a demand of two or more, unanswered, says the key is near a limit: a key seen once gets no lease anyway.

@@ -61,11 +61,11 @@ export class ClientKeys implements KeyHost {
     this.counters = options.counters;
     this.inUse = new LruMap(options.maxKeys, (digest, state) => {
       state.evicted(this.lastNowMs);
-      if (state.refused && this.withRefusals.peek(digest) === state) return;
-      state.forgetRefusals();
+      if (state.refusals.any && this.withRefusals.peek(digest) === state) return;
+      state.refusals.clear();
     });
     this.withRefusals = new LruMap(options.maxHoldMs > 0 ? options.maxKeys : 0, (_digest, state) =>
-      state.forgetRefusals(),
+      state.refusals.clear(),
     );
   }
 
@@ -108,19 +108,19 @@ export class ClientKeys implements KeyHost {
 
   /** Counts a request for this key toward its demand, when leases are on. */
   noteRequest(digest: string, nowMs: number): void {
-    if (this.maxUnits > 0) this.use(digest, nowMs).noteRequest(nowMs);
+    if (this.maxUnits > 0) this.use(digest, nowMs).demand.note(nowMs);
   }
 
   /** The live refusal of this key under this rule, if the object refused it recently. */
   refusal(digest: string, rule: Rule, nowMs: number): KnownRefusal | undefined {
-    return this.peek(digest)?.refusal(rule, nowMs);
+    return this.peek(digest)?.refusals.get(rule, nowMs);
   }
 
   /** Remembers a refusal from a call sent at `sentAtMs`, for as long as the object says it holds. */
   remember(digest: string, rule: Rule, name: string, sentAtMs: number, verdict: RuleVerdict): void {
     if (this.maxHoldMs <= 0) return;
     const state = this.peek(digest) ?? this.use(digest, sentAtMs);
-    if (state.remember(rule, name, sentAtMs, verdict, this.maxHoldMs)) this.withRefusals.set(digest, state);
+    if (state.refusals.remember(rule, name, sentAtMs, verdict, this.maxHoldMs)) this.withRefusals.set(digest, state);
   }
 
   /**
@@ -147,7 +147,7 @@ export class ClientKeys implements KeyHost {
   digestByName(rules: Rule[], name: string, nowMs: number): string | null {
     for (const digest of [...this.withRefusals.keys()]) {
       const state = this.withRefusals.peek(digest)!;
-      for (const rule of rules) if (state.refusal(rule, nowMs)?.name === name) return digest;
+      for (const rule of rules) if (state.refusals.get(rule, nowMs)?.name === name) return digest;
     }
     return null;
   }
@@ -159,12 +159,12 @@ export class ClientKeys implements KeyHost {
    */
   noteLine(digest: string, line: "refusal" | "cost", rule: Rule, nowMs: number): { repeats: number } | null {
     const state = this.peek(digest);
-    return state === undefined ? { repeats: 0 } : state.noteLine(line, rule, nowMs, this.logEveryMs);
+    return state === undefined ? { repeats: 0 } : state.lines.note(line, rule, nowMs, this.logEveryMs);
   }
 
   /** The units held here for this key, unspent, with where each was counted. */
   holdings(digest: string): Refund[] {
-    return this.inUse.peek(digest)?.holdings() ?? [];
+    return this.inUse.peek(digest)?.leases.holdings() ?? [];
   }
 
   /** Units held here, unspent, for this key: live leases and returns owed. */

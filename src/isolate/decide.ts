@@ -124,7 +124,7 @@ function decideMatched(request: Matched, options: DecideOptions): Outcome | Prom
   const groups = placed ? all.filter((group) => group.rules.length > 0) : all;
   const nowMs = isolate.clock();
   // The fast path: a lease unit for every key, or a refusal this isolate knows of.
-  const spent = groups.map((group) => keys.peek(group.digest)?.spend(group.rules, nowMs));
+  const spent = groups.map((group) => keys.peek(group.digest)?.leases.spend(group.rules, nowMs));
   const known = knownFor(groups, spent, options, nowMs);
   if (known.length > 0) {
     for (const s of spent) if (s) giveBackSpent(s);
@@ -361,7 +361,7 @@ function placesTaken(
     if (p.via !== "place") return;
     const { group, rule } = asked[i]!;
     taken.push({
-      state: isolate.keys.use(group.digest, isolate.clock()),
+      keyPlaces: isolate.keys.use(group.digest, isolate.clock()).places,
       name: p.name,
       placeId: p.place.placeId,
       rule: rule.id,

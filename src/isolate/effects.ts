@@ -27,7 +27,7 @@ import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { Batch } from "./batch.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import type { IsolateCounters } from "./counters.ts";
-import type { KeyState } from "./key-state.ts";
+import type { HeldPlaces } from "./held-places.ts";
 import { flushStats, type StatsNamespace, type StatsRecorder } from "./stats.ts";
 import { admittedBy, type Cancel, giveBackSpent, type KeyCall, type KeyGroup, type Settlement } from "./vocabulary.ts";
 
@@ -198,8 +198,8 @@ export type InFlight = {
   end(why: EndedBy): void;
 };
 
-/** A place a request holds: its key's state (for renewals shared by the key's requests), object, id and timeout. */
-export type HeldPlace = { state: KeyState; name: string; placeId: string; rule: string; timeoutMs: number };
+/** A place a request holds: its key's places (for renewals shared by the key's requests), object, id and timeout. */
+export type HeldPlace = { keyPlaces: HeldPlaces; name: string; placeId: string; rule: string; timeoutMs: number };
 
 /**
  * Holds a request's places while it is in flight: each is renewed every
@@ -220,15 +220,15 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
   const renew = async (place: HeldPlace) => {
     if (ended) return;
     const nowMs = clock();
-    const due = place.state.placesToRenew(place.placeId, nowMs);
+    const due = place.keyPlaces.toRenew(place.placeId, nowMs);
     if (due === null) {
-      schedule(place, place.state.nextRenewalMs(place.placeId, nowMs) - nowMs);
+      schedule(place, place.keyPlaces.nextRenewalMs(place.placeId, nowMs) - nowMs);
       return;
     }
     const answered = await renewPlaces(effects.ns, place.name, due, effects.settings.timeoutMs);
     if (answered.ok) {
       for (const lost of answered.value.unknown) {
-        const held = place.state.dropPlace(lost);
+        const held = place.keyPlaces.drop(lost);
         if (held === undefined) continue;
         logEvent(
           {
@@ -242,13 +242,13 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
         );
       }
     }
-    if (!ended && place.state.holdsPlace(place.placeId)) {
-      schedule(place, place.state.nextRenewalMs(place.placeId, clock()) - clock());
+    if (!ended && place.keyPlaces.holds(place.placeId)) {
+      schedule(place, place.keyPlaces.nextRenewalMs(place.placeId, clock()) - clock());
     }
   };
   const nowMs = clock();
   for (const place of places) {
-    place.state.holdPlace(place.placeId, place.rule, place.timeoutMs, nowMs);
+    place.keyPlaces.hold(place.placeId, place.rule, place.timeoutMs, nowMs);
     schedule(place, place.timeoutMs / 3);
   }
   return {
@@ -258,7 +258,7 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
       for (const timer of timers.values()) clearTimeout(timer);
       const byName = new Map<string, string[]>();
       for (const place of places) {
-        place.state.dropPlace(place.placeId);
+        place.keyPlaces.drop(place.placeId);
         const ids = byName.get(place.name) ?? [];
         ids.push(place.placeId);
         byName.set(place.name, ids);

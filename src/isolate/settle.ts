@@ -51,7 +51,7 @@ export function knownRefusals(group: KeyGroup, keys: ClientKeys, nowMs: number):
   let known: RuleRefusal[] = NONE;
   for (const rule of group.rules) {
     if (rule.action !== "block") continue;
-    const refusal = state.refusal(rule, nowMs);
+    const refusal = state.refusals.get(rule, nowMs);
     if (refusal === undefined) continue;
     if (known === NONE) known = [];
     known.push({ rule, digest: group.digest, refusal });
@@ -63,7 +63,7 @@ const NONE: RuleRefusal[] = [];
 
 /** A lease unit for the group, or the refusals the isolate knows of for it, or null. */
 function tryLocally(group: KeyGroup, keys: ClientKeys, nowMs: number): Settlement | null {
-  const spent = keys.peek(group.digest)?.spend(group.rules, nowMs);
+  const spent = keys.peek(group.digest)?.leases.spend(group.rules, nowMs);
   if (spent) return { via: "lease", spent };
   const known = knownRefusals(group, keys, nowMs);
   return known.length > 0 ? { via: "known", known } : null;
@@ -298,7 +298,7 @@ function orHeldUnit(settlement: Settlement, group: KeyGroup, ctx: SettleContext)
   if (settlement.via !== "call" || !settlement.call.outcome.ok || settlement.call.outcome.result.allowed) {
     return settlement;
   }
-  const spent = ctx.isolate.keys.peek(group.digest)?.spend(group.rules, ctx.isolate.clock());
+  const spent = ctx.isolate.keys.peek(group.digest)?.leases.spend(group.rules, ctx.isolate.clock());
   return spent ? { via: "lease", spent } : settlement;
 }
 

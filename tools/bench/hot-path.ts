@@ -202,7 +202,7 @@ const steps: Step[] = [
   { name: "parse the client IP", run: () => ipKey("2001:db8:1:ab12::7") },
   { name: "make the canonical key", run: () => canonicalKey(matched[0]!.key, facts) },
   { name: "digest the key (SipHash-2-4, for the isolate's caches)", run: () => isolate.digest(canonical) },
-  { name: "spend a lease unit", run: () => isolate.keys.peek(digest)!.spend(matched, Date.now()) },
+  { name: "spend a lease unit", run: () => isolate.keys.peek(digest)!.leases.spend(matched, Date.now()) },
   ...cachedClaimSteps,
   { name: "build the RateLimit headers", run: () => rateLimitHeaders(matched, reports) },
   { name: "build a 429 problem response", run: () => tooManyRequests(matched, refused) },
