@@ -206,13 +206,14 @@ describe("an isolate's reports to a controller that fails to answer", () => {
       },
     };
     const isolate = createIsolate();
-    const { run, background } = decider(settingsFor([adaptiveRule(id)]), ns, isolate);
+    const { run, background, answer } = decider(settingsFor([adaptiveRule(id)]), ns, isolate);
     /** `n` requests admitted, each answered by the origin with a fast 503, as the Worker tells it. */
     const failures = async (n: number) => {
       for (let i = 0; i < n; i++) {
-        const outcome = await run(requestFrom(uniqueIp()));
-        if (outcome.kind !== "allow" || outcome.health === undefined) throw new Error("not forwarded under the rule");
-        outcome.health.answered(503);
+        const request = requestFrom(uniqueIp());
+        const outcome = await run(request);
+        if (outcome.kind !== "allow" || outcome.after === undefined) throw new Error("not forwarded under the rule");
+        answer(request, outcome, new Response(null, { status: 503 }));
       }
       await background.settled();
     };
@@ -244,11 +245,12 @@ describe("a change of factor in an isolate", () => {
     const id = uniqueRule("leases");
     const rule = adaptiveRule(id, { limit: 100, adaptive: { latency: "1s", floor: 1 } });
     const isolate = createIsolate();
-    const { run, background } = decider(settingsFor([rule]), env.RATE_LIMITER, isolate);
+    const { run, background, answer } = decider(settingsFor([rule]), env.RATE_LIMITER, isolate);
     const heavy = uniqueIp();
     const send = async (ip: string, status = 200) => {
-      const outcome = await run(requestFrom(ip));
-      if (outcome.kind === "allow") outcome.health?.answered(status);
+      const request = requestFrom(ip);
+      const outcome = await run(request);
+      answer(request, outcome, new Response(null, { status }));
       await background.settled();
       return statusOf(outcome);
     };

@@ -413,18 +413,20 @@ describe("a call that decides after its deadline", () => {
         { afterMs: 150, ends: "admit" },
         { afterMs: 150, ends: "admit" },
       ]);
-      const { run, background } = decider(settings, ns, createIsolate());
+      const { run, background, answer } = decider(settings, ns, createIsolate());
       const ip = uniqueIp();
+      const requests: Request[] = [];
       const outcomes = [];
       for (let i = 0; i < 4; i++) {
-        outcomes.push(run(requestFrom(ip)));
+        requests.push(requestFrom(ip));
+        outcomes.push(run(requests[i]!));
         await vi.advanceTimersByTimeAsync(10);
       }
       await vi.advanceTimersByTimeAsync(100); // every request has gone on, and no call has answered yet
-      for (const outcome of await Promise.all(outcomes)) {
+      (await Promise.all(outcomes)).forEach((outcome, i) => {
         if (outcome.kind !== "allow") throw new Error("expected the request to go on");
-        outcome.afterResponse?.({ status, headers: new Headers({ "x-cost": "7" }) });
-      }
+        answer(requests[i]!, outcome, new Response(null, { status, headers: { "x-cost": "7" } }));
+      });
       await vi.advanceTimersByTimeAsync(500);
       await background.settled();
       expect(calls.checks).toBe(2); // the leader's call, then one for the three that waited

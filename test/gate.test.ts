@@ -9,7 +9,7 @@
 import { describe, expect, it } from "vitest";
 import { IsolateCounters } from "../src/isolate/counters.ts";
 import { CallTimes } from "../src/isolate/flight.ts";
-import { Gate, type Step, Visit } from "../src/isolate/gate.ts";
+import { Gate, type PlaceStep, type Step, Visit } from "../src/isolate/gate.ts";
 import type { KeyCall, Settlement } from "../src/isolate/vocabulary.ts";
 import type { CheckResult, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
 import { counted, settingsFor } from "./support/isolate.ts";
@@ -65,7 +65,7 @@ const LANDED = { ok: true } as const;
 const found: Settlement = { via: "known", known: [] };
 
 /** The settlement a step ends with, or what it does instead. */
-const endOf = (step: Step) => (step.do === "done" ? step.end : step);
+const endOf = (step: Step | PlaceStep) => (step.do === "done" ? step.end : step);
 const allowedBy = (step: Step): boolean | undefined => {
   if (step.do !== "done" || step.end.by !== "answer") return undefined;
   const s = step.end.settlement;

@@ -53,12 +53,8 @@ function burst(rules: unknown[], ip: string, n: number, signals: (AbortSignal | 
       headers: { "cf-connecting-ip": ip },
       ...(signals[i] ? { signal: signals[i] } : {}),
     });
-    const outcome = await decide(request, {
-      settings,
-      ns: env.RATE_LIMITER,
-      isolate,
-      background: (task) => tasks.push(task),
-    });
+    const outcome = await decide(request, { settings, ns: env.RATE_LIMITER, isolate });
+    if (outcome.pending !== undefined) tasks.push(outcome.pending);
     return { status: statusOf(outcome), atMs: Date.now() - started, outcome };
   });
   const settled = async () => {
@@ -133,13 +129,15 @@ describe("a request over its limit, within max_delay", () => {
     const settings = settingsFor(rules);
     const isolate = createIsolate();
     const tasks: Promise<unknown>[] = [];
-    const decideOne = (user: string) =>
-      decide(requestFrom(ip, "/x", { "x-user": user }), {
+    const decideOne = async (user: string) => {
+      const outcome = await decide(requestFrom(ip, "/x", { "x-user": user }), {
         settings,
         ns: env.RATE_LIMITER,
         isolate,
-        background: (task) => tasks.push(task),
       });
+      if (outcome.pending !== undefined) tasks.push(outcome.pending);
+      return outcome;
+    };
     const user = `user-${crypto.randomUUID()}`;
     await secondStart();
     // Two for this client pass both rules; two more from other users fill its second.

@@ -204,12 +204,7 @@ describe("verifying costs one check per token, not one per request", () => {
     expect(isolate.tokens.claimsOf(new Headers(headers), settings.jwt!, { waitMs: 0, background: () => {} })).toEqual(
       expect.objectContaining({ aud: AUDIENCE }),
     );
-    const again = decide(requestFrom(ip, "/api", headers), {
-      settings,
-      ns: env.RATE_LIMITER,
-      isolate,
-      background: () => {},
-    });
+    const again = decide(requestFrom(ip, "/api", headers), { settings, ns: env.RATE_LIMITER, isolate });
     expect(again instanceof Promise).toBe(false);
     expect(isolate.tokens.verifications).toBe(1);
   });

@@ -19,6 +19,7 @@ import { logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { HealthReporter, type ReportedRule } from "./health-reporter.ts";
 import type { RuleRefusal } from "./vocabulary.ts";
+import type { Sink } from "./work.ts";
 
 /** How long a report may take before it counts as failed. */
 export const REPORT_TIMEOUT_MS = 2_000;
@@ -80,10 +81,10 @@ export class AdaptiveRules {
   }
 }
 
-/** What sending a report needs: the namespace, the background, the isolate's clock and keys. */
+/** What sending a report needs: the namespace, where work past the answer goes, the isolate's clock and keys. */
 export type ReportContext = {
   ns: LimiterNamespace;
-  background: (task: Promise<unknown>) => void;
+  work: Sink;
   isolate: { clock: () => number; keys: ClientKeys; adaptive: AdaptiveRules };
 };
 
@@ -223,7 +224,7 @@ export function sendIfDue(reporter: HealthReporter | undefined, context: ReportC
   const { isolate } = context;
   const report = reporter.due(isolate.clock());
   if (report === null) return;
-  context.background(
+  context.work.add(
     reportHealth(context.ns, report, REPORT_TIMEOUT_MS).then(
       (outcome) => {
         if (outcome.ok) learned(reporter, outcome.value, isolate);

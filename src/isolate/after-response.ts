@@ -22,7 +22,15 @@ import { type CheckResult, costOf, type Receipt, type Refund } from "../object/p
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { charge, type Effects, refund, whenLate } from "./effects.ts";
-import { giveBackSpent, type KeyGroup, lateAnswerOf, nameOf, receiptOf, type Settlement } from "./vocabulary.ts";
+import {
+  giveBackSpent,
+  type KeyGroup,
+  lateAnswerOf,
+  nameOf,
+  type Part,
+  receiptOf,
+  type Settlement,
+} from "./vocabulary.ts";
 
 /** What settling after the response needs: the effects, and the isolate's keys and clock. */
 export type AfterContext = Effects & {
@@ -39,24 +47,23 @@ export type AfterResponse = (response: { status: number; headers: Headers }) => 
 /** The most a `cost_header` may report; more is not trusted. */
 export const MAX_REPORTED_COST = 1_000_000_000;
 
-/** Whether any of these groups' rules settles its count once the response is known. */
-export const settlesAfter = (groups: KeyGroup[]): boolean => groups.some((g) => g.rules.some(settledByAnswer));
+/** Whether any rule of these parts settles its count once the response is known. */
+export const settlesAfter = (parts: readonly Part<CountedRule>[]): boolean =>
+  parts.some((part) => part.rules.some(settledByAnswer));
 
-/** What an admitted request does once its response is known. */
+/** What an admitted request does once its response is known: `parts`, its key groups' counted rules as settled. */
 export function afterResponse(
-  groups: KeyGroup[],
-  settlements: Settlement[],
+  parts: readonly Part<CountedRule>[],
   headers: { policies: Policy[]; reports: Reported[] },
   options: AfterContext,
 ): AfterResponse {
   return ({ status, headers: answer }) => {
     const moved = new Map<string, number>(); // rule id → units taken off (+) or added (−) to what the headers said
     const strip: string[] = [];
-    settlements.forEach((settlement, i) => {
-      const group = groups[i]!;
+    for (const { group, rules, settlement } of parts) {
       const late = lateAnswerOf(settlement);
       let lateMoves: LateMove[] | undefined; // only for a call that timed out
-      group.rules.forEach((rule, j) => {
+      rules.forEach((rule, j) => {
         if (rule.costHeader !== undefined && !rule.keepCostHeader) strip.push(rule.costHeader);
         const receipt = receiptOf(settlement, j);
         if (receipt === null && late === undefined) return;
@@ -73,7 +80,7 @@ export function afterResponse(
         moved.set(rule.id, (moved.get(rule.id) ?? 0) - delta);
       });
       if (late !== undefined && lateMoves !== undefined) settleLate(settlement, group, late, lateMoves, options);
-    });
+    }
     const reports = headers.reports.map((r) => {
       const by = moved.get(r.id);
       return by === undefined

@@ -5,7 +5,7 @@
  * override denies), 503, or the 429 for refusals the isolate knows of,
  * made once while it reads the same.
  */
-import type { Rule } from "../core/rules.ts";
+import type { CountedRule, Rule } from "../core/rules.ts";
 import { send } from "../http/problem.ts";
 import { type Policy, type Reported, rateLimitHeaders } from "../http/rate-limit-headers.ts";
 import {
@@ -19,49 +19,44 @@ import {
   tooManyRequests,
   tooManyRequestsParts,
 } from "../http/refusals.ts";
-import { HealthWatch, KEY_PREFIX_LENGTH, noteDecision, type ReportContext } from "./adaptive.ts";
-import { type AfterContext, type AfterResponse, afterResponse, settlesAfter } from "./after-response.ts";
+import { KEY_PREFIX_LENGTH, noteDecision } from "./adaptive.ts";
+import { AfterAnswer, type AnswerContext } from "./after-answer.ts";
+import { settlesAfter } from "./after-response.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import type { InFlight } from "./effects.ts";
+import type { Effects, HeldPlace } from "./effects.ts";
 import { knownReport, logKnown } from "./reports.ts";
-import { type KeyGroup, nameOf, type RuleRefusal, type Settlement } from "./vocabulary.ts";
+import { nameOf, type Part, type RuleRefusal } from "./vocabulary.ts";
 
 export type Outcome =
   /**
-   * Go on to the origin, then add these headers to its response; when a rule
-   * counts only some responses, call `afterResponse` with the response's
-   * status instead: it gives back what that status does not count, and
-   * returns the headers. `inFlight`: the request holds places under
-   * concurrency rules until it ends; end it when its response body has been
-   * sent, its client hangs up, or the origin fails (a WebSocket: when it
-   * closes). A `Server-Timing` header is appended, not set: the origin's
-   * own entries stay. `health`: tell it how the origin answered.
+   * Go on to the origin, then add these headers to its response. `after`,
+   * when the request holds places, counts by its response, is held, or is
+   * forwarded under adaptive rules: hand the answer to it instead (see
+   * after-answer.ts), which adds the headers and settles the rest. A
+   * `Server-Timing` header is appended, not set: the origin's own entries
+   * stay.
    */
-  | {
-      kind: "allow";
-      headers: Record<string, string>;
-      afterResponse?: AfterResponse;
-      inFlight?: InFlight;
-      /**
-       * The request is forwarded under adaptive rules: forward the body
-       * `health.body(request)` gives, and call `answered` with the origin's
-       * status when its response's headers arrive (0 when the origin could
-       * not be reached), or `gone` when the client hangs up (or breaks its
-       * upload off) first.
-       */
-      health?: HealthWatch;
-      /** What the headers were made from; absent when no rule matched. */
-      reading?: Reading;
-      /** How long the limiter held the request before it went on, in milliseconds; absent when it did not. */
-      heldMs?: number;
-    }
-  /**
-   * Answer this instead (429, or 503 from a rule that fails closed); the
-   * origin is not contacted. `reading`: what its headers were made from,
-   * worked out when asked (a refusal the isolate knows of is answered
-   * without it).
-   */
-  | { kind: "refuse"; response: Response; reading?: () => Reading };
+  (
+    | {
+        kind: "allow";
+        headers: Record<string, string>;
+        after?: AfterAnswer;
+        /** What the headers were made from; absent when no rule matched. */
+        reading?: Reading;
+        /** How long the limiter held the request before it went on, in milliseconds; absent when it did not. */
+        heldMs?: number;
+      }
+    /**
+     * Answer this instead (429, or 503 from a rule that fails closed); the
+     * origin is not contacted. `reading`: what its headers were made from,
+     * worked out when asked (a refusal the isolate knows of is answered
+     * without it).
+     */
+    | { kind: "refuse"; response: Response; reading?: () => Reading }
+  ) & {
+    /** The decision's own work past its answer (refunds, hand-backs, a late answer watched), for `waitUntil`. */
+    pending?: Promise<void>;
+  };
 
 /** What a decision's rate-limit headers are made from: the enforcing rules' policies, and each decided rule's verdict. */
 export type Reading = { policies: Policy[]; reports: Reported[] };
@@ -69,44 +64,41 @@ export type Reading = { policies: Policy[]; reports: Reported[] };
 /** No rule matched: go on, with no headers. */
 export const NO_HEADERS: Outcome = Object.freeze({ kind: "allow", headers: Object.freeze({}) }) as Outcome;
 
-/** The answer for an admitted request: its headers, and what to do once the response is known, if anything. */
+/**
+ * The answer for an admitted request: its headers, and what to do once its
+ * response is known, if anything. `parts`: every part of its decision;
+ * `counted`: its counted ones; `places`: the places it holds while in
+ * flight.
+ */
 export function allowed(
-  groups: KeyGroup[],
-  settlements: Settlement[],
-  headers: { policies: Policy[]; reports: Reported[] },
-  context: AfterContext & ReportContext,
+  parts: readonly Part[],
+  counted: readonly Part<CountedRule>[],
+  headers: Reading,
+  context: AnswerContext & Effects,
   heldMs?: number,
-  inFlight?: InFlight,
-  places?: readonly { rule: string; name: string }[],
+  places?: HeldPlace[],
 ): Outcome {
   const now = rateLimitHeaders(headers.policies, headers.reports, context.settings.legacyHeaders);
   const watched = noteDecision(headers.reports, true, context);
-  if (heldMs === undefined && inFlight === undefined && watched === undefined) {
-    if (!settlesAfter(groups)) return { kind: "allow", headers: now, reading: headers };
-    const after = afterResponse(groups, settlements, headers, context);
-    return { kind: "allow", headers: now, afterResponse: after, reading: headers };
+  const settles = settlesAfter(counted);
+  if (heldMs === undefined && places === undefined && watched === undefined && !settles) {
+    return { kind: "allow", headers: now, reading: headers };
   }
   const timing = heldMs === undefined ? undefined : serverTiming(heldMs);
-  const outcome: Extract<Outcome, { kind: "allow" }> = {
-    kind: "allow",
-    headers: timing === undefined ? now : { ...now, "Server-Timing": timing },
-    reading: headers,
-  };
+  const all = timing === undefined ? now : { ...now, "Server-Timing": timing };
+  const { settings, ns, isolate } = context;
+  const after = new AfterAnswer({
+    context: { settings, ns, isolate },
+    headers: all,
+    ...(timing === undefined ? {} : { timing }),
+    ...(settles ? { settles: { parts: counted, reading: headers } } : {}),
+    ...(places === undefined ? {} : { places }),
+    ...(watched === undefined
+      ? {}
+      : { watched: { reporters: watched, keyOf: (ruleId) => clientKeyOf(ruleId, parts) } }),
+  });
+  const outcome: Extract<Outcome, { kind: "allow" }> = { kind: "allow", headers: all, reading: headers, after };
   if (heldMs !== undefined) outcome.heldMs = heldMs;
-  if (inFlight !== undefined) outcome.inFlight = inFlight;
-  if (watched !== undefined) {
-    outcome.health = new HealthWatch(watched, context, (ruleId) => clientKeyOf(ruleId, groups, settlements, places));
-  }
-  if (settlesAfter(groups)) {
-    const after = afterResponse(groups, settlements, headers, context);
-    outcome.afterResponse =
-      timing === undefined
-        ? after
-        : (response) => {
-            const changes = after(response);
-            return { ...changes, headers: { ...changes.headers, "Server-Timing": timing } };
-          };
-  }
   return outcome;
 }
 
@@ -114,16 +106,9 @@ export function allowed(
  * The client key a rule counted a request under, as a controller's report
  * names it: a prefix of the key's object name (the same in every isolate).
  */
-function clientKeyOf(
-  ruleId: string,
-  groups: KeyGroup[],
-  settlements: Settlement[],
-  places: readonly { rule: string; name: string }[] | undefined,
-): string | undefined {
-  const placed = places?.find((p) => p.rule === ruleId);
-  if (placed !== undefined) return placed.name.slice(0, KEY_PREFIX_LENGTH);
-  const i = groups.findIndex((group) => group.rules.some((rule) => rule.id === ruleId));
-  const name = i < 0 ? null : nameOf(settlements[i]!);
+function clientKeyOf(ruleId: string, parts: readonly Part[]): string | undefined {
+  const part = parts.find(({ rules }) => rules.some((rule) => rule.id === ruleId));
+  const name = part === undefined ? null : nameOf(part.settlement);
   return name === null ? undefined : name.slice(0, KEY_PREFIX_LENGTH);
 }
 

@@ -1,47 +1,46 @@
 /**
  * @module
- * One request's decision, top-down: the rules that match and their client
- * keys (match.ts); the synchronous fast path, where a lease unit for every
- * key, or a refusal this isolate knows of, decides at once; `settle()` for
- * the keys left (settle.ts); the verdict read from the settlements
- * (reports.ts); a place under each concurrency rule once the rate rules
- * admit it (settle.ts); what the decision leaves to the background
- * (effects.ts); and the answer (answers.ts). A request refused by one key
- * counts nowhere: the other keys' counts and lease units are given back,
- * and so are a held request's booking and the places it was given.
+ * One request's decision, composed, without knowing the kinds of limit:
+ * the rules that match and their client keys (match.ts) make the request's
+ * parts: each key group's counted rules, and each rule that gives places.
+ * The counted parts are settled first: by a lease unit or a refusal this
+ * isolate knows of, at once, where it can (the synchronous fast path that
+ * every blocked and most allowed requests take); else through the key's
+ * gate (settle.ts). Once they admit the request, its places are taken
+ * (settle-place.ts). Then every path ends the same way ({@link conclude}):
+ * the parts read as one verdict (reports.ts), counted (tally.ts), what the
+ * request leaves behind (effects.ts), and the answer (answers.ts). A
+ * request refused by one part counts nowhere: the others' counts, lease
+ * units, bookings and places are given back. The decision's own work past
+ * its answer is returned with it, as one `pending`.
  */
 import type { Settings } from "../config/settings.ts";
 import type { Claims } from "../core/claims.ts";
 import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
-import type { Rule } from "../core/rules.ts";
-import type { Policy, Reported } from "../http/rate-limit-headers.ts";
+import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { noteDecision, noteKnown } from "./adaptive.ts";
 import { allowed, clientGone, knownRefusal, NO_HEADERS, type Outcome, refused, unavailable } from "./answers.ts";
 import { holds } from "./call.ts";
-import {
-  flushStatsIfDue,
-  giveBack,
-  giveBackAll,
-  type HeldPlace,
-  holdPlaces,
-  sendOutbox,
-  watchLate,
-} from "./effects.ts";
+import { type Effects, flushStatsIfDue, giveBackAll, type HeldPlace, sendOutbox, watchLate } from "./effects.ts";
 import type { Isolate } from "./isolate.ts";
 import { claimsFor, inClaimedTier, keyGroups, matchingRules } from "./match.ts";
-import { readPlaces, readSettlements } from "./reports.ts";
-import { knownRefusals, settle, settlePlace } from "./settle.ts";
+import { readParts } from "./reports.ts";
+import { knownRefusals, settle } from "./settle.ts";
+import { settlePlace } from "./settle-place.ts";
 import type { StatsNamespace } from "./stats.ts";
-import { type AnalyticsSink, type TallyContext, tallyKnown, tallyPlaces, tallySettled } from "./tally.ts";
+import { type AnalyticsSink, type TallyContext, tallyKnown, tallyParts } from "./tally.ts";
 import {
+  calledObject,
   giveBackSpent,
   type KeyGroup,
-  type PlaceSettlement,
+  NOTHING_COUNTED,
+  type Part,
   type RuleRefusal,
   type Settlement,
-  type SpentUnits,
+  waitedFor,
 } from "./vocabulary.ts";
+import { Work } from "./work.ts";
 
 export type { Outcome } from "./answers.ts";
 
@@ -50,8 +49,6 @@ export type DecideOptions = {
   settings: Settings;
   ns: LimiterNamespace;
   isolate: Isolate;
-  /** Receives work that must not delay the answer: refunds, and watching a call that timed out. */
-  background: (task: Promise<unknown>) => void;
   /**
    * The client, as the caller names it: every matched rule counts this key
    * instead of the one its `key` characteristics make.
@@ -85,7 +82,10 @@ export type DecideOptions = {
 /**
  * Decides one request. When the isolate can decide alone (a known refusal,
  * or leases for every key) the answer is returned at once, not as a promise:
- * those are the paths every blocked and most allowed requests take.
+ * those are the paths every blocked and most allowed requests take. The
+ * outcome's `pending`, when it has one, is the decision's work past its
+ * answer (refunds, hand-backs, a late answer watched): hand it to
+ * `waitUntil`.
  */
 export function decide(request: Request, options: DecideOptions): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
@@ -94,11 +94,12 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
   const method = options.method ?? request.method;
   const matched = matchingRules(request, settings, method, path);
   if (matched.length === 0) return NO_HEADERS;
-  const claims = claimsFor(request, matched, settings, isolate.tokens, options.background);
-  if (!(claims instanceof Promise)) return decideMatched({ request, method, path, matched, claims }, options);
+  const work = new Work();
+  const claims = claimsFor(request, matched, settings, isolate.tokens, (task) => work.add(task));
+  if (!(claims instanceof Promise)) return decideMatched({ request, method, path, matched, claims }, options, work);
   const startedAtMs = isolate.clock();
   return claims.then((verified) =>
-    decideMatched({ request, method, path, matched, claims: verified, startedAtMs }, options),
+    decideMatched({ request, method, path, matched, claims: verified, startedAtMs }, options, work),
   );
 }
 
@@ -113,56 +114,80 @@ type Matched = {
   startedAtMs?: number;
 };
 
-function decideMatched(request: Matched, options: DecideOptions): Outcome | Promise<Outcome> {
+/** One request's decision under way: what every phase and the ending read. */
+type Run = {
+  request: Request;
+  options: DecideOptions;
+  /** What the effects need, the decision's own work its sink. */
+  effects: Effects & { settings: Settings; isolate: Isolate };
+  work: Work;
+  groups: KeyGroup[];
+  /** Its enforcing rules: the policies its headers name. */
+  policies: Rule[];
+  /** Each of its rules that gives places, with its key group: the places it takes once its counted rules admit it. */
+  asked: { group: KeyGroup; rule: PlacedRule }[];
+  /** Isolate time; the request's deadline counts from here. */
+  startedAtMs: number;
+};
+
+function decideMatched(request: Matched, options: DecideOptions, work: Work): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
   const { keys } = isolate;
   const rules = inClaimedTier(request.matched, request.claims, settings);
-  const all = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
-  const policies = rules.filter((rule) => rule.action === "block");
-  // The groups with rate rules: every group, unless concurrency rules are among the rules.
-  const placed = hasPlaces(all);
-  const groups = placed ? all.filter((group) => group.rules.length > 0) : all;
+  const groups = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
   const nowMs = isolate.clock();
-  // The fast path: a lease unit for every key, or a refusal this isolate knows of.
-  const spent = groups.map((group) => keys.peek(group.digest)?.leases.spend(group.rules, nowMs));
-  const known = knownFor(groups, spent, options, nowMs);
-  if (known.length > 0) {
-    for (const s of spent) if (s) giveBackSpent(s);
-    const tally = tallyContext(request.request, options, nowMs);
-    if (tally) tallyKnown(groups, known, tally);
-    noteKnown(known, options);
-    return knownRefusal(policies, known, keys, settings.legacyHeaders, nowMs);
+  const run: Run = {
+    request: request.request,
+    options,
+    effects: { settings, ns: options.ns, isolate, work },
+    work,
+    groups,
+    policies: rules.filter((rule) => rule.action === "block"),
+    asked: placesAsked(groups),
+    startedAtMs: request.startedAtMs ?? nowMs,
+  };
+  // The fast path: a lease unit for every key's counted rules, or a refusal this isolate knows of.
+  const counted = groups.map((group): Part<CountedRule> | undefined => {
+    if (group.rules.length === 0) return { group, rules: group.rules, settlement: NOTHING_COUNTED };
+    const spent = keys.peek(group.digest)?.leases.spend(group.rules, nowMs);
+    return spent && { group, rules: group.rules, settlement: { via: "lease", spent } };
+  });
+  const known = knownFor(groups, counted, keys, nowMs);
+  if (known.length > 0) return conclude(run, counted, [], known);
+  for (const group of groups) if (group.rules.length > 0) keys.noteRequest(group.digest, nowMs);
+  sendOutbox(run.effects);
+  if (counted.every((part) => part !== undefined)) {
+    if (run.asked.length > 0) return takePlaces(run, counted as Part<CountedRule>[]);
+    return conclude(run, counted as Part<CountedRule>[], []);
   }
-  for (const group of groups) keys.noteRequest(group.digest, nowMs);
-  sendOutbox(options);
-  const startedAtMs = request.startedAtMs ?? nowMs;
-  if (spent.every((s) => s !== undefined)) {
-    const settlements = spent.map((s): Settlement => ({ via: "lease", spent: s! }));
-    if (placed) {
-      const { reports } = readSettlements(groups, settlements, keys, nowMs);
-      const rated: Rated = { settlements, reports };
-      return takePlaces({ request: request.request, groups, all, policies, startedAtMs }, rated, options);
-    }
-    const tally = tallyContext(request.request, options, nowMs);
-    if (tally) tallySettled(groups, settlements, true, tally);
-    const { reports } = readSettlements(groups, settlements, keys, nowMs);
-    return allowed(groups, settlements, { policies, reports }, options);
-  }
-  return settleRest({ request: request.request, groups, all, spent, policies, startedAtMs }, options);
+  return settleCounted(run, counted);
 }
 
-/** Whether any group has concurrency rules. */
-function hasPlaces(groups: KeyGroup[]): boolean {
-  for (const group of groups) if (group.places.length > 0) return true;
-  return false;
+/** The request's rules that give places, each with its key group; none shared, never written to. */
+function placesAsked(groups: KeyGroup[]): Run["asked"] {
+  let asked: Run["asked"] | undefined;
+  for (const group of groups) {
+    for (const rule of group.places) {
+      asked ??= [];
+      asked.push({ group, rule });
+    }
+  }
+  return asked ?? NO_PLACES;
 }
+
+const NO_PLACES: Run["asked"] = [];
 
 /** The refusals this isolate knows of for the groups no lease unit covered. */
-function knownFor(groups: KeyGroup[], spent: (SpentUnits | undefined)[], options: DecideOptions, nowMs: number) {
+function knownFor(
+  groups: KeyGroup[],
+  counted: (Part | undefined)[],
+  keys: Isolate["keys"],
+  nowMs: number,
+): RuleRefusal[] {
   let known: RuleRefusal[] | undefined;
   for (let i = 0; i < groups.length; i++) {
-    if (spent[i]) continue;
-    const found = knownRefusals(groups[i]!, options.isolate.keys, nowMs);
+    if (counted[i] !== undefined) continue;
+    const found = knownRefusals(groups[i]!, keys, nowMs);
     if (found.length > 0) known = known === undefined ? found : [...known, ...found];
   }
   return known ?? NONE;
@@ -171,97 +196,67 @@ function knownFor(groups: KeyGroup[], spent: (SpentUnits | undefined)[], options
 const NONE: RuleRefusal[] = [];
 
 /**
- * Where this decision is counted, or null when neither the statistics
- * object nor Analytics Engine is bound. Sends the isolate's statistics
- * first when a flush is due: in the background, one call.
+ * Settles the counted parts no lease covered, each through its key's gate;
+ * then, if they admit the request, its places.
  */
-function tallyContext(request: Request, options: DecideOptions, nowMs: number): TallyContext | null {
-  const { stats, analytics, isolate, settings } = options;
-  if (stats === undefined && analytics === undefined) return null;
-  if (stats !== undefined) flushStatsIfDue(isolate.stats, stats, nowMs, options);
-  // Reading request.cf costs the runtime a copy of it: only Analytics Engine needs the colo.
-  const colo = analytics === undefined ? undefined : (request as { cf?: { colo?: unknown } }).cf?.colo;
-  return {
-    isolate,
-    stats: stats !== undefined,
-    analytics,
-    colo: typeof colo === "string" ? colo : "",
-    rawKeys: settings.statsRawKeys,
-    nowMs,
-  };
-}
-
-/** A request's key groups and its policies, and when its decision started. */
-type Grouped = {
-  request: Request;
-  /** The groups with rate rules. */
-  groups: KeyGroup[];
-  /** Every group, those with concurrency rules only included. */
-  all: KeyGroup[];
-  policies: Policy[];
-  /** Isolate time; the request's deadline counts from here. */
-  startedAtMs: number;
-};
-
-/** A request's key groups, the lease units already spent for some, and when its decision started. */
-type Pending = Grouped & {
-  /** Per group: the lease units spent for it, or undefined when it still needs settling. */
-  spent: (SpentUnits | undefined)[];
-};
-
-/** Settles the key groups no lease covered, reads the verdict, and leaves the rest to the background. */
-async function settleRest(pending: Pending, options: DecideOptions): Promise<Outcome> {
-  const { request, groups, all, spent, policies, startedAtMs } = pending;
-  const { settings, isolate } = options;
-  const deadlineMs = startedAtMs + settings.timeoutMs;
-  const placed = all.length > groups.length || hasPlaces(groups);
-  const waitMs = placed || groups.length > 1 ? longestWaitMs(all) : 0;
+async function settleCounted(run: Run, spent: (Part<CountedRule> | undefined)[]): Promise<Outcome> {
+  const { request, groups, options } = run;
+  const deadlineMs = run.startedAtMs + options.settings.timeoutMs;
+  const placing = run.asked.length > 0;
+  const waitMs = placing || groups.length > 1 ? longestWaitMs(groups) : 0;
+  // A held turn waited for beside another key's decision ends when that key refuses the request.
+  const stop = holdsBeside(groups) ? stopWith(request.signal) : null;
   const context = {
-    ...options,
-    otherKeys: groups.length > 1 || placed,
+    ...run.effects,
+    otherKeys: groups.length > 1 || placing,
     ...(waitMs > 0 ? { waitMs } : {}),
-    gone: goneSignal(request.signal, groups),
+    gone: stop?.signal ?? request.signal,
   };
-  const settlements = await Promise.all(
-    groups.map((group, i): Settlement | Promise<Settlement> => {
-      const s = spent[i];
-      if (s) return { via: "lease", spent: s };
-      const settled = settle(group, deadlineMs, context);
-      // Another key's refusal ends a wait for a held turn: its booking goes back at once.
-      return context.gone === request.signal ? settled : settled.then((r) => stopHoldsIfRefused(r, context.gone));
+  const counted = await Promise.all(
+    groups.map((group, i): Part<CountedRule> | Promise<Part<CountedRule>> => {
+      const part = spent[i];
+      if (part !== undefined) return part;
+      return settle(group, deadlineMs, context).then((settlement) => {
+        if (stop !== null && refuses(settlement)) stop.abort();
+        return { group, rules: group.rules, settlement };
+      });
     }),
   );
-  // Its client hung up while it waited (it goes on only because it has work in the background): it counts
-  // nowhere, like a request turned away, and nothing of it is logged or tallied; its answer reaches nobody.
-  if (request.signal?.aborted || (context.gone === request.signal && settlements.some((s) => s.via === "gone"))) {
-    leaveBehind(groups, settlements, true, options);
-    return clientGone();
-  }
-  const nowMs = isolate.clock();
-  const { reports, refused: isRefused, closedBy } = readSettlements(groups, settlements, isolate.keys, nowMs);
-  const turnedAway = isRefused || closedBy.length > 0;
-  if (placed && !turnedAway) return takePlaces(pending, { settlements, reports }, options);
-  const tally = tallyContext(request, options, nowMs);
-  if (tally) {
-    tallySettled(groups, settlements, !turnedAway, tally);
-    if (tally.stats && settlements.some(calledObject)) isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
-  }
-  leaveBehind(groups, settlements, turnedAway, options);
-  const legacy = settings.legacyHeaders;
-  if (isRefused) {
-    noteDecision(reports, false, options);
-    return refused(policies, reports, legacy);
-  }
-  if (closedBy.length > 0) return unavailable(closedBy, policies, reports, legacy);
-  return allowed(groups, settlements, { policies, reports }, options, heldFor(settlements, [], startedAtMs, nowMs));
+  // Its client hung up while it waited (it goes on only because it has work in the background).
+  const gone = request.signal?.aborted === true || (stop === null && counted.some(isGone));
+  if (!gone && placing) return takePlaces(run, counted);
+  return conclude(run, counted, [], undefined, gone);
 }
 
-/** Whether a settlement took a call to the object (its latency is worth counting). */
-const calledObject = (s: Settlement): boolean => s.via === "call" || s.via === "held";
+/** Whether a part's settlement refuses the request: a refusal the isolate knew of, or its object's. */
+const refuses = (s: Settlement): boolean =>
+  s.via === "known" || (s.via === "call" && s.call.outcome.ok && !s.call.outcome.result.allowed);
+
+const isGone = (part: Part): boolean => part.settlement.via === "gone";
+
+/** Whether a key group may be held until its turn while another key group's counted rules are decided. */
+function holdsBeside(groups: KeyGroup[]): boolean {
+  let counting = 0;
+  let holding = false;
+  for (const group of groups) {
+    if (group.rules.length === 0) continue;
+    counting++;
+    holding ||= holds(group);
+  }
+  return counting > 1 && holding;
+}
+
+/** A signal that aborts when the request's client hangs up, or when {@link AbortController.abort} is called. */
+function stopWith(signal: AbortSignal | undefined): AbortController {
+  const stop = new AbortController();
+  if (signal?.aborted) stop.abort();
+  else signal?.addEventListener("abort", () => stop.abort(), { once: true });
+  return stop;
+}
 
 /**
  * The longest a request of these groups may wait before every key has
- * decided: held under a rate rule, then in line for a place.
+ * decided: held under a counted rule, then in line for a place.
  */
 function longestWaitMs(groups: KeyGroup[]): number {
   let held = 0;
@@ -274,127 +269,146 @@ function longestWaitMs(groups: KeyGroup[]): number {
 }
 
 /**
- * What tells the request's key groups to stop waiting: its client hanging
- * up; and, when a held turn may be waited for beside another key's
- * decision, that key refusing it too.
+ * The request's counted parts admitted it, unless they refuse it: then it
+ * ends there. Otherwise a place under each of its rules that give places,
+ * asked for in parallel.
  */
-function goneSignal(signal: AbortSignal | undefined, groups: KeyGroup[]): AbortSignal | undefined {
-  if (groups.length < 2 || !groups.some(holds)) return signal;
-  const stop = new AbortController();
-  stoppers.set(stop.signal, stop);
-  if (signal?.aborted) stop.abort();
-  else signal?.addEventListener("abort", () => stop.abort(), { once: true });
-  return stop.signal;
+async function takePlaces(run: Run, counted: Part<CountedRule>[]): Promise<Outcome> {
+  const { options, request } = run;
+  const { isolate } = options;
+  const read = readParts(counted, isolate.keys, isolate.clock());
+  if (read.refused || read.closedBy.length > 0) return conclude(run, counted, [], undefined, false, read);
+  const deadlineMs = isolate.clock() + options.settings.timeoutMs;
+  const context = { ...run.effects, gone: request.signal };
+  const placed = await Promise.all(
+    run.asked.map(
+      async ({ group, rule }): Promise<Part<PlacedRule>> => ({
+        group,
+        rules: [rule],
+        settlement: await settlePlace(group, rule, deadlineMs, context),
+      }),
+    ),
+  );
+  const gone = request.signal?.aborted === true || placed.some(isGone);
+  return conclude(run, counted, placed, undefined, gone, read);
 }
-
-/** Stops the request's other keys' waits when this key refuses it. */
-function stopHoldsIfRefused(settlement: Settlement, stop: AbortSignal | undefined): Settlement {
-  if (stop === undefined || stop.aborted) return settlement;
-  const refusing =
-    settlement.via === "known" ||
-    (settlement.via === "call" && settlement.call.outcome.ok && !settlement.call.outcome.result.allowed);
-  if (refusing) stoppers.get(stop)?.abort();
-  return settlement;
-}
-
-/** The controller behind each stop signal made by {@link goneSignal}. */
-const stoppers = new WeakMap<AbortSignal, AbortController>();
-
-/** A request's rate rules as settled: each group's settlement, and the verdicts its headers report. */
-type Rated = { settlements: Settlement[]; reports: Reported[] };
 
 /**
- * The request's rate rules admitted it: a place under each concurrency rule
- * of its groups, asked for in parallel. All of them, and it goes on holding
- * them until it ends; otherwise the places it got go back, and so does what
- * its rate rules counted, and it is refused (or, where the object could not
- * be asked, its rule's `on_error` applies).
+ * Every decision ends here: its parts read as one verdict (refused by any
+ * part, closed by a failure, or admitted), counted, what it leaves behind
+ * (for a request turned away, everything it was given goes back), its
+ * adaptive rules told, and the answer. `known`: the refusals this isolate
+ * knew of, when they decided it at once. `read`: the counted parts as
+ * already read, when they were before its places were taken.
  */
-async function takePlaces(pending: Grouped, rated: Rated, options: DecideOptions): Promise<Outcome> {
-  const { request, groups, all, policies, startedAtMs } = pending;
-  const { settings, isolate } = options;
-  const { settlements } = rated;
-  const deadlineMs = isolate.clock() + settings.timeoutMs;
-  const context = { ...options, otherKeys: true, gone: request.signal };
-  const asked = all.flatMap((group) => group.places.map((rule) => ({ group, rule })));
-  const places = await Promise.all(asked.map(({ group, rule }) => settlePlace(group, rule, deadlineMs, context)));
-  const taken = placesTaken(asked, places, isolate);
-  if (request.signal?.aborted || places.some((p) => p.via === "gone")) {
-    for (const place of taken) giveBack({ kind: "place", name: place.name, id: place.placeId }, options);
-    leaveBehind(groups, settlements, true, options);
-    return clientGone();
-  }
+function conclude(
+  run: Run,
+  counted: (Part<CountedRule> | undefined)[],
+  placed: Part<PlacedRule>[],
+  known?: RuleRefusal[],
+  gone = false,
+  read?: ReturnType<typeof readParts>,
+): Outcome {
+  const { options, effects } = run;
+  const { isolate, settings } = options;
   const nowMs = isolate.clock();
-  const placed = readPlaces(places, isolate.keys, asked, nowMs);
-  const reports = [...rated.reports, ...placed.reports];
-  const turnedAway = placed.refused || placed.closedBy.length > 0;
-  const tally = tallyContext(request, options, nowMs);
-  if (tally) {
-    tallySettled(groups, settlements, !turnedAway, tally);
-    tallyPlaces(asked, places, !turnedAway, tally);
-    isolate.stats.latencyOf(nowMs - startedAtMs, nowMs);
-  }
-  leaveBehind(groups, settlements, turnedAway, options);
-  const legacy = settings.legacyHeaders;
-  if (turnedAway) {
-    for (const place of taken) giveBack({ kind: "place", name: place.name, id: place.placeId }, options);
-    if (placed.refused) {
-      noteDecision(reports, false, options);
-      return refused(policies, reports, legacy);
+  const decided = counted.filter((part): part is Part<CountedRule> => part !== undefined);
+  const parts: Part[] = placed.length === 0 ? decided : [...decided, ...placed];
+  let outcome: Outcome;
+  if (known !== undefined) {
+    // Refused at once by what this isolate knew: the lease units spent for other keys go back.
+    for (const part of decided) if (part.settlement.via === "lease") giveBackSpent(part.settlement.spent);
+    const tally = tallyContext(run, nowMs);
+    if (tally) tallyKnown(run.groups, known, tally);
+    noteKnown(known, effects);
+    outcome = knownRefusal(run.policies, known, isolate.keys, settings.legacyHeaders, nowMs);
+  } else if (gone) {
+    // Its client hung up: it counts nowhere, like a request turned away, and nothing of it is logged or
+    // tallied; its answer reaches nobody.
+    leaveBehind(parts, true, effects);
+    outcome = clientGone();
+  } else {
+    const verdict = read ?? readParts(decided, isolate.keys, nowMs);
+    const ofPlaces = placed.length === 0 ? null : readParts(placed, isolate.keys, nowMs);
+    const reports = ofPlaces === null ? verdict.reports : [...verdict.reports, ...ofPlaces.reports];
+    const isRefused = verdict.refused || ofPlaces?.refused === true;
+    const closedBy = ofPlaces === null ? verdict.closedBy : [...verdict.closedBy, ...ofPlaces.closedBy];
+    const admitted = !isRefused && closedBy.length === 0;
+    const tally = tallyContext(run, nowMs);
+    if (tally) {
+      tallyParts(parts, admitted, tally);
+      if (tally.stats && parts.some((part) => calledObject(part.settlement))) {
+        isolate.stats.latencyOf(nowMs - run.startedAtMs, nowMs);
+      }
     }
-    return unavailable(placed.closedBy, policies, reports, legacy);
+    leaveBehind(parts, !admitted, effects);
+    const legacy = settings.legacyHeaders;
+    const { policies } = run;
+    if (isRefused) {
+      noteDecision(reports, false, effects);
+      outcome = refused(policies, reports, legacy);
+    } else if (closedBy.length > 0) {
+      outcome = unavailable(closedBy, policies, reports, legacy);
+    } else {
+      const held = heldPlaces(placed, isolate);
+      const heldMs = parts.some((part) => waitedFor(part.settlement))
+        ? Math.max(0, Math.round(nowMs - run.startedAtMs))
+        : undefined;
+      outcome = allowed(parts, decided, { policies, reports }, effects, heldMs, held);
+    }
   }
-  const inFlight = taken.length > 0 ? holdPlaces(taken, options) : undefined;
-  const headers = { policies, reports };
-  const heldMs = heldFor(settlements, places, startedAtMs, nowMs);
-  return allowed(groups, settlements, headers, options, heldMs, inFlight, taken);
+  const pending = run.work.pending();
+  return pending === undefined ? outcome : { ...outcome, pending };
 }
 
-/** The places a request was given, as it holds them while in flight. */
-function placesTaken(
-  asked: { group: KeyGroup; rule: Rule }[],
-  places: PlaceSettlement[],
-  isolate: Isolate,
-): HeldPlace[] {
-  const taken: HeldPlace[] = [];
-  places.forEach((p, i) => {
-    if (p.via !== "place") return;
-    const { group, rule } = asked[i]!;
-    taken.push({
+/**
+ * Where this decision is counted, or null when neither the statistics
+ * object nor Analytics Engine is bound. Sends the isolate's statistics
+ * first when a flush is due: in the background, one call.
+ */
+function tallyContext(run: Run, nowMs: number): TallyContext | null {
+  const { stats, analytics, isolate, settings } = run.options;
+  if (stats === undefined && analytics === undefined) return null;
+  if (stats !== undefined) flushStatsIfDue(isolate.stats, stats, nowMs, run.effects);
+  // Reading request.cf costs the runtime a copy of it: only Analytics Engine needs the colo.
+  const colo = analytics === undefined ? undefined : (run.request as { cf?: { colo?: unknown } }).cf?.colo;
+  return {
+    isolate,
+    stats: stats !== undefined,
+    analytics,
+    colo: typeof colo === "string" ? colo : "",
+    rawKeys: settings.statsRawKeys,
+    nowMs,
+  };
+}
+
+/** The places an admitted request was given, as it holds them while in flight; undefined when it has none. */
+function heldPlaces(placed: Part<PlacedRule>[], isolate: Isolate): HeldPlace[] | undefined {
+  let held: HeldPlace[] | undefined;
+  for (const { group, rules, settlement: s } of placed) {
+    if (s.via !== "place") continue;
+    held ??= [];
+    held.push({
       keyPlaces: isolate.keys.use(group.digest, isolate.clock()).places,
-      name: p.name,
-      placeId: p.place.placeId,
-      rule: rule.id,
-      timeoutMs: p.place.expiresAtMs - p.place.nowMs,
+      name: s.name,
+      placeId: s.place.placeId,
+      rule: rules[0]!.id,
+      timeoutMs: s.place.expiresAtMs - s.place.nowMs,
     });
-  });
-  return taken;
+  }
+  return held;
 }
 
 /**
- * How long the request was held before it went on, in milliseconds: since
- * its decision started, when a rule held it until its turn or it waited in
- * line for a place; undefined when it did neither.
+ * What a decided request leaves to the background: for a request turned
+ * away, everything it was given back (lease units, counts, a booking, its
+ * places); every call's late answer watched; what is owed for forgotten
+ * keys sent.
  */
-function heldFor(
-  settlements: Settlement[],
-  places: PlaceSettlement[],
-  startedAtMs: number,
-  nowMs: number,
-): number | undefined {
-  const waited = settlements.some((s) => s.via === "held") || places.some((p) => p.via === "place" && p.waited);
-  return waited ? Math.max(0, Math.round(nowMs - startedAtMs)) : undefined;
-}
-
-/**
- * What a settled request leaves to the background: for a request turned
- * away, its lease units and counts given back; every call's late answer
- * watched; what is owed for forgotten keys sent.
- */
-function leaveBehind(groups: KeyGroup[], settlements: Settlement[], turnedAway: boolean, options: DecideOptions) {
-  if (turnedAway) giveBackAll(groups, settlements, options);
-  settlements.forEach((s, i) => {
-    if (s.via === "call") watchLate(s.call, groups[i]!, turnedAway, options);
-  });
-  sendOutbox(options);
+function leaveBehind(parts: readonly Part[], turnedAway: boolean, effects: Effects): void {
+  if (turnedAway) giveBackAll(parts, effects);
+  for (const { group, settlement } of parts) {
+    if (settlement.via === "call") watchLate(settlement.call, group, turnedAway, effects);
+  }
+  sendOutbox(effects);
 }

@@ -1,7 +1,8 @@
 /**
  * @module
  * Work a decision leaves to run past its answer, in one place: the only
- * caller of `background` and of the refund and charge calls. Counts taken
+ * one to hand work to a sink (work.ts), and the only caller of the refund
+ * and charge calls. Counts taken
  * for a request that was turned away go back (lease units to their leases,
  * a call's counts to its object); units of keys the isolate no longer keeps
  * are handed back; a call that timed out is watched for its late answer; a
@@ -29,15 +30,16 @@ import type { ClientKeys } from "./client-keys.ts";
 import type { IsolateCounters } from "./counters.ts";
 import type { HeldPlaces } from "./held-places.ts";
 import { flushStats, type StatsNamespace, type StatsRecorder } from "./stats.ts";
-import { admittedBy, type Cancel, giveBackSpent, type KeyCall, type KeyGroup, type Settlement } from "./vocabulary.ts";
+import { admittedBy, type Cancel, giveBackSpent, type KeyCall, type KeyGroup, type Part } from "./vocabulary.ts";
+import type { Sink } from "./work.ts";
 
-/** What the effects need: a decision's options carry them. */
+/** What the effects need: the namespace, the isolate's keys and counters, and where work past the answer goes. */
 export type Effects = {
   settings: Pick<Settings, "timeoutMs">;
   ns: LimiterNamespace;
   isolate: { keys: ClientKeys; counters: IsolateCounters };
-  /** Runs work past the response (the request's `waitUntil`). */
-  background: (task: Promise<unknown>) => void;
+  /** The decision's own work, or, once the answer is out, the caller's `waitUntil`. */
+  work: Sink;
 };
 
 /**
@@ -47,32 +49,36 @@ export type Effects = {
  * carries, how it lands).
  */
 export function keepGoing(call: Promise<unknown>, effects: Effects): void {
-  effects.background(call);
+  effects.work.add(call);
 }
 
 /**
  * A refused request counts nowhere: lease units go back to their leases,
  * counts to their objects, a held request's booking to its object (taken
- * back before its turn, refunded after), and so does a booking a request
- * had when its client hung up.
+ * back before its turn, refunded after), a place to its object; and so
+ * does a booking or a ticket a request had when its client hung up.
  */
-export function giveBackAll(groups: KeyGroup[], settlements: Settlement[], effects: Effects): void {
-  settlements.forEach((s, i) => {
-    if (s.via === "lease") {
-      giveBackSpent(s.spent);
-      return;
+export function giveBackAll(parts: readonly Part[], effects: Effects): void {
+  for (const { group, settlement: s } of parts) {
+    switch (s.via) {
+      case "lease":
+        giveBackSpent(s.spent);
+        break;
+      case "held":
+        giveBack({ kind: "booking", name: s.call.name, id: s.held.bookingId }, effects);
+        break;
+      case "gone":
+        if (s.cancel !== undefined) giveBack(s.cancel, effects);
+        break;
+      case "place":
+        giveBack({ kind: "place", name: s.name, id: s.place.placeId }, effects);
+        break;
+      default: {
+        const admitted = admittedBy(s);
+        if (admitted !== null) refundCounted(admitted.name, admitted.result, group.rules, effects);
+      }
     }
-    if (s.via === "held") {
-      giveBack({ kind: "booking", name: s.call.name, id: s.held.bookingId }, effects);
-      return;
-    }
-    if (s.via === "gone") {
-      if (s.cancel !== undefined) giveBack(s.cancel, effects);
-      return;
-    }
-    const admitted = admittedBy(s);
-    if (admitted !== null) refundCounted(admitted.name, admitted.result, groups[i]!.rules, effects);
-  });
+  }
 }
 
 /** Takes back, in the background, what an answer counted for a request that was then turned away. */
@@ -87,7 +93,7 @@ function refundCounted(name: string, result: CheckResult, rules: CountedRule[], 
 /** Hands counts back to an object in the background; what fails to arrive is written off, and counted. */
 export function refund(name: string, refunds: Refund[], effects: Effects): void {
   const units = unitsOf(refunds);
-  effects.background(
+  effects.work.add(
     refundKey(effects.ns, name, refunds, effects.settings.timeoutMs).then((taken) => {
       if (!taken) effects.isolate.counters.writeOff("refund failed", units);
     }),
@@ -96,7 +102,7 @@ export function refund(name: string, refunds: Refund[], effects: Effects): void 
 
 /** Charges counts to an object in the background (a `cost_header` said the request cost more). */
 export function charge(name: string, charges: Refund[], effects: Effects): void {
-  effects.background(chargeKey(effects.ns, name, charges, effects.settings.timeoutMs));
+  effects.work.add(chargeKey(effects.ns, name, charges, effects.settings.timeoutMs));
 }
 
 /** Units of keys the isolate no longer keeps, handed back to their objects. */
@@ -112,7 +118,7 @@ export function sendOutbox(effects: Effects): void {
 export function watchLate(call: KeyCall, group: KeyGroup, turnedAway: boolean, effects: Effects): void {
   const late = call.outcome.ok ? undefined : call.outcome.late;
   if (!late) return;
-  effects.background(
+  effects.work.add(
     late.then((result) => {
       if (!result) return;
       const { verdicts, lease } = result;
@@ -139,7 +145,7 @@ export function watchLateBatch(
   effects: Effects,
 ): void {
   const late = outcome.ok ? undefined : outcome.late;
-  if (late) effects.background(batch.lateDecision(size, late, rules, effects.isolate.counters));
+  if (late) effects.work.add(batch.lateDecision(size, late, rules, effects.isolate.counters));
 }
 
 /** Settles, in the background, what a call's late answer says, once it says it. */
@@ -148,12 +154,12 @@ export function whenLate(
   then: (result: CheckResult | undefined) => void,
   effects: Effects,
 ): void {
-  effects.background(late.then(then));
+  effects.work.add(late.then(then));
 }
 
 /** Sends the isolate's statistics to the statistics object, in the background, when a flush is due. */
 export function flushStatsIfDue(recorder: StatsRecorder, ns: StatsNamespace, nowMs: number, effects: Effects): void {
-  if (recorder.due(nowMs)) effects.background(flushStats(recorder, ns, { nowMs }));
+  if (recorder.due(nowMs)) effects.work.add(flushStats(recorder, ns, { nowMs }));
 }
 
 /**
@@ -172,7 +178,7 @@ export function giveBack(cancel: Cancel, effects: Effects): void {
       : cancel.kind === "ticket"
         ? cancelTicket(ns, cancel.name, cancel.id, timeoutMs)
         : releasePlaces(ns, cancel.name, [cancel.id], timeoutMs);
-  effects.background(
+  effects.work.add(
     sent.then((answered) => {
       if (!answered.ok) isolate.counters.writeOff(cancel.kind === "booking" ? "cancel failed" : "release failed", 1);
     }),
@@ -268,7 +274,7 @@ export function holdPlaces(places: HeldPlace[], effects: Effects & { isolate: { 
       const closing = why === "hung up" ? pause(HANG_UP_GRACE_MS) : undefined;
       for (const [name, ids] of byName) {
         const release = () => releasePlaces(effects.ns, name, ids, effects.settings.timeoutMs);
-        effects.background(
+        effects.work.add(
           (closing === undefined ? release() : closing.then(release)).then((answered) => {
             if (!answered.ok) effects.isolate.counters.writeOff("release failed", ids.length);
           }),

@@ -55,7 +55,7 @@ import type { IsolateCounters } from "./counters.ts";
 import { type CallTimes, Flight, STALE_AFTER_TYPICAL } from "./flight.ts";
 import type { AnsweredCall, Cancel, Failure, KeyCall, Landing, Settlement } from "./vocabulary.ts";
 
-/** What a request at the gate does next. */
+/** What a request at a rate rule set's gate does next. */
 export type Step =
   /**
    * Call the object alone, then report with {@link Gate.called}; by
@@ -75,6 +75,11 @@ export type Step =
    * the request). Then report with {@link Gate.turned}.
    */
   | { do: "hold"; untilMs: number; ask: boolean; bookingId: string; name: string }
+  /** Nothing more: how the gate settled the request. */
+  | { do: "done"; end: End };
+
+/** What a request at a concurrency rule's gate does next, for a place. */
+export type PlaceStep =
   /** Ask the key's object for a place, then report with {@link Gate.acquired}. */
   | { do: "acquire" }
   /**
@@ -83,10 +88,13 @@ export type Step =
    * Then report with {@link Gate.placed}.
    */
   | { do: "queue"; untilMs: number; ask: boolean; ticketId: string }
-  /** Nothing more: how the gate settled the request. */
-  | { do: "done"; end: End };
+  /** Nothing more: how the gate settled the request's place. */
+  | { do: "done"; end: PlaceEnd };
 
-/** How a request left the gate. */
+/** Its client hung up; `cancel`: what it had that must be handed back. */
+type Gone = { by: "gone"; cancel?: Cancel };
+
+/** How a request left a rate rule set's gate. */
 export type End =
   /** A lease unit or a known refusal decided it, after the call it waited for landed. */
   | { by: "found"; settlement: Settlement }
@@ -98,14 +106,17 @@ export type End =
   | { by: "ran out"; batch?: Batch; ticket?: Ticket }
   /** Held, its turn has come: where its counts were taken, or null when its own timer came first. */
   | { by: "turn"; call: AnsweredCall; held: Held; counted: TurnCounted }
+  | Gone;
+
+/** How a request left a concurrency rule's gate. */
+export type PlaceEnd =
   /** A place; `waited` when it waited in line for it. */
   | { by: "place"; place: PlaceAcquired; waited: boolean }
   /** No place: none free, none by the end of its wait (then `cancel` gives its ticket back), or the client is denied. */
   | { by: "no place"; refusal: PlaceRefused; cancel?: Cancel }
   /** The object could not be asked for a place. */
   | { by: "place failure"; message: string }
-  /** Its client hung up; `cancel`: what it had that must be handed back. */
-  | { by: "gone"; cancel?: Cancel };
+  | Gone;
 
 /** Where a turn's counts were taken, per rule; null when the request's own timer came before the object's answer. */
 export type TurnCounted = (Receipt | null)[] | null;
@@ -127,11 +138,12 @@ const ARRIVING: At = Object.freeze({ at: "arriving" });
 const TRYING: At = Object.freeze({ at: "trying" });
 const CALLING: At = Object.freeze({ at: "calling" });
 const ACQUIRING: At = Object.freeze({ at: "acquiring" });
-const ACQUIRE: Step = Object.freeze({ do: "acquire" });
+const ACQUIRE: PlaceStep = Object.freeze({ do: "acquire" });
 const DONE: At = Object.freeze({ at: "done" });
 const CALL: Step = Object.freeze({ do: "call" });
 const TRY: Step = Object.freeze({ do: "try" });
-const GONE: Step = Object.freeze({ do: "done", end: Object.freeze({ by: "gone" }) });
+/** The end of a visit whose client hung up with nothing to hand back: at either kind of gate. */
+const GONE = Object.freeze({ do: "done", end: Object.freeze({ by: "gone" }) } as const);
 
 /** One request at a gate. The gate changes it; the request reads it, and sets {@link wake}. */
 export class Visit {
@@ -334,14 +346,14 @@ export class Gate {
   // A place under a concurrency rule (a gate whose rule set is that one rule).
 
   /** A request asks for a place: its rate rules admitted it. */
-  enterPlace(visit: Visit): Step {
+  enterPlace(visit: Visit): PlaceStep {
     if (visit.gone) return this.end(visit, GONE);
     visit.at = ACQUIRING;
     return ACQUIRE;
   }
 
   /** What `acquire` answered at `nowMs` (of the object's key `name`), or why it did not. */
-  acquired(visit: Visit, answer: Answered<PlaceAnswer>, name: string, nowMs: number): Step {
+  acquired(visit: Visit, answer: Answered<PlaceAnswer>, name: string, nowMs: number): PlaceStep {
     if (visit.at.at !== "acquiring") throw new Error(`gate: acquired while ${visit.at.at}`);
     if (!answer.ok) {
       if (visit.gone) return this.end(visit, GONE);
@@ -368,7 +380,7 @@ export class Gate {
    * A request in line woke: `answer` is the object's answer to `awaitPlace`
    * if it came, or why not; null: its own timer (or a spurious wake).
    */
-  placed(visit: Visit, answer: Answered<PlaceWait> | null, name: string, nowMs: number): Step {
+  placed(visit: Visit, answer: Answered<PlaceWait> | null, name: string, nowMs: number): PlaceStep {
     const { at } = visit;
     if (at.at !== "queued") throw new Error(`gate: placed while ${at.at}`);
     if (visit.gone) {
@@ -516,11 +528,11 @@ export class Gate {
   }
 
   /** Ends a request whose client hung up, with what it had that must be handed back. */
-  private goneWith(visit: Visit, cancel: Cancel): Step {
+  private goneWith(visit: Visit, cancel: Cancel): Extract<Step & PlaceStep, { do: "done" }> {
     return this.end(visit, { do: "done", end: { by: "gone", cancel } });
   }
 
-  private end(visit: Visit, step: Step): Step {
+  private end<S extends Step | PlaceStep>(visit: Visit, step: S): S {
     visit.at = DONE;
     return step;
   }

@@ -1,25 +1,17 @@
 /**
  * @module
- * Reading how a request's key groups were settled, and its places: the
- * verdict each rule reports in the rate-limit headers, whether the request
- * is refused, and the rules that fail closed. Refusals, retries and
+ * Reading how a request's parts were settled (its key groups' counted
+ * rules, and its places): the verdict each rule reports in the rate-limit
+ * headers, whether the request is refused, and the rules that fail closed. Refusals, retries and
  * failures are logged here (a refusal at most once per key and rule per
  * interval).
  */
 import type { Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
-import type { FailureReason, PlaceAcquired, PlaceRefused, RuleVerdict } from "../object/protocol.ts";
+import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import {
-  type Applied,
-  failureOf,
-  type KeyGroup,
-  nameOf,
-  type PlaceSettlement,
-  type RuleRefusal,
-  type Settlement,
-} from "./vocabulary.ts";
+import { type Applied, failureOf, nameOf, type Part, type RuleRefusal, verdictOf } from "./vocabulary.ts";
 
 /** A rule's verdict as the rate-limit headers report it. */
 const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
@@ -30,70 +22,6 @@ const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   verdict,
   nowMs,
 });
-
-/**
- * How long a request refused a place is told to wait, in milliseconds: a
- * place frees whenever a request of the client ends, which nothing here
- * can foresee, so the shortest wait `Retry-After` can say (1 second) is
- * the honest one; a client that comes back sooner is refused again, at
- * the cost of one call.
- */
-export const PLACE_RETRY_MS = 1_000;
-
-/** A concurrency rule's place, or its refusal, as the rate-limit headers report it: `remaining` is the places free. */
-function placeReport(rule: Rule, answer: PlaceAcquired | PlaceRefused, nowMs: number): Reported {
-  const acquired = answer.status === "acquired";
-  const verdict: RuleVerdict = {
-    allowed: acquired,
-    ruleAllows: acquired,
-    weighted: acquired ? (answer.limit ?? rule.limit) - answer.free : answer.inUse,
-    remaining: acquired ? answer.free : 0,
-    retryAfterMs: acquired ? 0 : PLACE_RETRY_MS,
-    resetMs: 0,
-    counted: null,
-    holdsForMs: 0,
-    ...(answer.limit !== undefined ? { limit: answer.limit } : {}),
-    ...(!acquired && answer.reduced === true ? { reduced: true } : {}),
-    ...(answer.override !== undefined ? { override: answer.override } : {}),
-    ...(answer.tier !== undefined ? { tier: answer.tier } : {}),
-  };
-  return report(rule, verdict, nowMs);
-}
-
-/**
- * Reads a request's places: the verdicts for the headers, whether a rule
- * refuses it (none free, or the client denied), and the rules that refuse it
- * because their object could not be asked (`on_error = "closed"`). A shadow
- * rule's would-be refusal is logged; the request goes on without its place.
- */
-export function readPlaces(
-  places: PlaceSettlement[],
-  keys: ClientKeys,
-  asked: { group: KeyGroup }[],
-  nowMs: number,
-): { reports: Reported[]; refused: boolean; closedBy: string[] } {
-  const reports: Reported[] = [];
-  const closedBy: string[] = [];
-  let refused = false;
-  places.forEach((p, i) => {
-    if (p.via === "gone") return;
-    const { rule, name } = p;
-    const group = asked[i]!.group;
-    if (p.via === "failed") {
-      closedBy.push(...failed([rule], name, { ...p, attempts: 1 }));
-      return;
-    }
-    const answer = p.via === "place" ? p.place : p.refusal;
-    const denied = answer.override === "deny";
-    if (p.via === "no place") {
-      if (rule.action === "block" || denied) refused = true;
-      const weighted = p.refusal.inUse;
-      logRefusal({ rule, digest: group.digest, name, weighted, applied: p.refusal }, keys, nowMs);
-    }
-    if (rule.action === "block" || denied) reports.push(placeReport(rule, answer, nowMs));
-  });
-  return { reports, refused, closedBy };
-}
 
 /** A known refusal as the object's verdict, with the wait that is left. */
 export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Reported {
@@ -122,58 +50,69 @@ export function logKnown({ rule, digest, refusal }: RuleRefusal, keys: ClientKey
 }
 
 /**
- * Reads how each group was settled: the verdicts for the headers, whether the
- * request is refused, and the rules that refuse it because their object
- * failed. Logs refusals (at most one line per key and rule per interval),
- * retries and failures.
+ * Reads how a request's parts were settled: the verdicts for the headers,
+ * whether the request is refused, and the rules that refuse it because
+ * their object failed. Logs refusals and shadow rules' would-be refusals
+ * (at most one line per key and rule per interval), retries and failures.
+ * A rule's verdict is reported when it enforces, or an override denies the
+ * client.
  */
-export function readSettlements(groups: KeyGroup[], settlements: Settlement[], keys: ClientKeys, nowMs: number) {
+export function readParts(parts: readonly Part[], keys: ClientKeys, nowMs: number) {
   const reports: Reported[] = [];
   const closedBy: string[] = [];
   let refused = false;
-  settlements.forEach((s, i) => {
-    const group = groups[i]!;
+  for (const part of parts) {
+    const { group, rules, settlement: s } = part;
     const failure = failureOf(s);
     if (failure !== null) {
-      closedBy.push(...failed(group.rules, nameOf(s)!, failure));
-    } else if (s.via === "lease") {
-      group.rules.forEach((rule, j) => {
-        if (rule.action === "block") reports.push(report(rule, s.spent.verdicts[j]!, nowMs));
-      });
-    } else if (s.via === "known") {
-      refused = true;
-      for (const k of s.known) {
-        logKnown(k, keys, nowMs);
-        reports.push(knownReport(k, nowMs));
-      }
-    } else if (s.via === "gone") {
-      refused = true; // its client hung up: nothing of it is reported (decide answers it before this)
-    } else if (s.via === "held") {
-      // Held until its turn, which has come: its verdicts are its admission then.
-      const { verdicts } = s.call.outcome.result;
-      group.rules.forEach((rule, j) => {
-        if (rule.action === "block") reports.push(report(rule, verdicts[j]!, nowMs));
-      });
-    } else if (s.via === "call" && s.call.outcome.ok) {
-      const { result, attempts, retriedAfter } = s.call.outcome;
-      if (retriedAfter !== undefined) {
-        const rules = group.rules.map((r) => r.id);
-        logEvent(
-          { event: "limiter_retried", rules, key: keyHashPrefix(s.call.name), attempts, message: retriedAfter },
-          "warn",
-        );
-      }
-      refused ||= !result.allowed;
-      group.rules.forEach((rule, j) => {
-        const verdict = result.verdicts[j]!;
-        if (!verdict.ruleAllows) {
-          const { weighted } = verdict;
-          logRefusal({ rule, digest: group.digest, name: s.call.name, weighted, applied: verdict }, keys, nowMs);
-        }
-        if (rule.action === "block" || verdict.override === "deny") reports.push(report(rule, verdict, nowMs));
-      });
+      closedBy.push(...failed(rules, nameOf(s)!, failure));
+      continue;
     }
-  });
+    switch (s.via) {
+      case "known":
+        refused = true;
+        for (const k of s.known) {
+          logKnown(k, keys, nowMs);
+          reports.push(knownReport(k, nowMs));
+        }
+        continue;
+      case "gone":
+        refused = true; // its client hung up: nothing of it is reported (decide answers it before this)
+        continue;
+      case "call":
+        if (s.call.outcome.ok) {
+          const { result, attempts, retriedAfter } = s.call.outcome;
+          if (retriedAfter !== undefined) {
+            const ids = rules.map((r) => r.id);
+            logEvent(
+              {
+                event: "limiter_retried",
+                rules: ids,
+                key: keyHashPrefix(s.call.name),
+                attempts,
+                message: retriedAfter,
+              },
+              "warn",
+            );
+          }
+          refused ||= !result.allowed;
+        }
+        break;
+      case "no place":
+        refused ||= rules[0]!.action === "block" || s.refusal.override === "deny";
+        break;
+    }
+    // A lease unit, an answer, a held request's turn (its verdicts are its admission then), a place or none.
+    const name = nameOf(s);
+    rules.forEach((rule, j) => {
+      const verdict = verdictOf(part, j)!;
+      if (!verdict.ruleAllows && name !== null && s.via !== "lease" && s.via !== "held") {
+        const { weighted } = verdict;
+        logRefusal({ rule, digest: group.digest, name, weighted, applied: verdict }, keys, nowMs);
+      }
+      if (rule.action === "block" || verdict.override === "deny") reports.push(report(rule, verdict, nowMs));
+    });
+  }
   return { reports, refused, closedBy };
 }
 

@@ -1,37 +1,24 @@
 /**
  * @module
- * Settles one key group of one request that no lease or known refusal
- * covered when it came in: takes it through its key's gate (gate.ts),
- * carrying out each step the gate returns: a call of its own, a sleep on
- * its own timer, a look for a lease unit or a known refusal, the batch it
- * sends, a hold until its booked turn. And, once the rate rules admit it,
- * a place under each concurrency rule: asked for, or waited for in line.
- * The only `await`s are on the request's own promises and calls, and it
- * listens for its client hanging up once per gate.
+ * Settles the counted rules of one key group of one request that no lease
+ * or known refusal covered when it came in: takes it through its key's
+ * gate (gate.ts), carrying out each step the gate returns: a call of its
+ * own, a sleep on its own timer, a look for a lease unit or a known
+ * refusal, the batch it sends, a hold until its booked turn. The only
+ * `await`s are on the request's own promises and calls, and it listens for
+ * its client hanging up once per gate (waits.ts).
  */
 import type { Settings } from "../config/settings.ts";
-import { type PlacedRule, settledByAnswer } from "../core/rules.ts";
-import { type Answered, acquirePlace, awaitPlace, awaitTurn, deadline } from "../object/client.ts";
-import {
-  type CheckResult,
-  type PlaceRequest,
-  type PlaceWait,
-  type Receipt,
-  toPlaceRequest,
-} from "../object/protocol.ts";
+import { settledByAnswer } from "../core/rules.ts";
+import { awaitTurn, deadline } from "../object/client.ts";
+import type { CheckResult, Receipt } from "../object/protocol.ts";
 import type { Batch, Ticket } from "./batch.ts";
 import { batchable, type CallContext, callObject, objectName, refundableForMs } from "./call.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import { giveBack, keepGoing } from "./effects.ts";
+import { keepGoing } from "./effects.ts";
 import { type End, type Gate, type Step, Visit } from "./gate.ts";
-import {
-  GONE,
-  type KeyCall,
-  type KeyGroup,
-  type PlaceSettlement,
-  type RuleRefusal,
-  type Settlement,
-} from "./vocabulary.ts";
+import { GONE, type KeyCall, type KeyGroup, type RuleRefusal, type Settlement } from "./vocabulary.ts";
+import { HangUpWatch, sleep } from "./waits.ts";
 
 /** What settling needs besides the group. */
 export type SettleContext = CallContext & {
@@ -70,39 +57,6 @@ function tryLocally(group: KeyGroup, keys: ClientKeys, nowMs: number): Settlemen
 }
 
 /**
- * A visit's client hanging up while it is at the gate: the gate gives back
- * what the visit held (a booking, a ticket), and the call it is making, if
- * any, goes on for the others (`calling`). Stopped when the visit ends.
- */
-class HangUpWatch {
-  /** The call this request is making, while it makes one: it goes on if the client hangs up. */
-  calling: Promise<unknown> | null = null;
-  private readonly gate: Gate;
-  private readonly visit: Visit;
-  private readonly ctx: SettleContext;
-  private readonly gone: AbortSignal | undefined;
-  // An event listener returns nothing: the runtime warns of any value returned.
-  private readonly hungUp = (): void => {
-    const cancel = this.gate.hangUp(this.visit);
-    if (this.calling !== null) keepGoing(this.calling, this.ctx);
-    if (cancel !== null) giveBack(cancel, this.ctx);
-  };
-
-  constructor(gate: Gate, visit: Visit, ctx: SettleContext) {
-    this.gate = gate;
-    this.visit = visit;
-    this.ctx = ctx;
-    this.gone = ctx.gone;
-    if (this.gone?.aborted) gate.hangUp(visit);
-    else this.gone?.addEventListener("abort", this.hungUp);
-  }
-
-  stop(): void {
-    this.gone?.removeEventListener("abort", this.hungUp);
-  }
-}
-
-/**
  * Settles a group. `deadlineMs` is this request's own deadline, in isolate
  * time. While a call for the key is in flight, the request waits for it; if
  * it lands without deciding the request (no lease unit left for it, no
@@ -121,7 +75,7 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
   // Held: the object's answer to awaitTurn once it came, and its receipts still to come.
   let turnAnswer: TurnAnswerOrFailed | null = null;
   let later: Promise<(Receipt | null)[] | null> | undefined;
-  const watch = new HangUpWatch(gate, visit, ctx);
+  const watch = new HangUpWatch(gate, visit, ctx, ctx.gone);
   try {
     let step: Step = gate.enter(visit, clock());
     for (;;) {
@@ -172,36 +126,12 @@ export async function settle(group: KeyGroup, deadlineMs: number, ctx: SettleCon
           step = gate.sent(visit, answered, clock());
           break;
         }
-        case "acquire":
-        case "queue":
-          throw new Error(`settle: a rate rule set's gate asked to ${step.do}`);
       }
     }
   } finally {
     watch.stop();
   }
 }
-
-/**
- * Sleeps until the gate's landing wakes the request, or `ms` have passed:
- * on a promise and a timer of the request's own.
- */
-async function sleep(visit: Visit, ms: number): Promise<void> {
-  let wake!: () => void;
-  const woken = new Promise<void>((resolve) => {
-    wake = resolve;
-  });
-  visit.wake = wake;
-  const timer = setTimeout(wake, ms);
-  try {
-    await woken;
-  } finally {
-    clearTimeout(timer);
-    visit.wake = noop;
-  }
-}
-
-const noop = () => {};
 
 /**
  * Sends a batch, this request in it. The batch holds requests that came
@@ -254,10 +184,6 @@ async function ended(
       const turn = counted === null && later !== undefined ? { counted, later } : { counted };
       return { via: "held", call, held, turn };
     }
-    case "place":
-    case "no place":
-    case "place failure":
-      throw new Error(`settle: a rate rule set's gate ended with ${end.by}`);
     case "found":
       return end.settlement;
     case "answer":
@@ -315,104 +241,4 @@ async function ranOut(
   const message = `no decision within ${ctx.settings.timeoutMs}ms`;
   const failure = { ok: false, reason: "timeout", message, attempts: 0, name } as const;
   return late === undefined ? { via: "shared", failure } : { via: "shared", failure, late };
-}
-
-/**
- * A place for the request under one concurrency rule of its group, once
- * its rate rules admitted it (or its held turn came): asked for, and, when
- * none is free and the rule has `max_delay`, waited for in line, on a timer
- * of its own at the end of the wait and on the object's answer to
- * `awaitPlace`. A client that hangs up gives its ticket, or the place that
- * came, back. `deadlineMs`: the asking call's, in isolate time.
- */
-export async function settlePlace(
-  group: KeyGroup,
-  rule: PlacedRule,
-  deadlineMs: number,
-  ctx: SettleContext,
-): Promise<PlaceSettlement> {
-  const { isolate, settings } = ctx;
-  const { keys, clock } = isolate;
-  const state = keys.use(group.digest, clock());
-  const gate = state.gate([rule]);
-  const visit = new Visit(deadlineMs, false, 0);
-  visit.marginMs = settings.timeoutMs;
-  const name = await objectName(group, state);
-  let waited: Answered<PlaceWait> | null = null;
-  const watch = new HangUpWatch(gate, visit, ctx);
-  try {
-    let step: Step = gate.enterPlace(visit);
-    for (;;) {
-      switch (step.do) {
-        case "done":
-          return placeEnded(step.end, rule, name, ctx);
-        case "acquire": {
-          const leftMs = Math.max(1, Math.max(deadlineMs, clock() + settings.timeoutMs / 2) - clock());
-          const call = acquirePlace(
-            ctx.ns,
-            name,
-            rule.id,
-            isolate.adaptive.placeRequestOf(rule, placeRequestOf(rule)),
-            leftMs,
-          );
-          watch.calling = call;
-          const answered = await call;
-          watch.calling = null;
-          step = gate.acquired(visit, answered, name, clock());
-          break;
-        }
-        case "queue":
-          if (step.ask) {
-            waited = null;
-            const waitMs = Math.max(0, step.untilMs - clock()) + settings.timeoutMs;
-            void awaitPlace(ctx.ns, name, step.ticketId, waitMs).then((answered) => {
-              waited = answered;
-              visit.wake();
-            });
-          }
-          await sleep(visit, step.untilMs - clock());
-          step = gate.placed(visit, waited, name, clock());
-          break;
-        default:
-          throw new Error(`settle: a concurrency rule's gate asked to ${step.do}`);
-      }
-    }
-  } finally {
-    watch.stop();
-  }
-}
-
-/** How a place was settled, from how the request left its gate; what it must hand back goes back now. */
-function placeEnded(end: End, rule: PlacedRule, name: string, ctx: SettleContext): PlaceSettlement {
-  switch (end.by) {
-    case "place":
-      return { via: "place", rule, name, place: end.place, waited: end.waited };
-    case "no place":
-      if (end.cancel !== undefined) giveBack(end.cancel, ctx);
-      return { via: "no place", rule, name, refusal: end.refusal };
-    case "place failure": {
-      const reason = end.message.startsWith("no answer within") ? "timeout" : "error";
-      return { via: "failed", rule, name, reason, message: end.message };
-    }
-    case "gone":
-      if (end.cancel !== undefined) giveBack(end.cancel, ctx);
-      return { via: "gone" };
-    default:
-      throw new Error(`settle: a concurrency rule's gate ended with ${end.by}`);
-  }
-}
-
-const placeRequests = new WeakMap<PlacedRule, PlaceRequest>();
-/**
- * What `acquire` asks for a rule, made once per rule: a shadow rule
- * (`action = "log"`) never waits in line, as it never refuses.
- */
-function placeRequestOf(rule: PlacedRule): PlaceRequest {
-  let request = placeRequests.get(rule);
-  if (request === undefined) {
-    const { maxDelayMs: _delay, maxHeld: _held, ...now } = toPlaceRequest(rule);
-    request = rule.action === "log" ? now : toPlaceRequest(rule);
-    placeRequests.set(rule, request);
-  }
-  return request;
 }

@@ -11,15 +11,7 @@ import { costOf } from "../object/protocol.ts";
 import type { StatsOutcome } from "../object/stats-protocol.ts";
 import { keyHashPrefix } from "../observe/log.ts";
 import type { StatsRecorder } from "./stats.ts";
-import {
-  failureOf,
-  type KeyGroup,
-  nameOf,
-  type PlaceSettlement,
-  type RuleRefusal,
-  type Settlement,
-  verdictOf,
-} from "./vocabulary.ts";
+import { failureOf, type KeyGroup, nameOf, type Part, type RuleRefusal, verdictOf, waitedFor } from "./vocabulary.ts";
 
 /** A Workers Analytics Engine dataset, as far as the limiter writes to it. */
 export type AnalyticsSink = {
@@ -55,83 +47,40 @@ export function tallyKnown(groups: KeyGroup[], known: RuleRefusal[], context: Ta
 }
 
 /**
- * Counts a settled request: per rule, admitted (when the request went on),
- * held (admitted at its turn, after a wait), refused by its object or from
- * what the isolate knew, shed (refused only by an adaptive rule's reduction), a shadow rule's would-be refusal, or a failure,
- * open or closed. A rule that admitted a request another rule refused
- * counts nothing.
+ * Counts a settled request, per part and rule: admitted (when the request
+ * went on), held (admitted at its turn, or given a place after a wait in
+ * line), refused by its object or from what the isolate knew, shed
+ * (refused only by an adaptive rule's reduction), a shadow rule's
+ * would-be refusal, or a failure, open or closed. A rule that admitted a
+ * request another rule refused counts nothing.
  */
-export function tallySettled(
-  groups: KeyGroup[],
-  settlements: Settlement[],
-  admitted: boolean,
-  context: TallyContext,
-): void {
-  settlements.forEach((s, i) => {
-    const group = groups[i]!;
+export function tallyParts(parts: readonly Part[], admitted: boolean, context: TallyContext): void {
+  for (const part of parts) {
+    const { group, rules, settlement: s } = part;
     if (s.via === "known") {
-      tallyKnown(groups, s.known, context);
-      return;
+      tallyKnown([group], s.known, context);
+      continue;
     }
+    if (s.via === "gone") continue;
     const failed = failureOf(s);
     // A failure shared from another request's call is counted without the key's name, as it always was.
     const name = s.via === "shared" ? null : nameOf(s);
-    group.rules.forEach((rule, j) => {
-      const outcome = failed ? failure(rule, failed.reason, context) : settledOutcome(rule, s, j, admitted);
+    rules.forEach((rule, j) => {
+      const outcome = failed ? failure(rule, failed.reason, context) : settledOutcome(rule, part, j, admitted);
       if (outcome !== null) count({ rule, outcome, group, name }, context);
     });
-  });
+  }
 }
 
-function settledOutcome(rule: Rule, s: Settlement, j: number, admitted: boolean): StatsOutcome | null {
-  const verdict = verdictOf(s, j);
+function settledOutcome(rule: Rule, part: Part, j: number, admitted: boolean): StatsOutcome | null {
+  const verdict = verdictOf(part, j);
+  const enforced = rule.action === "block" || verdict?.override === "deny";
   // A shadow rule's would-be refusal is counted when the request went on: had another rule refused it, it counts nothing.
   if (verdict !== undefined && !verdict.ruleAllows)
-    return rule.action === "block"
-      ? verdict.reduced === true
-        ? "shed"
-        : "refused"
-      : admitted
-        ? "shadow_refused"
-        : null;
+    return enforced ? (verdict.reduced === true ? "shed" : "refused") : admitted ? "shadow_refused" : null;
   if (!admitted) return null;
-  // Held until its turn: under the rules that hold (a shadow rule counted it as it came).
-  return s.via === "held" && rule.action === "block" ? "held" : "admitted";
-}
-
-/**
- * Counts a request's places, per concurrency rule: admitted (a place at
- * once), held (a place after a wait in line), refused (none), a shadow
- * rule's would-be refusal, or a failure. A rule that gave a place to a
- * request another rule refused counts nothing.
- */
-export function tallyPlaces(
-  asked: { group: KeyGroup; rule: Rule }[],
-  places: PlaceSettlement[],
-  admitted: boolean,
-  context: TallyContext,
-): void {
-  places.forEach((p, i) => {
-    if (p.via === "gone") return;
-    const { group, rule } = asked[i]!;
-    const outcome: StatsOutcome | null =
-      p.via === "failed"
-        ? failure(rule, p.reason, context)
-        : p.via === "no place"
-          ? rule.action === "block" || p.refusal.override === "deny"
-            ? p.refusal.reduced === true
-              ? "shed"
-              : "refused"
-            : admitted
-              ? "shadow_refused"
-              : null
-          : admitted
-            ? p.waited
-              ? "held"
-              : "admitted"
-            : null;
-    if (outcome !== null) count({ rule, outcome, group, name: p.name }, context);
-  });
+  // Held until its turn, or in line for its place: under the rules that hold (a shadow rule counted it as it came).
+  return waitedFor(part.settlement) && rule.action === "block" ? "held" : "admitted";
 }
 
 function failure(rule: Rule, reason: string, context: TallyContext): StatsOutcome {

@@ -155,9 +155,30 @@ export type Settlement =
    * request, unless it has work in the background: then it goes on, and must not send, or be served by,
    * what it waited for.) `cancel`: a booking it had, to give back.
    */
-  | { via: "gone"; cancel?: Cancel };
+  | { via: "gone"; cancel?: Cancel }
+  /** A place under a rule that gives places: held while the request is in flight. `waited`: it waited in line for it. */
+  | { via: "place"; name: string; place: PlaceAcquired; waited: boolean }
+  /** No place: none free (or none by the end of its wait), or an override denies the client. */
+  | { via: "no place"; name: string; refusal: PlaceRefused }
+  /** The object could not be asked for a place: the rule's `on_error` applies. */
+  | { via: "failed"; failure: Failure };
 
 export const GONE: Settlement = Object.freeze({ via: "gone" });
+
+/** Nothing to count: a key group whose rules all give places has no counted rules to settle. */
+export const NOTHING_COUNTED: Settlement = Object.freeze({
+  via: "lease",
+  spent: Object.freeze({ verdicts: [], leases: [], costs: [] }),
+}) as Settlement;
+
+/**
+ * One part of a request's decision: one key group's rules that one call to
+ * its object decides, and how they were settled. A group's counted rules
+ * (a window, …) are one part; each rule of it that gives places
+ * (concurrency) is a part of its own, taken once the counted parts admit
+ * the request.
+ */
+export type Part<R extends Rule = Rule> = { group: KeyGroup; rules: readonly R[]; settlement: Settlement };
 
 // Reading a settlement: every file that needs a fact of one asks here.
 
@@ -168,7 +189,11 @@ export function nameOf(settlement: Settlement): string | null {
     case "held":
       return settlement.call.name;
     case "shared":
+    case "failed":
       return settlement.failure.name;
+    case "place":
+    case "no place":
+      return settlement.name;
     case "lease":
       return settlement.spent.leases[0]?.name ?? null;
     default:
@@ -176,13 +201,67 @@ export function nameOf(settlement: Settlement): string | null {
   }
 }
 
-/** Rule `j`'s verdict, when the settlement has one: from a lease unit, or from the object's answer. */
-export function verdictOf(settlement: Settlement, j: number): RuleVerdict | undefined {
-  if (settlement.via === "lease") return settlement.spent.verdicts[j];
-  if (settlement.via === "call" && settlement.call.outcome.ok) return settlement.call.outcome.result.verdicts[j];
-  if (settlement.via === "held") return settlement.call.outcome.result.verdicts[j];
-  return undefined;
+/**
+ * How long a request refused a place is told to wait, in milliseconds: a
+ * place frees whenever a request of the client ends, which nothing here
+ * can foresee, so the shortest wait `Retry-After` can say (1 second) is
+ * the honest one; a client that comes back sooner is refused again, at
+ * the cost of one call.
+ */
+export const PLACE_RETRY_MS = 1_000;
+
+/**
+ * Rule `j`'s verdict in a part, when its settlement has one: from a lease
+ * unit, from the object's answer, or a place's (given or refused) as a
+ * verdict: `remaining` is the places free.
+ */
+export function verdictOf(part: Part, j: number): RuleVerdict | undefined {
+  const { settlement } = part;
+  switch (settlement.via) {
+    case "lease":
+      return settlement.spent.verdicts[j];
+    case "call":
+      return settlement.call.outcome.ok ? settlement.call.outcome.result.verdicts[j] : undefined;
+    case "held":
+      return settlement.call.outcome.result.verdicts[j];
+    case "place":
+      return placeVerdict(part.rules[j]!, settlement.place);
+    case "no place":
+      return placeVerdict(part.rules[j]!, settlement.refusal);
+    default:
+      return undefined;
+  }
 }
+
+function placeVerdict(rule: Rule, answer: PlaceAcquired | PlaceRefused): RuleVerdict {
+  const acquired = answer.status === "acquired";
+  return {
+    allowed: acquired,
+    ruleAllows: acquired,
+    weighted: acquired ? (answer.limit ?? rule.limit) - answer.free : answer.inUse,
+    remaining: acquired ? answer.free : 0,
+    retryAfterMs: acquired ? 0 : PLACE_RETRY_MS,
+    resetMs: 0,
+    counted: null,
+    holdsForMs: 0,
+    ...(answer.limit !== undefined ? { limit: answer.limit } : {}),
+    ...(!acquired && answer.reduced === true ? { reduced: true } : {}),
+    ...(answer.override !== undefined ? { override: answer.override } : {}),
+    ...(answer.tier !== undefined ? { tier: answer.tier } : {}),
+  };
+}
+
+/** Whether the request waited for this part: held until its turn, or in line for its place. */
+export const waitedFor = (settlement: Settlement): boolean =>
+  settlement.via === "held" || (settlement.via === "place" && settlement.waited);
+
+/** Whether this part took a call to the key's object (its latency is worth counting). */
+export const calledObject = (settlement: Settlement): boolean =>
+  settlement.via === "call" ||
+  settlement.via === "held" ||
+  settlement.via === "place" ||
+  settlement.via === "no place" ||
+  settlement.via === "failed";
 
 /** Where rule `j`'s count for this request was taken, or null when it was not counted. */
 export function receiptOf(settlement: Settlement, j: number): Receipt | null {
@@ -196,7 +275,7 @@ export function receiptOf(settlement: Settlement, j: number): Receipt | null {
 
 /** Why the key could not be decided, when it could not: its own call's failure, or a shared one. */
 export function failureOf(settlement: Settlement): { reason: FailureReason; message: string; attempts: number } | null {
-  if (settlement.via === "shared") return settlement.failure;
+  if (settlement.via === "shared" || settlement.via === "failed") return settlement.failure;
   if (settlement.via === "call" && !settlement.call.outcome.ok) return settlement.call.outcome;
   return null;
 }
@@ -230,14 +309,3 @@ export function admittedBy(settlement: Settlement): { name: string; result: Chec
   if (settlement.via !== "call" || !settlement.call.outcome.ok || !settlement.call.outcome.result.allowed) return null;
   return { name: settlement.call.name, result: settlement.call.outcome.result };
 }
-
-/** A concurrency rule's place for one request: how it was settled. */
-export type PlaceSettlement =
-  /** A place: hold it while the request is in flight. `waited`: it waited in line for it. */
-  | { via: "place"; rule: Rule; name: string; place: PlaceAcquired; waited: boolean }
-  /** None free (or none by the end of its wait), or an override denies the client. */
-  | { via: "no place"; rule: Rule; name: string; refusal: PlaceRefused }
-  /** The object could not be asked: the rule's `on_error` applies. */
-  | { via: "failed"; rule: Rule; name: string; reason: FailureReason; message: string }
-  /** Its client hung up while it waited. */
-  | { via: "gone" };

@@ -17,15 +17,16 @@ import { pathAsWritten, type RequestPath } from "../core/paths.ts";
 import { fail, ok, type Result } from "../core/result.ts";
 import { invalidConfigResponse, reportInvalidConfig } from "../http/problem.ts";
 import { type ForwardOptions, forward, type Upstream } from "../http/proxy.ts";
+import { withHeaders } from "../http/set-headers.ts";
 import { hasPassed, loopDetected } from "../http/upstream.ts";
-import type { HealthWatch } from "../isolate/adaptive.ts";
 import type { Outcome } from "../isolate/answers.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
+import type { Sink } from "../isolate/work.ts";
 import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
 import { clientLimitsRoute, isClientLimitsPath } from "./client-limits.ts";
 import type { Env } from "./env.ts";
-import { admitted, type Decided, endOnHangUp, inBackground, rateLimitWith, watchHealth } from "./middleware.ts";
+import { rateLimit, waitUntilOf } from "./middleware.ts";
 
 /** Where allowed requests go, made once per isolate and per configuration (and deployment mark). */
 const upstreams = new WeakMap<Configuration, Map<string | undefined, Result<Upstream>>>();
@@ -66,19 +67,13 @@ function markOf(env: Env): string | undefined {
 
 type Admission = Extract<Outcome, { kind: "allow" }>;
 
-/** Decisions that threw before the Hono app ran, for its `rateLimit()` to throw again (see {@link decideFirst}). */
-const decisions = new WeakMap<Request, Decided>();
-
 const hono = new Hono<{ Bindings: Env }>();
 
 // First: the client-limits endpoint (CLIENT_LIMITS_PATH, off unless set) and the admin API's requests are never
 // counted by the user's rules, and never reach the origin.
 hono.use("*", clientLimitsRoute());
 hono.use("*", adminApi());
-hono.use(
-  "*",
-  rateLimitWith({}, (request) => decisions.get(request)),
-);
+hono.use("*", rateLimit());
 
 hono.all("*", (c) => forwarded(c.req.raw, upstreamOf(c.env, configurationFromEnv(c.env))));
 
@@ -111,9 +106,9 @@ export const app = {
  * app (undefined): HEAD (the app answers it with the GET's answer,
  * bodiless), the admin API's paths, the client-limits endpoint's path, and
  * a Worker without its counters' binding, which the app answers with a 500
- * and logs; and a decision that threw, which the app's `rateLimit()` throws
- * again where it always has. A configuration with errors is decided here
- * with what of it is valid.
+ * and logs. A decision that throws is answered as the app answers any
+ * error: logged, and a plain 500. A configuration with errors is decided
+ * here with what of it is valid.
  */
 function decideFirst(
   request: Request,
@@ -145,26 +140,30 @@ function decideFirst(
       settings: config.settings,
       ns,
       isolate: defaultIsolate(),
-      background: inBackground(() => ctx),
       stats: env.STATS,
       analytics: env.ANALYTICS,
       path,
       method,
     });
   } catch (error) {
-    decisions.set(request, () => {
-      throw error;
-    });
-    return undefined;
+    return internalError(error);
   }
-  if (!(outcome instanceof Promise)) {
-    if (outcome.kind === "refuse") return outcome.response;
-    return answered(request, outcome, upstreamOf(env, config));
-  }
-  return outcome.then(
-    (decided) => (decided.kind === "refuse" ? decided.response : answered(request, decided, upstreamOf(env, config))),
-    internalError,
-  );
+  const sink = waitUntilOf(() => ctx);
+  if (!(outcome instanceof Promise)) return answer(request, outcome, sink, env, config);
+  return outcome.then((decided) => answer(request, decided, sink, env, config), internalError);
+}
+
+/** The answer to a decided request: its refusal, or the origin's answer finished by its decision. */
+function answer(
+  request: Request,
+  outcome: Outcome,
+  sink: Sink,
+  env: Env,
+  config: Configuration,
+): Response | Promise<Response> {
+  if (outcome.pending !== undefined) sink.add(outcome.pending);
+  if (outcome.kind === "refuse") return outcome.response;
+  return answered(request, outcome, sink, upstreamOf(env, config));
 }
 
 /**
@@ -174,34 +173,33 @@ function decideFirst(
  * Under adaptive rules, how the origin answered (its status, and how long
  * its headers took) is told to their reporters.
  */
-async function answered(request: Request, outcome: Admission, upstream: Result<Upstream>): Promise<Response> {
-  // With places, the forwarded request can be cut off, so that the origin sees it go before its places do.
-  const origin = outcome.inFlight === undefined ? undefined : new AbortController();
-  endOnHangUp(request, outcome, origin);
-  const { health } = outcome;
-  if (health !== undefined) watchHealth(request, health);
+async function answered(
+  request: Request,
+  outcome: Admission,
+  sink: Sink,
+  upstream: Result<Upstream>,
+): Promise<Response> {
+  const { after } = outcome;
   try {
+    if (after === undefined) return withHeaders(await forwarded(request, upstream), outcome.headers);
+    // With places, the forwarded request can be cut off, so that the origin sees it go before its places do.
+    const origin = after.holdsPlaces ? new AbortController() : undefined;
+    const body = after.begin(request, sink, origin);
     const options: ForwardOptions | undefined =
-      health === undefined && origin === undefined
+      body === undefined && origin === undefined
         ? undefined
-        : {
-            signal: origin?.signal,
-            ...(health === undefined ? {} : { body: health.body(request), broke: () => health.broke }),
-          };
-    const response = await forwarded(request, upstream, options);
-    if (health !== undefined) tell(health, request, response.status);
-    return admitted(response, outcome, origin);
+        : { signal: origin?.signal, body, broke: () => after.broke };
+    let response: Response;
+    try {
+      response = await forwarded(request, upstream, options);
+    } catch (error) {
+      after.failed();
+      throw error;
+    }
+    return after.answered(response);
   } catch (error) {
-    health?.answered(0);
-    outcome.inFlight?.end("origin failed");
     return internalError(error);
   }
-}
-
-/** How the origin answered, to an adaptive rule's watch: not at all when the client went first (that is the client's doing). */
-function tell(health: HealthWatch, request: Request, status: number): void {
-  if (health.broke || (request.signal as AbortSignal | undefined)?.aborted) health.gone();
-  else health.answered(status);
 }
 
 /** What the Hono app answers an error it did not expect with: logged, and a plain 500. */

@@ -9,13 +9,12 @@ import { configurationFromEnv } from "../config/memo.ts";
 import { parseSettings, type Settings, type SettingsInput } from "../config/settings.ts";
 import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse, reportInvalidConfig } from "../http/problem.ts";
-import { type Ending, untilSent } from "../http/until-sent.ts";
-import type { HealthWatch } from "../isolate/adaptive.ts";
-import { decide, type Outcome } from "../isolate/decide.ts";
-import type { InFlight } from "../isolate/effects.ts";
+import { withHeaders } from "../http/set-headers.ts";
+import { decide } from "../isolate/decide.ts";
 import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
+import type { Sink } from "../isolate/work.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { decisionOf, type RateLimitDecision, skipped } from "./decision.ts";
 import { registerRules } from "./library-rules.ts";
@@ -119,22 +118,7 @@ export type RateLimitOptions<E extends HonoEnv = any> = {
  * ```
  */
 // biome-ignore lint/suspicious/noExplicitAny: Hono's own default for an app's environment
-export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> = {}): MiddlewareHandler<E> =>
-  rateLimitWith(options, () => undefined);
-
-/** A decision made for a request before the middleware saw it, to take instead of deciding again; it may throw. */
-export type Decided = () => Outcome | Promise<Outcome>;
-
-/**
- * {@link rateLimit}, taking the decision `decidedFor` returns for a request
- * when it returns one (the Worker decides before its Hono app runs, see
- * app.ts); otherwise deciding as `rateLimit()` does.
- */
-// biome-ignore lint/suspicious/noExplicitAny: Hono's own default for an app's environment
-export const rateLimitWith = <E extends HonoEnv = any>(
-  options: RateLimitOptions<E>,
-  decidedFor: (request: Request) => Decided | undefined,
-): MiddlewareHandler<E> => {
+export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> = {}): MiddlewareHandler<E> => {
   const binding = options.binding ?? "RATE_LIMITER";
   const settingsOf = settingsSource(options);
   const { key, onRefused, skip } = options;
@@ -155,126 +139,50 @@ export const rateLimitWith = <E extends HonoEnv = any>(
     // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
     if (errors.length > 0) reportInvalidConfig(errors);
 
-    const early = decidedFor(c.req.raw);
-    const decided =
-      early !== undefined
-        ? early()
-        : decide(c.req.raw, {
-            settings,
-            ns,
-            isolate: options.isolate ?? defaultIsolate(),
-            background: inBackground(() => c.executionCtx),
-            clientKey: key === undefined ? undefined : await key(c),
-            stats: env.STATS as StatsNamespace | undefined,
-            analytics: env.ANALYTICS as AnalyticsSink | undefined,
-          });
+    const decided = decide(c.req.raw, {
+      settings,
+      ns,
+      isolate: options.isolate ?? defaultIsolate(),
+      clientKey: key === undefined ? undefined : await key(c),
+      stats: env.STATS as StatsNamespace | undefined,
+      analytics: env.ANALYTICS as AnalyticsSink | undefined,
+    });
     const outcome = decided instanceof Promise ? await decided : decided;
+    const sink = waitUntilOf(() => c.executionCtx);
+    if (outcome.pending !== undefined) sink.add(outcome.pending);
     // Before the handler (or onRefused) runs, so that it can show the client what is left.
     c.set("rateLimit", decisionOf(outcome));
     if (outcome.kind === "refuse") {
       const { response } = outcome;
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
     }
-    const request = c.req.raw;
-    if (outcome.inFlight !== undefined) endOnHangUp(request, outcome);
-    const { health } = outcome;
-    if (health !== undefined) {
-      watchHealth(request, health);
-      // The handler reads the body as it arrives: it is timed from the body's last byte, not the client's upload.
-      const body = health.body(request);
-      if (body !== null) c.req.raw = new Request(request, { body, duplex: "half" } as RequestInit);
+    const { after } = outcome;
+    if (after === undefined) {
+      await next();
+      respond(c, withHeaders(c.res, outcome.headers));
+      return;
     }
+    const request = c.req.raw;
+    // The handler reads the body as it arrives: under adaptive rules it is timed from the body's last byte.
+    const body = after.begin(request, sink);
+    if (body !== undefined && body !== null) c.req.raw = new Request(request, { body, duplex: "half" } as RequestInit);
     try {
       await next();
     } catch (error) {
-      if (health !== undefined && (health.broke || request.signal?.aborted)) health.gone();
-      else health?.answered(0);
-      outcome.inFlight?.end("origin failed");
+      after.failed();
       throw error;
     }
-    if (health !== undefined) {
-      if (health.broke || request.signal?.aborted) health.gone();
-      else health.answered(c.res.status);
-    }
-    const response = admitted(c.res, outcome);
-    if (response === c.res) return;
-    // Assigning a response to `c.res` makes Hono copy it and set every header of the old one on the copy;
-    // through `undefined` first, it is taken as it is.
-    c.res = undefined;
-    c.res = response;
+    respond(c, after.answered(c.res));
   };
 };
 
-/**
- * The response to an admitted request, as its decision finishes it: the
- * rate-limit headers added, and, when a rule counts only some responses,
- * what the response's status settles (given back, or charged) and the
- * headers that settling strips. In place when the response's headers are
- * mutable, as the proxy's are; otherwise copied once.
- */
-export function admitted(
-  response: Response,
-  outcome: Extract<Outcome, { kind: "allow" }>,
-  origin?: AbortController,
-): Response {
-  const finished = finish(response, outcome);
-  const { inFlight } = outcome;
-  if (inFlight === undefined) return finished;
-  // Its places are held until the response has ended: its body sent, the client gone, the origin failed mid-body.
-  answering.add(inFlight);
-  const ended = (how: Ending) => inFlight.end(how === "sent" ? "sent" : how === "closed" ? "closed" : "hung up");
-  return untilSent(finished, ended, origin && (() => origin.abort()));
-}
-
-/** Requests in flight whose response is on its way: its end ends them, a hang-up included (see {@link endOnHangUp}). */
-const answering = new WeakSet<InFlight>();
-
-function finish(response: Response, outcome: Extract<Outcome, { kind: "allow" }>): Response {
-  if (outcome.afterResponse === undefined) return withHeaders(response, outcome.headers);
-  const changes = outcome.afterResponse({ status: response.status, headers: response.headers });
-  const stripped = changes.strip.some((name) => response.headers.has(name))
-    ? withoutHeaders(response, changes.strip)
-    : response;
-  return withHeaders(stripped, changes.headers);
-}
-
-/**
- * Ends an admitted request that holds places when its client hangs up
- * before its response has ended (with `enable_request_signal`), so that
- * its places go back at once; its response's end ends it otherwise.
- * `origin`, the forwarded request's own: aborted first, so that the origin
- * sees the request go before another may take its place.
- */
-export function endOnHangUp(
-  request: Request,
-  outcome: Extract<Outcome, { kind: "allow" }>,
-  origin?: AbortController,
-): void {
-  const { inFlight } = outcome;
-  const signal = request.signal as AbortSignal | undefined;
-  if (inFlight === undefined || signal === undefined) return;
-  // Once its response is on its way, the response's end says when the client went, after the origin's body
-  // was cancelled: a place freed before would let another request reach the origin while this one is open
-  // there. A WebSocket handshake is a request like any other until it is upgraded; then the socket's close ends it.
-  const hungUp = () => {
-    if (answering.has(inFlight)) return;
-    origin?.abort(); // the origin sees the request go before its places do
-    inFlight.end("hung up");
-  };
-  if (signal.aborted) hungUp();
-  else signal.addEventListener("abort", hungUp, { once: true });
-}
-
-/**
- * Tells a request's adaptive rules when its client hangs up before the
- * origin's headers arrive (with `enable_request_signal`): neither a success
- * nor a failure of the origin (see {@link HealthWatch.gone}).
- */
-export function watchHealth(request: Request, health: HealthWatch): void {
-  const signal = request.signal as AbortSignal | undefined;
-  if (signal === undefined) return;
-  if (signal.aborted) health.gone();
-  else signal.addEventListener("abort", () => health.gone(), { once: true });
+/** Makes `response`, made from `c.res`, the answer. */
+function respond(c: Context, response: Response): void {
+  if (response === c.res) return;
+  // Assigning a response to `c.res` makes Hono copy it and set every header of the old one on the copy;
+  // through `undefined` first, it is taken as it is.
+  c.res = undefined;
+  c.res = response;
 }
 
 /** The settings a middleware decides with, and the errors left out of them: fixed by its options, or the Worker's variables with its overrides. */
@@ -313,6 +221,11 @@ async function refusedBy<E extends HonoEnv>(
   return withHeaders(custom, missing);
 }
 
+/** Where a request's work past its answer goes: its execution context's `waitUntil` (see {@link inBackground}). */
+export const waitUntilOf = (executionCtx: () => { waitUntil(task: Promise<unknown>): void } | undefined): Sink => ({
+  add: inBackground(executionCtx),
+});
+
 /**
  * Runs work after the response when the runtime gives an execution context
  * (`waitUntil`), and lets it run loose otherwise. `executionCtx` may throw
@@ -332,35 +245,3 @@ export const inBackground =
     }
     void task;
   };
-
-/** `response` without the headers `names`; a response straight from fetch() has immutable headers, so it is copied. */
-function withoutHeaders(response: Response, names: string[]): Response {
-  try {
-    for (const name of names) response.headers.delete(name);
-    return response;
-  } catch {
-    const copy = new Response(response.body, response);
-    for (const name of names) copy.headers.delete(name);
-    return copy;
-  }
-}
-
-/** `response` with `headers` set on it; a response straight from fetch() has immutable headers, so it is copied once. */
-function withHeaders(response: Response, headers: Record<string, string>): Response {
-  const entries = Object.entries(headers);
-  if (entries.length === 0) return response;
-  try {
-    for (const [name, value] of entries) setHeader(response.headers, name, value);
-    return response;
-  } catch {
-    const copy = new Response(response.body, response);
-    for (const [name, value] of entries) setHeader(copy.headers, name, value);
-    return copy;
-  }
-}
-
-/** Sets a header; `Server-Timing` is appended, so that the origin's own entries stay. */
-function setHeader(headers: Headers, name: string, value: string): void {
-  if (name === "Server-Timing") headers.append(name, value);
-  else headers.set(name, value);
-}

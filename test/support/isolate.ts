@@ -7,6 +7,7 @@ import { parseSettings, type Settings } from "../../src/config/settings.ts";
 import { type CountedRule, isCounted, type PlacedRule, type Rule } from "../../src/core/rules.ts";
 import { decide, type Outcome } from "../../src/isolate/decide.ts";
 import { createIsolate, type Isolate, type IsolateOptions } from "../../src/isolate/isolate.ts";
+import type { Sink } from "../../src/isolate/work.ts";
 import type { LimiterNamespace } from "../../src/object/client.ts";
 
 export { createIsolate, type Isolate };
@@ -21,21 +22,42 @@ export const settingsFor = (rules: unknown[], timeoutMs?: number): Settings => {
   return parsed.value;
 };
 
-/** Background work of the decisions made through {@link decider}, to await when a test needs it done. */
-export type Background = { tasks: Promise<unknown>[]; settled: () => Promise<void> };
+/**
+ * Background work of the decisions made through {@link decider} (their
+ * `pending`), and of what their answers settle, to await when a test needs
+ * it done.
+ */
+export type Background = { tasks: Promise<unknown>[]; sink: Sink; settled: () => Promise<void> };
 
-/** Decides requests in `isolate`, collecting background work (refunds, hand-backs). */
+/**
+ * Decides requests in `isolate`, collecting background work (refunds,
+ * hand-backs). `answer(request, outcome, response)` hands an admitted
+ * request's answer to it, as the Worker does once the origin has answered:
+ * its adaptive rules told, what it counts by the response settled; returns
+ * the response as the client gets it.
+ */
 export function decider(settings: Settings, ns: LimiterNamespace, isolate: Isolate) {
   const tasks: Promise<unknown>[] = [];
   const background: Background = {
     tasks,
+    sink: { add: (task) => tasks.push(task) },
     settled: async () => {
       while (tasks.length > 0) await Promise.all(tasks.splice(0));
     },
   };
-  const run = (request: Request): Promise<Outcome> =>
-    Promise.resolve(decide(request, { settings, ns, isolate, background: (task) => tasks.push(task) }));
-  return { run, background };
+  const run = async (request: Request): Promise<Outcome> => {
+    const outcome = await decide(request, { settings, ns, isolate });
+    if (outcome.pending !== undefined) tasks.push(outcome.pending);
+    return outcome;
+  };
+  const answer = (request: Request, outcome: Outcome, response: Response): Response => {
+    if (outcome.kind !== "allow") return response;
+    const { after } = outcome;
+    if (after === undefined) return response;
+    after.begin(request, background.sink);
+    return after.answered(response);
+  };
+  return { run, background, answer };
 }
 
 /** The status an outcome answers with: 200 for a request that goes on to the origin. */

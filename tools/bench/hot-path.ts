@@ -94,8 +94,7 @@ const overridden = leasing(withOverride);
 // Whole decisions the isolate makes alone: no object is ever called, and background work is dropped.
 const request = new Request(url, { headers });
 const noObjects = {} as LimiterNamespace;
-const decideIn = (iso: typeof isolate) => () =>
-  decide(request, { settings, ns: noObjects, isolate: iso, background: () => {} });
+const decideIn = (iso: typeof isolate) => () => decide(request, { settings, ns: noObjects, isolate: iso });
 /** An isolate that knows of a refusal for the client, held for the whole run (the shipped cap is 10 s). */
 function refusingWith(base: RuleVerdict) {
   const iso = createIsolate({ maxRefusalMs: 3_600_000 });
@@ -181,8 +180,7 @@ for (const rule of jwtMatched) {
   jwtGroups.set(key, [...(jwtGroups.get(key) ?? []), rule]);
 }
 const jwtIsolate = leasing(verdict, [...jwtGroups]);
-const decideWithToken = () =>
-  decide(jwtRequest, { settings: jwtSettings, ns: noObjects, isolate: jwtIsolate, background: () => {} });
+const decideWithToken = () => decide(jwtRequest, { settings: jwtSettings, ns: noObjects, isolate: jwtIsolate });
 const first = await decideWithToken();
 if (jwtGroups.size !== 2 || first.kind !== "allow" || decideWithToken() instanceof Promise) {
   throw new Error("the decision with a token rule is not made from leases and the token cache alone");
@@ -301,7 +299,6 @@ for (let i = 0; i < 20; i++) {
     settings: hangingSettings,
     ns: hanging,
     isolate: createIsolate(),
-    background: () => {},
   });
   overshoots.push(performance.now() - started - DEADLINE_MS);
 }
