@@ -19,27 +19,18 @@ import type { Claims } from "../core/claims.ts";
 import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
 import type { LimiterNamespace } from "../object/client.ts";
-import { noteDecision, noteKnown } from "./adaptive.ts";
-import { allowed, clientGone, knownRefusal, NO_HEADERS, type Outcome, refused, unavailable } from "./answers.ts";
+import { NO_HEADERS, type Outcome } from "./answers.ts";
 import { holds } from "./call.ts";
-import { type Effects, flushStatsIfDue, giveBackAll, type HeldPlace, sendOutbox, watchLate } from "./effects.ts";
+import { conclude, type Run } from "./conclude.ts";
+import { sendOutbox } from "./effects.ts";
 import type { Isolate } from "./isolate.ts";
 import { claimsFor, inClaimedTier, keyGroups, matchingRules } from "./match.ts";
 import { readParts } from "./reports.ts";
 import { knownRefusals, settle } from "./settle.ts";
 import { settlePlace } from "./settle-place.ts";
 import type { StatsNamespace } from "./stats.ts";
-import { type AnalyticsSink, type TallyContext, tallyKnown, tallyParts } from "./tally.ts";
-import {
-  calledObject,
-  giveBackSpent,
-  type KeyGroup,
-  NOTHING_COUNTED,
-  type Part,
-  type RuleRefusal,
-  type Settlement,
-  waitedFor,
-} from "./vocabulary.ts";
+import type { AnalyticsSink } from "./tally.ts";
+import { type KeyGroup, NOTHING_COUNTED, type Part, type RuleRefusal, type Settlement } from "./vocabulary.ts";
 import { Work } from "./work.ts";
 
 export type { Outcome } from "./answers.ts";
@@ -114,22 +105,6 @@ type Matched = {
   startedAtMs?: number;
 };
 
-/** One request's decision under way: what every phase and the ending read. */
-type Run = {
-  request: Request;
-  options: DecideOptions;
-  /** What the effects need, the decision's own work its sink. */
-  effects: Effects & { settings: Settings; isolate: Isolate };
-  work: Work;
-  groups: KeyGroup[];
-  /** Its enforcing rules: the policies its headers name. */
-  policies: Rule[];
-  /** Each of its rules that gives places, with its key group: the places it takes once its counted rules admit it. */
-  asked: { group: KeyGroup; rule: PlacedRule }[];
-  /** Isolate time; the request's deadline counts from here. */
-  startedAtMs: number;
-};
-
 function decideMatched(request: Matched, options: DecideOptions, work: Work): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
   const { keys } = isolate;
@@ -153,19 +128,19 @@ function decideMatched(request: Matched, options: DecideOptions, work: Work): Ou
     return spent && { group, rules: group.rules, settlement: { via: "lease", spent } };
   });
   const known = knownFor(groups, counted, keys, nowMs);
-  if (known.length > 0) return conclude(run, counted, [], known);
+  if (known.length > 0) return conclude(run, { counted, known });
   for (const group of groups) if (group.rules.length > 0) keys.noteRequest(group.digest, nowMs);
   sendOutbox(run.effects);
   if (counted.every((part) => part !== undefined)) {
     if (run.asked.length > 0) return takePlaces(run, counted as Part<CountedRule>[]);
-    return conclude(run, counted as Part<CountedRule>[], []);
+    return conclude(run, { counted: counted as Part<CountedRule>[] });
   }
   return settleCounted(run, counted);
 }
 
 /** The request's rules that give places, each with its key group; none shared, never written to. */
 function placesAsked(groups: KeyGroup[]): Run["asked"] {
-  let asked: Run["asked"] | undefined;
+  let asked: { group: KeyGroup; rule: PlacedRule }[] | undefined;
   for (const group of groups) {
     for (const rule of group.places) {
       asked ??= [];
@@ -225,7 +200,7 @@ async function settleCounted(run: Run, spent: (Part<CountedRule> | undefined)[])
   // Its client hung up while it waited (it goes on only because it has work in the background).
   const gone = request.signal?.aborted === true || (stop === null && counted.some(isGone));
   if (!gone && placing) return takePlaces(run, counted);
-  return conclude(run, counted, [], undefined, gone);
+  return conclude(run, { counted, gone });
 }
 
 /** Whether a part's settlement refuses the request: a refusal the isolate knew of, or its object's. */
@@ -277,7 +252,7 @@ async function takePlaces(run: Run, counted: Part<CountedRule>[]): Promise<Outco
   const { options, request } = run;
   const { isolate } = options;
   const read = readParts(counted, isolate.keys, isolate.clock());
-  if (read.refused || read.closedBy.length > 0) return conclude(run, counted, [], undefined, false, read);
+  if (read.refused || read.closedBy.length > 0) return conclude(run, { counted, read });
   const deadlineMs = isolate.clock() + options.settings.timeoutMs;
   const context = { ...run.effects, gone: request.signal };
   const placed = await Promise.all(
@@ -290,125 +265,5 @@ async function takePlaces(run: Run, counted: Part<CountedRule>[]): Promise<Outco
     ),
   );
   const gone = request.signal?.aborted === true || placed.some(isGone);
-  return conclude(run, counted, placed, undefined, gone, read);
-}
-
-/**
- * Every decision ends here: its parts read as one verdict (refused by any
- * part, closed by a failure, or admitted), counted, what it leaves behind
- * (for a request turned away, everything it was given goes back), its
- * adaptive rules told, and the answer. `known`: the refusals this isolate
- * knew of, when they decided it at once. `read`: the counted parts as
- * already read, when they were before its places were taken.
- */
-function conclude(
-  run: Run,
-  counted: (Part<CountedRule> | undefined)[],
-  placed: Part<PlacedRule>[],
-  known?: RuleRefusal[],
-  gone = false,
-  read?: ReturnType<typeof readParts>,
-): Outcome {
-  const { options, effects } = run;
-  const { isolate, settings } = options;
-  const nowMs = isolate.clock();
-  const decided = counted.filter((part): part is Part<CountedRule> => part !== undefined);
-  const parts: Part[] = placed.length === 0 ? decided : [...decided, ...placed];
-  let outcome: Outcome;
-  if (known !== undefined) {
-    // Refused at once by what this isolate knew: the lease units spent for other keys go back.
-    for (const part of decided) if (part.settlement.via === "lease") giveBackSpent(part.settlement.spent);
-    const tally = tallyContext(run, nowMs);
-    if (tally) tallyKnown(run.groups, known, tally);
-    noteKnown(known, effects);
-    outcome = knownRefusal(run.policies, known, isolate.keys, settings.legacyHeaders, nowMs);
-  } else if (gone) {
-    // Its client hung up: it counts nowhere, like a request turned away, and nothing of it is logged or
-    // tallied; its answer reaches nobody.
-    leaveBehind(parts, true, effects);
-    outcome = clientGone();
-  } else {
-    const verdict = read ?? readParts(decided, isolate.keys, nowMs);
-    const ofPlaces = placed.length === 0 ? null : readParts(placed, isolate.keys, nowMs);
-    const reports = ofPlaces === null ? verdict.reports : [...verdict.reports, ...ofPlaces.reports];
-    const isRefused = verdict.refused || ofPlaces?.refused === true;
-    const closedBy = ofPlaces === null ? verdict.closedBy : [...verdict.closedBy, ...ofPlaces.closedBy];
-    const admitted = !isRefused && closedBy.length === 0;
-    const tally = tallyContext(run, nowMs);
-    if (tally) {
-      tallyParts(parts, admitted, tally);
-      if (tally.stats && parts.some((part) => calledObject(part.settlement))) {
-        isolate.stats.latencyOf(nowMs - run.startedAtMs, nowMs);
-      }
-    }
-    leaveBehind(parts, !admitted, effects);
-    const legacy = settings.legacyHeaders;
-    const { policies } = run;
-    if (isRefused) {
-      noteDecision(reports, false, effects);
-      outcome = refused(policies, reports, legacy);
-    } else if (closedBy.length > 0) {
-      outcome = unavailable(closedBy, policies, reports, legacy);
-    } else {
-      const held = heldPlaces(placed, isolate);
-      const heldMs = parts.some((part) => waitedFor(part.settlement))
-        ? Math.max(0, Math.round(nowMs - run.startedAtMs))
-        : undefined;
-      outcome = allowed(parts, decided, { policies, reports }, effects, heldMs, held);
-    }
-  }
-  const pending = run.work.pending();
-  return pending === undefined ? outcome : { ...outcome, pending };
-}
-
-/**
- * Where this decision is counted, or null when neither the statistics
- * object nor Analytics Engine is bound. Sends the isolate's statistics
- * first when a flush is due: in the background, one call.
- */
-function tallyContext(run: Run, nowMs: number): TallyContext | null {
-  const { stats, analytics, isolate, settings } = run.options;
-  if (stats === undefined && analytics === undefined) return null;
-  if (stats !== undefined) flushStatsIfDue(isolate.stats, stats, nowMs, run.effects);
-  // Reading request.cf costs the runtime a copy of it: only Analytics Engine needs the colo.
-  const colo = analytics === undefined ? undefined : (run.request as { cf?: { colo?: unknown } }).cf?.colo;
-  return {
-    isolate,
-    stats: stats !== undefined,
-    analytics,
-    colo: typeof colo === "string" ? colo : "",
-    rawKeys: settings.statsRawKeys,
-    nowMs,
-  };
-}
-
-/** The places an admitted request was given, as it holds them while in flight; undefined when it has none. */
-function heldPlaces(placed: Part<PlacedRule>[], isolate: Isolate): HeldPlace[] | undefined {
-  let held: HeldPlace[] | undefined;
-  for (const { group, rules, settlement: s } of placed) {
-    if (s.via !== "place") continue;
-    held ??= [];
-    held.push({
-      keyPlaces: isolate.keys.use(group.digest, isolate.clock()).places,
-      name: s.name,
-      placeId: s.place.placeId,
-      rule: rules[0]!.id,
-      timeoutMs: s.place.expiresAtMs - s.place.nowMs,
-    });
-  }
-  return held;
-}
-
-/**
- * What a decided request leaves to the background: for a request turned
- * away, everything it was given back (lease units, counts, a booking, its
- * places); every call's late answer watched; what is owed for forgotten
- * keys sent.
- */
-function leaveBehind(parts: readonly Part[], turnedAway: boolean, effects: Effects): void {
-  if (turnedAway) giveBackAll(parts, effects);
-  for (const { group, settlement } of parts) {
-    if (settlement.via === "call") watchLate(settlement.call, group, turnedAway, effects);
-  }
-  sendOutbox(effects);
+  return conclude(run, { counted, placed, gone, read });
 }
