@@ -58,9 +58,11 @@ export const concurrencyKind: RuleKind<ConcurrencyFields> = {
   quota: () => QUOTA,
 
   view: (rule: ConcurrencyFields) => ({
-    concurrency: rule.limit,
-    place_timeout: formatDuration(rule.placeTimeoutMs),
-    placeTimeoutMs: rule.placeTimeoutMs,
+    limit: {
+      concurrency: rule.limit,
+      place_timeout: formatDuration(rule.placeTimeoutMs),
+      placeTimeoutMs: rule.placeTimeoutMs,
+    },
   }),
 
   warnings: () => [],

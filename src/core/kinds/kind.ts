@@ -79,8 +79,13 @@ export interface RuleKind<Part extends KindFields = KindFields> {
   parse(fields: Fields, take: TakeField): Part;
   /** Its quota, for the rate-limit headers and the problem details. */
   quota(part: Part): Quota;
-  /** Its own fields as the admin API shows them (wrangler.toml's spelling, plus durations in milliseconds). */
-  view(part: Part): Record<string, unknown>;
+  /**
+   * Its own fields as the admin API shows them (wrangler.toml's spelling,
+   * plus durations in milliseconds): `limit`, the fields that say the limit
+   * (shown before the rule's key), and `counting`, the fields that say how
+   * it counts (after it).
+   */
+  view(part: Part): { limit: Record<string, unknown>; counting?: Record<string, unknown> };
   /** What `check-config` warns of in its own fields (`written`: the rule as written), given what every rule has. */
   warnings(rule: Part & Common, written: Fields): string[];
   /**

@@ -79,11 +79,9 @@ export const windowKind: RuleKind<WindowFields> = {
 
   quota: (rule: WindowFields): Quota => windowQuota(rule.periodMs),
 
-  view(rule: WindowFields): Record<string, unknown> {
-    return {
-      limit: rule.limit,
-      period: formatDuration(rule.periodMs),
-      periodMs: rule.periodMs,
+  view(rule: WindowFields) {
+    const limit = { limit: rule.limit, period: formatDuration(rule.periodMs), periodMs: rule.periodMs };
+    const counting = {
       precision: rule.precision,
       strict: rule.strict,
       count: countAsWritten(rule.count),
@@ -94,6 +92,7 @@ export const windowKind: RuleKind<WindowFields> = {
       block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
       blockForMs: rule.blockForMs,
     };
+    return { limit, counting };
   },
 
   warnings: (rule: WindowFields & Common, written: Fields): string[] => [

@@ -50,16 +50,18 @@ export type RuleView = CommonView & {
 
 export function ruleView(rule: Rule): RuleView {
   const { key, action, on_error, ...extra } = commonView(rule);
+  const own = kindOf(rule).view(rule);
   return {
     id: rule.id,
     path: rule.paths.map((glob) => glob.source),
     methods: rule.methods === null ? null : [...rule.methods],
     exclude: rule.exclude.map((glob) => glob.source),
     case_sensitive: rule.caseSensitive,
-    ...kindOf(rule).view(rule),
+    ...own.limit,
     key,
     action,
     on_error,
+    ...own.counting,
     ...extra,
   };
 }
