@@ -22,17 +22,17 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { BookedCount, Rows } from "../core/bookings.ts";
-import { scaledLimit } from "../core/controller.ts";
-import { limitUnder, type Override } from "../core/overrides.ts";
+import type { Override } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import type { Decision } from "../core/sliding-window.ts";
-import { keyHashPrefix, logEvent } from "../observe/log.ts";
+import { logEvent } from "../observe/log.ts";
 import { BookingBook } from "./booking-book.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import type { Counter, Seen } from "./kinds/counter.ts";
 import { type CountedKind, countedUntilMs, counterOf, counterOfKind, kindOfCheck, PACE } from "./kinds/registry.ts";
 import { PlaceBook } from "./place-book.ts";
+import { type Plan, PlanBook } from "./plan-book.ts";
 import {
   ADAPTIVE_LEASE_MAX_MS,
   type Cancellation,
@@ -88,19 +88,6 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   kind TEXT NOT NULL DEFAULT 'window'
 )`;
 
-/** A rule's override for this client (null once deleted), and the registry's version of that change. */
-const OVERRIDES_SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL)`;
-
-/**
- * A rule as it applies to this client now: its check with the limit that
- * applies, or lifted, or denied. `configured` is the limit before an
- * adaptive rule's factor, when the factor lowered it.
- */
-type Plan =
-  | { kind: "count"; rule: RuleCheck; override?: Override; configured?: number }
-  | { kind: "unlimited"; expiresAtMs: number | null }
-  | { kind: "deny"; expiresAtMs: number | null };
-
 /** A deny without an expiry is reported as lasting a year; callers hold it at most their own cap. */
 const DENY_FOREVER_MS = 365 * 86_400_000;
 
@@ -138,12 +125,8 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   private readonly tentativePenalties = new Map<string, number>();
 
-  /** This client's overrides, by rule id: stored, and read here on every check. */
-  private readonly overrides = new Map<string, Override>();
-  /** Per rule id, the version of the last change to its override (a deletion included). */
-  private readonly overrideVersions = new Map<string, number>();
-  /** Overrides found below their rule's cost and logged, by rule id, change time and cost: each is logged once. */
-  private readonly warnedBelowCost = new Set<string>();
+  /** This client's overrides, and how each rule applies to it now (its override, then its factor). */
+  private readonly plans: PlanBook;
 
   /** Held requests' bookings. */
   private readonly books: BookingBook;
@@ -166,6 +149,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.sql = ctx.storage.sql;
     this.books = new BookingBook(this.sql, countedUntilMs);
     this.places = new PlaceBook(this.sql);
+    this.plans = new PlanBook(this.sql, ctx.id.name);
     // A fresh or cleaned-up object has no tables: reading them must not create one.
     const tables = new Set(
       this.sql
@@ -176,13 +160,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.hasController = tables.has("controller");
     if (tables.has("bookings")) this.books.load(Date.now());
     if (tables.has("places")) this.places.load();
-    if (tables.has("overrides")) {
-      const stored = this.sql.exec<{ rule: string; value: string | null; version: number }>("SELECT * FROM overrides");
-      for (const row of stored) {
-        this.overrideVersions.set(row.rule, row.version);
-        if (row.value !== null) this.overrides.set(row.rule, JSON.parse(row.value) as Override);
-      }
-    }
+    if (tables.has("overrides")) this.plans.load();
     if (!tables.has("counters")) {
       this.alarmAtMs = this.lastExpiry();
       return;
@@ -241,7 +219,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
-    const plans = rules.map((rule) => this.plan(rule, nowMs));
+    const plans = rules.map((rule) => this.plans.plan(rule, nowMs));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
     const batch = Math.max(1, Math.floor(options.batch ?? 1));
     // Booking work only for a caller that can hold, and a rule that allows a delay.
@@ -527,7 +505,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
     const nowMs = Date.now();
-    const plan = this.plan(placeCheck(ruleId, request), nowMs);
+    const plan = this.plans.plan(placeCheck(ruleId, request), nowMs);
     if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
     const limit = plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : plan.rule.limit;
     const answer = this.places.acquire(
@@ -575,7 +553,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   peekPlaces(ruleId: string, request: PlaceRequest): PlacesNow {
     const nowMs = Date.now();
-    const plan = this.plan(placeCheck(ruleId, request), nowMs);
+    const plan = this.plans.plan(placeCheck(ruleId, request), nowMs);
     const { inUse, waiting } = this.places.peek(ruleId, nowMs);
     if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
     const limit = plan.rule.limit;
@@ -645,78 +623,19 @@ export class RateLimiter extends DurableObject<unknown> {
     this.save(row);
   }
 
-  /** How a rule applies to this client now, under its override if it has a live one, and under its factor. */
-  private plan(rule: RuleCheck, nowMs: number): Plan {
-    const plan = this.overridden(rule, nowMs);
-    const factor = rule.factor;
-    if (plan.kind !== "count" || factor === undefined || !(factor < 1)) return plan;
-    const configured = plan.rule.limit;
-    const limit = Math.max(scaledLimit(configured, Math.max(0, factor)), costOf(rule));
-    return limit === configured ? plan : { ...plan, rule: { ...plan.rule, limit }, configured };
-  }
-
-  /** How a rule applies to this client now, under its override if it has a live one. */
-  private overridden(rule: RuleCheck, nowMs: number): Plan {
-    const override = this.overrides.get(rule.id);
-    if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
-      return { kind: "count", rule };
-    }
-    const given = limitUnder(override, rule, nowMs);
-    if (given === "unlimited") return { kind: "unlimited", expiresAtMs: override.expiresAtMs };
-    if (given === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
-    const limit = Math.max(given, costOf(rule));
-    if (limit !== given) this.warnBelowCost(rule, override, given);
-    return { kind: "count", rule: limit === rule.limit ? rule : { ...rule, limit }, override };
-  }
-
-  /**
-   * An override stored before its rule's cost was raised past the limit it
-   * gives is applied at the cost: one request a period, which keeps the
-   * override as strict as it can be (a rule's own limit is never below its
-   * cost, so such an override only ever tightened it) while its refusals'
-   * Retry-After is true. Logged once per override and cost, as the operator
-   * should change it; the admin API no longer takes one.
-   */
-  private warnBelowCost(rule: RuleCheck, override: Override, limit: number): void {
-    const cost = costOf(rule);
-    const seen = `${rule.id}|${override.updatedAtMs}|${cost}`;
-    if (this.warnedBelowCost.has(seen)) return;
-    this.warnedBelowCost.add(seen);
-    const key = this.ctx.id.name === undefined ? {} : { key: keyHashPrefix(this.ctx.id.name) };
-    logEvent(
-      {
-        event: "override_below_cost",
-        rule: rule.id,
-        ...key,
-        override: override.kind,
-        ...(override.kind === "tier" ? { tier: override.tier } : {}),
-        limit,
-        cost,
-        applied: cost,
-        message: `the override gives a limit below the rule's cost, so no request would fit; it is applied as ${cost}, one request a period, until it is changed`,
-      },
-      "warn",
-    );
-  }
-
   /**
    * Sets this client's override of a rule; the next check applies it. A
    * change older than the last one applied (a lower `version`) is ignored.
    */
   setOverride(ruleId: string, override: Override, version: number): void {
-    if (!this.newer(ruleId, version)) return;
-    this.storeOverride(ruleId, override, version);
-    this.overrides.set(ruleId, override);
+    if (!this.plans.set(ruleId, override, version)) return;
     this.replanWaiting(ruleId);
     this.scheduleCleanup();
   }
 
   /** Removes this client's override of a rule, unless a newer change was applied. */
   deleteOverride(ruleId: string, version: number): void {
-    if (!this.newer(ruleId, version)) return;
-    this.storeOverride(ruleId, null, version);
-    this.overrides.delete(ruleId);
-    this.replanWaiting(ruleId);
+    if (this.plans.delete(ruleId, version)) this.replanWaiting(ruleId);
   }
 
   /**
@@ -735,7 +654,7 @@ export class RateLimiter extends DurableObject<unknown> {
       this.books.replan(
         new Set([ruleId]),
         (check) => {
-          const plan = this.plan(check, nowMs);
+          const plan = this.plans.plan(check, nowMs);
           return plan.kind === "count" ? plan.rule : plan.kind;
         },
         nowMs,
@@ -746,7 +665,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.places.replan(
       ruleId,
       (check: RuleCheck) => {
-        const plan = this.plan(check, nowMs);
+        const plan = this.plans.plan(check, nowMs);
         return plan.kind === "count" ? plan.rule.limit : plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : "deny";
       },
       nowMs,
@@ -755,25 +674,9 @@ export class RateLimiter extends DurableObject<unknown> {
     this.rearm(nowMs);
   }
 
-  private newer(ruleId: string, version: number): boolean {
-    return version > (this.overrideVersions.get(ruleId) ?? 0);
-  }
-
-  private storeOverride(ruleId: string, override: Override | null, version: number): void {
-    this.sql.exec(OVERRIDES_SCHEMA);
-    this.sql.exec(
-      `INSERT INTO overrides (rule, value, version) VALUES (?, ?, ?)
-       ON CONFLICT (rule) DO UPDATE SET value = excluded.value, version = excluded.version`,
-      ruleId,
-      override === null ? null : JSON.stringify(override),
-      version,
-    );
-    this.overrideVersions.set(ruleId, version);
-  }
-
   /** This client's overrides, live or expired and not yet cleaned up, by rule id. */
   listOverrides(): Record<string, Override> {
-    return Object.fromEntries(this.overrides);
+    return this.plans.list();
   }
 
   /**
@@ -830,7 +733,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
     const verdicts = rules.map((rule) => {
-      const plan = this.plan(rule, nowMs);
+      const plan = this.plans.plan(rule, nowMs);
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = this.current(plan.rule, nowMs);
       return this.verdict(this.see(row, nowMs, plan.rule), nowMs, plan, row, false);
@@ -927,13 +830,7 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** Whether the object holds nothing: no counters, overrides, bookings or places, and is no controller. */
   private nothingLeft(): boolean {
-    return (
-      this.rows.size === 0 &&
-      this.overrides.size === 0 &&
-      !this.books.active &&
-      this.places.empty &&
-      !this.hasController
-    );
+    return this.rows.size === 0 && this.plans.empty && !this.books.active && this.places.empty && !this.hasController;
   }
 
   /**
@@ -990,11 +887,7 @@ export class RateLimiter extends DurableObject<unknown> {
       if (nowMs < expiresAtMs(row) || this.books.heldIn(key) > 0) continue;
       this.forgetRow(key);
     }
-    for (const [rule, override] of this.overrides) {
-      if (override.expiresAtMs === null || nowMs < override.expiresAtMs) continue;
-      this.overrides.delete(rule);
-      this.sql.exec("UPDATE overrides SET value = NULL WHERE rule = ?", rule);
-    }
+    this.plans.purge(nowMs);
     if (this.nothingLeft()) return this.clear();
     this.rearm(nowMs);
     this.alarmAtMs = this.lastExpiry();
@@ -1010,9 +903,8 @@ export class RateLimiter extends DurableObject<unknown> {
   private lastExpiry(): number | null {
     let latest: number | null = null;
     for (const row of this.rows.values()) latest = Math.max(latest ?? 0, expiresAtMs(row));
-    for (const override of this.overrides.values()) {
-      if (override.expiresAtMs !== null) latest = Math.max(latest ?? 0, override.expiresAtMs);
-    }
+    const overridden = this.plans.lastExpiry();
+    if (overridden !== null) latest = Math.max(latest ?? 0, overridden);
     const booked = this.books.lastExpiry();
     if (booked !== null) latest = Math.max(latest ?? 0, booked);
     const placed = this.places.lastExpiry();
@@ -1112,7 +1004,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.places.clear(nowMs);
     this.wake.set(null, nowMs);
     this.rows.clear();
-    this.overrideVersions.clear();
+    this.plans.clear();
     this.refundsDue.clear();
     this.tentativePenalties.clear();
     this.schemaReady = false;

@@ -1,0 +1,171 @@
+/**
+ * @module
+ * This client's overrides, and how each rule applies to it now: under its
+ * override (another limit, a tier's, lifted, or denied), then under its
+ * adaptive rule's factor, the one place in the object where the factor is
+ * applied. Stored in the key's object's SQLite (`overrides`), read on
+ * every check; a change older than the last one applied is ignored.
+ */
+import { scaledLimit } from "../core/controller.ts";
+import { limitUnder, type Override } from "../core/overrides.ts";
+import { keyHashPrefix, logEvent } from "../observe/log.ts";
+import { costOf, type RuleCheck } from "./protocol.ts";
+
+/** A rule's override for this client (null once deleted), and the registry's version of that change. */
+const SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL)`;
+
+/**
+ * A rule as it applies to this client now: its check with the limit that
+ * applies, or lifted, or denied. `configured` is the limit before an
+ * adaptive rule's factor, when the factor lowered it.
+ */
+export type Plan =
+  | { kind: "count"; rule: RuleCheck; override?: Override; configured?: number }
+  | { kind: "unlimited"; expiresAtMs: number | null }
+  | { kind: "deny"; expiresAtMs: number | null };
+
+export class PlanBook {
+  private readonly sql: SqlStorage;
+  /** The key's object name, for log lines; undefined for an object made from an id. */
+  private readonly name: string | undefined;
+  /** This client's overrides, by rule id: stored, and read here on every check. */
+  private readonly overrides = new Map<string, Override>();
+  /** Per rule id, the version of the last change to its override (a deletion included). */
+  private readonly versions = new Map<string, number>();
+  /** Overrides found below their rule's cost and logged, by rule id, change time and cost: each is logged once. */
+  private readonly warnedBelowCost = new Set<string>();
+
+  constructor(sql: SqlStorage, name: string | undefined) {
+    this.sql = sql;
+    this.name = name;
+  }
+
+  /** Reads the stored overrides (the object's constructor calls it when the table exists). */
+  load(): void {
+    const stored = this.sql.exec<{ rule: string; value: string | null; version: number }>("SELECT * FROM overrides");
+    for (const row of stored) {
+      this.versions.set(row.rule, row.version);
+      if (row.value !== null) this.overrides.set(row.rule, JSON.parse(row.value) as Override);
+    }
+  }
+
+  /** How a rule applies to this client now, under its override if it has a live one, and under its factor. */
+  plan(rule: RuleCheck, nowMs: number): Plan {
+    const plan = this.overridden(rule, nowMs);
+    const factor = rule.factor;
+    if (plan.kind !== "count" || factor === undefined || !(factor < 1)) return plan;
+    const configured = plan.rule.limit;
+    const limit = Math.max(scaledLimit(configured, Math.max(0, factor)), costOf(rule));
+    return limit === configured ? plan : { ...plan, rule: { ...plan.rule, limit }, configured };
+  }
+
+  /** How a rule applies to this client now, under its override if it has a live one. */
+  private overridden(rule: RuleCheck, nowMs: number): Plan {
+    const override = this.overrides.get(rule.id);
+    if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
+      return { kind: "count", rule };
+    }
+    const given = limitUnder(override, rule, nowMs);
+    if (given === "unlimited") return { kind: "unlimited", expiresAtMs: override.expiresAtMs };
+    if (given === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
+    const limit = Math.max(given, costOf(rule));
+    if (limit !== given) this.warnBelowCost(rule, override, given);
+    return { kind: "count", rule: limit === rule.limit ? rule : { ...rule, limit }, override };
+  }
+
+  /**
+   * An override stored before its rule's cost was raised past the limit it
+   * gives is applied at the cost: one request a period, which keeps the
+   * override as strict as it can be (a rule's own limit is never below its
+   * cost, so such an override only ever tightened it) while its refusals'
+   * Retry-After is true. Logged once per override and cost, as the operator
+   * should change it; the admin API no longer takes one.
+   */
+  private warnBelowCost(rule: RuleCheck, override: Override, limit: number): void {
+    const cost = costOf(rule);
+    const seen = `${rule.id}|${override.updatedAtMs}|${cost}`;
+    if (this.warnedBelowCost.has(seen)) return;
+    this.warnedBelowCost.add(seen);
+    const key = this.name === undefined ? {} : { key: keyHashPrefix(this.name) };
+    logEvent(
+      {
+        event: "override_below_cost",
+        rule: rule.id,
+        ...key,
+        override: override.kind,
+        ...(override.kind === "tier" ? { tier: override.tier } : {}),
+        limit,
+        cost,
+        applied: cost,
+        message: `the override gives a limit below the rule's cost, so no request would fit; it is applied as ${cost}, one request a period, until it is changed`,
+      },
+      "warn",
+    );
+  }
+
+  /** Sets this client's override of a rule, unless a newer change was applied; whether it was. */
+  set(ruleId: string, override: Override, version: number): boolean {
+    if (!this.newer(ruleId, version)) return false;
+    this.store(ruleId, override, version);
+    this.overrides.set(ruleId, override);
+    return true;
+  }
+
+  /** Removes this client's override of a rule, unless a newer change was applied; whether it did. */
+  delete(ruleId: string, version: number): boolean {
+    if (!this.newer(ruleId, version)) return false;
+    this.store(ruleId, null, version);
+    this.overrides.delete(ruleId);
+    return true;
+  }
+
+  private newer(ruleId: string, version: number): boolean {
+    return version > (this.versions.get(ruleId) ?? 0);
+  }
+
+  private store(ruleId: string, override: Override | null, version: number): void {
+    this.sql.exec(SCHEMA);
+    this.sql.exec(
+      `INSERT INTO overrides (rule, value, version) VALUES (?, ?, ?)
+       ON CONFLICT (rule) DO UPDATE SET value = excluded.value, version = excluded.version`,
+      ruleId,
+      override === null ? null : JSON.stringify(override),
+      version,
+    );
+    this.versions.set(ruleId, version);
+  }
+
+  /** This client's overrides, live or expired and not yet cleaned up, by rule id. */
+  list(): Record<string, Override> {
+    return Object.fromEntries(this.overrides);
+  }
+
+  /** Whether the client has no override, live or expired. */
+  get empty(): boolean {
+    return this.overrides.size === 0;
+  }
+
+  /** Drops the overrides past their expiry (their rows stay, with their versions). */
+  purge(nowMs: number): void {
+    for (const [rule, override] of this.overrides) {
+      if (override.expiresAtMs === null || nowMs < override.expiresAtMs) continue;
+      this.overrides.delete(rule);
+      this.sql.exec("UPDATE overrides SET value = NULL WHERE rule = ?", rule);
+    }
+  }
+
+  /** When the last expiring override expires, or null when none will. */
+  lastExpiry(): number | null {
+    let latest: number | null = null;
+    for (const override of this.overrides.values()) {
+      if (override.expiresAtMs !== null) latest = Math.max(latest ?? 0, override.expiresAtMs);
+    }
+    return latest;
+  }
+
+  /** Forgets everything: the object's storage was deleted. */
+  clear(): void {
+    this.overrides.clear();
+    this.versions.clear();
+  }
+}
