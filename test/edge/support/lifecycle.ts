@@ -3,9 +3,10 @@
  * How each kind of limit puts a request in each state of the lifecycle
  * (docs/lifecycle.md), for the edge tier's crash cells
  * (test/edge/lifecycle.edge.ts), which run every registered kind through
- * the same table over real sockets: a kill -9 and restart of workerd while
- * a client's requests wait, and while they are in flight. A kind is not
- * registered without its fixture here; the test fails for one without.
+ * the same table over real sockets: a kill -9 and restart of workerd, and
+ * isolates that vanish while the objects live, each while a client's
+ * requests wait and while they are in flight. A kind is not registered
+ * without its fixture here; the test fails for one without.
  *
  * A fixture only says what its kind is: its rule, the path of a slow answer,
  * what a request in flight holds and where a request waits. What each state
