@@ -11,7 +11,7 @@
  * | --- | --- | --- |
  * | held until its turn | its bookings stay, and go at their turns, counted: bounded by `max_delay` | the bookings nobody claims within 5 s of the restart are dropped and their counts given back: the next request waits at most that long behind them |
  * | in line for a place | a place given to its ticket is taken back after `place_timeout` | the line is dropped; places nobody renews are taken back after `place_timeout` |
- * | admitted, holding counts | the counts stay: the client stays refused | the counts stay (stored): the client stays refused |
+ * | admitted, holding counts | the counts stay, and a lease's unspent units: the client stays refused | the counts stay (stored): the client stays refused |
  * | admitted, holding a place | places are taken back after `place_timeout` | places nobody renews are taken back after `place_timeout` |
  *
  * An isolate vanishes as production's do, with the objects and the other
@@ -39,6 +39,8 @@ const SLACK_MS = 2_000;
 const WAITING = 6;
 /** The origin answers a request in flight this long after it came: longer than any test here. */
 const IN_FLIGHT_MS = 120_000;
+/** Requests sent one after another through one isolate, for it to be leased units. */
+const LEASE_REQUESTS = 20;
 const CLIENT = "198.51.100.70";
 /** Beside CLIENT: the same requests, but none of the waiting ones. What it counts is what CLIENT must. */
 const CONTROL = "198.51.100.71";
@@ -318,5 +320,38 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
         }
       });
     });
+
+    const leased = admitted.holds === "counts" ? admitted.leased : null;
+    it.skipIf(crash !== "vanish" || leased === null)(
+      "after requests admitted from a lease: its unspent units stay counted (until their bucket rotates out)",
+      async () => {
+        if (leased === null) return;
+        const id = `${kind}-leased-${crash}`;
+        await withEdge(leased(id), crash, async (edge) => {
+          const driver = edge.driver(IN_FLIGHT_MS);
+          await objectsInFirstProcess(edge, id, [CLIENT]);
+          // One after another through one vanishing isolate: it sees the demand, and is leased units ahead.
+          const sent: RequestRecord[] = [];
+          for (let i = 0; i < LEASE_REQUESTS; i++) {
+            sent.push(await driver.send(doomed(edge)[0]!, CLIENT, { path: fixture.slow(0) }).done);
+          }
+          const beforeCrash = await edge.status(id, CLIENT);
+          await crashNow(edge, crash);
+          await pause(500);
+          const afterCrash = await edge.status(id, CLIENT);
+          console.log(kind, "leased", crash, {
+            sent: sent.map(outcomeOf).join(" "),
+            beforeCrash: counts(beforeCrash),
+            afterCrash: counts(afterCrash),
+          });
+
+          expect(sent.filter((r) => outcomeOf(r) !== 200).map(outcomeOf)).toEqual([]);
+          // Units were leased ahead: the object counted more than the requests served.
+          expect(beforeCrash.weighted).toBeGreaterThan(LEASE_REQUESTS);
+          // Nobody hands them back: they stay counted.
+          expect(afterCrash.weighted).toBe(beforeCrash.weighted);
+        });
+      },
+    );
   });
 });

@@ -32,7 +32,17 @@ export type EdgeLifecycleFixture = {
    * key's object; or a place, which its isolate renews and the object takes
    * back `placeTimeoutMs` after the last renewal (the rule's `place_timeout`).
    */
-  admitted: { holds: "counts" } | { holds: "a place"; placeTimeoutMs: number };
+  admitted:
+    | {
+        holds: "counts";
+        /**
+         * A rule under which an isolate that sees a client's requests one
+         * after another is leased units ahead (counted, not yet spent), if
+         * the kind leases: a limit far above 20 requests, over an hour or more.
+         */
+        leased: ((id: string) => RuleInput) | null;
+      }
+    | { holds: "a place"; placeTimeoutMs: number };
   /** How the kind makes a request wait with `max_delay`, if it does: held until its turn, or in line for a place. */
   waiting: {
     state: "held" | "in line";
@@ -53,7 +63,10 @@ export const EDGE_LIFECYCLE: Partial<Record<KindName, EdgeLifecycleFixture>> = {
   window: {
     rule: (id) => ({ id, path: "/slow/*", limit: LIMIT, period: "1h", key: ["ip"] }),
     slow: (ms) => `/slow/${ms}`,
-    admitted: { holds: "counts" },
+    admitted: {
+      holds: "counts",
+      leased: (id) => ({ id, path: "/slow/*", limit: 1_000, period: "1h", key: ["ip"] }),
+    },
     waiting: {
       state: "held",
       // 2 every 4 s, held up to 30 s: of 8 at once, 2 go, and 6 are held until turns 2 to 12 s away.
