@@ -196,16 +196,13 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
 
         const { killedAtMs, restartedAtMs } = await crashNow(edge, crash);
         await allCut([...before, ...beside]);
-        // The client's next, and beside it the control client's.
+        // The client's next; and the control client's, sent as the client's is answered, so that each counts
+        // its next at the same instant.
         const nextSentAtMs = Date.now();
-        const [next, control] = await Promise.all([
-          driver
-            .send(surviving(edge, 0), CLIENT, { path: fixture.slow(0) })
-            .done.then((r) => ({ r, atMs: Date.now() })),
-          driver
-            .send(surviving(edge, 1), CONTROL, { path: fixture.slow(0) })
-            .done.then((r) => ({ r, atMs: Date.now() })),
-        ]);
+        const send = (isolate: number, key: string) =>
+          driver.send(isolate, key, { path: fixture.slow(0) }).done.then((r) => ({ r, atMs: Date.now() }));
+        const next = await send(surviving(edge, 0), CLIENT);
+        const control = await send(surviving(edge, 1), CONTROL);
         await pause(500);
         const [mine, theirs] = await Promise.all([edge.status(id, CLIENT), edge.status(id, CONTROL)]);
         console.log(kind, waiting.state, crash, {
