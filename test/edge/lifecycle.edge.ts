@@ -181,6 +181,7 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
         const path = fixture.slow(IN_FLIGHT_MS);
         const arrivals = (key: string) => edge.origin.arrivals().filter((a) => a.key === key);
         await objectsInFirstProcess(edge, id, [CLIENT, CONTROL]);
+        await waiting.start?.();
         const before = burst(edge, driver, CLIENT, LIMIT + WAITING, path);
         const beside = burst(edge, driver, CONTROL, LIMIT, path);
         const sentAtMs = Date.now();

@@ -55,8 +55,12 @@ export type EdgeLifecycleFixture = {
      * within the docs' bound for its state (its own turn, if any, is nearer).
      */
     rule(id: string): RuleInput;
+    /** Waits, if need be, until the requests may be sent: for a window, just after a period starts (the objects' clock is this one). */
+    start?: () => Promise<void>;
   } | null;
 };
+
+const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Every registered kind's fixture: test/edge/lifecycle.edge.ts fails for a kind without one. */
 export const EDGE_LIFECYCLE: Partial<Record<KindName, EdgeLifecycleFixture>> = {
@@ -71,6 +75,7 @@ export const EDGE_LIFECYCLE: Partial<Record<KindName, EdgeLifecycleFixture>> = {
       state: "held",
       // 2 every 4 s, held up to 30 s: of 8 at once, 2 go, and 6 are held until turns 2 to 12 s away.
       rule: (id) => ({ id, path: "/slow/*", limit: LIMIT, period: "4s", max_delay: "30s", key: ["ip"] }),
+      start: () => pause(4_000 - (Date.now() % 4_000) + 5),
     },
   },
   concurrency: {
