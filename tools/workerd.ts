@@ -130,6 +130,24 @@ export type EdgeConfigOptions = {
   namespaceBinding: string;
   /** Durable Object storage: a directory that outlives the process, so a restart finds the objects' state. */
   storageDir: string;
+  /** The services this process serves on their ports (default: every edge, and the objects service if it has a port). */
+  listen?: string[];
+  /**
+   * Joins a workerd cluster (workerd.capnp, `ClusterConfig`): processes on
+   * one config but their sockets and storage, each Durable Object run by one
+   * of them and reached from the others through it.
+   */
+  cluster?: ClusterOptions;
+};
+
+/** A cluster's shared state: an S3-compatible bucket, and the secret its instances share. */
+export type ClusterOptions = {
+  /** `s3://bucket/prefix`. */
+  bucket: string;
+  /** The bucket's endpoint, such as `http://127.0.0.1:41234`. */
+  endpoint: string;
+  /** At least 32 bytes. */
+  key: string;
 };
 
 /**
@@ -154,6 +172,20 @@ export function edgeConfig(configPath: string, options: EdgeConfigOptions): stri
       ],
     ))`,
   );
+  const listening = [
+    ...options.edges,
+    ...(objects.port === undefined ? [] : [{ name: objects.name, port: objects.port }]),
+  ].filter((s) => options.listen === undefined || options.listen.includes(s.name));
+  const cluster =
+    options.cluster === undefined
+      ? ""
+      : `
+  cluster = (
+    bucket = ${capnpString(options.cluster.bucket)},
+    bucketOptions = [${[`aws_endpoint=${options.cluster.endpoint}`, "aws_region=auto", "aws_access_key_id=edge", "aws_secret_access_key=edge"].map(capnpString).join(", ")}],
+    address = "127.0.0.1:0",
+    key = ${capnpString(options.cluster.key)},
+  ),`;
   return `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -170,13 +202,13 @@ const config :Workerd.Config = (
 ${edges.join(",\n")}
   ],
   sockets = [
-${[...options.edges, ...(objects.port === undefined ? [] : [{ name: objects.name, port: objects.port }])]
+${listening
   .map(
     (s) =>
       `    (name = ${capnpString(s.name)}, address = "127.0.0.1:${s.port}", http = (), service = ${capnpString(s.name)})`,
   )
   .join(",\n")}
-  ],
+  ],${cluster}
 );
 `;
 }

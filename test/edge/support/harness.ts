@@ -7,13 +7,30 @@
  * That is production's shape: many isolates, each with its own caches,
  * calling one object per key. workerd can be stopped, killed and restarted
  * on the same storage and ports in the middle of a run.
+ *
+ * With `vanishing`, the last isolates run in a second workerd process
+ * instead, which can be killed alone: isolates that vanish while the others
+ * and the objects live. The two processes are a workerd cluster (workerd.capnp,
+ * `ClusterConfig`, over a bucket this process serves): the second reaches
+ * each object through the first, which runs it. An object runs in the
+ * process that first asks for it, so a test reaches a key through the first
+ * process (an isolate of it, or the admin API) before the vanishing ones.
  */
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { inject } from "vitest";
 import type { RuleInput } from "../../../src/core/rules.ts";
-import { type Binding, freePorts, startWorkerd, type Workerd, writeEdgeConfig } from "../../../tools/workerd.ts";
+import {
+  type Binding,
+  type ClusterOptions,
+  freePorts,
+  startWorkerd,
+  type Workerd,
+  writeEdgeConfig,
+} from "../../../tools/workerd.ts";
+import { type Bucket, startBucket } from "./bucket.ts";
 import { Driver } from "./driver.ts";
 import { type CountingOrigin, startOrigin } from "./origin.ts";
 import { scanForFailures } from "./scan.ts";
@@ -31,6 +48,15 @@ export type EdgeOptions = {
   timeoutMs?: number;
   /** More bindings for every edge isolate (`IPV6_PREFIX`, …). */
   bindings?: Binding[];
+  /** How many of the isolates, the last ones, run in a second workerd process that can be killed alone; default none. */
+  vanishing?: number;
+};
+
+/** The second workerd process of a harness started with `vanishing`: its isolates, by index, and the process. */
+export type Vanishing = {
+  isolates: number[];
+  workerd: Workerd;
+  logFile: string;
 };
 
 /** What the admin API says of a client for one rule (README, "Admin API"). */
@@ -55,7 +81,10 @@ export type Edge = {
   /** The base URL of each edge isolate, by index. */
   urls: string[];
   origin: CountingOrigin;
+  /** The process with the objects (and every isolate, or all but the vanishing ones). */
   workerd: Workerd;
+  /** With `vanishing`: the process of the last isolates, which can be killed alone; else null. */
+  vanishing: Vanishing | null;
   /** The run's directory: config, storage, log; kept when EDGE_KEEP is set. */
   dir: string;
   logFile: string;
@@ -77,51 +106,94 @@ export type Edge = {
 /** Starts the harness; the bundles are the ones global setup built for the whole run. */
 export async function startEdge(options: EdgeOptions): Promise<Edge> {
   const isolates = options.isolates ?? DEFAULT_ISOLATES;
+  const vanishingCount = options.vanishing ?? 0;
+  if (!Number.isInteger(vanishingCount) || vanishingCount < 0 || vanishingCount >= isolates) {
+    throw new Error(`vanishing: from 0 to ${isolates - 1} of the ${isolates} isolates; got ${vanishingCount}`);
+  }
   const dir = mkdtempSync(join(tmpdir(), "edge-rate-limiter-edge-"));
   const logFile = join(dir, "workerd.log");
-  const configPath = join(dir, "edge.capnp");
   const origin = await startOrigin();
   const [objectsPort, ...ports] = await freePorts(isolates + 1);
   const edges = ports.map((port, i) => ({ name: `edge-${i}`, port }));
-  writeEdgeConfig(configPath, {
-    edgeBundle: inject("edgeBundle"),
-    edges,
-    bindings: [
-      { name: "ORIGIN_URL", text: origin.url },
-      { name: "RULES", json: options.rules },
-      { name: "LIMITER_TIMEOUT_MS", text: String(options.timeoutMs ?? 5000) },
-      { name: "ADMIN_TOKEN", text: ADMIN_TOKEN },
-      ...(options.bindings ?? []),
-    ],
-    objects: {
-      name: "objects",
-      bundle: inject("objectsBundle"),
-      className: "RateLimiter",
-      uniqueKey: "edge-harness",
-      port: objectsPort!,
-    },
-    namespaceBinding: "RATE_LIMITER",
-    storageDir: join(dir, "storage"),
-  });
+  const firstCount = isolates - vanishingCount;
+  let bucket: Bucket | null = null;
+  /** Writes the config of one process: every service, the sockets of `listen`, its own storage. */
+  const config = (name: string, listen: string[], cluster: ClusterOptions | undefined) => {
+    const configPath = join(dir, `${name}.capnp`);
+    writeEdgeConfig(configPath, {
+      edgeBundle: inject("edgeBundle"),
+      edges,
+      bindings: [
+        { name: "ORIGIN_URL", text: origin.url },
+        { name: "RULES", json: options.rules },
+        { name: "LIMITER_TIMEOUT_MS", text: String(options.timeoutMs ?? 5000) },
+        { name: "ADMIN_TOKEN", text: ADMIN_TOKEN },
+        ...(options.bindings ?? []),
+      ],
+      objects: {
+        name: "objects",
+        bundle: inject("objectsBundle"),
+        className: "RateLimiter",
+        uniqueKey: "edge-harness",
+        port: objectsPort!,
+      },
+      namespaceBinding: "RATE_LIMITER",
+      storageDir: join(dir, name === "edge" ? "storage" : `storage-${name}`),
+      listen,
+      ...(cluster === undefined ? {} : { cluster }),
+    });
+    return configPath;
+  };
   const urls = ports.map((port) => `http://127.0.0.1:${port}`);
   const objectsUrl = `http://127.0.0.1:${objectsPort}`;
+  const readyUrl = (i: number) => `${urls[i]}/__ratelimit/rules`;
   let workerd: Workerd;
+  let vanishing: Vanishing | null = null;
   const started = Date.now();
   try {
+    let cluster: ClusterOptions | undefined;
+    if (vanishingCount > 0) {
+      bucket = await startBucket();
+      cluster = { bucket: "s3://edge/cluster", endpoint: bucket.endpoint, key: randomBytes(32).toString("hex") };
+    }
+    const first = edges.slice(0, firstCount).map((edge) => edge.name);
     // The admin API answers without a token (401) before any rule applies: up, and nothing counted.
     workerd = await startWorkerd({
-      configPath,
+      configPath: config("edge", [...first, "objects"], cluster),
       logFile,
-      readyUrls: [...urls.map((url) => `${url}/__ratelimit/rules`), `${objectsUrl}/checks`],
+      readyUrls: [...first.map((_, i) => readyUrl(i)), `${objectsUrl}/checks`],
     });
+    if (cluster !== undefined) {
+      const indices = Array.from({ length: vanishingCount }, (_, i) => firstCount + i);
+      const vanishingLog = join(dir, "vanishing.log");
+      try {
+        vanishing = {
+          isolates: indices,
+          logFile: vanishingLog,
+          workerd: await startWorkerd({
+            configPath: config(
+              "vanishing",
+              indices.map((i) => edges[i]!.name),
+              cluster,
+            ),
+            logFile: vanishingLog,
+            readyUrls: indices.map(readyUrl),
+          }),
+        };
+      } catch (error) {
+        await workerd.close();
+        throw error;
+      }
+    }
   } catch (error) {
     await origin.close();
+    await bucket?.close();
     rmSync(dir, { recursive: true, force: true });
     throw error;
   }
 
   console.log(
-    `edge: workerd up with ${isolates} edge isolates in ${Date.now() - started} ms; its output goes to ${logFile}`,
+    `edge: workerd up with ${isolates} edge isolates${vanishing ? ` (${vanishingCount} in a second process)` : ""} in ${Date.now() - started} ms; its output goes to ${logFile}`,
   );
 
   const status = async (rule: string, key: string, isolate = 0): Promise<AdminStatus> => {
@@ -139,6 +211,7 @@ export async function startEdge(options: EdgeOptions): Promise<Edge> {
     urls,
     origin,
     workerd,
+    vanishing,
     dir,
     logFile,
     driver: (timeoutMs) => new Driver(urls, timeoutMs),
@@ -146,8 +219,10 @@ export async function startEdge(options: EdgeOptions): Promise<Edge> {
     status,
     failures: (mark = 0) => scanForFailures(workerd.outputSince(mark)),
     stop: async () => {
+      await vanishing?.workerd.close();
       await workerd.close();
       await origin.close();
+      await bucket?.close();
       if (process.env.EDGE_KEEP) console.log(`edge: kept ${dir}`);
       else rmSync(dir, { recursive: true, force: true });
     },
