@@ -17,7 +17,7 @@
  * nowhere; while it waits, it is let go at once and the others go on; while
  * it is in flight, its count stays (a counted kind) or its place is freed (a
  * placed kind). The crashes (an isolate, a kill -9) are in the edge tier:
- * test/edge/held-crash.edge.ts.
+ * test/edge/lifecycle.edge.ts (every kind, from its fixture there).
  */
 import { describe, expect, it } from "vitest";
 import { KINDS } from "../src/core/kinds/registry.ts";
