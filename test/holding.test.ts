@@ -53,8 +53,9 @@ function burst(rules: unknown[], ip: string, n: number, signals: (AbortSignal | 
       headers: { "cf-connecting-ip": ip },
       ...(signals[i] ? { signal: signals[i] } : {}),
     });
-    const outcome = await decide(request, { settings, ns: env.RATE_LIMITER, isolate });
-    if (outcome.pending !== undefined) tasks.push(outcome.pending);
+    const decided = decide(request, { settings, ns: env.RATE_LIMITER, isolate });
+    if (decided.pending !== undefined) tasks.push(decided.pending);
+    const outcome = await decided;
     return { status: statusOf(outcome), atMs: Date.now() - started, outcome };
   });
   const settled = async () => {

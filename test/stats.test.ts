@@ -40,8 +40,8 @@ function deciding(isolate: Isolate, stats: StatsNamespace | undefined, rules: un
   const tasks: Promise<unknown>[] = [];
   const send = async (ip: string, path = "/x"): Promise<{ status: number; atOnce: boolean }> => {
     const decided = decide(requestFrom(ip, path), { settings, ns: ns ?? env.RATE_LIMITER, isolate, stats });
+    if (decided.pending !== undefined) tasks.push(decided.pending);
     const outcome: Outcome = decided instanceof Promise ? await decided : decided;
-    if (outcome.pending !== undefined) tasks.push(outcome.pending);
     return { status: statusOf(outcome), atOnce: !(decided instanceof Promise) };
   };
   const settled = async () => {

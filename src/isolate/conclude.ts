@@ -2,8 +2,7 @@
  * @module
  * How every decision ends, whichever way it came (decide.ts): its parts
  * read as one verdict, counted, what it leaves behind, its adaptive rules
- * told, and the answer, with the decision's own work past it as one
- * `pending`.
+ * told, and the answer.
  */
 import type { Settings } from "../config/settings.ts";
 import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
@@ -15,7 +14,6 @@ import { readParts } from "./reports.ts";
 import type { StatsNamespace } from "./stats.ts";
 import { type AnalyticsSink, type TallyContext, tallyKnown, tallyParts } from "./tally.ts";
 import { calledObject, giveBackSpent, type KeyGroup, type Part, type RuleRefusal, waitedFor } from "./vocabulary.ts";
-import type { Work } from "./work.ts";
 
 /** One request's decision under way: what every phase and the ending read. */
 export type Run = {
@@ -29,7 +27,6 @@ export type Run = {
   };
   /** What the effects need, the decision's own work its sink. */
   effects: Effects & { settings: Settings; isolate: Isolate };
-  work: Work;
   groups: KeyGroup[];
   /** Its enforcing rules: the policies its headers name. */
   policies: Rule[];
@@ -63,13 +60,10 @@ export type Verdict = ReturnType<typeof readParts>;
  * Every decision ends here: its parts read as one verdict (refused by any
  * part, closed by a failure, or admitted), counted, what it leaves behind
  * (for a request turned away, everything it was given goes back), its
- * adaptive rules told, and the answer, with the decision's own work past
- * it as `pending`.
+ * adaptive rules told, and the answer.
  */
 export function conclude(run: Run, ending: Ending): Outcome {
-  const outcome = ending.known !== undefined ? refusedAtOnce(run, ending.known, ending.counted) : settled(run, ending);
-  const pending = run.work.pending();
-  return pending === undefined ? outcome : { ...outcome, pending };
+  return ending.known !== undefined ? refusedAtOnce(run, ending.known, ending.counted) : settled(run, ending);
 }
 
 /** Refused by what this isolate knew: the lease units spent for other keys go back. */

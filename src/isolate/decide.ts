@@ -71,14 +71,23 @@ export type DecideOptions = {
 };
 
 /**
+ * A decision: its outcome, or the promise of it, and the decision's work
+ * past its answer as one `pending` (refunds, hand-backs, a late answer
+ * watched, and, while the outcome is to come, the decision itself), when
+ * there is any. Hand `pending` to `waitUntil` at once, before awaiting the
+ * outcome: a client that hangs up while its request waits has the runtime
+ * cancel the request, unless it has work in the background, and what a
+ * waiting request gives back when its client hangs up (a booking, a
+ * ticket) must still be sent.
+ */
+export type Decided = (Outcome | Promise<Outcome>) & { pending?: Promise<void> };
+
+/**
  * Decides one request. When the isolate can decide alone (a known refusal,
  * or leases for every key) the answer is returned at once, not as a promise:
- * those are the paths every blocked and most allowed requests take. The
- * outcome's `pending`, when it has one, is the decision's work past its
- * answer (refunds, hand-backs, a late answer watched): hand it to
- * `waitUntil`.
+ * those are the paths every blocked and most allowed requests take.
  */
-export function decide(request: Request, options: DecideOptions): Outcome | Promise<Outcome> {
+export function decide(request: Request, options: DecideOptions): Decided {
   const { settings, isolate } = options;
   const path = options.path ?? requestPath(pathnameOf(request.url));
   // Read once: each read of a request's property is a call into the runtime.
@@ -87,11 +96,29 @@ export function decide(request: Request, options: DecideOptions): Outcome | Prom
   if (matched.length === 0) return NO_HEADERS;
   const work = new Work();
   const claims = claimsFor(request, matched, settings, isolate.tokens, (task) => work.add(task));
-  if (!(claims instanceof Promise)) return decideMatched({ request, method, path, matched, claims }, options, work);
-  const startedAtMs = isolate.clock();
-  return claims.then((verified) =>
-    decideMatched({ request, method, path, matched, claims: verified, startedAtMs }, options, work),
-  );
+  const decided =
+    claims instanceof Promise
+      ? claimsThen(claims, { request, method, path, matched }, options, work)
+      : decideMatched({ request, method, path, matched, claims }, options, work);
+  // The decision itself, while it runs: what it hands to the background then is awaited too. (Its failure is
+  // its caller's to answer: it is not the background's.)
+  if (decided instanceof Promise) work.add(decided.then(noop, noop));
+  const pending = work.pending();
+  if (pending === undefined) return decided;
+  return decided instanceof Promise ? Object.assign(decided, { pending }) : { ...decided, pending };
+}
+
+const noop = (): void => {};
+
+/** A decision once the request's token has been verified: its deadline counts from now. */
+function claimsThen(
+  claims: Promise<Claims | null>,
+  request: Omit<Matched, "claims">,
+  options: DecideOptions,
+  work: Work,
+): Promise<Outcome> {
+  const startedAtMs = options.isolate.clock();
+  return claims.then((verified) => decideMatched({ ...request, claims: verified, startedAtMs }, options, work));
 }
 
 /** A request whose matching rules are known, and its token's claims. */
@@ -115,7 +142,6 @@ function decideMatched(request: Matched, options: DecideOptions, work: Work): Ou
     request: request.request,
     options,
     effects: { settings, ns: options.ns, isolate, work },
-    work,
     groups,
     policies: rules.filter((rule) => rule.action === "block"),
     asked: placesAsked(groups),

@@ -134,9 +134,9 @@ function decideFirst(
     path ??= pathAsWritten(adminPath(request.url));
     if (isClientLimitsPath(path, config.settings)) return undefined;
   }
-  let outcome: ReturnType<typeof decide>;
+  let decided: ReturnType<typeof decide>;
   try {
-    outcome = decide(request, {
+    decided = decide(request, {
       settings: config.settings,
       ns,
       isolate: defaultIsolate(),
@@ -149,8 +149,10 @@ function decideFirst(
     return internalError(error);
   }
   const sink = waitUntilOf(() => ctx);
-  if (!(outcome instanceof Promise)) return answer(request, outcome, sink, env, config);
-  return outcome.then((decided) => answer(request, decided, sink, env, config), internalError);
+  // At once, before the outcome: a client that hangs up while its request waits must not take this work with it.
+  if (decided.pending !== undefined) sink.add(decided.pending);
+  if (!(decided instanceof Promise)) return answer(request, decided, sink, env, config);
+  return decided.then((outcome) => answer(request, outcome, sink, env, config), internalError);
 }
 
 /** The answer to a decided request: its refusal, or the origin's answer finished by its decision. */
@@ -161,7 +163,6 @@ function answer(
   env: Env,
   config: Configuration,
 ): Response | Promise<Response> {
-  if (outcome.pending !== undefined) sink.add(outcome.pending);
   if (outcome.kind === "refuse") return outcome.response;
   return answered(request, outcome, sink, upstreamOf(env, config));
 }

@@ -147,9 +147,10 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       stats: env.STATS as StatsNamespace | undefined,
       analytics: env.ANALYTICS as AnalyticsSink | undefined,
     });
-    const outcome = decided instanceof Promise ? await decided : decided;
     const sink = waitUntilOf(() => c.executionCtx);
-    if (outcome.pending !== undefined) sink.add(outcome.pending);
+    // At once, before the outcome: a client that hangs up while its request waits must not take this work with it.
+    if (decided.pending !== undefined) sink.add(decided.pending);
+    const outcome = decided instanceof Promise ? await decided : decided;
     // Before the handler (or onRefused) runs, so that it can show the client what is left.
     c.set("rateLimit", decisionOf(outcome));
     if (outcome.kind === "refuse") {

@@ -45,10 +45,10 @@ export function decider(settings: Settings, ns: LimiterNamespace, isolate: Isola
       while (tasks.length > 0) await Promise.all(tasks.splice(0));
     },
   };
-  const run = async (request: Request): Promise<Outcome> => {
-    const outcome = await decide(request, { settings, ns, isolate });
-    if (outcome.pending !== undefined) tasks.push(outcome.pending);
-    return outcome;
+  const run = (request: Request): Promise<Outcome> => {
+    const decided = decide(request, { settings, ns, isolate });
+    if (decided.pending !== undefined) tasks.push(decided.pending);
+    return Promise.resolve(decided);
   };
   const answer = (request: Request, outcome: Outcome, response: Response): Response => {
     if (outcome.kind !== "allow") return response;
