@@ -147,7 +147,6 @@ export const quotaKind: RuleKind<QuotaFields> = {
   },
 
   warnings: (rule: QuotaFields & Common, written: Fields): string[] => [
-    ...zoneWarnings(rule.calendar.timeZone),
     ...costWarnings(rule),
     ...costHeaderWarnings(rule),
     ...(rule.retryJitterMs > 0 && rule.action === "log"
@@ -224,22 +223,6 @@ export function calendarQuota(calendar: CalendarSpec, reset: QuotaReset): Quota 
     words: (limit, resetAtMs) =>
       `${limit} per ${calendar.period}${resetAtMs === undefined ? "" : `, resets ${formatInstant(resetAtMs, calendar.timeZone)}`}`,
   };
-}
-
-/**
- * A zone of the `Etc/` area: a fixed offset whose sign is the reverse of
- * what it reads (POSIX: `Etc/GMT+5` is five hours behind UTC), with no
- * daylight saving, so a quota in it resets an hour off the customer's
- * midnight half the year.
- */
-function zoneWarnings(timeZone: string): string[] {
-  const match = /^Etc\/GMT([+-])(\d{1,2})$/.exec(timeZone);
-  if (match === null) return [];
-  const [, sign, hours] = match;
-  const offset = `UTC${sign === "+" ? "−" : "+"}${pad(Number(hours))}:00`;
-  return [
-    `field "timezone": ${show(timeZone)} is ${offset} all year (the Etc/ zones' signs are reversed) and never changes for daylight saving; name the customer's place instead, such as "America/New_York"`,
-  ];
 }
 
 /**
