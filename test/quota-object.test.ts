@@ -223,6 +223,45 @@ describe("a calendar quota in its client's object", () => {
     expect(new Set(waits).size).toBeGreaterThan(6);
   });
 
+  it("counts a request a window beside it holds at its turn, takes the count back when its client hangs up, and holds none it has no room for", async () => {
+    const window = {
+      id: "smooth",
+      limit: 1,
+      periodMs: 1_000,
+      precision: 1,
+      strict: false,
+      enforce: true,
+      maxDelayMs: 5_000,
+      maxHeld: 10,
+    };
+    const daily = quota({ quota: 3, per: "day" });
+    at("2031-06-10T12:00:00Z");
+    const t0 = Date.now();
+    const stub = freshObject();
+    expect((await stub.check([window, daily], { hold: true })).allowed).toBe(true);
+    const held = await stub.check([window, daily], { hold: true });
+    expect(held.held).toMatchObject({ waitMs: 1_001 });
+    // Its verdicts are its admission at its turn: the quota's count goes in then.
+    expect(held.verdicts[1]).toMatchObject({ ruleAllows: true, remaining: 1 });
+    const cancelled = await stub.check([window, daily], { hold: true });
+    expect(cancelled.held).toMatchObject({ waitMs: 2_001 });
+    expect(await stub.cancelBooking(cancelled.held!.bookingId)).toEqual({ status: "cancelled" });
+    vi.setSystemTime(t0 + 1_001);
+    const turn = await stub.awaitTurn(held.held!.bookingId);
+    expect(turn).toMatchObject({ status: "turn", counted: [expect.anything(), { row: "monthly|quota" }] });
+    expect((await stub.usage(daily)).usage).toMatchObject({ used: 2, remaining: 1 });
+    // One left: admitted now; then the quota has no room, so nothing is held, whatever the window says.
+    vi.setSystemTime(t0 + 3_000);
+    expect((await stub.check([window, daily], { hold: true })).allowed).toBe(true);
+    const over = await stub.check([window, daily], { hold: true });
+    expect(over.held).toBeUndefined();
+    expect(over.verdicts[1]).toMatchObject({
+      ruleAllows: false,
+      retryAfterMs: Date.parse("2031-06-11T00:00:00Z") - (t0 + 3_000),
+    });
+    expect((await stub.usage(daily)).usage).toMatchObject({ used: 3, remaining: 0 });
+  });
+
   it("stores its row as a quota's, and deletes it once the periods it keeps have passed", async () => {
     const rule = quota({ quota: 3, per: "day" });
     at("2031-06-10T12:00:00Z");

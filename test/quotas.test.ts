@@ -51,7 +51,7 @@ const perKey = (id: string, fields: Record<string, unknown>) => ({
 describe("a calendar quota at its boundary", () => {
   it("refuses the request one second before the boundary and admits the one at it; the headers count down to it", async () => {
     const id = ruleId("monthly");
-    const { as } = worker([perKey(id, { quota: 2, per: "month", timezone: "America/New_York" })]);
+    const { as, admin } = worker([perKey(id, { quota: 2, per: "month", timezone: "America/New_York" })]);
     const key = uniqueTag("acme");
     const boundary = Date.parse("2031-12-01T00:00:00-05:00");
     at(boundary - 60_000);
@@ -75,6 +75,14 @@ describe("a calendar quota at its boundary", () => {
       detail: `Rate limit exceeded: "${id}" (2 per month, resets 2031-12-01T00:00:00-05:00). Retry in 1 second.`,
       retry_after: 1,
       "violated-policies": [id],
+    });
+    // The admin API's status of the client: the period it is in, and the wait to its end.
+    expect((await admin("GET", "/status", { rule: id, key })).body).toMatchObject({
+      periodMs: (30 * 86_400 + 3_600) * 1000,
+      weighted: 2,
+      remaining: 0,
+      retryAfterMs: 1_000,
+      resetSeconds: 1,
     });
 
     vi.setSystemTime(boundary);

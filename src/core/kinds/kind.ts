@@ -6,8 +6,8 @@
  *
  * A rule is one kind: a sliding window (requests per period), a number
  * of requests in flight at once (concurrency), or a calendar quota (units
- * per day, week, month or year); next a token bucket. Each kind is one module in this folder that owns its own
- * fields and their validation, how its quota reads in the rate-limit
+ * per day, week, month or year); next a token bucket. Each kind is one
+ * module in this folder that owns its own fields and their validation, how its quota reads in the rate-limit
  * headers and in words, how the admin API shows it, what `check-config`
  * warns of, and by which protocol its client's object decides it: `count`
  * (a check counts the request, all or nothing with the key's other counted
