@@ -6,7 +6,7 @@
  * more than the bound within which isolates learn one.
  */
 import { describe, expect, it } from "vitest";
-import type { PlaceRequest, RuleCheck } from "../src/object/protocol.ts";
+import type { PlaceRequest, WindowCheck as RuleCheck } from "../src/object/protocol.ts";
 import { ADAPTIVE_LEASE_MAX_MS } from "../src/object/protocol.ts";
 import { env } from "./support/env.ts";
 

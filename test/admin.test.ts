@@ -115,7 +115,7 @@ describe("routes", () => {
         title: "Not Found",
         status: 404,
         detail:
-          "No admin route here. Routes: GET /__ratelimit/ (the dashboard), GET /__ratelimit/rules, GET and DELETE /__ratelimit/status?rule=<id>&key=<client> (or &hash=<hash>), GET, PUT and DELETE /__ratelimit/overrides?rule=<id>&key=<client>, GET /__ratelimit/overrides, POST /__ratelimit/overrides/import, GET /__ratelimit/stats?minutes=<1-1440>, GET /__ratelimit/metrics.",
+          "No admin route here. Routes: GET /__ratelimit/ (the dashboard), GET /__ratelimit/rules, GET and DELETE /__ratelimit/status?rule=<id>&key=<client> (or &hash=<hash>), GET and POST /__ratelimit/credits?rule=<id>&key=<client>, GET, PUT and DELETE /__ratelimit/overrides?rule=<id>&key=<client>, GET /__ratelimit/overrides, POST /__ratelimit/overrides/import, GET /__ratelimit/stats?minutes=<1-1440>, GET /__ratelimit/metrics.",
       },
     });
     const { status, body } = await admin("POST", "/__ratelimit/rules");

@@ -10,7 +10,7 @@ import { IsolateCounters } from "../src/isolate/counters.ts";
 import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate } from "../src/isolate/gate.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
-import type { CheckOptions, RuleCheck } from "../src/object/protocol.ts";
+import type { CheckOptions, WindowCheck as RuleCheck } from "../src/object/protocol.ts";
 import { flakyNamespace, scriptedNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { env } from "./support/env.ts";

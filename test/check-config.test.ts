@@ -87,7 +87,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout, quota, per, timezone, anchor, reset, retry_jitter',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',
@@ -1122,5 +1122,150 @@ describe("verified tokens: JWT, JWT_JWKS and JWT_JWKS_URL", () => {
     it("public keys are fine", () => {
       expect(keyed(EC, OKP, RSA)).toEqual([]);
     });
+  });
+});
+
+describe("calendar quotas", () => {
+  const quota = (fields: Record<string, unknown>) => ({ id: "q", quota: 1000, per: "month", ...fields });
+
+  it("takes a quota with every field, and finds nothing", () => {
+    expect(
+      findings({
+        RULES: [
+          quota({
+            timezone: "America/New_York",
+            anchor: { day: 31, time: "09:30" },
+            cost: 10,
+            cost_header: "x-tokens-used",
+            count: "successful",
+            retry_jitter: "10m",
+          }),
+          quota({ id: "y", per: "year", anchor: { month: 4, day: 6 }, timezone: "Europe/London" }),
+          quota({ id: "w", per: "week", anchor: { day: 7, time: "23:00:30" }, timezone: "Asia/Kathmandu" }),
+          quota({ id: "f", per: "day", reset: "first-request", timezone: "Australia/Lord_Howe" }),
+        ],
+      }),
+    ).toEqual([]);
+  });
+
+  it.each([
+    ["no period", { per: undefined }, 'field "per": is required: "day", "week", "month", "year"'],
+    ["a period of 30 days", { per: "30d" }, 'field "per": must be "day", "week", "month", "year"; got "30d"'],
+    [
+      "a zone the runtime does not know",
+      { timezone: "America/Springfield" },
+      'field "timezone": "America/Springfield" is not a time zone this runtime knows; use an IANA time zone name such as "America/New_York" or "UTC"',
+    ],
+    [
+      "an offset for a zone",
+      { timezone: "-05:00" },
+      'field "timezone": must be an IANA time zone name such as "America/New_York" or "UTC", not an offset; got "-05:00"',
+    ],
+    ["a 32nd day", { anchor: { day: 32 } }, 'field "anchor.day": must be a day of the month from 1 to 31; got 32'],
+    [
+      "Sunday as 0",
+      { per: "week", anchor: { day: 0 } },
+      'field "anchor.day": must be a day of the week from 1 (Monday) to 7 (Sunday), as ISO 8601 numbers them (Sunday is 7); got 0',
+    ],
+    [
+      "30 February",
+      { per: "year", anchor: { month: 2, day: 30 } },
+      'field "anchor.day": February has at most 29 days; got 30',
+    ],
+    [
+      "a time past midnight",
+      { anchor: { time: "24:00" } },
+      'field "anchor.time": must be a time of day "HH:MM" or "HH:MM:SS", from "00:00" to "23:59:59"; got "24:00"',
+    ],
+    [
+      "an anchor with periods from a first request",
+      { reset: "first-request", anchor: { day: 5 } },
+      'field "reset": takes no "anchor" when it is "first-request": each client\'s periods start at its first request; remove one of them',
+    ],
+    ["an unknown reset", { reset: "rolling" }, 'field "reset": must be "calendar" or "first-request"; got "rolling"'],
+    [
+      "a cost above the quota",
+      { quota: 5, cost: 6 },
+      'field "cost": must be an integer from 1 to the rule\'s limit (5); got 6',
+    ],
+    [
+      "a jitter of a day",
+      { retry_jitter: "1d" },
+      'field "retry_jitter": must be from 1s to 1h, or 0 for none; got "1d"',
+    ],
+    [
+      "a window's precision",
+      { precision: 10 },
+      'field "precision": does not apply to a quota rule, which counts units per calendar period; remove it',
+    ],
+    [
+      "a fixed offset of the Etc/ area, whose sign reads backwards",
+      { timezone: "Etc/GMT+5" },
+      'field "timezone": "Etc/GMT+5" is not a time zone this runtime knows; use an IANA time zone name such as "America/New_York" or "UTC"',
+    ],
+    [
+      "max_delay",
+      { max_delay: "2s" },
+      "field \"max_delay\": does not apply to a quota rule: a quota renews only at its period's end, so holding a request (60 s at most) could only help in a period's last minute, and would line every held client up on that second; hold requests with a window rule beside the quota",
+    ],
+    [
+      "adaptive",
+      { adaptive: { latency: "250ms", floor: 10 } },
+      'field "adaptive": does not apply to a quota rule: a quota is an amount per period, not a rate, and lowered while the origin is slow it would refuse a client for the rest of its period for what it used before; make a window rule beside the quota adaptive',
+    ],
+  ])("is an error with %s, naming the rule and the field", (_, fields, message) => {
+    expect(findings({ RULES: [quota(fields)] })).toEqual([error(`RULES[0] "q": ${message}`)]);
+  });
+
+  it("is an error with a limit and a period beside the quota, naming each", () => {
+    const both =
+      'a rule has either "limit" and "period" (requests per sliding window) or "quota" and "per" (units per calendar period), not both';
+    expect(findings({ RULES: [quota({ limit: 5, period: "1m" })] })).toEqual([
+      error(`RULES[0] "q": field "limit": ${both}`),
+      error(`RULES[0] "q": field "period": ${both}`),
+    ]);
+  });
+
+  it("knows a quota's own field on a window rule", () => {
+    expect(findings({ RULES: [rule({ timezone: "UTC" })] })).toEqual([
+      error('RULES[0] "r": field "timezone": only a quota rule (with "quota" and "per") has it; remove it'),
+    ]);
+  });
+
+  it("warns of a quota whose cost does not divide it: what is left below the cost is never spent", () => {
+    expect(findings({ RULES: [quota({ quota: 1000, cost: 300 })] })).toEqual([
+      warning(
+        'RULES[0] "q": field "cost": 300 does not divide the quota (1000), so the last 100 units of every period are below the cost and can never be spent; make the quota a multiple of the cost (900 or 1200)',
+      ),
+    ]);
+  });
+
+  it("warns of a tier that gives a quota less than its cost: an error, as for a window", () => {
+    expect(findings({ RULES: [quota({ cost: 10 })], TIERS: { free: { q: 5 } } }).map((f) => f.message)).toEqual([
+      'TIERS.free.q: 5 is below the cost of RULES[0] "q" (field "cost": 10), so no request of a client in tier "free" could ever be admitted; make it at least 10',
+    ]);
+  });
+
+  it("warns of a cost_header and a jitter on a shadow quota", () => {
+    expect(
+      findings({ RULES: [quota({ action: "log", cost_header: "x-tokens-used", retry_jitter: "5m" })] }).map(
+        (f) => f.message,
+      ),
+    ).toEqual([
+      'RULES[0] "q": field "cost_header": "x-tokens-used" on a shadow rule (action = "log") charges counts that never refuse anything; drop it, or enforce the rule',
+      'RULES[0] "q": field "retry_jitter": "5m" has no effect on a shadow rule (action = "log"), which never refuses a request',
+    ]);
+  });
+
+  it("reports the looser of two quotas in the same calendar on the same requests and key, and leaves a quota beside a window alone", () => {
+    const rules = (b: Record<string, unknown>) => findings({ RULES: [quota({ id: "a" }), quota({ id: "b", ...b })] });
+    expect(rules({ quota: 2000 })).toEqual([
+      warning(
+        'RULES[0] "a" and RULES[1] "b": count the same requests with the same key in the same calendar periods, so RULES[1] "b", the looser, never refuses anything; remove it',
+      ),
+    ]);
+    expect(rules({ timezone: "America/New_York" })).toEqual([]);
+    expect(rules({ per: "day" })).toEqual([]);
+    expect(findings({ RULES: [quota({}), rule({ limit: 1000, period: "30d" })] })).toEqual([]);
   });
 });

@@ -1,7 +1,7 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { Override } from "../src/core/overrides.ts";
-import type { CheckResult, RuleCheck, TurnAnswer } from "../src/object/protocol.ts";
+import type { CheckResult, WindowCheck as RuleCheck, TurnAnswer } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
 import { firstOverLimit } from "./support/window-oracle.ts";

@@ -12,7 +12,7 @@ import { hashKey } from "../src/core/keys.ts";
 import { decide } from "../src/isolate/decide.ts";
 import type { RuleCheck } from "../src/object/protocol.ts";
 import { env } from "./support/env.ts";
-import { counted, createIsolate, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
+import { createIsolate, requestFrom, settingsFor, statusOf, windows } from "./support/isolate.ts";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
 
 /** 2 per second, a request held up to 1.2 s. */
@@ -34,7 +34,7 @@ async function peekSmooth(ip: string, rule: Record<string, unknown> = SMOOTH) {
   const check: RuleCheck = {
     id: settings.rules[0]!.id,
     limit: settings.rules[0]!.limit,
-    periodMs: counted(settings.rules)[0]!.periodMs,
+    periodMs: windows(settings.rules)[0]!.periodMs,
     precision: 1,
     strict: false,
     enforce: true,

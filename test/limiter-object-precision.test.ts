@@ -8,7 +8,7 @@ import {
   retryAfterMs,
   type WindowState,
 } from "../src/core/sliding-window.ts";
-import type { RuleCheck } from "../src/object/protocol.ts";
+import type { WindowCheck as RuleCheck } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, originHits, statuses, uniqueIp, uniqueTag } from "./support/limiter.ts";

@@ -6,7 +6,7 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { RuleCheck } from "../src/object/protocol.ts";
+import type { WindowCheck as RuleCheck } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
 

@@ -1,10 +1,11 @@
 /**
  * @module
- * `npm run limits -- <command>`: per-client overrides from the command line,
- * for operators who would rather not write curl. It talks to a running
- * Worker's admin API (`{prefix}/overrides`, see src/worker/admin/overrides.ts)
- * with the admin token, and prints the answer as a table, or as the API's
- * own JSON with `--json`.
+ * `npm run limits -- <command>`: per-client overrides, and a client's usage
+ * of a quota and its credits, from the command line, for operators who
+ * would rather not write curl. It talks to a running Worker's admin API
+ * (`{prefix}/overrides` and `{prefix}/credits`, see
+ * src/worker/admin/overrides.ts and credits.ts) with the admin token, and
+ * prints the answer as a table, or as the API's own JSON with `--json`.
  *
  * Exit status: 0 done; 1 the API refused (its errors are printed); 2 the
  * request could not be made: bad usage, no token, an unreadable file, or no
@@ -22,6 +23,9 @@ Commands:
   delete <rule> <key>...
   list [--rule ID] [--tier NAME] [--note TEXT] [--all]
   import <file.json | file.csv>
+  usage <rule> <key>...                       a client's usage of a quota: this period and the past ones
+  credit <rule> <key>... (--add N | --take N | --set N) [--note TEXT]
+                                              what it has left this period: add to it, take from it, or set it
 
 A key names a client as its rule counts it: ip=203.0.113.7, header:x-api-key=abc,
 or a bare value when the rule has a single characteristic; one key per characteristic.
@@ -38,6 +42,9 @@ The admin token comes from $ADMIN_TOKEN, else from the ADMIN_TOKEN= line of ./.d
 Exit status: 0 done, 1 the API refused, 2 the request could not be made.`;
 
 const OPTIONS = {
+  add: { type: "string" },
+  take: { type: "string" },
+  set: { type: "string" },
   limit: { type: "string" },
   tier: { type: "string" },
   unlimited: { type: "boolean" },
@@ -80,6 +87,28 @@ type Page = { overrides: Entry[]; next: string | null; total: number; pending: n
 
 type Change = { rule: string; key: Key; before: View | null; after: View | null; applied: boolean };
 
+/** A period's usage as the API shows it (see credits.ts). */
+type PeriodView = { start: string; end: string; used: number; credit: number };
+
+/** A client's usage of a quota (see `usageView` in credits.ts); a credit's answer adds `change` and `before`. */
+type UsageView = {
+  rule: string;
+  key?: Key;
+  hash?: string;
+  limit: number | null;
+  override?: string;
+  tier?: string;
+  quota: string;
+  period: { start: string; end: string };
+  used: number;
+  credit: number;
+  remaining: number | null;
+  past: PeriodView[];
+  change?: Record<string, number>;
+  note?: string;
+  before?: { limit: number; used: number; credit: number; remaining: number };
+};
+
 /** The options each command takes, besides --json, --url and --prefix; and how many arguments. */
 const COMMANDS: Record<
   string,
@@ -90,6 +119,8 @@ const COMMANDS: Record<
   delete: { options: [], args: [2, Infinity], run: deleteCommand },
   list: { options: ["rule", "tier", "note", "all"], args: [0, 0], run: listCommand },
   import: { options: [], args: [1, 1], run: importCommand },
+  usage: { options: [], args: [2, Infinity], run: usageCommand },
+  credit: { options: ["add", "take", "set", "note"], args: [2, Infinity], run: creditCommand },
 };
 const COMMON = new Set(["json", "url", "prefix", "help"]);
 
@@ -291,6 +322,29 @@ async function importCommand({ args, options, target }: Run): Promise<void> {
   print(options, report, () => importText(report));
 }
 
+async function usageCommand({ args, options, target }: Run): Promise<void> {
+  const usage = await call<UsageView>(target, { method: "GET", path: "/credits", query: clientQuery(args) });
+  print(options, usage, () => usageText(usage));
+}
+
+async function creditCommand({ args, options, target }: Run): Promise<void> {
+  const changes = (["add", "take", "set"] as const).filter((name) => options[name] !== undefined);
+  if (changes.length !== 1) usage("credit: give exactly one of --add N, --take N or --set N");
+  const name = changes[0]!;
+  const body = {
+    [name]: numeric(options[name]!),
+    ...(options.note === undefined ? {} : { note: options.note }),
+  };
+  const answer = await call<UsageView>(target, {
+    method: "POST",
+    path: "/credits",
+    query: clientQuery(args),
+    body: JSON.stringify(body),
+    contentType: "application/json",
+  });
+  print(options, answer, () => usageText(answer));
+}
+
 /** The PUT body: exactly one setting, and the expiry and note when given. */
 function overrideOf(options: Options): Record<string, unknown> {
   const settings = [
@@ -392,6 +446,37 @@ function listText(page: Page): string {
   if (page.pending > 0) counts.push(`${page.pending} changes pending`);
   if (page.next !== null) counts.push("more with --all");
   return `${entriesTable(page.overrides)}\n\n${counts.join("; ")}`;
+}
+
+/** A signed number: `+500`, `-100`, `0`. */
+const signed = (n: number): string => (n > 0 ? `+${n}` : String(n));
+
+/** A client's usage: its quota, this period's counts, what a credit changed, and the past periods. */
+function usageText(view: UsageView): string {
+  const who = view.key === undefined ? `hash=${view.hash}` : keyText(view.key);
+  const applied = view.override ? ` (override: ${view.override})` : view.tier ? ` (tier ${view.tier})` : "";
+  const lines = [
+    `${view.rule} ${who}`,
+    `  quota     ${view.limit === null ? "none" : view.quota}${applied}`,
+    `  period    ${timeText(view.period.start)} to ${timeText(view.period.end)}`,
+  ];
+  if (view.change !== undefined && view.before !== undefined) {
+    const [name, amount] = Object.entries(view.change)[0]!;
+    const note = view.note === undefined ? "" : `, ${JSON.stringify(view.note)}`;
+    lines.push(`  change    ${name} ${amount}${note}`);
+    lines.push(
+      `  before    used ${view.before.used}, credit ${signed(view.before.credit)}, left ${view.before.remaining}`,
+    );
+  }
+  lines.push(
+    `  ${view.change === undefined ? "now   " : "after "}    used ${view.used}, credit ${signed(view.credit)}, left ${view.remaining ?? "no limit"}`,
+  );
+  if (view.past.length === 0) return lines.join("\n");
+  const past = table([
+    ["PERIOD START", "END", "USED", "CREDIT"],
+    ...view.past.map((p) => [timeText(p.start), timeText(p.end), String(p.used), signed(p.credit)]),
+  ]);
+  return `${lines.join("\n")}\n\n${past}`;
 }
 
 const importText = (report: Record<string, number>): string =>

@@ -107,8 +107,37 @@ export type ConcurrencyRuleInput = RuleCommonInput & {
   period?: undefined;
 };
 
+/** A rule that gives a client a quota per calendar period: 100 000 a month, reset on the 1st at midnight in its timezone. */
+export type QuotaRuleInput = Omit<RuleCommonInput, "max_delay" | "max_held" | "adaptive"> & {
+  /** Units a client has per period; an integer ≥ 1. */
+  quota: number;
+  /** The period: `"day"`, `"week"`, `"month"` or `"year"`. */
+  per: "day" | "week" | "month" | "year";
+  /** The IANA time zone its periods follow, such as `"America/New_York"`. Default `"UTC"`. */
+  timezone?: string;
+  /**
+   * Where a period starts: `day` (of the month, 1–31, a shorter month's last
+   * day for 29–31; of the week, 1 Monday to 7 Sunday; of `month` for a year)
+   * and `time` (`"HH:MM"`). Default: midnight, Monday, the 1st, 1 January.
+   */
+  anchor?: { month?: number; day?: number; time?: string };
+  /** `"calendar"` (default): periods from the anchor, for every client; `"first-request"`: from each client's first request. */
+  reset?: "calendar" | "first-request";
+  /** What one request counts, from 1 to `quota`. Default 1. */
+  cost?: number;
+  /** A response header that says what the request really cost, such as `"x-tokens-used"`. */
+  cost_header?: string;
+  /** Which responses count, as for a window rule. */
+  count?: RateRuleInput["count"];
+  /** Spread `Retry-After` over up to this long past the boundary, by client (`"10m"`). Default: none. */
+  retry_jitter?: Duration;
+  limit?: undefined;
+  period?: undefined;
+  concurrency?: undefined;
+};
+
 /** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
-export type RuleInput = RateRuleInput | ConcurrencyRuleInput;
+export type RuleInput = RateRuleInput | ConcurrencyRuleInput | QuotaRuleInput;
 
 /** Where one part of a client key comes from. */
 export type Source =
@@ -170,7 +199,7 @@ export type Rule = { [K in KindName]: RuleCommon & { kind: K } & KindFieldsOf[K]
 export type RuleOf<K extends KindName> = Extract<Rule, { kind: K }>;
 
 /** A rule its client's object counts (the `count` protocol): a check decides it, with the key's other counted rules. */
-export type CountedRule = RuleOf<"window">;
+export type CountedRule = RuleOf<"window"> | RuleOf<"quota">;
 
 /** A rule its client's object gives places under (the `place` protocol), once the request's counted rules admit it. */
 export type PlacedRule = RuleOf<"concurrency">;
@@ -328,6 +357,9 @@ function kindOfFields(fields: Fields, take: Take): AnyKind {
   for (const field of KIND_FIELDS) {
     if (fields[field] === undefined || kind.fields.includes(field)) continue;
     take(field, fail(kind.foreignField?.(field) ?? kindsWith(field)[0]!.ownField(field)), null);
+  }
+  for (const [field, why] of Object.entries(kind.refuses ?? {})) {
+    if (fields[field] !== undefined) take(field, fail(why), null);
   }
   return kind;
 }

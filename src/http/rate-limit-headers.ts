@@ -13,16 +13,38 @@ import type { RuleVerdict } from "../object/protocol.ts";
  * and its quota as its kind says it (the window `w` of a quota that renews
  * with time; a quota unit `qu` when it is not requests).
  */
-export type Policy = { id: string; kind: KindName; limit: number; quota: Quota };
+export type Policy = {
+  id: string;
+  kind: KindName;
+  limit: number;
+  quota: Quota;
+  /** `w` for this client now, when its verdict says it (a calendar quota's period), in milliseconds. */
+  windowMs?: number;
+};
 
 /** A rule's verdict, with what the headers need of the rule. */
 export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
-/** A policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it; null for a quota that does not renew with time. */
-export const windowSeconds = (p: Policy): number | null =>
-  p.quota.windowMs === undefined ? null : Math.max(1, seconds(p.quota.windowMs));
+/**
+ * A policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it,
+ * at `nowMs` for a quota whose window is not the same at every instant (a
+ * verdict's own comes first); null for a quota that does not renew with time.
+ */
+export function windowSeconds(p: Policy | Reported, nowMs?: number): number | null {
+  if (p.quota.windowMs === undefined) return null;
+  const at = nowMs ?? ("nowMs" in p ? p.nowMs : undefined);
+  const ms =
+    ("verdict" in p ? p.verdict.windowMs : undefined) ??
+    p.windowMs ??
+    (at === undefined ? undefined : p.quota.windowAt?.(at)) ??
+    p.quota.windowMs;
+  return Math.max(1, seconds(ms));
+}
+
+/** The instant a rule's quota resets, to the second, as a problem's detail names it: `nowMs` + `t`. */
+export const resetAtMs = (r: Reported): number => Math.round((r.nowMs + r.verdict.resetMs) / 1000) * 1000;
 
 /** Whole seconds until a rate rule's quota resets, as `RateLimit`'s `t` says it. */
 export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
@@ -37,11 +59,12 @@ export const resetEpochSeconds = (r: Reported): number => seconds(r.nowMs + r.ve
  * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-11#section-3
  * @example `"api-per-ip";q=100;w=60, "completions";q=2;qu="concurrent-requests"`
  */
-export const rateLimitPolicy = (policies: Policy[]): string => policies.map(policyEntry).join(", ");
+export const rateLimitPolicy = (policies: Policy[], nowMs?: number): string =>
+  policies.map((p) => policyEntry(p, nowMs)).join(", ");
 
-const policyEntry = (p: Policy): string => {
+const policyEntry = (p: Policy, nowMs: number | undefined): string => {
   const { unit } = p.quota;
-  const w = windowSeconds(p);
+  const w = windowSeconds(p, nowMs);
   return `"${p.id}";q=${p.limit}${unit === undefined ? "" : `;qu="${unit}"`}${w === null ? "" : `;w=${w}`}`;
 };
 
@@ -90,18 +113,19 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
   const { policies, reports } = forThisClient(given, decided);
   const closest = closestToLimit(reports);
   if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
-  if (!legacy) return { "RateLimit-Policy": rateLimitPolicy(policies), RateLimit: rateLimit(closest) };
+  const policy = rateLimitPolicy(policies, closest.nowMs);
+  if (!legacy) return { "RateLimit-Policy": policy, RateLimit: rateLimit(closest) };
   if (closest.quota.windowMs === undefined) {
     // A quota that does not renew with time (places free when requests end, at no time the limiter knows): no reset.
     return {
-      "RateLimit-Policy": rateLimitPolicy(policies),
+      "RateLimit-Policy": policy,
       RateLimit: rateLimit(closest),
       "X-RateLimit-Limit": String(closest.limit),
       "X-RateLimit-Remaining": String(closest.verdict.remaining),
     };
   }
   return {
-    "RateLimit-Policy": rateLimitPolicy(policies),
+    "RateLimit-Policy": policy,
     RateLimit: rateLimit(closest),
     "X-RateLimit-Limit": String(closest.limit),
     "X-RateLimit-Remaining": String(closest.verdict.remaining),
@@ -118,12 +142,24 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
 export function forThisClient(policies: Policy[], reports: Reported[]): { policies: Policy[]; reports: Reported[] } {
   if (!reports.some(appliedOwnLimit)) return { policies, reports };
   const lifted = new Set(reports.filter((r) => r.verdict.override === "unlimited").map((r) => r.id));
-  const limits = new Map(reports.map((r) => [r.id, r.limit]));
+  const byId = new Map(reports.map((r) => [r.id, r]));
+  const forClient = (p: Policy): Policy => {
+    const r = byId.get(p.id);
+    if (r === undefined) return p;
+    return r.verdict.windowMs === undefined
+      ? { ...p, limit: r.limit }
+      : { ...p, limit: r.limit, windowMs: r.verdict.windowMs };
+  };
   return {
-    policies: policies.filter((p) => !lifted.has(p.id)).map((p) => ({ ...p, limit: limits.get(p.id) ?? p.limit })),
+    policies: policies.filter((p) => !lifted.has(p.id)).map(forClient),
     reports: reports.filter((r) => !lifted.has(r.id)),
   };
 }
 
-/** Whether a verdict applied a limit other than the rule's own: an override's, or an adaptive rule's reduction. */
-const appliedOwnLimit = (r: Reported): boolean => r.verdict.override !== undefined || r.verdict.limit !== undefined;
+/**
+ * Whether a verdict says what its policy is for this client: a limit other
+ * than the rule's own (an override's, or an adaptive rule's reduction), or
+ * a window of its own (a calendar quota's period).
+ */
+const appliedOwnLimit = (r: Reported): boolean =>
+  r.verdict.override !== undefined || r.verdict.limit !== undefined || r.verdict.windowMs !== undefined;

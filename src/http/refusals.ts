@@ -15,7 +15,7 @@ import {
   send,
   TEMPORARY_REDUCED_CAPACITY,
 } from "./problem.ts";
-import { type Policy, type Reported, rateLimitHeaders, retryAfter } from "./rate-limit-headers.ts";
+import { type Policy, type Reported, rateLimitHeaders, resetAtMs, retryAfter } from "./rate-limit-headers.ts";
 
 /** 429 with `Retry-After`, the rate-limit headers and a quota-exceeded problem naming every violated policy. */
 export const tooManyRequests = (policies: Policy[], reports: Reported[], legacy = true): Response =>
@@ -80,8 +80,13 @@ export function reducedCapacityParts(policies: Policy[], reports: Reported[], le
   );
 }
 
-/** A rule's quota in words, as its kind says it: "100 per minute", "2 requests in flight at once". */
-const quotaOf = (r: Reported): string => r.quota.words(r.limit);
+/**
+ * A rule's quota in words, as its kind says it: "100 per minute", "2
+ * requests in flight at once", "100000 per month, resets
+ * 2026-12-01T00:00:00-05:00" (given the instant it resets, where it resets).
+ */
+const quotaOf = (r: Reported): string =>
+  r.quota.windowMs === undefined ? r.quota.words(r.limit) : r.quota.words(r.limit, resetAtMs(r));
 
 const tierOf = (r: Reported): string => (r.verdict.tier === undefined ? "" : `, tier "${r.verdict.tier}"`);
 

@@ -5,15 +5,32 @@
  * bookings; concurrency rules' places. Types and pure
  * helpers only, so Node-side tools can use them too.
  */
+import type { QuotaLimit } from "../core/kinds/quota.ts";
+import { kindOf } from "../core/kinds/registry.ts";
 import type { OverrideSetting } from "../core/overrides.ts";
 import { type CountedRule, DEFAULT_MAX_HELD, type PlacedRule } from "../core/rules.ts";
 import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 
-/** One rule to check, as the Worker sends it. */
-export type RuleCheck = WindowLimit & {
+/**
+ * One rule to check, as the Worker sends it: what every counted rule has,
+ * and its kind's own part (`kind` names it; absent: a sliding window, as
+ * before kinds).
+ */
+export type RuleCheck = WindowCheck | CheckOf<QuotaLimit>;
+
+/** A sliding window's check. */
+export type WindowCheck = CheckOf<WindowLimit & { kind?: "window" }>;
+
+/** A rule check of a kind whose own part is `Own`. */
+export type CheckOf<Own> = Own & CheckCommon;
+
+/** What every rule check has, whatever its kind. */
+type CheckCommon = {
   id: string;
-  /** The rule's kind, when it counts by another arithmetic than the sliding window's (absent: a window, as before kinds). */
-  kind?: "window";
+  /** The limit that applies (a tier's, when `tier` chose one); an override still comes first. */
+  limit: number;
+  /** What one request counts, when not 1. */
+  cost?: number;
   /** False for `action = "log"`: the rule is counted and reported but never refuses the request. */
   enforce: boolean;
   /** The rule's limit in each tier of `TIERS` that gives it one, for a client an override puts in a tier. */
@@ -62,6 +79,11 @@ export type Receipt = {
 
 /** A rule's verdict within one check. */
 export type RuleVerdict = Decision & {
+  /**
+   * `w` for this client now, in milliseconds, when it is not the same at
+   * every instant or for every client: the calendar period a quota is in.
+   */
+  windowMs?: number;
   /** Whether this rule alone would admit the request. */
   ruleAllows: boolean;
   /** Where the request was counted, for a refund; null when it was not counted. */
@@ -359,20 +381,20 @@ export type LimiterOutcome =
 export const rowOf = (rule: Pick<WindowLimit, "periodMs" | "precision"> & { id: string }): string =>
   `${rule.id}|${rule.periodMs}|${rule.precision}`;
 
-/** What the object needs to know of a rule. */
-export const toRuleCheck = (rule: CountedRule): RuleCheck => ({
-  id: rule.id,
-  limit: rule.limit,
-  periodMs: rule.periodMs,
-  precision: rule.precision,
-  strict: rule.strict,
-  ...(rule.cost !== undefined && rule.cost !== 1 ? { cost: rule.cost } : {}),
-  enforce: rule.action === "block",
-  ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
-  ...(rule.blockForMs > 0 ? { blockForMs: rule.blockForMs } : {}),
-  ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
-  ...(rule.maxDelayMs !== undefined ? { maxDelayMs: rule.maxDelayMs, maxHeld: rule.maxHeld ?? DEFAULT_MAX_HELD } : {}),
-});
+/** What the object needs to know of a rule: what every counted rule has, and its kind's own part. */
+export const toRuleCheck = (rule: CountedRule): RuleCheck =>
+  ({
+    id: rule.id,
+    limit: rule.limit,
+    ...kindOf(rule).check?.(rule),
+    ...(rule.cost !== undefined && rule.cost !== 1 ? { cost: rule.cost } : {}),
+    enforce: rule.action === "block",
+    ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
+    ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
+    ...(rule.maxDelayMs !== undefined
+      ? { maxDelayMs: rule.maxDelayMs, maxHeld: rule.maxHeld ?? DEFAULT_MAX_HELD }
+      : {}),
+  }) as RuleCheck;
 
 /** What `acquire` needs of a concurrency rule (one with `concurrency`), with `limit` as its places (a tier's, if chosen). */
 export const toPlaceRequest = (rule: PlacedRule): PlaceRequest => ({

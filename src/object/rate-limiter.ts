@@ -22,14 +22,14 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { BookedCount, Rows } from "../core/bookings.ts";
-import type { Override } from "../core/overrides.ts";
+import type { Override, OverrideSetting } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import type { Decision } from "../core/sliding-window.ts";
 import { logEvent } from "../observe/log.ts";
 import { BookingBook } from "./booking-book.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
-import type { Counter, Seen } from "./kinds/counter.ts";
+import type { Counter, Credit, Seen, Usage } from "./kinds/counter.ts";
 import { type CountedKind, countedUntilMs, counterOf, counterOfKind, kindOfCheck, PACE } from "./kinds/registry.ts";
 import { PlaceBook } from "./place-book.ts";
 import { type Plan, PlanBook } from "./plan-book.ts";
@@ -87,6 +87,18 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   penalty_until INTEGER NOT NULL DEFAULT 0,
   kind TEXT NOT NULL DEFAULT 'window'
 )`;
+
+/** What `usage` answers: the client's usage (null for a kind that keeps no periods), and what applied to it. */
+export type UsageAnswer = { nowMs: number; usage: Usage | null; override?: OverrideSetting["kind"]; tier?: string };
+
+/** What `credit` answers: the client's usage before and after the change (null for a kind that keeps no periods). */
+export type CreditAnswer = {
+  nowMs: number;
+  before: Usage | null;
+  after: Usage | null;
+  override?: OverrideSetting["kind"];
+  tier?: string;
+};
 
 /** A deny without an expiry is reported as lasting a year; callers hold it at most their own cap. */
 const DENY_FOREVER_MS = 365 * 86_400_000;
@@ -426,7 +438,7 @@ export class RateLimiter extends DurableObject<unknown> {
         receipts[booking.slots[k]!] = {
           row: row.key,
           epoch: row.epoch,
-          bucket: row.counter.whereAt(booking.atMs, check),
+          bucket: row.counter.whereAt(booking.atMs, check, row.data),
         };
       });
       this.books.counted(booking, receipts, nowMs);
@@ -709,6 +721,7 @@ export class RateLimiter extends DurableObject<unknown> {
     // Under an adaptive rule, no longer than an isolate takes to learn a cut: units leased before it go unspent.
     const longest = rules.some((rule) => rule.factor !== undefined) ? ADAPTIVE_LEASE_MAX_MS : LEASE_MAX_MS;
     const expiresInMs = Math.min(longest, ...rules.map((rule) => counterOf(rule).leaseEndsInMs(nowMs, rule)));
+    if (expiresInMs <= 0) return undefined; // a kind that leases nothing (a quota)
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
     const likely = Math.floor((wanted.seen * Math.min(expiresInMs, wanted.seenInMs)) / wanted.seenInMs);
@@ -726,6 +739,52 @@ export class RateLimiter extends DurableObject<unknown> {
       return { row: row.key, epoch: row.epoch, bucket: ahead.where };
     });
     return { units, receipts, expiresInMs } satisfies Lease;
+  }
+
+  /**
+   * A client's usage of a rule whose kind keeps periods (a quota): this
+   * period's, under the limit that applies to it (its override's or tier's),
+   * and earlier ones as far as the row keeps them; `usage` null for a kind
+   * that keeps none, and `limit` null when an override lifts or denies the rule.
+   */
+  usage(rule: RuleCheck): UsageAnswer {
+    const nowMs = Date.now();
+    const counter = counterOf(rule);
+    if (counter.usage === undefined) return { nowMs, usage: null };
+    if (this.books.active) this.countTurnsDue(nowMs);
+    const plan = this.plans.plan(rule, nowMs);
+    const row = this.current(rule, nowMs);
+    const applied = plan.kind === "count" ? plan.rule : rule;
+    return { nowMs, usage: counter.usage(row.data, nowMs, applied), ...appliedTo(plan) };
+  }
+
+  /**
+   * Changes what a client has left this period under a rule whose kind
+   * keeps periods (a quota): adds to it, takes from it, or sets it, under
+   * the limit that applies to it. Its next request is decided on it, and
+   * requests held ahead move up where it leaves room. `before` and `after`
+   * null for a kind that keeps no periods (nothing is changed).
+   */
+  credit(rule: RuleCheck, change: Credit): CreditAnswer {
+    const nowMs = Date.now();
+    const counter = counterOf(rule);
+    if (counter.usage === undefined || counter.credit === undefined) return { nowMs, before: null, after: null };
+    if (this.books.active) this.countTurnsDue(nowMs);
+    const plan = this.plans.plan(rule, nowMs);
+    const row = this.current(rule, nowMs);
+    const applied = plan.kind === "count" ? plan.rule : rule;
+    const before = counter.usage(row.data, nowMs, applied);
+    row.data = counter.credit(row.data, change, nowMs, applied);
+    this.save(row);
+    this.scheduleCleanup();
+    // Held requests ahead in the row were promised their turns; the next ones are worked out with the credit.
+    this.books.invalidate();
+    if (this.books.anyAhead) {
+      this.books.moveUp(nowMs, this.booked);
+      this.countTurnsDue(nowMs);
+      this.rearm(nowMs);
+    }
+    return { nowMs, before, after: counter.usage(row.data, nowMs, applied), ...appliedTo(plan) };
   }
 
   /** What a request now would see, without counting it. */
@@ -952,7 +1011,11 @@ export class RateLimiter extends DurableObject<unknown> {
       ruleAllows: ev.allowed,
       counted: counted ? { row: row.key, epoch: row.epoch, bucket: row.counter.where(ev.data, rule) } : null,
       // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
-      holdsForMs: ev.allowed || refundDue || ev.turnMs !== undefined ? 0 : Math.min(decision.retryAfterMs, untilChange),
+      // A kind whose refusals a credit may lift at any time (a quota): every request asks.
+      holdsForMs:
+        ev.allowed || refundDue || ev.turnMs !== undefined || row.counter.refusalsHold === false
+          ? 0
+          : Math.min(decision.retryAfterMs, untilChange),
       ...(override || configured !== undefined ? { limit: rule.limit } : {}),
       ...(override ? { override: override.kind } : {}),
       ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
@@ -1079,6 +1142,12 @@ function fixedVerdict(plan: Plan & { kind: "unlimited" | "deny" }, nowMs: number
     holdsForMs: waitMs,
     override: "deny",
   };
+}
+
+/** What applied to the client besides the rule: an override (or its tier), or a tier its token claimed. */
+function appliedTo(plan: Plan): { override?: OverrideSetting["kind"]; tier?: string } {
+  if (plan.kind !== "count") return { override: plan.kind };
+  return { ...(plan.override ? { override: plan.override.kind } : {}), ...tierOf(plan.rule, plan.override) };
 }
 
 /** The tier whose limit a verdict applied: an override's, or else the one the request's token claimed. */

@@ -40,8 +40,9 @@ type RuleCommon = {
  * One rule's state for the client: what every rule says, and, for a quota
  * that renews with time (every kind but requests in flight), its window and
  * when it resets. `kind` is the rule's kind: `"window"` (requests per
- * period) or `"concurrency"` (places for requests in flight, which free when
- * requests end, at no time known in advance).
+ * period), `"quota"` (units per calendar period: its window is the period
+ * the client is in) or `"concurrency"` (places for requests in flight, which
+ * free when requests end, at no time known in advance).
  */
 export type RuleLimit = RuleCommon & {
   kind: KindName;

@@ -419,6 +419,41 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     }
   }, 60_000);
 
+  it("shows a quota rule in its plan's words, reads a client's usage and tops it up: its next request is admitted", async () => {
+    const key = uniqueTag("dash-quota");
+    const headers = { "x-api-key": key };
+    for (let i = 0; i < 6; i++) await send(`/quota/dash/${i}`, from(uniqueIp(), headers));
+    await signIn();
+    const card = page.locator('.rule[data-rule="e2e-quota"]');
+    await card.waitFor({ state: "visible" });
+    expect(await card.locator(".rule-def").textContent()).toContain(
+      "5 per month (monthly on day 1 at 00:00 America/New_York) · per header:x-api-key",
+    );
+    await page.selectOption("#cr-rule", "e2e-quota");
+    await page.fill("#cr-keys input", key);
+    await page.click('#credit-form button[value="read"]');
+    const usage = page.locator('#usage .usage[data-rule="e2e-quota"]');
+    await usage.waitFor({ state: "visible" });
+    expect(await usage.locator(".quota-words").textContent()).toMatch(
+      /^5 per month, resets \d{4}-\d\d-01T00:00:00-0[45]:00$/,
+    );
+    expect(await usage.locator(".usage-now .total").allTextContents()).toEqual([
+      "0 left",
+      "used 5",
+      "credit 0",
+      expect.stringMatching(/^this period: \d{4}-\d\d-01 0[45]:00 UTC to \d{4}-\d\d-01 0[45]:00 UTC$/),
+    ]);
+    await page.selectOption("#cr-change", "add");
+    await page.fill("#cr-amount", "2");
+    await page.fill("#cr-note", "e2e top-up");
+    await page.click('#credit-form button[value="credit"]');
+    await page.locator(".toast:not(.bad)", { hasText: "0 left before, 2 now" }).waitFor();
+    expect(await usage.locator(".usage-now .total").first().textContent()).toBe("2 left");
+    expect((await admin<{ credit: number }>(`/credits?rule=e2e-quota&key=${key}`)).body.credit).toBe(2);
+    expect((await send("/quota/dash/after", from(uniqueIp(), headers))).status).toBe(200);
+    expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
+  });
+
   it("opens on the period that shows the data: from its first minute (at least 5 minutes), not a sliver of an hour", async () => {
     const ip = uniqueIp();
     for (let i = 0; i < 3; i++) await send(`/dash/period/${i}`, from(ip));
@@ -836,6 +871,10 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       await socket(uniqueIp());
       const freed = await socket(uniqueIp());
       freed.close();
+      // A quota's client refused until its month ends; its usage with past periods (which only months of
+      // traffic make: added to the real answer below).
+      const quotaKey = client("quota");
+      await refuse("/quota/axe", { "x-api-key": quotaKey }, 7);
       // Overrides: applied (above), expired, pending (below), and more than a page of them (Show more).
       const expired = uniqueIp();
       const expiresMs = Date.now() + 1_500;
@@ -888,6 +927,16 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
           });
         }
         return route.fallback();
+      });
+      await page.route("**/__ratelimit/credits?*", async (route) => {
+        if (route.request().method() !== "GET") return route.fallback();
+        const real = await route.fetch();
+        const body = (await real.json()) as Record<string, unknown>;
+        const past = [
+          { start: "2026-09-01T04:00:00.000Z", end: "2026-10-01T04:00:00.000Z", used: 5, credit: 2 },
+          { start: "2026-08-01T04:00:00.000Z", end: "2026-09-01T04:00:00.000Z", used: 3, credit: 0 },
+        ];
+        return route.fulfill({ response: real, json: { ...body, past } });
       });
       await page.route("**/__ratelimit/overrides?*", async (route) => {
         const request = route.request();
@@ -957,6 +1006,13 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
         .toBe(true);
       await page.locator(`#overrides tr[data-hash="${deletingHash}"] button.danger`).click();
       await page.locator(`#overrides tr[data-hash="${deletingHash}"] button.danger:disabled`).waitFor();
+      // A quota client's usage, read with the credit form; then a credit without an amount (the form's errors).
+      await page.selectOption("#cr-rule", "e2e-quota");
+      await page.fill("#cr-keys input", quotaKey);
+      await page.click('#credit-form button[value="read"]');
+      await page.locator("#usage table.past-periods").waitFor();
+      await page.click('#credit-form button[value="credit"]');
+      await page.locator("#cr-errors li").first().waitFor();
       /** Puts an override with the form: `key` under e2e-dash-rate, or a bad one (its errors stay on the form). */
       const putFromTheForm = async (key: string | null) => {
         await page.selectOption("#ov-rule", key === null ? "e2e" : "e2e-dash-rate");
@@ -1016,6 +1072,12 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
         "a delete under way": "button.danger:disabled",
         "more overrides than a page": "#overrides button.link",
         "the override form's errors": "#ov-errors li",
+        "a quota's client refused until its period ends": '.rule[data-rule="e2e-quota"] .status.refused',
+        "a quota client's usage, none left": "#usage .usage-now .total.bad",
+        "what it used this period": "#usage .usage-now .total.muted",
+        "its past periods": "#usage table.past-periods td.num",
+        "the credit form's errors": "#cr-errors li",
+        "the credit form's buttons": "#credit-form button.primary",
         "the form's button": "#override-form button.primary",
         "no failure": "#failures .empty.ok",
         "the latency's note": "#latency-hint",

@@ -6,7 +6,7 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import type { LimiterNamespace } from "../../src/object/client.ts";
-import type { CheckOptions, Refund, RuleCheck } from "../../src/object/protocol.ts";
+import type { CheckOptions, Refund, WindowCheck as RuleCheck } from "../../src/object/protocol.ts";
 import { env } from "./env.ts";
 import { objectForIp } from "./objects.ts";
 

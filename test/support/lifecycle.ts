@@ -79,6 +79,17 @@ async function answer(
   }
 }
 
+/** Two requests of `ip` to `path`, one after another, each answered in full: what a counted kind counts. */
+async function oneAfterAnother(send: Send, ip: string, path: string) {
+  const statuses: number[] = [];
+  for (let i = 0; i < 2; i++) {
+    const { response } = await send(path, from(ip));
+    await response.arrayBuffer();
+    statuses.push(response.status);
+  }
+  return { statuses, beside: [] };
+}
+
 /** Every registered kind's fixture: test/lifecycle.test.ts fails for a kind without one. */
 export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
   window: {
@@ -86,15 +97,7 @@ export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
     path: () => "/slow/0",
     slow: (_id, ms) => `/slow/${ms}`,
     hungUp: "counted",
-    async fill(send, ip) {
-      const statuses: number[] = [];
-      for (let i = 0; i < 2; i++) {
-        const { response } = await send("/slow/0", from(ip));
-        await response.arrayBuffer();
-        statuses.push(response.status);
-      }
-      return { statuses, beside: [] };
-    },
+    fill: (send, ip) => oneAfterAnother(send, ip, "/slow/0"),
     waiting: {
       state: "held",
       // 2 per 2 s, held up to 10 s: of 5 requests at once, 2 go, and 3 are held until turns 1 to 4 s away.
@@ -109,6 +112,15 @@ export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
         return { waiting, beside: [], at: () => Date.now() - startedAt };
       },
     },
+  },
+  quota: {
+    rule: (id) => ({ id, path: "/slow/*", quota: 2, per: "day", key: ["ip"] }),
+    path: () => "/slow/0",
+    slow: (_id, ms) => `/slow/${ms}`,
+    hungUp: "counted",
+    fill: (send, ip) => oneAfterAnother(send, ip, "/slow/0"),
+    // A quota never holds a request (`max_delay` is refused on it); a window beside it does, under its own fixture.
+    waiting: null,
   },
   concurrency: {
     rule: (id) => ({ id, path: "/stream/*", concurrency: 2, key: ["ip"] }),

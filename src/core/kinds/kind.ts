@@ -4,10 +4,10 @@
  * every kind's module and the registry share, and nothing else. A leaf: it
  * imports no kind.
  *
- * A rule is one kind: a sliding window (requests per period), or a number
- * of requests in flight at once (concurrency); next a token bucket and a
- * calendar quota. Each kind is one module in this folder that owns its own
- * fields and their validation, how its quota reads in the rate-limit
+ * A rule is one kind: a sliding window (requests per period), a number
+ * of requests in flight at once (concurrency), or a calendar quota (units
+ * per day, week, month or year); next a token bucket. Each kind is one
+ * module in this folder that owns its own fields and their validation, how its quota reads in the rate-limit
  * headers and in words, how the admin API shows it, what `check-config`
  * warns of, and by which protocol its client's object decides it: `count`
  * (a check counts the request, all or nothing with the key's other counted
@@ -19,7 +19,7 @@
 import type { Result } from "../result.ts";
 
 /** The kinds there are (see registry.ts). */
-export type KindName = "window" | "concurrency";
+export type KindName = "window" | "concurrency" | "quota";
 
 /** How a client's object decides a rule: it counts the request, or gives it a place while it is in flight. */
 export type Protocol = "count" | "place";
@@ -34,10 +34,21 @@ export type Protocol = "count" | "place";
 export type Quota = {
   /** `w`, in milliseconds: the time the quota is for. Absent: it does not renew with time. */
   readonly windowMs?: number;
+  /**
+   * `w` at an instant, when it is not the same at every instant (a calendar
+   * month of 28 to 31 days); `windowMs` is then its usual length. A verdict
+   * that says its own (`windowMs`) comes first.
+   */
+  windowAt?(nowMs: number): number;
   /** `qu`: the quota's unit, when it is not requests. */
   readonly unit?: "concurrent-requests";
-  /** The quota `limit` in words, for a problem's detail: "100 per minute", "2 requests in flight at once". */
-  words(limit: number): string;
+  /**
+   * The quota `limit` in words, for a problem's detail: "100 per minute", "2
+   * requests in flight at once"; given the instant it resets (Unix
+   * milliseconds), a kind that names it says it: "100000 per month, resets
+   * 2026-12-01T00:00:00-05:00".
+   */
+  words(limit: number, resetAtMs?: number): string;
 };
 
 /** Records a field's problems against its name and answers its value, or `fallback` when it has problems. */
@@ -75,10 +86,14 @@ export interface RuleKind<Part extends KindFields = KindFields> {
   foreignField?(field: string): string;
   /** Why one of its own fields does not apply to a rule of another kind. */
   ownField(field: string): string;
+  /** Fields every rule may have that a rule of this kind does not take, each with why. */
+  readonly refuses?: Readonly<Record<string, string>>;
   /** Its own fields parsed; `take` records each field's problems (a value from a field with problems is never used). */
   parse(fields: Fields, take: TakeField): Part;
   /** Its quota, for the rate-limit headers and the problem details. */
   quota(part: Part): Quota;
+  /** A counted kind: what its client's object needs of its own fields, in the rule's check (object/protocol.ts). */
+  check?(part: Part): Record<string, unknown>;
   /**
    * Its own fields as the admin API shows them (wrangler.toml's spelling,
    * plus durations in milliseconds): `limit`, the fields that say the limit

@@ -7,16 +7,18 @@
  */
 import { type ConcurrencyFields, concurrencyKind } from "./concurrency.ts";
 import type { AnyKind, Fields, KindName } from "./kind.ts";
+import { type QuotaFields, quotaKind } from "./quota.ts";
 import { type WindowFields, windowKind } from "./window.ts";
 
 /** Every kind, by name; the first is the default (a rule whose fields mark no other kind). */
 export const KINDS = {
   window: windowKind,
   concurrency: concurrencyKind,
+  quota: quotaKind,
 } as const satisfies Record<KindName, AnyKind>;
 
 /** Each kind's own compiled fields, by kind. */
-export type KindFieldsOf = { window: WindowFields; concurrency: ConcurrencyFields };
+export type KindFieldsOf = { window: WindowFields; concurrency: ConcurrencyFields; quota: QuotaFields };
 
 const LIST: AnyKind[] = Object.values(KINDS);
 

@@ -7,12 +7,13 @@
  * Its client's object counts it (`count` protocol), and holds a request
  * over it until its turn when the rule has `max_delay` (core/bookings.ts).
  */
-import { COUNT_ALL, type CountWhen, countAsWritten, countsResponse, parseCount } from "../count.ts";
+import { countAsWritten, countsResponse } from "../count.ts";
 import { describePeriod, formatDuration, parseDurationMs } from "../duration.ts";
-import { isZero, parseFlag, parseHeaderName, parseIntegerFrom1, parsePeriod } from "../fields.ts";
+import { isZero, parseFlag, parseIntegerFrom1, parsePeriod } from "../fields.ts";
 import { fail, ok, type Result } from "../result.ts";
 import { show } from "../show.ts";
 import type { WindowLimit } from "../sliding-window.ts";
+import { type CountedFields, costHeaderWarnings, countedView, parseCounted } from "./counted.ts";
 import type { Common, Fields, Quota, RuleKind, TakeField } from "./kind.ts";
 
 /** The largest limit a rule, a tier or an override may give. */
@@ -22,16 +23,11 @@ const MAX_PRECISION = 60;
 const MIN_BLOCK_FOR_MS = 1_000;
 
 /** A sliding-window rule's own fields, compiled. */
-export type WindowFields = WindowLimit & {
-  /** Which responses count (the `count` field); the rest are given back once the origin answers. */
-  count: CountWhen;
-  /** The response header that says what the request really cost (lower-case); the difference is charged after. */
-  costHeader?: string;
-  /** Whether the client sees that header; by default it is stripped. */
-  keepCostHeader?: boolean;
-  /** How long a refusal under this rule blocks the client, in milliseconds; 0 for no penalty. */
-  blockForMs: number;
-};
+export type WindowFields = WindowLimit &
+  CountedFields & {
+    /** How long a refusal under this rule blocks the client, in milliseconds; 0 for no penalty. */
+    blockForMs: number;
+  };
 
 const FIELDS = [
   "limit",
@@ -60,35 +56,26 @@ export const windowKind: RuleKind<WindowFields> = {
     const periodMs = take("period", parsePeriod(fields.period), 0);
     const precision = take("precision", parseIntegerFrom1(fields.precision ?? 1, MAX_PRECISION), 1);
     const strict = take("strict", parseFlag(fields.strict ?? false), false);
-    const count = take("count", parseCount(fields.count), COUNT_ALL);
-    const cost = take("cost", parseCost(fields.cost, limit), 1);
-    const costHeader = take("cost_header", parseHeaderName(fields.cost_header), null);
-    const keepCostHeader = take("keep_cost_header", parseFlag(fields.keep_cost_header ?? false), false);
+    const counted = parseCounted(fields, take, limit);
     const blockForMs = take("block_for", parseBlockFor(fields.block_for), 0);
-    return {
-      limit,
-      periodMs,
-      precision,
-      strict,
-      ...(cost === 1 ? {} : { cost }),
-      count,
-      ...(costHeader === null ? {} : { costHeader, keepCostHeader }),
-      blockForMs,
-    };
+    return { limit, periodMs, precision, strict, ...counted, blockForMs };
   },
 
   quota: (rule: WindowFields): Quota => windowQuota(rule.periodMs),
+
+  check: (rule: WindowFields) => ({
+    periodMs: rule.periodMs,
+    precision: rule.precision,
+    strict: rule.strict,
+    ...(rule.blockForMs > 0 ? { blockForMs: rule.blockForMs } : {}),
+  }),
 
   view(rule: WindowFields) {
     const limit = { limit: rule.limit, period: formatDuration(rule.periodMs), periodMs: rule.periodMs };
     const counting = {
       precision: rule.precision,
       strict: rule.strict,
-      count: countAsWritten(rule.count),
-      cost: rule.cost ?? 1,
-      ...(rule.costHeader === undefined
-        ? {}
-        : { cost_header: rule.costHeader, keep_cost_header: rule.keepCostHeader ?? false }),
+      ...countedView(rule),
       block_for: rule.blockForMs > 0 ? formatDuration(rule.blockForMs) : null,
       blockForMs: rule.blockForMs,
     };
@@ -115,14 +102,6 @@ export const windowQuota = (periodMs: number): Quota => ({
   windowMs: periodMs,
   words: (limit) => `${limit} per ${describePeriod(periodMs)}`,
 });
-
-/** What one request counts: an integer from 1 to the rule's limit (1 when absent). */
-const parseCost = (value: unknown, limit: number): Result<number> =>
-  value === undefined
-    ? ok(1)
-    : parseIntegerFrom1(value, Math.max(1, limit)).ok
-      ? ok(value as number)
-      : fail(`must be an integer from 1 to the rule's limit (${limit}); got ${show(value)}`);
 
 /** A penalty's length: absent or zero is none (0); otherwise a duration of at least 1 s. */
 function parseBlockFor(value: unknown): Result<number> {
@@ -191,10 +170,6 @@ function countingWarnings(rule: WindowFields & Common): string[] {
       `field "block_for": with count = ${show(countAsWritten(rule.count))}, the penalty falls on clients whose requests succeed: a login rule wants count = "failed" (or [401, 403])`,
     );
   }
-  if (rule.costHeader !== undefined && rule.action === "log") {
-    warnings.push(
-      `field "cost_header": ${show(rule.costHeader)} on a shadow rule (action = "log") charges counts that never refuse anything; drop it, or enforce the rule`,
-    );
-  }
+  warnings.push(...costHeaderWarnings(rule));
   return warnings;
 }

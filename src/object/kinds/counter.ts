@@ -16,6 +16,24 @@ export type Seen<D> = { allowed: boolean; data: D; weighted: number };
 /** A row as it is stored: the columns of the `counters` table a counter's state is written in. */
 export type Stored = { periodMs: number; precision: number; bucket: number; counts: string };
 
+/** What a client used of a quota in one period, and what operators credited it (negative: took from it). */
+export type PeriodUsage = { startMs: number; endMs: number; used: number; credit: number };
+
+/** A client's usage of a kind that keeps periods: the current one, with what is left, and earlier ones kept. */
+export type Usage = PeriodUsage & {
+  /** The period's number (see core/calendar.ts, `Period.index`). */
+  index: number;
+  /** The limit that applies to the client: the rule's, a tier's or an override's. */
+  limit: number;
+  /** What it has left this period: `limit + credit − used`, at least 0. */
+  remaining: number;
+  /** Earlier periods in which it used or was credited something, newest first, as far as they are kept. */
+  past: PeriodUsage[];
+};
+
+/** A change to what a client has left this period: units added to it, taken from it, or what it is set to. */
+export type Credit = { add: number } | { take: number } | { set: number };
+
 /**
  * A counted kind's arithmetic in the object, over its row's data `D`. Every
  * function is pure: a state and an instant in, a state out; the object reads
@@ -30,12 +48,12 @@ export interface Counter<D = unknown> {
   see(data: D, nowMs: number, check: RuleCheck): Seen<D>;
   /** A row seen at `nowMs` with the request counted in it (`cost` units). */
   admit(seen: D, cost: number, check: RuleCheck): D;
-  /** The verdict's numbers for a request seen at `nowMs`, counted or not. */
-  describe(seen: Seen<D>, nowMs: number, check: RuleCheck, counted: boolean): Decision;
+  /** The verdict's numbers for a request seen at `nowMs`, counted or not; `windowMs` when `w` is the row's own. */
+  describe(seen: Seen<D>, nowMs: number, check: RuleCheck, counted: boolean): Decision & { windowMs?: number };
   /** Where a count taken now goes (a receipt's `bucket`). */
   where(seen: D, check: RuleCheck): number;
-  /** Where a count taken at `atMs` goes (a held request's turn). */
-  whereAt(atMs: number, check: RuleCheck): number;
+  /** Where a count taken at `atMs` goes (a held request's turn), in `data` as it is once counted there. */
+  whereAt(atMs: number, check: RuleCheck, data: D): number;
   /** Whether a row seen at `nowMs` has room for `units` more and one more request (held requests booked ahead). */
   roomFor(seen: D, units: number, nowMs: number, check: RuleCheck): boolean;
   /** The earliest instant from `fromMs` at which a request fits in the row (a held request's turn). */
@@ -44,14 +62,26 @@ export interface Counter<D = unknown> {
   admitAt(data: D, check: RuleCheck, atMs: number): D;
   /** `units` counted ahead now for a lease: the row after, and where they went. */
   countAhead(seen: D, units: number): { data: D; where: number };
-  /** How long a lease may last from `nowMs`: no longer than the counts it holds stay where they were counted. */
+  /** How long a lease may last from `nowMs`: no longer than the counts it holds stay where they were counted; 0: none. */
   leaseEndsInMs(nowMs: number, check: RuleCheck): number;
+  /**
+   * False: an isolate never answers a refusal of this kind itself, so a
+   * credit admits the client's next request at once, wherever it lands.
+   * Absent: it may, for as long as the refusal holds.
+   */
+  readonly refusalsHold?: false;
   /** The row with `units` taken back from where they were counted; null when they are there no more (rotated out). */
   takeBack(data: D, where: number, units: number): D | null;
   /** The row with `units` more where a request was counted (a `cost_header` charge); null when that is gone. */
   addAt(data: D, where: number, units: number): D | null;
   /** When the row holds nothing any more: it may be deleted from then on. */
   expiresAtMs(data: D): number;
+  /** Until when a count in the row can still be taken back (a held request's booking is kept until then); absent: `expiresAtMs`. */
+  refundableUntilMs?(data: D): number;
+  /** A kind that keeps periods: the client's usage at `nowMs`, under the limit that applies (`check.limit`). */
+  usage?(data: D, nowMs: number, check: RuleCheck): Usage;
+  /** A kind that keeps periods: the row with what is left this period changed by an operator. */
+  credit?(data: D, change: Credit, nowMs: number, check: RuleCheck): D;
   /** The row in its storage columns, and back. */
   encode(data: D): Stored;
   decode(stored: Stored): D;

@@ -7,6 +7,7 @@
 import type { BookedCount, Pace, RowState } from "../../core/bookings.ts";
 import type { RuleCheck } from "../protocol.ts";
 import type { Counter } from "./counter.ts";
+import { quotaCounter } from "./quota.ts";
 import { windowCounter } from "./window.ts";
 
 /** The counted kinds: a check names its own (one that names none is a window's, as before kinds). */
@@ -15,6 +16,7 @@ export type CountedKind = NonNullable<RuleCheck["kind"]>;
 /** Every counted kind's counter, by kind. */
 const COUNTERS: Record<CountedKind, Counter<unknown>> = {
   window: windowCounter as Counter<unknown>,
+  quota: quotaCounter as Counter<unknown>,
 };
 
 /** The kind a check counts by. */
@@ -41,5 +43,6 @@ export const PACE: Pace = {
 export function countedUntilMs(count: BookedCount, atMs: number): number {
   const check = checkOf(count);
   const counter = counterOf(check);
-  return counter.expiresAtMs(counter.admitAt(counter.fresh(atMs, check), check, atMs));
+  const data = counter.admitAt(counter.fresh(atMs, check), check, atMs);
+  return counter.refundableUntilMs?.(data) ?? counter.expiresAtMs(data);
 }

@@ -26,7 +26,7 @@ import type { Counter, Seen, Stored } from "./counter.ts";
 export type WindowData = { periodMs: number; precision: number; state: WindowState };
 
 /** The window a check counts in. */
-const windowOf = (check: RuleCheck): WindowLimit => check;
+const windowOf = (check: RuleCheck): WindowLimit => check as WindowLimit;
 
 /** A row's layout as a window of `limit` (for the arithmetic that reads only the layout). */
 const layoutOf = (data: WindowData, limit = 1): WindowLimit => ({
@@ -37,17 +37,18 @@ const layoutOf = (data: WindowData, limit = 1): WindowLimit => ({
 });
 
 export const windowCounter: Counter<WindowData> = {
-  rowOf: (check) => `${check.id}|${check.periodMs}|${check.precision}`,
+  rowOf: (check) => `${check.id}|${windowOf(check).periodMs}|${windowOf(check).precision}`,
 
   fresh(nowMs, check, previous) {
-    const state = emptyState(nowMs, windowOf(check));
+    const window = windowOf(check);
+    const state = emptyState(nowMs, window);
     // The rule's period or precision changed: the new row starts with the old one's weighted count.
     if (previous !== undefined && previous.counter === (windowCounter as Counter<unknown>)) {
       const old = previous.data as WindowData;
-      const carried = evaluate(old.state, nowMs, { ...layoutOf(old, check.limit), strict: check.strict });
-      state.counts[check.precision] = Math.ceil(carried.weighted);
+      const carried = evaluate(old.state, nowMs, { ...layoutOf(old, check.limit), strict: window.strict });
+      state.counts[window.precision] = Math.ceil(carried.weighted);
     }
-    return { periodMs: check.periodMs, precision: check.precision, state };
+    return { periodMs: window.periodMs, precision: window.precision, state };
   },
 
   see(data, nowMs, check): Seen<WindowData> {

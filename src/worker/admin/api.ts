@@ -12,6 +12,7 @@
  * - `GET    {prefix}/`: the dashboard, whose page and files alone need no token (see dashboard.ts)
  * - `GET    {prefix}/stats?minutes=<1..1440>`, `GET {prefix}/metrics`: statistics (see stats.ts)
  * - `GET` and `DELETE {prefix}/status?rule=<id>&hash=<hash>`: a client known by its hash (see status.ts)
+ * - `GET` and `POST {prefix}/credits?rule=<id>&key=<client>`: a client's usage of a quota, and credits (see credits.ts)
  */
 import type { MiddlewareHandler } from "hono";
 import { parseAdminPrefix } from "../../config/admin-prefix.ts";
@@ -24,6 +25,7 @@ import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
 import type { Env } from "../env.ts";
 import { withLibraryRules } from "../library-rules.ts";
 import { bearerMatches, tokenName, unauthorized } from "./auth.ts";
+import { credits } from "./credits.ts";
 import { dashboard, isDashboardPath } from "./dashboard.ts";
 import { overrides } from "./overrides.ts";
 import { statistics } from "./stats.ts";
@@ -131,6 +133,7 @@ type AdminRequest = {
 export const ADMIN_ROUTES: Readonly<Record<string, readonly string[]>> = {
   "/rules": ["GET"],
   "/status": ["GET", "DELETE"],
+  "/credits": ["GET", "POST"],
   "/overrides": ["GET", "PUT", "DELETE"],
   "/overrides/import": ["POST"],
   "/stats": ["GET"],
@@ -163,6 +166,7 @@ async function route({
   if (route.startsWith("/overrides")) {
     return overrides(method, route, raw, { settings, registry: env.OVERRIDES, isolate, by });
   }
+  if (route === "/credits") return credits(url, { method, settings, ns: env.RATE_LIMITER, isolate, request: raw, by });
   return clientStatus(url, { method, settings, ns: env.RATE_LIMITER, isolate });
 }
 
@@ -184,6 +188,7 @@ const notFound = (prefix: string): Response =>
     detail:
       `No admin route here. Routes: GET ${prefix}/ (the dashboard), GET ${prefix}/rules, ` +
       `GET and DELETE ${prefix}/status?rule=<id>&key=<client> (or &hash=<hash>), ` +
+      `GET and POST ${prefix}/credits?rule=<id>&key=<client>, ` +
       `GET, PUT and DELETE ${prefix}/overrides?rule=<id>&key=<client>, GET ${prefix}/overrides, ` +
       `POST ${prefix}/overrides/import, GET ${prefix}/stats?minutes=<1-1440>, GET ${prefix}/metrics.`,
   });

@@ -72,7 +72,7 @@ export async function clientStatus(url: URL, context: StatusContext): Promise<Re
 }
 
 /** The client's object name, from `key=` (with its canonical key) or `hash=` (the name itself). */
-async function clientNamed(
+export async function clientNamed(
   url: URL,
   rule: Rule,
   settings: Settings,
@@ -94,7 +94,7 @@ async function clientNamed(
 }
 
 /** One client under one rule, as a status request names it. */
-type Client = {
+export type Client = {
   rule: Rule;
   /** Its object's name. */
   name: string;
@@ -131,7 +131,8 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
     limit: verdict.limit ?? (verdict.override === undefined ? rule.limit : null),
     ...(verdict.override ? { override: verdict.override } : {}),
     ...(verdict.tier ? { tier: verdict.tier } : {}),
-    periodMs: rule.quota.windowMs,
+    // The period this client is in, where its kind's is not the same at every instant (a calendar month).
+    periodMs: verdict.windowMs ?? rule.quota.windowMs,
     weighted: verdict.weighted,
     allowed: verdict.ruleAllows,
     // While the rule's penalty (block_for) lasts: when it ends, by the object's clock.
@@ -160,7 +161,7 @@ async function peekPlaces({ stub, about }: Client, rule: PlacedRule, timeoutMs: 
   });
 }
 
-function unknownRule(ruleId: string | null, rules: Rule[]): Response {
+export function unknownRule(ruleId: string | null, rules: Rule[]): Response {
   const known = rules.map((r) => r.id);
   return badRequest(UNKNOWN_RULE, "Unknown rule", {
     detail:
@@ -171,7 +172,7 @@ function unknownRule(ruleId: string | null, rules: Rule[]): Response {
   });
 }
 
-function unavailable(about: Client["about"], message: string): Response {
+export function unavailable(about: Client["about"], message: string): Response {
   logEvent({ event: "admin_unavailable", rule: about.rule, key: about.keyHash, message }, "error");
   return problemResponse({
     type: LIMITER_UNAVAILABLE,
@@ -181,7 +182,11 @@ function unavailable(about: Client["about"], message: string): Response {
   });
 }
 
-function badRequest(type: string, title: string, fields: { detail: string } & Record<string, unknown>): Response {
+export function badRequest(
+  type: string,
+  title: string,
+  fields: { detail: string } & Record<string, unknown>,
+): Response {
   const problem: Problem = { type, title, status: 400, ...fields };
   return problemResponse(problem);
 }

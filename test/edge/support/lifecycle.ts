@@ -54,7 +54,7 @@ export type EdgeLifecycleFixture = {
      * ones are gone and the first are over, the client's next request goes
      * within the docs' bound for its state (its own turn, if any, is nearer).
      */
-    rule(id: string): RuleInput;
+    rule(id: string): Extract<RuleInput, { max_delay?: string }>;
     /** Waits, if need be, until the requests may be sent: for a window, just after a period starts (the objects' clock is this one). */
     start?: () => Promise<void>;
   } | null;
@@ -87,5 +87,13 @@ export const EDGE_LIFECYCLE: Partial<Record<KindName, EdgeLifecycleFixture>> = {
       // 2 in flight at once, each renewing its place; the others wait up to 30 s in line for one.
       rule: (id) => ({ id, path: "/stream/*", concurrency: LIMIT, max_delay: "30s", place_timeout: "5s", key: ["ip"] }),
     },
+  },
+  quota: {
+    rule: (id) => ({ id, path: "/slow/*", quota: LIMIT, per: "day", key: ["ip"] }),
+    slow: (ms) => `/slow/${ms}`,
+    // A quota leases nothing: every request is decided by its object.
+    admitted: { holds: "counts", leased: null },
+    // A quota never holds a request (`max_delay` is refused on it); a window beside it does, under its own fixture.
+    waiting: null,
   },
 };

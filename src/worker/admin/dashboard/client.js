@@ -260,6 +260,22 @@
         ),
         el("article", { class: "card" }, el("div", { id: "overrides" }), overrideForm()),
       ),
+      quotaRules().length === 0
+        ? null
+        : el(
+            "section",
+            { class: "section", "aria-labelledby": "quotas-title" },
+            el(
+              "div",
+              { class: "section-head" },
+              el("h2", { id: "quotas-title", text: "Quotas: usage and credits" }),
+              el("p", {
+                class: "hint",
+                text: "A client's usage of a quota, this period and the ones before; a credit adds to, takes from or sets what it has left this period, at once.",
+              }),
+            ),
+            el("article", { class: "card" }, creditForm(), el("div", { id: "usage", "aria-live": "polite" })),
+          ),
     );
     root.hidden = false;
     renderTiles(null);
@@ -268,12 +284,17 @@
     state.observer.observe(root);
   }
 
-  /** "50 per 1d · per ip · /* · every method", or "2 in flight at once · …" for a concurrency rule. */
+  /**
+   * "50 per 1d · per ip · /* · every method", "2 in flight at once · …" for a
+   * concurrency rule, "100,000 per month (monthly on day 1 at 00:00 UTC) · …" for a quota.
+   */
   function ruleSummary(rule) {
     const quota =
       rule.concurrency !== undefined && rule.concurrency !== null
         ? `${fmt(rule.concurrency)} in flight at once`
-        : `${fmt(rule.limit)} per ${rule.period}`;
+        : rule.quota !== undefined
+          ? `${fmt(rule.quota)} per ${rule.per} (${rule.calendar})`
+          : `${fmt(rule.limit)} per ${rule.period}`;
     const parts = [quota, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
     parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
     if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
@@ -830,7 +851,10 @@
   function topRow(rule, client) {
     const id = `${rule.id} ${client.hash}`;
     const count = client.error > 0 ? `≤ ${fmt(client.count)}` : fmt(client.count);
-    const status = el("span", { class: "status", dataset: { shadow: rule.action === "log" ? "yes" : "" } });
+    const status = el("span", {
+      class: "status",
+      dataset: { shadow: rule.action === "log" ? "yes" : "", quota: rule.quota !== undefined ? "yes" : "" },
+    });
     paintStatus(status, state.statuses.get(id));
     const reset = actionButton({
       verb: "Reset",
@@ -902,7 +926,9 @@
           ? `admitted now${extra}`
           : `admitted now · ${fmt(status.remaining)} left${extra}`;
     }
-    if (typeof status.weighted === "number" && typeof status.limit === "number") {
+    if (typeof status.weighted === "number" && typeof status.limit === "number" && node.dataset.quota) {
+      node.title = `${fmt(status.weighted)} of ${fmt(status.limit)} used this period (credits taken off); it renews in ${duration(status.resetSeconds)}.`;
+    } else if (typeof status.weighted === "number" && typeof status.limit === "number") {
       node.title =
         `Sliding-window count ${tenth(status.weighted)} of ${fmt(status.limit)}` +
         (atLimit ? ": its next request is admitted, and the one after it refused." : ".");
@@ -1192,27 +1218,12 @@
     // aria-live rather than role="alert", which would take the list's role from the <ul> (and from its items).
     const errors = el("ul", { class: "errors", id: "ov-errors", "aria-live": "assertive", hidden: true });
 
-    const keyInputs = () => {
-      const chosen = state.rules.find((r) => r.id === rule.value);
-      keys.replaceChildren(
-        ...(chosen?.key ?? []).map((characteristic, i) => {
-          const sources = characteristic.split("|");
-          const single = sources.length === 1;
-          return el(
-            "label",
-            { class: "field" },
-            el("span", { text: `Key: ${characteristic}` }),
-            el("input", {
-              type: "text",
-              required: true,
-              spellcheck: "false",
-              dataset: { index: i, source: single ? sources[0] : "" },
-              placeholder: single ? example(sources[0]) : sources.map((s) => `${s}=${example(s)}`).join(" or "),
-            }),
-          );
-        }),
+    const keyInputs = () =>
+      keyFields(
+        keys,
+        state.rules.find((r) => r.id === rule.value),
+        "ov",
       );
-    };
     const kindChanged = () => {
       limit.hidden = kind.value !== "limit";
       limit.required = kind.value === "limit";
@@ -1248,12 +1259,7 @@
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       errors.hidden = true;
-      const params = [["rule", rule.value]];
-      for (const input of keys.querySelectorAll("input")) {
-        const value = input.value.trim();
-        const source = input.dataset.source;
-        params.push(["key", source && !value.startsWith(`${source}=`) ? `${source}=${value}` : value]);
-      }
+      const params = [["rule", rule.value], ...keyParamsOf(keys)];
       const body =
         kind.value === "limit"
           ? { limit: Number(limit.value) }
@@ -1282,6 +1288,204 @@
       }
     });
     return form;
+  }
+
+  // ---- quotas: usage and credits ----
+
+  /** The rules that keep periods: quotas (`quota` and `per`). */
+  const quotaRules = () => state.rules.filter((r) => r.quota !== undefined);
+
+  /** A signed number: "+500", "−100", "0". */
+  const signed = (n) => (n > 0 ? `+${fmt(n)}` : n < 0 ? `−${fmt(-n)}` : "0");
+
+  /** An ISO time as the API gives it, to the minute (or second), in UTC. */
+  const isoText = (iso) => `${iso.slice(0, 10)} ${iso.slice(11, iso.endsWith(":00.000Z") ? 16 : 19)} UTC`;
+
+  function creditForm() {
+    const rules = quotaRules();
+    const rule = el(
+      "select",
+      { id: "cr-rule", name: "rule", required: true },
+      rules.map((r) => el("option", { value: r.id, text: r.id })),
+    );
+    const keys = el("div", { class: "key-fields", id: "cr-keys" });
+    const change = el(
+      "select",
+      { id: "cr-change", name: "change", "aria-label": "Change" },
+      el("option", { value: "add", text: "add" }),
+      el("option", { value: "take", text: "take" }),
+      el("option", { value: "set", text: "set what is left to" }),
+    );
+    const amount = el("input", {
+      id: "cr-amount",
+      name: "amount",
+      type: "number",
+      min: 0,
+      step: 1,
+      placeholder: "5000",
+      "aria-label": "Units",
+    });
+    const note = el("input", {
+      id: "cr-note",
+      name: "note",
+      type: "text",
+      maxlength: 1000,
+      placeholder: "ticket, reason",
+    });
+    const errors = el("ul", { class: "errors", id: "cr-errors", "aria-live": "assertive", hidden: true });
+    const fillKeys = () =>
+      keyFields(
+        keys,
+        state.rules.find((r) => r.id === rule.value),
+        "cr",
+      );
+    rule.addEventListener("change", fillKeys);
+    fillKeys();
+
+    const form = el(
+      "form",
+      { class: "credit-form", id: "credit-form", method: "post", action: "#", autocomplete: "off" },
+      el("h3", { text: "A client's usage, and a credit" }),
+      el(
+        "div",
+        { class: "form-row" },
+        el("label", { class: "field" }, el("span", { text: "Quota" }), rule),
+        keys,
+        el("button", { type: "submit", value: "read", text: "Show usage" }),
+      ),
+      el(
+        "div",
+        { class: "form-row" },
+        el("label", { class: "field" }, el("span", { text: "Credit" }), el("span", { class: "pair" }, change, amount)),
+        el("label", { class: "field grow" }, el("span", { text: "Note (logged)" }), note),
+        el("button", { type: "submit", value: "credit", class: "primary", text: "Apply credit" }),
+      ),
+      errors,
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      errors.hidden = true;
+      const params = [["rule", rule.value], ...keyParamsOf(keys)];
+      const crediting = event.submitter?.value === "credit";
+      try {
+        if (!crediting) {
+          showUsage(await api("GET", "/credits", params));
+          return;
+        }
+        if (amount.value === "") throw new ApiError(400, { errors: ["Give a number of units to credit."] });
+        const body = { [change.value]: Number(amount.value) };
+        if (note.value.trim()) body.note = note.value.trim();
+        const done = await api("POST", "/credits", params, body);
+        toast(
+          `Credited ${params
+            .slice(1)
+            .map((p) => p[1])
+            .join(" & ")} under ${rule.value}: ${fmt(done.before.remaining)} left before, ${fmt(done.remaining)} now.`,
+        );
+        amount.value = "";
+        note.value = "";
+        showUsage(done);
+      } catch (error) {
+        if (error instanceof SignedOut) return;
+        const list = error.errors?.length > 0 ? error.errors : [error.message];
+        errors.replaceChildren(...list.map((text) => el("li", { text })));
+        errors.hidden = false;
+      }
+    });
+    return form;
+  }
+
+  /** A client's usage as the API answers it: the quota, this period, and the past periods. */
+  function showUsage(usage) {
+    const who = usage.key === undefined ? `hash ${usage.keyHash}` : usage.key.map(([k, v]) => `${k}=${v}`).join(" & ");
+    const applied = usage.override ? ` · override: ${usage.override}` : usage.tier ? ` · tier ${usage.tier}` : "";
+    const left = usage.remaining === null ? "no limit" : `${fmt(usage.remaining)} left`;
+    const tone = usage.remaining === 0 ? "bad" : "good";
+    const past =
+      usage.past.length === 0
+        ? el("p", { class: "empty", text: "No earlier period with any use." })
+        : el(
+            "table",
+            { class: "data past-periods" },
+            el(
+              "thead",
+              {},
+              el(
+                "tr",
+                {},
+                el("th", { text: "Period from" }),
+                el("th", { text: "To" }),
+                el("th", { class: "num", text: "Used" }),
+                el("th", { class: "num", text: "Credit" }),
+              ),
+            ),
+            el(
+              "tbody",
+              {},
+              usage.past.map((p) =>
+                el(
+                  "tr",
+                  {},
+                  el("td", { text: isoText(p.start) }),
+                  el("td", { text: isoText(p.end) }),
+                  el("td", { class: "num", text: fmt(p.used) }),
+                  el("td", { class: "num", text: signed(p.credit) }),
+                ),
+              ),
+            ),
+          );
+    byId("usage").replaceChildren(
+      el(
+        "div",
+        { class: "usage", dataset: { rule: usage.rule } },
+        el("h4", {}, `${usage.rule} · `, el("code", { text: who })),
+        el("p", { class: "quota-words", text: `${usage.limit === null ? "No limit" : usage.quota}${applied}` }),
+        el(
+          "p",
+          { class: "usage-now" },
+          el("span", { class: `total ${tone}` }, el("b", { text: left })),
+          el("span", { class: "total muted", text: `used ${fmt(usage.used)}` }),
+          el("span", { class: "total muted", text: `credit ${signed(usage.credit)}` }),
+          el("span", {
+            class: "total muted",
+            text: `this period: ${isoText(usage.period.start)} to ${isoText(usage.period.end)}`,
+          }),
+        ),
+        past,
+      ),
+    );
+  }
+
+  /** One input per characteristic of a rule's key, in `box`; ids start with `prefix`. */
+  function keyFields(box, chosen, prefix) {
+    box.replaceChildren(
+      ...(chosen?.key ?? []).map((characteristic, i) => {
+        const sources = characteristic.split("|");
+        const single = sources.length === 1;
+        return el(
+          "label",
+          { class: "field" },
+          el("span", { text: `Key: ${characteristic}` }),
+          el("input", {
+            id: `${prefix}-key-${i}`,
+            type: "text",
+            required: true,
+            spellcheck: "false",
+            dataset: { index: i, source: single ? sources[0] : "" },
+            placeholder: single ? example(sources[0]) : sources.map((s) => `${s}=${example(s)}`).join(" or "),
+          }),
+        );
+      }),
+    );
+  }
+
+  /** The `key` parameters the inputs of `box` name: `source=value`, the source added where the rule has one. */
+  function keyParamsOf(box) {
+    return [...box.querySelectorAll("input")].map((input) => {
+      const value = input.value.trim();
+      const source = input.dataset.source;
+      return ["key", source && !value.startsWith(`${source}=`) ? `${source}=${value}` : value];
+    });
   }
 
   const example = (source) =>
