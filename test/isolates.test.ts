@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { CountedRule } from "../src/core/rules.ts";
+import type { RuleOf } from "../src/core/rules.ts";
 import {
   admit,
   bucketIndex,
@@ -12,7 +12,7 @@ import type { Isolate } from "../src/isolate/isolate.ts";
 import { rowOf } from "../src/object/protocol.ts";
 import { flakyNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
-import { counted, createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
+import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf, windows } from "./support/isolate.ts";
 import { uniqueIp } from "./support/limiter.ts";
 import { expectErrorLogs } from "./support/logs.ts";
 import { ipCanonical, storedRows, storedTotal } from "./support/objects.ts";
@@ -44,7 +44,7 @@ function firstOverAdmission(limit: WindowLimit, admittedAtMs: number[]): number 
 }
 
 /** Units the isolates hold unspent for an IP key, per bucket of one rule's row. */
-function heldPerBucket(isolates: Isolate[], ip: string, rule: CountedRule): Map<number, number> {
+function heldPerBucket(isolates: Isolate[], ip: string, rule: RuleOf<"window">): Map<number, number> {
   const held = new Map<number, number>();
   for (const isolate of isolates) {
     for (const { receipt, count } of isolate.keys.holdings(isolate.digest(ipCanonical(ip)))) {
@@ -60,7 +60,7 @@ function heldPerBucket(isolates: Isolate[], ip: string, rule: CountedRule): Map<
  * match it), all or nothing. The isolates, deciding concurrently, must come close: the project allows an
  * admission gap of 3% (test/edge/admission.edge.ts), from units leased to one isolate and unspent there.
  */
-function exactAdmissions(rules: CountedRule[], sentAtMs: number[], keys: (string | null)[][]): number {
+function exactAdmissions(rules: RuleOf<"window">[], sentAtMs: number[], keys: (string | null)[][]): number {
   const states = rules.map(() => new Map<string, WindowState>());
   let admitted = 0;
   sentAtMs.forEach((at, i) => {
@@ -79,7 +79,7 @@ function exactAdmissions(rules: CountedRule[], sentAtMs: number[], keys: (string
 }
 
 /** Checks, bucket by bucket, that the object's counts are the admissions plus the units held. */
-async function expectNothingLost(ip: string, rule: CountedRule, admittedAtMs: number[], isolates: Isolate[]) {
+async function expectNothingLost(ip: string, rule: RuleOf<"window">, admittedAtMs: number[], isolates: Isolate[]) {
   const row = (await storedRows(ip))[rowOf(rule)]!;
   const held = heldPerBucket(isolates, ip, rule);
   const expected = row.counts.map((_, i) => {
@@ -141,11 +141,11 @@ describe("several isolates, one client key", () => {
       }
       for (const { background } of deciders) await background.settled();
       // The seeded trace asks far more than the limits admit: one exact object admits 360 of its 1,500 requests.
-      const exact = exactAdmissions(counted(settings.rules), sentAtMs, keys);
+      const exact = exactAdmissions(windows(settings.rules), sentAtMs, keys);
       expect(exact).toBe(360);
       expect(statuses.get(200)).toBeGreaterThanOrEqual(Math.ceil(0.97 * exact));
       if (lostShare > 0) expect(statuses.get(503)).toBeGreaterThan(0);
-      const rule = counted(settings.rules)[0]!;
+      const rule = windows(settings.rules)[0]!;
       expect(firstOverAdmission(rule, admittedAtMs)).toBeNull();
       await expectNothingLost(ip, rule, admittedAtMs, isolates);
       // Every request whose call was lost ran out of time, failed closed, and logged it for each rule it
@@ -212,7 +212,7 @@ describe("several isolates, one client key", () => {
       for (const outcome of outcomes) if (statusOf(outcome) === 200) admittedAtMs.push(now);
     }
     for (const { background } of deciders) await background.settled();
-    const rule = counted(settings.rules)[0]!;
+    const rule = windows(settings.rules)[0]!;
     // One exact object admits 240 of the 1,600 requests: 80 in each of the 3 windows the trace's 8 s hold at
     // strict precision 2. The isolates, with their clocks off by seconds, come within the allowed gap of it.
     const exact = exactAdmissions(

@@ -4,7 +4,7 @@ import { admit, emptyState, evaluate } from "../src/core/sliding-window.ts";
 import type { Isolate } from "../src/isolate/isolate.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
 import { countedNamespace } from "./support/counting.ts";
-import { counted, createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
+import { createIsolate, decider, requestFrom, settingsFor, statusOf, windows } from "./support/isolate.ts";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
 import { gatedNamespace } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
@@ -221,7 +221,7 @@ describe("logs under attack", () => {
     const { run } = decider(settings, ns, createIsolate());
     const ip = uniqueIp();
     // What one exact window admits of the same requests in the first 10 s: every other one is refused.
-    const [rule] = counted(settings.rules);
+    const [rule] = windows(settings.rules);
     let window = emptyState(start, rule!);
     let admittedInFirst10s = 0;
     for (let t = 0; t < 10_000; t += 100) {

@@ -20,6 +20,9 @@ export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
+/** A policy's quota `q`: its limit, or what its kind says the limit gives (a token bucket's burst). */
+export const quotaOf = (p: Policy): number => p.quota.quota?.(p.limit) ?? p.limit;
+
 /** A policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it; null for a quota that does not renew with time. */
 export const windowSeconds = (p: Policy): number | null =>
   p.quota.windowMs === undefined ? null : Math.max(1, seconds(p.quota.windowMs));
@@ -42,7 +45,7 @@ export const rateLimitPolicy = (policies: Policy[]): string => policies.map(poli
 const policyEntry = (p: Policy): string => {
   const { unit } = p.quota;
   const w = windowSeconds(p);
-  return `"${p.id}";q=${p.limit}${unit === undefined ? "" : `;qu="${unit}"`}${w === null ? "" : `;w=${w}`}`;
+  return `"${p.id}";q=${quotaOf(p)}${unit === undefined ? "" : `;qu="${unit}"`}${w === null ? "" : `;w=${w}`}`;
 };
 
 /**
@@ -60,11 +63,12 @@ export const rateLimit = (r: Reported): string =>
     : `"${r.id}";r=${r.verdict.remaining};t=${resetSeconds(r)}`;
 
 /**
- * The policy closest to its limit: a refusing one first (the longest wait),
- * then the fewest remaining, then the longest effective window.
+ * The policy closest to its limit: a refusing one first (one that no wait
+ * lifts, then the longest wait), then the fewest remaining, then the longest
+ * effective window.
  */
 export function closestToLimit(reports: Reported[]): Reported | undefined {
-  const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : 1);
+  const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : r.verdict.never ? 2 : 1);
   return reports.reduce<Reported | undefined>((best, r) => {
     if (!best) return r;
     const order =
@@ -96,14 +100,14 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
     return {
       "RateLimit-Policy": rateLimitPolicy(policies),
       RateLimit: rateLimit(closest),
-      "X-RateLimit-Limit": String(closest.limit),
+      "X-RateLimit-Limit": String(quotaOf(closest)),
       "X-RateLimit-Remaining": String(closest.verdict.remaining),
     };
   }
   return {
     "RateLimit-Policy": rateLimitPolicy(policies),
     RateLimit: rateLimit(closest),
-    "X-RateLimit-Limit": String(closest.limit),
+    "X-RateLimit-Limit": String(quotaOf(closest)),
     "X-RateLimit-Remaining": String(closest.verdict.remaining),
     "X-RateLimit-Reset": String(resetEpochSeconds(closest)),
   };

@@ -384,7 +384,7 @@ export class KeyState {
       this.refusals?.delete(rule);
       return false;
     }
-    const { limit, override, tier, reduced } = verdict;
+    const { limit, override, tier, reduced, never } = verdict;
     this.refusals ??= new Map();
     this.refusals.set(
       rule,
@@ -393,6 +393,7 @@ export class KeyState {
         override,
         tier,
         reduced,
+        never,
       }),
     );
     return true;

@@ -5,6 +5,8 @@
  * bookings; concurrency rules' places. Types and pure
  * helpers only, so Node-side tools can use them too.
  */
+import type { BucketCheck } from "../core/kinds/bucket.ts";
+import { kindOf } from "../core/kinds/registry.ts";
 import type { OverrideSetting } from "../core/overrides.ts";
 import { type CountedRule, DEFAULT_MAX_HELD, type PlacedRule } from "../core/rules.ts";
 import type { Decision, WindowLimit } from "../core/sliding-window.ts";
@@ -12,8 +14,16 @@ import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 /** One rule to check, as the Worker sends it. */
 export type RuleCheck = WindowLimit & {
   id: string;
-  /** The rule's kind, when it counts by another arithmetic than the sliding window's (absent: a window, as before kinds). */
-  kind?: "window";
+  /**
+   * The rule's kind, when it counts by another arithmetic than the sliding
+   * window's (absent: a window, as before kinds). Another kind sends its own
+   * fields beside the window's layout (`precision`, `strict`), which its
+   * counter does not read.
+   */
+  kind?: "window" | BucketCheck["kind"];
+  /** A token bucket's burst, at its own limit `ownLimit` (another limit scales it: core/kinds/bucket.ts). */
+  burst?: number;
+  ownLimit?: number;
   /** False for `action = "log"`: the rule is counted and reported but never refuses the request. */
   enforce: boolean;
   /** The rule's limit in each tier of `TIERS` that gives it one, for a client an override puts in a tier. */
@@ -58,6 +68,8 @@ export type Receipt = {
   /** Chosen when the row was created; a reset row gets a new one. */
   epoch: number;
   bucket: number;
+  /** What the row's kind keeps of the count besides, to hand it back (a token bucket's state after it); absent for a window. */
+  mark?: readonly number[];
 };
 
 /** A rule's verdict within one check. */
@@ -94,6 +106,13 @@ export type RuleVerdict = Decision & {
    * refusal, and `retryAfterMs` is at least this.
    */
   penaltyMs?: number;
+  /**
+   * This rule refuses the request whatever the wait: it costs more than the
+   * rule ever admits at once (a token bucket's burst). No `Retry-After`
+   * comes true; `retryAfterMs` is then only how long the refusal may be
+   * remembered.
+   */
+  never?: true;
 };
 
 export type CheckResult = {
@@ -363,9 +382,10 @@ export const rowOf = (rule: Pick<WindowLimit, "periodMs" | "precision"> & { id: 
 export const toRuleCheck = (rule: CountedRule): RuleCheck => ({
   id: rule.id,
   limit: rule.limit,
-  periodMs: rule.periodMs,
-  precision: rule.precision,
-  strict: rule.strict,
+  ...(kindOf(rule).check!(rule) as Pick<
+    RuleCheck,
+    "kind" | "periodMs" | "precision" | "strict" | "burst" | "ownLimit"
+  >),
   ...(rule.cost !== undefined && rule.cost !== 1 ? { cost: rule.cost } : {}),
   enforce: rule.action === "block",
   ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),

@@ -10,6 +10,7 @@ import type { KindName } from "../core/kinds/kind.ts";
 import {
   closestToLimit,
   forThisClient,
+  quotaOf,
   type Reported,
   resetEpochSeconds,
   resetSeconds,
@@ -118,7 +119,7 @@ function ruleLimit(r: Reported): RuleLimit {
   const common = {
     kind: r.kind,
     id: r.id,
-    limit: r.limit,
+    limit: quotaOf(r),
     remaining: r.verdict.remaining,
     allowed: r.verdict.ruleAllows,
     shed: r.verdict.reduced === true,

@@ -4,7 +4,7 @@
  * clock, or turn its caches off to see what the object alone decides.
  */
 import { parseSettings, type Settings } from "../../src/config/settings.ts";
-import { type CountedRule, isCounted, type PlacedRule, type Rule } from "../../src/core/rules.ts";
+import { type CountedRule, isCounted, type PlacedRule, type Rule, type RuleOf } from "../../src/core/rules.ts";
 import { decide, type Outcome } from "../../src/isolate/decide.ts";
 import { createIsolate, type Isolate, type IsolateOptions } from "../../src/isolate/isolate.ts";
 import type { LimiterNamespace } from "../../src/object/client.ts";
@@ -49,6 +49,12 @@ export const requestFrom = (ip: string, path = "/x", headers: Record<string, str
 export function counted(rules: Rule[]): CountedRule[] {
   if (!rules.every(isCounted)) throw new Error(`not all counted rules: ${rules.map((r) => r.kind).join(", ")}`);
   return rules;
+}
+
+/** Rules a test wrote as sliding windows, to replay through the window's arithmetic: typed so, and checked. */
+export function windows(rules: Rule[]): RuleOf<"window">[] {
+  if (!rules.every((rule) => rule.kind === "window")) throw new Error(`not all windows: ${rules.map((r) => r.kind)}`);
+  return rules as RuleOf<"window">[];
 }
 
 /** A rule a test wrote as one that gives places (concurrency): typed so, and checked. */

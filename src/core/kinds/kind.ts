@@ -4,9 +4,9 @@
  * every kind's module and the registry share, and nothing else. A leaf: it
  * imports no kind.
  *
- * A rule is one kind: a sliding window (requests per period), or a number
- * of requests in flight at once (concurrency); next a token bucket and a
- * calendar quota. Each kind is one module in this folder that owns its own
+ * A rule is one kind: a sliding window (requests per period), a token
+ * bucket (a rate and a burst), or a number of requests in flight at once
+ * (concurrency); next a calendar quota. Each kind is one module in this folder that owns its own
  * fields and their validation, how its quota reads in the rate-limit
  * headers and in words, how the admin API shows it, what `check-config`
  * warns of, and by which protocol its client's object decides it: `count`
@@ -19,7 +19,7 @@
 import type { Result } from "../result.ts";
 
 /** The kinds there are (see registry.ts). */
-export type KindName = "window" | "concurrency";
+export type KindName = "window" | "concurrency" | "bucket";
 
 /** How a client's object decides a rule: it counts the request, or gives it a place while it is in flight. */
 export type Protocol = "count" | "place";
@@ -36,6 +36,8 @@ export type Quota = {
   readonly windowMs?: number;
   /** `qu`: the quota's unit, when it is not requests. */
   readonly unit?: "concurrent-requests";
+  /** `q` under a limit, when it is not the limit itself: a token bucket's burst. */
+  quota?(limit: number): number;
   /** The quota `limit` in words, for a problem's detail: "100 per minute", "2 requests in flight at once". */
   words(limit: number): string;
 };
@@ -71,14 +73,25 @@ export interface RuleKind<Part extends KindFields = KindFields> {
   readonly limitField: string;
   /** What its limit counts, for messages: "requests", "places". */
   readonly limitNoun: string;
-  /** Why another kind's field does not apply to a rule of this kind; absent: its owner says (see {@link ownField}). */
-  foreignField?(field: string): string;
+  /** Why another kind's field does not apply to a rule of this kind; absent (or undefined): its owner says (see {@link ownField}). */
+  foreignField?(field: string): string | undefined;
   /** Why one of its own fields does not apply to a rule of another kind. */
   ownField(field: string): string;
   /** Its own fields parsed; `take` records each field's problems (a value from a field with problems is never used). */
   parse(fields: Fields, take: TakeField): Part;
   /** Its quota, for the rate-limit headers and the problem details. */
   quota(part: Part): Quota;
+  /**
+   * A counted kind's own fields in the check its client's object decides it
+   * by, beside the limit, the cost and what every rule sends (absent: none).
+   */
+  check?(part: Part): Readonly<Record<string, unknown>>;
+  /**
+   * The most limit a tier or an override may give this rule when its own
+   * fields make it less than {@link maxLimit}, and why: a token bucket's
+   * burst grows with its limit.
+   */
+  limitCap?(part: Part): { max: number; because: string };
   /** Its own fields as the admin API shows them (wrangler.toml's spelling, plus durations in milliseconds). */
   view(part: Part): Record<string, unknown>;
   /** What `check-config` warns of in its own fields (`written`: the rule as written), given what every rule has. */

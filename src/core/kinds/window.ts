@@ -51,6 +51,8 @@ export const windowKind: RuleKind<WindowFields> = {
 
   quota: (rule: WindowFields): Quota => windowQuota(rule.periodMs),
 
+  check: (rule: WindowFields) => ({ periodMs: rule.periodMs, precision: rule.precision, strict: rule.strict }),
+
   view(rule: WindowFields): Record<string, unknown> {
     return {
       limit: rule.limit,

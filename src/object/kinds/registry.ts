@@ -6,6 +6,7 @@
  */
 import type { BookedCount, Pace, RowState } from "../../core/bookings.ts";
 import type { RuleCheck } from "../protocol.ts";
+import { bucketCounter } from "./bucket.ts";
 import type { Counter } from "./counter.ts";
 import { windowCounter } from "./window.ts";
 
@@ -15,6 +16,7 @@ export type CountedKind = NonNullable<RuleCheck["kind"]>;
 /** Every counted kind's counter, by kind. */
 const COUNTERS: Record<CountedKind, Counter<unknown>> = {
   window: windowCounter as Counter<unknown>,
+  bucket: bucketCounter as Counter<unknown>,
 };
 
 /** The kind a check counts by. */

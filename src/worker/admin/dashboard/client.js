@@ -268,12 +268,14 @@
     state.observer.observe(root);
   }
 
-  /** "50 per 1d · per ip · /* · every method", or "2 in flight at once · …" for a concurrency rule. */
+  /** "50 per 1d · per ip · /* · every method", "10 per 1s, bursts of 20 · …" for a token bucket, or "2 in flight at once · …" for a concurrency rule. */
   function ruleSummary(rule) {
     const quota =
       rule.concurrency !== undefined && rule.concurrency !== null
         ? `${fmt(rule.concurrency)} in flight at once`
-        : `${fmt(rule.limit)} per ${rule.period}`;
+        : rule.burst !== undefined
+          ? `${fmt(rule.limit)} per ${rule.period}, bursts of ${fmt(rule.burst)}`
+          : `${fmt(rule.limit)} per ${rule.period}`;
     const parts = [quota, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
     parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
     if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
