@@ -417,6 +417,65 @@ describe("held requests (max_delay) go on at their conformance instants", () => 
   });
 });
 
+describe.concurrent("held bucket requests, when an admin change comes", () => {
+  // 1 a second in bursts of 2, held up to 10 s: of 5 at once, 2 go, and 3 are held until 1, 2 and 3 s on.
+  const heldRule = (id: string) => ({ id, path: "/held/*", limit: 1, period: "1s", burst: 2, max_delay: "10s" });
+  const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  /** Five requests of one client at once; each one's status, when it was answered, and whether it was held. */
+  async function fiveHeld(send: ReturnType<typeof timedLimiter>, ip: string, tag: string) {
+    const startedAt = Date.now();
+    const answers = Array.from({ length: 5 }, async () => {
+      const { response } = await send("/held/x", from(ip, { "x-test-tag": tag }));
+      await response.arrayBuffer();
+      return { status: response.status, atMs: Date.now() - startedAt, held: response.headers.has("server-timing") };
+    });
+    await pause(300);
+    return { answers, changedAtMs: Date.now() - startedAt };
+  }
+
+  it.each([
+    ["a reset", "DELETE", "/status", undefined, 200],
+    ["unlimited", "PUT", "/overrides", { unlimited: true }, 200],
+    ["a raise (20 a second, bursts of 40)", "PUT", "/overrides", { limit: 20 }, 200],
+    ["a tier (pro: 10 a second, bursts of 20)", "PUT", "/overrides", { tier: "pro" }, 200],
+    ["a deny", "PUT", "/overrides", { deny: true }, 403],
+  ])("%s: the held requests are answered at once (%i)", async (_, method, route, body, status) => {
+    const id = uniqueRule("held-admin");
+    const send = timedLimiter([heldRule(id)], { ADMIN_TOKEN: TOKEN, TIERS: { pro: { [id]: 10 } } });
+    const ip = uniqueIp();
+    const tag = uniqueTag(id);
+    const { answers, changedAtMs } = await fiveHeld(send, ip, tag);
+    const { response } = await send(`/__ratelimit${route}?rule=${id}&key=${ip}`, {
+      method,
+      headers: { ...auth, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    expect(response.status).toBe(200);
+    const answered = await Promise.all(answers);
+    expect(answered.map((a) => a.status).sort()).toEqual([200, 200, status, status, status]);
+    for (const a of answered.filter((a) => a.status === status && (a.held || status === 403)).slice(-3))
+      expect(a.atMs - changedAtMs).toBeLessThan(700);
+    expect(await originHits(tag)).toBe(status === 200 ? 5 : 2);
+  });
+
+  it("a lower limit (1 every 2 s, a burst of 1): the held requests keep the turns they were given", async () => {
+    const id = uniqueRule("held-lower");
+    const send = timedLimiter([{ ...heldRule(id), limit: 2, period: "2s" }], { ADMIN_TOKEN: TOKEN });
+    const ip = uniqueIp();
+    const { answers, changedAtMs } = await fiveHeld(send, ip, uniqueTag(id));
+    const { response } = await send(`/__ratelimit/overrides?rule=${id}&key=${ip}`, {
+      method: "PUT",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ limit: 1 }),
+    });
+    expect(response.status).toBe(200);
+    const answered = await Promise.all(answers);
+    expect(answered.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
+    for (const a of answered.filter((a) => a.held)) expect(a.atMs - changedAtMs).toBeGreaterThan(500);
+  });
+});
+
 describe("check-config", () => {
   const findings = (rule: Record<string, unknown>) =>
     checkConfig({ vars: { ORIGIN_URL: "https://origin.example.com", RULES: [rule] } }).findings.filter((f) =>
