@@ -224,6 +224,30 @@ describe("a token bucket, through the Worker", () => {
     ]);
   });
 
+  it("reads, at the client-limits endpoint, as its headers say it: the burst, the depth, what the bucket holds", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    at(0);
+    const id = uniqueRule("reads");
+    const send = limiter([tenAnHour(id)], { CLIENT_LIMITS_PATH: "/rate_limit" });
+    const ip = uniqueIp();
+    expect(await statuses(3, () => send("/x", from(ip)))).toEqual([200, 200, 200]);
+    const read = (await (await send("/rate_limit", from(ip))).json()) as { rules: unknown[] };
+    // The third was spent from a lease of two: the object counts the unit this isolate still holds.
+    expect(read.rules).toEqual([
+      {
+        kind: "bucket",
+        id,
+        limit: 20,
+        remaining: 16,
+        allowed: true,
+        shed: false,
+        windowSeconds: 7200,
+        resetSeconds: 360,
+        resetEpochSeconds: T0 / 1000 + 360,
+      },
+    ]);
+  });
+
   it("is counted in the statistics: admitted, refused by the object, refused by the isolate", async () => {
     const id = uniqueRule("stats");
     const { send, admin } = worker([tenAnHour(id, { limit: 1, burst: 2 })]);

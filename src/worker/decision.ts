@@ -26,7 +26,8 @@ type RuleCommon = {
   /**
    * The quota that applies to this client (`q`): the rule's limit, or an
    * override's, a tier's, or an adaptive rule's current reduced one. In
-   * requests, or in units for a rule with a `cost`; a concurrency rule's places.
+   * requests, or in units for a rule with a `cost`; a concurrency rule's
+   * places; a token bucket's burst.
    */
   limit: number;
   /** What is left of the quota (`r`): after this request, for a decision; now, for the endpoint. */
@@ -41,8 +42,9 @@ type RuleCommon = {
  * One rule's state for the client: what every rule says, and, for a quota
  * that renews with time (every kind but requests in flight), its window and
  * when it resets. `kind` is the rule's kind: `"window"` (requests per
- * period) or `"concurrency"` (places for requests in flight, which free when
- * requests end, at no time known in advance).
+ * period), `"bucket"` (a token bucket: its limit is its burst, its window
+ * its depth) or `"concurrency"` (places for requests in flight, which free
+ * when requests end, at no time known in advance).
  */
 export type RuleLimit = RuleCommon & {
   kind: KindName;
