@@ -12,6 +12,7 @@
  * Most tests fake `Date` (which the objects read too), so that each instant
  * is exact; the held requests' run on the real clock.
  */
+import { evictDurableObject, runDurableObjectAlarm } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { checkConfig } from "../src/config/check.ts";
 import { parseSettings } from "../src/config/settings.ts";
@@ -25,7 +26,7 @@ import { env } from "./support/env.ts";
 import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, originHits, statuses, timedLimiter, uniqueIp, uniqueTag } from "./support/limiter.ts";
 import { expectErrorLogs } from "./support/logs.ts";
-import { storedRows } from "./support/objects.ts";
+import { objectForIp, storedRows } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
 
 /** An instant in 2031, on the faked clock. */
@@ -104,6 +105,32 @@ describe("a token bucket, through the Worker", () => {
     at(360_000);
     expect(headersOf(await send("/x", from(ip)))).toMatchObject({ status: 200, rateLimit: `"${id}";r=0;t=360` });
     expect(headersOf(await send("/x", from(ip)))).toMatchObject({ status: 429, retryAfter: "360" });
+  });
+
+  it("keeps its TAT across an eviction of the object, and its alarm deletes the row once the bucket is full again", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    at(0);
+    const id = uniqueRule("evicted");
+    // No isolate memory: every request asks the object.
+    const settings = settingsFor([tenAnHour(id)]);
+    const { run } = decider(settings, countedNamespace().ns, createIsolate({ maxLeaseUnits: 0, maxRefusalMs: 0 }));
+    const ip = uniqueIp();
+    const sent = [];
+    for (let i = 0; i < 21; i++) sent.push(statusOf(await run(requestFrom(ip))));
+    expect(sent).toEqual([...Array(20).fill(200), 429]);
+    const stub = await objectForIp(ip);
+    await evictDurableObject(stub);
+    at(359_999);
+    expect(statusOf(await run(requestFrom(ip)))).toBe(429);
+    at(360_000);
+    expect(statusOf(await run(requestFrom(ip)))).toBe(200);
+    // Full again 20 units after its TAT: 360 000 + 20 × 360 000 ms. Before then the alarm keeps the row; after, it goes.
+    at(360_000 + 7_200_000 - 1);
+    await runDurableObjectAlarm(stub);
+    expect(Object.keys(await storedRows(ip))).toEqual([`${id}|bucket`]);
+    at(360_000 + 7_200_000);
+    await runDurableObjectAlarm(stub);
+    expect(await storedRows(ip)).toEqual({});
   });
 
   it("counts a request's cost: 4 of cost 5 in a burst of 20, the 5th refused for 5 units' refill (1 800 s)", async () => {
