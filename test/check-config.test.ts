@@ -87,7 +87,7 @@ describe("npm run check-config", () => {
       'error: RULES[0] "API": field "period": must be seconds as a number or a string like "10s", "1m", "1h", "1d"; got "1 minute"',
       'error: RULES[0] "API": field "key": "ip4": unknown characteristic "ip4"; use ip, path, method, host, asn, country, continent, ja4, header:<name>, cookie:<name>, query:<name> or jwt:<claim>',
       'error: RULES[2] "login": field "id": duplicates RULES[1]; ids must be unique',
-      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout, quota, per, timezone, anchor, reset, retry_jitter',
+      'error: RULES[3] "typo": field "metods": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout, burst, quota, per, timezone, anchor, reset, retry_jitter',
       "error: LIMITER_TIMEOUT_MS: must be an integer from 1 to 60000; got 0",
       'error: ORIGIN_URL: must be only a scheme, host and port, such as "https://origin.example.com"; got "https://origin.example.com/api"',
       'error: ADMIN_PREFIX: must be a path such as "/__ratelimit": segments of [A-Za-z0-9._~-], no trailing slash; got "/admin/"',

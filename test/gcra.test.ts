@@ -6,6 +6,7 @@ import {
   admitUnits,
   type BucketLimit,
   type BucketState,
+  carry,
   check,
   depthMs,
   describe as describeBucket,
@@ -590,5 +591,51 @@ describe("leases and hand-backs never take a trace over the bound", () => {
     );
     expect(spent).toBeGreaterThan(300);
     expect(givenBack).toBeGreaterThan(600);
+  });
+});
+
+describe("carried to another rate (a tier, an override or a factor gives the client another limit)", () => {
+  it("keeps what is spent in units: 20 spent at 10 a second are 20 spent at 5 a second, refilled one every 200 ms", () => {
+    const fivePerSecond: BucketLimit = { limit: 5, periodMs: 1_000, burst: 20 };
+    const { state } = burst(fullState(T0, tenPerSecond), T0, tenPerSecond, 20);
+    const carried = carry(state, T0, tenPerSecond, fivePerSecond);
+    expect(carried).toEqual({ tatMs: T0 + 4_000, ticks: 0, perMs: 1 });
+    expect(check(carried, T0 + 199, fivePerSecond).decision).toMatchObject({ allowed: false, retryAfterMs: 1 });
+    expect(check(carried, T0 + 200, fivePerSecond).decision).toMatchObject({ allowed: true, remaining: 0 });
+    // And back: 4 s ahead at 5 a second are 2 s ahead at 10 a second.
+    expect(carry(carried, T0, fivePerSecond, tenPerSecond)).toEqual(state);
+  });
+
+  it("is the state itself under the same emission interval, and for a full bucket", () => {
+    const { state } = burst(fullState(T0, tenPerSecond), T0, tenPerSecond, 7);
+    expect(carry(state, T0, tenPerSecond, { limit: 20, periodMs: 2_000, burst: 3 })).toBe(state);
+    expect(carry(state, T0 + 700, tenPerSecond, { limit: 3, periodMs: 1_000, burst: 20 })).toBe(state);
+  });
+
+  it("admits at once exactly what the bucket admitted before, whatever the two rates, when the burst is the same", () => {
+    fc.assert(
+      fc.property(
+        anyBucket,
+        anyBucket,
+        fc.integer({ min: 0, max: 1_000 }),
+        fc.integer({ min: 0, max: 1_200 }),
+        (from, other, spentShare, gap) => {
+          const to: BucketLimit = {
+            limit: other.limit,
+            periodMs: other.periodMs,
+            burst: Math.max(1, Math.min(from.burst, Math.floor((MAX_DEPTH_MS * other.limit) / other.periodMs))),
+          };
+          const bucket = { ...from, burst: to.burst };
+          const spent = Math.floor((spentShare / 1_000) * bucket.burst);
+          const state = spent === 0 ? fullState(T0, bucket) : admitAt(fullState(T0, bucket), bucket, spent, T0);
+          const nowMs = T0 + gapMs(bucket, gap);
+          const carried = carry(state, nowMs, bucket, to);
+          expect(admitUnits(carried, nowMs, to, to.burst)).toBe(admitUnits(state, nowMs, bucket, bucket.burst));
+          // Never full sooner than what is spent takes to refill at the new rate, rounded up to a tick.
+          if (fullFromMs(state) > nowMs) expect(fullFromMs(carried)).toBeGreaterThan(nowMs);
+        },
+      ),
+      { numRuns: 2_000 },
+    );
   });
 });

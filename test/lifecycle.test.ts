@@ -237,18 +237,22 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
       expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=1;`));
     });
 
-    it("raise: the held requests are counted before a request sent after the change", async () => {
-      const id = uniqueRule(`${kind}-held-raise-order`);
-      const { send, admin } = worker(waiting.rule(id) as Record<string, unknown>);
-      const ip = uniqueIp();
-      const put = await waiting.put(send, ip, uniqueTag(id), id);
-      await act(admin, "raise", id, ip);
-      const { response } = await send(fixture.path(id), from(ip));
-      expect(response.status).toBe(200);
-      // Every request sent before it, then this one, counted against the raised limit.
-      const before = put.waiting.length;
-      expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=${RAISED - before - 1};`));
-      await Promise.all(put.waiting);
-    });
+    const raisedRemaining = waiting.raisedRemaining;
+    it.skipIf(raisedRemaining === null)(
+      "raise: the held requests are counted before a request sent after the change",
+      async () => {
+        const id = uniqueRule(`${kind}-held-raise-order`);
+        const { send, admin } = worker(waiting.rule(id) as Record<string, unknown>);
+        const ip = uniqueIp();
+        const put = await waiting.put(send, ip, uniqueTag(id), id);
+        await act(admin, "raise", id, ip);
+        const { response } = await send(fixture.path(id), from(ip));
+        expect(response.status).toBe(200);
+        // Every request sent before it, then this one, counted against the raised limit.
+        const left = raisedRemaining!(RAISED, put.waiting.length);
+        expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=${left};`));
+        await Promise.all(put.waiting);
+      },
+    );
   });
 });

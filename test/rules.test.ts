@@ -194,7 +194,7 @@ describe("an invalid rule is a clear error naming the rule and the field", () =>
     [
       "a misspelt field",
       { ...base, limt: 5 },
-      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout, quota, per, timezone, anchor, reset, retry_jitter',
+      'RULES[0] "api": field "limt": is not a rule field; known fields are id, path, methods, exclude, case_sensitive, key, action, on_error, ips, exclude_ips, max_delay, max_held, adaptive, limit, period, precision, strict, count, cost, cost_header, keep_cost_header, block_for, concurrency, place_timeout, burst, quota, per, timezone, anchor, reset, retry_jitter',
     ],
     [
       "a block_for under a second",

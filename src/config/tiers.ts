@@ -114,10 +114,17 @@ export function tierLimitProblems(
           `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
         );
       }
-      const { maxLimit, limitNoun, limitField } = kindOf(rule);
+      const kind = kindOf(rule);
+      const { maxLimit, limitNoun, limitField } = kind;
       if (limit > maxLimit) {
         return problem(
           `TIERS.${tier}.${rule.id}: ${limit} is above the most ${limitNoun} ${where} ${show(rule.id)} may give a client (field "${limitField}": at most ${maxLimit}), so it cannot be enforced as written; make it at most ${maxLimit}`,
+        );
+      }
+      const cap = kind.limitCap?.(rule);
+      if (cap !== undefined && limit > cap.max) {
+        return problem(
+          `TIERS.${tier}.${rule.id}: ${limit} is above the most ${where} ${show(rule.id)} may give a client (${cap.max}): ${cap.because}; make it at most ${cap.max}`,
         );
       }
       return [];

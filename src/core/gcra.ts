@@ -366,6 +366,28 @@ export function giveBack(
   };
 }
 
+/**
+ * The state counted under `from` as `to`, another rate, reads it at `nowMs`
+ * (a tier, an override or an adaptive factor gave the client another limit,
+ * or the rule another period): what is spent and not yet refilled is kept in
+ * units, rounded up, and refills at the new rate from now on. A lower rate
+ * then frees nothing, and a burst that scales with the limit keeps its share
+ * spent. Under the same emission interval, and for a bucket already full,
+ * it is the state itself (read in `to`'s scale as any state is).
+ */
+export function carry(state: BucketState, nowMs: number, from: BucketLimit, to: BucketLimit): BucketState {
+  const was = scaleOf(from);
+  const now = scaleOf(to);
+  if (was.perMs === now.perMs && was.unitTicks === now.unitTicks) return state;
+  const v = view(state, nowMs, was);
+  if (v.aheadMs === 0 && v.ticks === 0) return state;
+  // Off the request path, and rare: in BigInt. Spent units are ahead / was.unitTicks; in `to`'s ticks, × now.unitTicks.
+  const ahead = BigInt(v.aheadMs) * BigInt(was.perMs) + BigInt(v.ticks);
+  const scaled = (ahead * BigInt(now.unitTicks) + BigInt(was.unitTicks) - 1n) / BigInt(was.unitTicks);
+  const n = BigInt(now.perMs);
+  return { tatMs: nowMs + Number(scaled / n), ticks: Number(scaled % n), perMs: now.perMs };
+}
+
 /** Checks one request against one bucket: counts it if it conforms. */
 export function check(
   state: BucketState,

@@ -11,7 +11,7 @@
 
 import { parseIntegerFrom1 } from "./fields.ts";
 import type { KindName } from "./kinds/kind.ts";
-import { KINDS } from "./kinds/registry.ts";
+import { kindOf } from "./kinds/registry.ts";
 import { MAX_LIMIT } from "./kinds/window.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
@@ -221,10 +221,15 @@ export function limitOutOfRange(
   const cost = rule.cost ?? 1;
   const limit = limitOf(setting, rule);
   if (typeof limit !== "number") return null;
-  const { maxLimit, limitNoun } = KINDS[rule.kind];
+  const kind = kindOf(rule);
+  const { maxLimit, limitNoun } = kind;
   if (limit > maxLimit) {
     // A tier's limits are checked with the configuration: only an override's own limit gets here.
     return `field "limit": ${limit} is above the most ${limitNoun} rule ${show(rule.id)} may give a client (${maxLimit}); must be at most ${maxLimit}`;
+  }
+  const cap = kind.limitCap?.(rule);
+  if (cap !== undefined && limit > cap.max) {
+    return `field "limit": ${limit} is above the most rule ${show(rule.id)} may give a client (${cap.max}): ${cap.because}; must be at most ${cap.max}`;
   }
   if (limit >= cost) return null;
   const given =

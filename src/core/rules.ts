@@ -90,9 +90,21 @@ export type RateRuleInput = RuleCommonInput & {
    * from 1 s to 365 d; absent or 0 for none (the default).
    */
   block_for?: Duration;
+  burst?: undefined;
   concurrency?: undefined;
   place_timeout?: undefined;
 };
+
+/** A token bucket: a sustained rate of `limit` per `period`, and bursts of up to `burst` at once (docs/token-bucket.md). */
+export type BucketRuleInput = RuleCommonInput &
+  Pick<RateRuleInput, "limit" | "period" | "cost" | "cost_header" | "count" | "block_for"> & {
+    /** The most the bucket admits at once, in the units of `limit` and `cost`; 1 to 1 000 000 000. */
+    burst: number;
+    precision?: undefined;
+    strict?: undefined;
+    concurrency?: undefined;
+    place_timeout?: undefined;
+  };
 
 /** A rule that limits how many of a client's requests are in flight at once. */
 export type ConcurrencyRuleInput = RuleCommonInput & {
@@ -105,6 +117,7 @@ export type ConcurrencyRuleInput = RuleCommonInput & {
   place_timeout?: Duration;
   limit?: undefined;
   period?: undefined;
+  burst?: undefined;
 };
 
 /** A rule that gives a client a quota per calendar period: 100 000 a month, reset on the 1st at midnight in its timezone. */
@@ -137,7 +150,7 @@ export type QuotaRuleInput = Omit<RuleCommonInput, "max_delay" | "max_held" | "a
 };
 
 /** One rule as written in `wrangler.toml` (`[[vars.RULES]]`) or passed to `rateLimit()`. */
-export type RuleInput = RateRuleInput | ConcurrencyRuleInput | QuotaRuleInput;
+export type RuleInput = RateRuleInput | BucketRuleInput | ConcurrencyRuleInput | QuotaRuleInput;
 
 /** Where one part of a client key comes from. */
 export type Source =
@@ -199,7 +212,7 @@ export type Rule = { [K in KindName]: RuleCommon & { kind: K } & KindFieldsOf[K]
 export type RuleOf<K extends KindName> = Extract<Rule, { kind: K }>;
 
 /** A rule its client's object counts (the `count` protocol): a check decides it, with the key's other counted rules. */
-export type CountedRule = RuleOf<"window"> | RuleOf<"quota">;
+export type CountedRule = RuleOf<"window" | "bucket" | "quota">;
 
 /** A rule its client's object gives places under (the `place` protocol), once the request's counted rules admit it. */
 export type PlacedRule = RuleOf<"concurrency">;

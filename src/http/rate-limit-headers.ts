@@ -46,6 +46,9 @@ export function windowSeconds(p: Policy | Reported, nowMs?: number): number | nu
 /** The instant a rule's quota resets, to the second, as a problem's detail names it: `nowMs` + `t`. */
 export const resetAtMs = (r: Reported): number => Math.round((r.nowMs + r.verdict.resetMs) / 1000) * 1000;
 
+/** A policy's quota `q`: its limit, or what its kind says the limit gives (a token bucket's burst). */
+export const quotaOf = (p: Policy): number => p.quota.quota?.(p.limit) ?? p.limit;
+
 /** Whole seconds until a rate rule's quota resets, as `RateLimit`'s `t` says it. */
 export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
 
@@ -65,7 +68,7 @@ export const rateLimitPolicy = (policies: Policy[], nowMs?: number): string =>
 const policyEntry = (p: Policy, nowMs: number | undefined): string => {
   const { unit } = p.quota;
   const w = windowSeconds(p, nowMs);
-  return `"${p.id}";q=${p.limit}${unit === undefined ? "" : `;qu="${unit}"`}${w === null ? "" : `;w=${w}`}`;
+  return `"${p.id}";q=${quotaOf(p)}${unit === undefined ? "" : `;qu="${unit}"`}${w === null ? "" : `;w=${w}`}`;
 };
 
 /**
@@ -83,11 +86,12 @@ export const rateLimit = (r: Reported): string =>
     : `"${r.id}";r=${r.verdict.remaining};t=${resetSeconds(r)}`;
 
 /**
- * The policy closest to its limit: a refusing one first (the longest wait),
- * then the fewest remaining, then the longest effective window.
+ * The policy closest to its limit: a refusing one first (one that no wait
+ * lifts, then the longest wait), then the fewest remaining, then the longest
+ * effective window.
  */
 export function closestToLimit(reports: Reported[]): Reported | undefined {
-  const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : 1);
+  const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : r.verdict.never ? 2 : 1);
   return reports.reduce<Reported | undefined>((best, r) => {
     if (!best) return r;
     const order =
@@ -120,14 +124,14 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
     return {
       "RateLimit-Policy": policy,
       RateLimit: rateLimit(closest),
-      "X-RateLimit-Limit": String(closest.limit),
+      "X-RateLimit-Limit": String(quotaOf(closest)),
       "X-RateLimit-Remaining": String(closest.verdict.remaining),
     };
   }
   return {
     "RateLimit-Policy": policy,
     RateLimit: rateLimit(closest),
-    "X-RateLimit-Limit": String(closest.limit),
+    "X-RateLimit-Limit": String(quotaOf(closest)),
     "X-RateLimit-Remaining": String(closest.verdict.remaining),
     "X-RateLimit-Reset": String(resetEpochSeconds(closest)),
   };

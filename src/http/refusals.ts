@@ -21,9 +21,14 @@ import { type Policy, type Reported, rateLimitHeaders, resetAtMs, retryAfter } f
 export const tooManyRequests = (policies: Policy[], reports: Reported[], legacy = true): Response =>
   send(tooManyRequestsParts(policies, reports, legacy));
 
-/** The parts of {@link tooManyRequests}, to send again while the wait reads the same. */
+/**
+ * The parts of {@link tooManyRequests}, to send again while the wait reads
+ * the same. A request that a rule never admits, whatever the wait (it costs
+ * more than a token bucket ever holds), is told so, with no `Retry-After`.
+ */
 export function tooManyRequestsParts(policies: Policy[], reports: Reported[], legacy = true): ProblemParts {
   const violated = reports.filter((r) => !r.verdict.ruleAllows);
+  if (violated.some((r) => r.verdict.never)) return neverParts(policies, reports, violated, legacy);
   const wait = retryAfter(violated);
   const names = violated.map((r) => `"${r.id}" (${quotaOf(r)}${tierOf(r)})`).join(", ");
   return problemParts(
@@ -36,6 +41,22 @@ export function tooManyRequestsParts(policies: Policy[], reports: Reported[], le
       "violated-policies": violated.map((r) => r.id),
     },
     { ...rateLimitHeaders(policies, reports, legacy), "Retry-After": String(wait) },
+  );
+}
+
+/** A 429 for a request some rule never admits: no wait helps, so there is no `Retry-After`. */
+function neverParts(policies: Policy[], reports: Reported[], violated: Reported[], legacy: boolean): ProblemParts {
+  const never = violated.filter((r) => r.verdict.never);
+  const names = never.map((r) => `"${r.id}" (${quotaOf(r)}${tierOf(r)})`).join(", ");
+  return problemParts(
+    {
+      type: QUOTA_EXCEEDED,
+      title: "Too Many Requests",
+      status: 429,
+      detail: `This request costs more than ${never.length === 1 ? "its rule admits" : "these rules admit"} at once, so it will never be admitted, whatever the wait: ${names}. Send smaller requests; retrying this one will not help.`,
+      "violated-policies": violated.map((r) => r.id),
+    },
+    rateLimitHeaders(policies, reports, legacy),
   );
 }
 

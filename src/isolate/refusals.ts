@@ -40,7 +40,7 @@ export class KnownRefusals {
       this.entries?.delete(rule);
       return false;
     }
-    const { limit, override, tier, reduced } = verdict;
+    const { limit, override, tier, reduced, never } = verdict;
     this.entries ??= new Map();
     this.entries.set(
       rule,
@@ -49,6 +49,7 @@ export class KnownRefusals {
         override,
         tier,
         reduced,
+        never,
       }),
     );
     return true;

@@ -25,7 +25,8 @@ const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
 
 /** A known refusal as the object's verdict, with the wait that is left. */
 export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Reported {
-  const waitMs = refusal.retryAtMs - nowMs;
+  // A refusal that no wait lifts (`never`) is remembered past its own wait, which is then only the bucket's refill.
+  const waitMs = Math.max(0, refusal.retryAtMs - nowMs);
   const verdict: RuleVerdict = {
     allowed: false,
     ruleAllows: false,

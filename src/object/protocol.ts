@@ -5,6 +5,7 @@
  * bookings; concurrency rules' places. Types and pure
  * helpers only, so Node-side tools can use them too.
  */
+import type { BucketCheck } from "../core/kinds/bucket.ts";
 import type { QuotaLimit } from "../core/kinds/quota.ts";
 import { kindOf } from "../core/kinds/registry.ts";
 import type { OverrideSetting } from "../core/overrides.ts";
@@ -16,7 +17,7 @@ import type { Decision, WindowLimit } from "../core/sliding-window.ts";
  * and its kind's own part (`kind` names it; absent: a sliding window, as
  * before kinds).
  */
-export type RuleCheck = WindowCheck | CheckOf<QuotaLimit>;
+export type RuleCheck = WindowCheck | CheckOf<BucketCheck> | CheckOf<QuotaLimit>;
 
 /** A sliding window's check. */
 export type WindowCheck = CheckOf<WindowLimit & { kind?: "window" }>;
@@ -75,6 +76,8 @@ export type Receipt = {
   /** Chosen when the row was created; a reset row gets a new one. */
   epoch: number;
   bucket: number;
+  /** What the row's kind keeps of the count besides, to hand it back (a token bucket's state after it); absent for a window. */
+  mark?: readonly number[];
 };
 
 /** A rule's verdict within one check. */
@@ -116,6 +119,13 @@ export type RuleVerdict = Decision & {
    * refusal, and `retryAfterMs` is at least this.
    */
   penaltyMs?: number;
+  /**
+   * This rule refuses the request whatever the wait: it costs more than the
+   * rule ever admits at once (a token bucket's burst). No `Retry-After`
+   * comes true; `retryAfterMs` is then only how long the refusal may be
+   * remembered.
+   */
+  never?: true;
 };
 
 export type CheckResult = {

@@ -312,7 +312,7 @@ export class RateLimiter extends DurableObject<unknown> {
       const counted = allowed && ev.allowed;
       // A shadow rule counts now even where requests are held ahead: their tails must count it too.
       if (counted && this.books.anyAhead && this.books.heldIn(row.key) > 0) this.books.invalidate();
-      row.data = counted ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule) : ev.data;
+      row.data = counted ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule, nowMs) : ev.data;
       if (!ev.allowed) this.penalize(plan.rule, row, nowMs);
       return this.verdict(ev, nowMs, plan, row, counted);
     });
@@ -327,7 +327,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   private see(row: Row, nowMs: number, rule: RuleCheck): Looked {
     const ev = evaluateRow(row, nowMs, rule);
-    if (!this.books.anyAhead || !rule.enforce || this.books.heldIn(row.key) === 0) return ev;
+    if (!this.books.anyAhead || !rule.enforce || ev.never || this.books.heldIn(row.key) === 0) return ev;
     if (ev.allowed && this.roomForAll(row, ev.data, rule, nowMs)) return ev;
     const tail = this.books.tailOf(row.key, this.booked)!;
     const turnMs = row.counter.earliestAdmission(tail.state, rule, Math.max(nowMs, tail.lastAtMs));
@@ -406,7 +406,7 @@ export class RateLimiter extends DurableObject<unknown> {
       }
       const ev = evaluateRow(row, nowMs, plan.rule);
       if (ev.allowed && this.books.heldIn(row.key) > 0) this.books.invalidate();
-      row.data = ev.allowed ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule) : ev.data;
+      row.data = ev.allowed ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule, nowMs) : ev.data;
       if (ev.allowed) this.save(row);
       return this.verdict(ev, nowMs, plan, row, ev.allowed);
     });
@@ -439,6 +439,7 @@ export class RateLimiter extends DurableObject<unknown> {
           row: row.key,
           epoch: row.epoch,
           bucket: row.counter.whereAt(booking.atMs, check, row.data),
+          ...markOf(row),
         };
       });
       this.books.counted(booking, receipts, nowMs);
@@ -732,11 +733,12 @@ export class RateLimiter extends DurableObject<unknown> {
       ...counted.map((v) => Math.floor(v.remaining * LEASE_SHARE)),
     );
     if (units < LEASE_MIN_UNITS) return undefined;
-    const receipts = rows.map((row): Receipt => {
+    const receipts = rows.map((row, i): Receipt => {
       if (!row) return NOWHERE;
-      const ahead = row.counter.countAhead(row.data, units);
+      const rule = (plans[i] as Plan & { kind: "count" }).rule;
+      const ahead = row.counter.countAhead(row.data, units, rule, nowMs + expiresInMs);
       row.data = ahead.data;
-      return { row: row.key, epoch: row.epoch, bucket: ahead.where };
+      return { row: row.key, epoch: row.epoch, bucket: ahead.where, ...markOf(row) };
     });
     return { units, receipts, expiresInMs } satisfies Lease;
   }
@@ -807,10 +809,11 @@ export class RateLimiter extends DurableObject<unknown> {
    * bucket that has rotated out are gone already, and are not taken again.
    */
   refund(refunds: Refund[]): void {
+    const nowMs = Date.now();
     for (const { receipt, count: taken } of refunds) {
       const row = this.rows.get(receipt.row);
       if (!row || row.epoch !== receipt.epoch) continue;
-      const after = row.counter.takeBack(row.data, receipt.bucket, taken);
+      const after = row.counter.takeBack(row.data, receipt, taken, nowMs);
       if (after === null) continue;
       row.data = after;
       this.liftTentativePenalty(row);
@@ -818,7 +821,6 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     // The counts taken back were under any bookings ahead: they move up, and their callers wake sooner.
     if (this.books.anyAhead) {
-      const nowMs = Date.now();
       this.countTurnsDue(nowMs);
       this.books.moveUp(nowMs, this.booked);
       this.rearm(nowMs);
@@ -833,10 +835,11 @@ export class RateLimiter extends DurableObject<unknown> {
    * epoch) or a bucket rotated out are dropped: that window is gone.
    */
   charge(charges: Refund[]): void {
+    const nowMs = Date.now();
     for (const { receipt, count } of charges) {
       const row = this.rows.get(receipt.row);
       if (!row || row.epoch !== receipt.epoch || count <= 0) continue;
-      const after = row.counter.addAt(row.data, receipt.bucket, count);
+      const after = row.counter.addAt(row.data, receipt, count, nowMs);
       if (after === null) continue;
       row.data = after;
       this.save(row);
@@ -1002,6 +1005,8 @@ export class RateLimiter extends DurableObject<unknown> {
     const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
     const described = row.counter.describe(ev, nowMs, rule, counted);
     const decision = underPenalty(behindHeld(described, ev.turnMs, nowMs), penaltyMs);
+    // No wait admits it: the refusal holds until the rule changes for this client (the isolate caps it).
+    const never = described.never === true;
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
     // A refusal under an override holds no longer than the override.
     const untilChange = override?.expiresAtMs != null ? override.expiresAtMs - nowMs : Number.POSITIVE_INFINITY;
@@ -1009,13 +1014,16 @@ export class RateLimiter extends DurableObject<unknown> {
       ...decision,
       ...(penaltyMs > 0 ? { penaltyMs } : {}),
       ruleAllows: ev.allowed,
-      counted: counted ? { row: row.key, epoch: row.epoch, bucket: row.counter.where(ev.data, rule) } : null,
+      counted: counted
+        ? { row: row.key, epoch: row.epoch, bucket: row.counter.where(ev.data, rule), ...markOf(row) }
+        : null,
       // Behind held requests, the wait shrinks when one of their clients hangs up: not to be remembered.
       // A kind whose refusals a credit may lift at any time (a quota): every request asks.
       holdsForMs:
         ev.allowed || refundDue || ev.turnMs !== undefined || row.counter.refusalsHold === false
           ? 0
-          : Math.min(decision.retryAfterMs, untilChange),
+          : Math.min(never ? DENY_FOREVER_MS : decision.retryAfterMs, untilChange),
+      ...(never ? { never: true } : {}),
       ...(override || configured !== undefined ? { limit: rule.limit } : {}),
       ...(override ? { override: override.kind } : {}),
       ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
@@ -1108,6 +1116,10 @@ function holdLess(rules: RuleCheck[], verdicts: RuleVerdict[]): void {
     if (delayMs !== undefined) verdict.holdsForMs = Math.max(0, verdict.holdsForMs - delayMs);
   });
 }
+
+/** What a receipt keeps of a count besides where it went, when the row's kind keeps anything: read from the row as it is now. */
+const markOf = (row: Row): { mark?: readonly number[] } =>
+  row.counter.mark === undefined ? {} : { mark: row.counter.mark(row.data) };
 
 /** What a request now would see of a row: the window's evaluation, refused while the rule's penalty lasts. */
 function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Seen<unknown> {

@@ -10,6 +10,7 @@ import type { KindName } from "../core/kinds/kind.ts";
 import {
   closestToLimit,
   forThisClient,
+  quotaOf,
   type Reported,
   resetEpochSeconds,
   resetSeconds,
@@ -25,7 +26,8 @@ type RuleCommon = {
   /**
    * The quota that applies to this client (`q`): the rule's limit, or an
    * override's, a tier's, or an adaptive rule's current reduced one. In
-   * requests, or in units for a rule with a `cost`; a concurrency rule's places.
+   * requests, or in units for a rule with a `cost`; a concurrency rule's
+   * places; a token bucket's burst.
    */
   limit: number;
   /** What is left of the quota (`r`): after this request, for a decision; now, for the endpoint. */
@@ -40,7 +42,8 @@ type RuleCommon = {
  * One rule's state for the client: what every rule says, and, for a quota
  * that renews with time (every kind but requests in flight), its window and
  * when it resets. `kind` is the rule's kind: `"window"` (requests per
- * period), `"quota"` (units per calendar period: its window is the period
+ * period), `"bucket"` (a token bucket: its limit is its burst, its window
+ * its depth), `"quota"` (units per calendar period: its window is the period
  * the client is in) or `"concurrency"` (places for requests in flight, which
  * free when requests end, at no time known in advance).
  */
@@ -119,7 +122,7 @@ function ruleLimit(r: Reported): RuleLimit {
   const common = {
     kind: r.kind,
     id: r.id,
-    limit: r.limit,
+    limit: quotaOf(r),
     remaining: r.verdict.remaining,
     allowed: r.verdict.ruleAllows,
     shed: r.verdict.reduced === true,

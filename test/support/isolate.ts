@@ -73,7 +73,7 @@ export function counted(rules: Rule[]): CountedRule[] {
   return rules;
 }
 
-/** Rules a test wrote as sliding windows: typed so, and checked. */
+/** Rules a test wrote as sliding windows, to replay through the window's arithmetic: typed so, and checked. */
 export function windows(rules: Rule[]): RuleOf<"window">[] {
   if (!rules.every((rule) => rule.kind === "window")) throw new Error(`not all windows: ${rules.map((r) => r.kind)}`);
   return rules as RuleOf<"window">[];

@@ -52,6 +52,12 @@ export type LifecycleFixture = {
      * the last of them hangs up on `hangUp`.
      */
     put(send: Send, ip: string, tag: string, id: string, hangUp?: AbortSignal): Promise<Waiting>;
+    /**
+     * What a request sent just after a raise to `raised` has left, once the
+     * `before` requests sent before it are counted ahead of it; null when
+     * the kind refills meanwhile, so that only the order says it.
+     */
+    raisedRemaining: ((raised: number, before: number) => number) | null;
   } | null;
 };
 
@@ -90,6 +96,16 @@ async function oneAfterAnother(send: Send, ip: string, path: string) {
   return { statuses, beside: [] };
 }
 
+/** Five requests of `ip` at once to `/slow/0`, the last hanging up on `hangUp`; returned 300 ms on. */
+async function fiveAtOnce(send: Send, ip: string, tag: string, hangUp: AbortSignal | undefined): Promise<Waiting> {
+  const startedAt = Date.now();
+  const waiting = Array.from({ length: 5 }, (_, i) =>
+    answer(send, "/slow/0", ip, tag, startedAt, i === 4 ? hangUp : undefined),
+  );
+  await pause(300);
+  return { waiting, beside: [], at: () => Date.now() - startedAt };
+}
+
 /** Every registered kind's fixture: test/lifecycle.test.ts fails for a kind without one. */
 export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
   window: {
@@ -104,13 +120,26 @@ export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
       rule: (id) => ({ id, path: "/slow/*", limit: 2, period: "2s", max_delay: "10s", key: ["ip"] }),
       async put(send, ip, tag, _id, hangUp) {
         await windowStart();
-        const startedAt = Date.now();
-        const waiting = Array.from({ length: 5 }, (_, i) =>
-          answer(send, "/slow/0", ip, tag, startedAt, i === 4 ? hangUp : undefined),
-        );
-        await pause(300);
-        return { waiting, beside: [], at: () => Date.now() - startedAt };
+        return fiveAtOnce(send, ip, tag, hangUp);
       },
+      // Counted in the window: every request sent before, then this one.
+      raisedRemaining: (raised, before) => raised - before - 1,
+    },
+  },
+  bucket: {
+    // 2 an hour in bursts of 2: two at once empty it, and it refills one request each half hour.
+    rule: (id) => ({ id, path: "/slow/*", limit: 2, period: "1h", burst: 2, key: ["ip"] }),
+    path: () => "/slow/0",
+    slow: (_id, ms) => `/slow/${ms}`,
+    hungUp: "counted",
+    fill: (send, ip) => oneAfterAnother(send, ip, "/slow/0"),
+    waiting: {
+      state: "held",
+      // 1 a second in bursts of 2, held up to 10 s: of 5 requests at once, 2 go, and 3 are held until 1, 2 and 3 s on.
+      rule: (id) => ({ id, path: "/slow/*", limit: 2, period: "2s", burst: 2, max_delay: "10s", key: ["ip"] }),
+      put: (send, ip, tag, _id, hangUp) => fiveAtOnce(send, ip, tag, hangUp),
+      // Raised to 20 a second-pair, it refills 10 a second: what it has left after is not the window's exact count.
+      raisedRemaining: null,
     },
   },
   quota: {
@@ -153,6 +182,7 @@ export const LIFECYCLE: Partial<Record<KindName, LifecycleFixture>> = {
         await pause(300);
         return { waiting, beside, at: () => Date.now() - startedAt };
       },
+      raisedRemaining: null,
     },
   },
 };

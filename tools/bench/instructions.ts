@@ -18,7 +18,8 @@
  * limiter's own 429; (d) the limiter, blocked; (a) the bare proxy and (c)
  * the limiter, allowed, one hot key, both in front of a constant origin in
  * the same workerd; (k) and (j), (d) and (c) with statistics on; (n) and (m),
- * (d) and (c) with `LEGACY_HEADERS = false`. INSTR_BASE=<another checkout> adds (d) and (c) built
+ * (d) and (c) with `LEGACY_HEADERS = false`; (bd) and (bc), (d) and (c) with
+ * the same rules as token buckets (`burst`). INSTR_BASE=<another checkout> adds (d) and (c) built
  * from there (e.g. a `git worktree` of main), to compare.
  *
  * Needs valgrind (`apt-get install valgrind`). Options (environment):
@@ -41,7 +42,7 @@ import {
   ROOT,
   WORKERD,
 } from "../workerd.ts";
-import { BENCH_RULES } from "./rules.ts";
+import { BENCH_BUCKET_RULES, BENCH_RULES } from "./rules.ts";
 
 const requests = Number(process.env.INSTR_REQUESTS ?? 3000);
 const rounds = Number(process.env.INSTR_ROUNDS ?? 3);
@@ -62,6 +63,8 @@ type Variant = {
   stats?: boolean;
   /** More text variables to bind, such as `LEGACY_HEADERS`. */
   vars?: Record<string, string>;
+  /** The limiter's `RULES`, when not {@link BENCH_RULES}. */
+  rules?: unknown[];
 };
 
 const variant = (
@@ -90,6 +93,7 @@ const all: Variant[] = [
   variant("k", "limiter, blocked, statistics on", "src/index.ts", "/blocked/x", true, ROOT, true),
   variant("n", "limiter, blocked, LEGACY_HEADERS = false", "src/index.ts", "/blocked/x", true, ROOT, false, NO_LEGACY),
   ...(base ? [variant("d0", `limiter, blocked, built from ${base}`, "src/index.ts", "/blocked/x", true, base)] : []),
+  { ...variant("bd", "limiter, blocked, token bucket", "src/index.ts", "/blocked/x", true), rules: BENCH_BUCKET_RULES },
   variant("a", "bare Hono proxy", "tools/bench/workers/proxy.ts", "/allowed/x", false),
   variant("c", "limiter, allowed, one hot key", "src/index.ts", "/allowed/x", true),
   variant("j", "limiter, allowed, one hot key, statistics on", "src/index.ts", "/allowed/x", true, ROOT, true),
@@ -106,6 +110,10 @@ const all: Variant[] = [
   ...(base
     ? [variant("c0", `limiter, allowed, one hot key, built from ${base}`, "src/index.ts", "/allowed/x", true, base)]
     : []),
+  {
+    ...variant("bc", "limiter, allowed, one hot key, token bucket", "src/index.ts", "/allowed/x", true),
+    rules: BENCH_BUCKET_RULES,
+  },
 ];
 const variants = only ? all.filter((v) => only.includes(v.id.replace(/0$/, ""))) : all;
 
@@ -144,7 +152,7 @@ function config(work: string, bundles: Map<Variant, string>, origin: string, por
       `(name = "ORIGIN_URL", text = "http://origin.internal")`,
       ...(v.limiter
         ? [
-            `(name = "RULES", json = ${capnpString(JSON.stringify(BENCH_RULES))})`,
+            `(name = "RULES", json = ${capnpString(JSON.stringify(v.rules ?? BENCH_RULES))})`,
             `(name = "RATE_LIMITER", durableObjectNamespace = "RateLimiter")`,
           ]
         : []),

@@ -4,10 +4,11 @@
  * every kind's module and the registry share, and nothing else. A leaf: it
  * imports no kind.
  *
- * A rule is one kind: a sliding window (requests per period), a number
- * of requests in flight at once (concurrency), or a calendar quota (units
- * per day, week, month or year); next a token bucket. Each kind is one
- * module in this folder that owns its own fields and their validation, how its quota reads in the rate-limit
+ * A rule is one kind: a sliding window (requests per period), a token
+ * bucket (a rate and a burst), a number of requests in flight at once
+ * (concurrency), or a calendar quota (units per day, week, month or year).
+ * Each kind is one module in this folder that owns its own
+ * fields and their validation, how its quota reads in the rate-limit
  * headers and in words, how the admin API shows it, what `check-config`
  * warns of, and by which protocol its client's object decides it: `count`
  * (a check counts the request, all or nothing with the key's other counted
@@ -19,7 +20,7 @@
 import type { Result } from "../result.ts";
 
 /** The kinds there are (see registry.ts). */
-export type KindName = "window" | "concurrency" | "quota";
+export type KindName = "window" | "concurrency" | "bucket" | "quota";
 
 /** How a client's object decides a rule: it counts the request, or gives it a place while it is in flight. */
 export type Protocol = "count" | "place";
@@ -42,6 +43,8 @@ export type Quota = {
   windowAt?(nowMs: number): number;
   /** `qu`: the quota's unit, when it is not requests. */
   readonly unit?: "concurrent-requests";
+  /** `q` under a limit, when it is not the limit itself: a token bucket's burst. */
+  quota?(limit: number): number;
   /**
    * The quota `limit` in words, for a problem's detail: "100 per minute", "2
    * requests in flight at once"; given the instant it resets (Unix
@@ -82,8 +85,8 @@ export interface RuleKind<Part extends KindFields = KindFields> {
   readonly limitField: string;
   /** What its limit counts, for messages: "requests", "places". */
   readonly limitNoun: string;
-  /** Why another kind's field does not apply to a rule of this kind; absent: its owner says (see {@link ownField}). */
-  foreignField?(field: string): string;
+  /** Why another kind's field does not apply to a rule of this kind; absent (or undefined): its owner says (see {@link ownField}). */
+  foreignField?(field: string): string | undefined;
   /** Why one of its own fields does not apply to a rule of another kind. */
   ownField(field: string): string;
   /** Fields every rule may have that a rule of this kind does not take, each with why. */
@@ -92,8 +95,17 @@ export interface RuleKind<Part extends KindFields = KindFields> {
   parse(fields: Fields, take: TakeField): Part;
   /** Its quota, for the rate-limit headers and the problem details. */
   quota(part: Part): Quota;
-  /** A counted kind: what its client's object needs of its own fields, in the rule's check (object/protocol.ts). */
-  check?(part: Part): Record<string, unknown>;
+  /**
+   * A counted kind's own fields in the check its client's object decides it
+   * by, beside the limit, the cost and what every rule sends (absent: none).
+   */
+  check?(part: Part): Readonly<Record<string, unknown>>;
+  /**
+   * The most limit a tier or an override may give this rule when its own
+   * fields make it less than {@link maxLimit}, and why: a token bucket's
+   * burst grows with its limit.
+   */
+  limitCap?(part: Part): { max: number; because: string };
   /**
    * Its own fields as the admin API shows them (wrangler.toml's spelling,
    * plus durations in milliseconds): `limit`, the fields that say the limit

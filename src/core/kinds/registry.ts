@@ -5,6 +5,7 @@
  * `kindOf`, and which protocol its object decides it by through
  * `isCounted`/`isPlaced`; nothing else asks which kind a rule is.
  */
+import { type BucketFields, bucketKind } from "./bucket.ts";
 import { type ConcurrencyFields, concurrencyKind } from "./concurrency.ts";
 import type { AnyKind, Fields, KindName } from "./kind.ts";
 import { type QuotaFields, quotaKind } from "./quota.ts";
@@ -14,11 +15,17 @@ import { type WindowFields, windowKind } from "./window.ts";
 export const KINDS = {
   window: windowKind,
   concurrency: concurrencyKind,
+  bucket: bucketKind,
   quota: quotaKind,
 } as const satisfies Record<KindName, AnyKind>;
 
 /** Each kind's own compiled fields, by kind. */
-export type KindFieldsOf = { window: WindowFields; concurrency: ConcurrencyFields; quota: QuotaFields };
+export type KindFieldsOf = {
+  window: WindowFields;
+  concurrency: ConcurrencyFields;
+  bucket: BucketFields;
+  quota: QuotaFields;
+};
 
 const LIST: AnyKind[] = Object.values(KINDS);
 

@@ -8,10 +8,14 @@
  * it imports no counter.
  */
 import type { Decision } from "../../core/sliding-window.ts";
-import type { RuleCheck } from "../protocol.ts";
+import type { Receipt, RuleCheck } from "../protocol.ts";
 
-/** What a request now would see of a row: whether one more request of the rule's cost fits, and the row brought to now. */
-export type Seen<D> = { allowed: boolean; data: D; weighted: number };
+/**
+ * What a request now would see of a row: whether one more request of the
+ * rule's cost fits, and the row brought to now; `never` when no wait makes
+ * it fit (it costs more than the row ever admits at once).
+ */
+export type Seen<D> = { allowed: boolean; data: D; weighted: number; never?: true };
 
 /** A row as it is stored: the columns of the `counters` table a counter's state is written in. */
 export type Stored = { periodMs: number; precision: number; bucket: number; counts: string };
@@ -47,11 +51,22 @@ export interface Counter<D = unknown> {
   /** What a request at `nowMs` sees: whether it fits, the row brought to `nowMs`, and its count (for display). */
   see(data: D, nowMs: number, check: RuleCheck): Seen<D>;
   /** A row seen at `nowMs` with the request counted in it (`cost` units). */
-  admit(seen: D, cost: number, check: RuleCheck): D;
-  /** The verdict's numbers for a request seen at `nowMs`, counted or not; `windowMs` when `w` is the row's own. */
-  describe(seen: Seen<D>, nowMs: number, check: RuleCheck, counted: boolean): Decision & { windowMs?: number };
+  admit(seen: D, cost: number, check: RuleCheck, nowMs: number): D;
+  /**
+   * The verdict's numbers for a request seen at `nowMs`, counted or not;
+   * `windowMs` when `w` is the row's own (a calendar period's length);
+   * `never` as {@link Seen} says.
+   */
+  describe(
+    seen: Seen<D>,
+    nowMs: number,
+    check: RuleCheck,
+    counted: boolean,
+  ): Decision & { windowMs?: number; never?: true };
   /** Where a count taken now goes (a receipt's `bucket`). */
   where(seen: D, check: RuleCheck): number;
+  /** What a receipt keeps besides, to hand the count back: read from the row just after it went in (a receipt's `mark`). */
+  mark?(data: D): readonly number[];
   /** Where a count taken at `atMs` goes (a held request's turn), in `data` as it is once counted there. */
   whereAt(atMs: number, check: RuleCheck, data: D): number;
   /** Whether a row seen at `nowMs` has room for `units` more and one more request (held requests booked ahead). */
@@ -60,8 +75,8 @@ export interface Counter<D = unknown> {
   earliestAdmission(data: D, check: RuleCheck, fromMs: number): number;
   /** The row with a request counted at `atMs`, not before the row's own last count (a held request's turn). */
   admitAt(data: D, check: RuleCheck, atMs: number): D;
-  /** `units` counted ahead now for a lease: the row after, and where they went. */
-  countAhead(seen: D, units: number): { data: D; where: number };
+  /** `units` counted ahead now for a lease that may be spent until `endsAtMs`: the row after, and where they went. */
+  countAhead(seen: D, units: number, check: RuleCheck, endsAtMs: number): { data: D; where: number };
   /** How long a lease may last from `nowMs`: no longer than the counts it holds stay where they were counted; 0: none. */
   leaseEndsInMs(nowMs: number, check: RuleCheck): number;
   /**
@@ -70,10 +85,10 @@ export interface Counter<D = unknown> {
    * Absent: it may, for as long as the refusal holds.
    */
   readonly refusalsHold?: false;
-  /** The row with `units` taken back from where they were counted; null when they are there no more (rotated out). */
-  takeBack(data: D, where: number, units: number): D | null;
-  /** The row with `units` more where a request was counted (a `cost_header` charge); null when that is gone. */
-  addAt(data: D, where: number, units: number): D | null;
+  /** The row at `nowMs` with `units` taken back from where the receipt says they were counted; null when they are there no more (rotated out). */
+  takeBack(data: D, receipt: Receipt, units: number, nowMs: number): D | null;
+  /** The row at `nowMs` with `units` more where a request was counted (a `cost_header` charge); null when that is gone. */
+  addAt(data: D, receipt: Receipt, units: number, nowMs: number): D | null;
   /** When the row holds nothing any more: it may be deleted from then on. */
   expiresAtMs(data: D): number;
   /** Until when a count in the row can still be taken back (a held request's booking is kept until then); absent: `expiresAtMs`. */

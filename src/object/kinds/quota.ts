@@ -234,12 +234,12 @@ export const quotaCounter: Counter<QuotaData> = {
 
   refusalsHold: false,
 
-  takeBack(data, where, units) {
+  takeBack(data, { bucket: where }, units) {
     if (where === data.index ? data.used <= 0 : !data.past.some((p) => p.index === where && p.used > 0)) return null;
     return adjust(data, where, -units);
   },
 
-  addAt: (data, where, units) => adjust(data, where, units),
+  addAt: (data, { bucket: where }, units) => adjust(data, where, units),
 
   expiresAtMs(data) {
     if (data.used !== 0 || data.credit !== 0) return keptUntil(data);

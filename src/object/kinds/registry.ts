@@ -6,6 +6,7 @@
  */
 import type { BookedCount, Pace, RowState } from "../../core/bookings.ts";
 import type { RuleCheck } from "../protocol.ts";
+import { bucketCounter } from "./bucket.ts";
 import type { Counter } from "./counter.ts";
 import { quotaCounter } from "./quota.ts";
 import { windowCounter } from "./window.ts";
@@ -16,6 +17,7 @@ export type CountedKind = NonNullable<RuleCheck["kind"]>;
 /** Every counted kind's counter, by kind. */
 const COUNTERS: Record<CountedKind, Counter<unknown>> = {
   window: windowCounter as Counter<unknown>,
+  bucket: bucketCounter as Counter<unknown>,
   quota: quotaCounter as Counter<unknown>,
 };
 

@@ -92,7 +92,7 @@ export const windowCounter: Counter<WindowData> = {
 
   leaseEndsInMs: (nowMs, check) => msToBucketEnd(nowMs, windowOf(check)),
 
-  takeBack(data, where, units) {
+  takeBack(data, { bucket: where }, units) {
     const { state } = data;
     const index = where - (state.bucket - data.precision);
     const count = state.counts[index];
@@ -102,7 +102,7 @@ export const windowCounter: Counter<WindowData> = {
     return { ...data, state: { bucket: state.bucket, counts } };
   },
 
-  addAt(data, where, units) {
+  addAt(data, { bucket: where }, units) {
     const { state } = data;
     const index = where - (state.bucket - data.precision);
     if (index < 0 || index >= state.counts.length) return null;

@@ -41,6 +41,13 @@ export type EdgeLifecycleFixture = {
          * the kind leases: a limit far above 20 requests, over an hour or more.
          */
         leased: ((id: string) => RuleInput) | null;
+        /**
+         * How fast a count under {@link rule} (and under `leased`'s, with
+         * `leasedPerMs`) gives itself back with time, in units per
+         * millisecond: a token bucket refills; 0 for a count that stays
+         * until its window rotates out.
+         */
+        refill: { perMs: number; leasedPerMs: number };
       }
     | { holds: "a place"; placeTimeoutMs: number };
   /** How the kind makes a request wait with `max_delay`, if it does: held until its turn, or in line for a place. */
@@ -70,6 +77,7 @@ export const EDGE_LIFECYCLE: Partial<Record<KindName, EdgeLifecycleFixture>> = {
     admitted: {
       holds: "counts",
       leased: (id) => ({ id, path: "/slow/*", limit: 1_000, period: "1h", key: ["ip"] }),
+      refill: { perMs: 0, leasedPerMs: 0 },
     },
     waiting: {
       state: "held",
@@ -88,11 +96,26 @@ export const EDGE_LIFECYCLE: Partial<Record<KindName, EdgeLifecycleFixture>> = {
       rule: (id) => ({ id, path: "/stream/*", concurrency: LIMIT, max_delay: "30s", place_timeout: "5s", key: ["ip"] }),
     },
   },
+  bucket: {
+    rule: (id) => ({ id, path: "/slow/*", limit: LIMIT, period: "1h", burst: LIMIT, key: ["ip"] }),
+    slow: (ms) => `/slow/${ms}`,
+    admitted: {
+      holds: "counts",
+      leased: (id) => ({ id, path: "/slow/*", limit: 1_000, period: "1h", burst: 1_000, key: ["ip"] }),
+      // It refills its limit an hour: what was counted gives itself back by that much a millisecond.
+      refill: { perMs: LIMIT / 3_600_000, leasedPerMs: 1_000 / 3_600_000 },
+    },
+    waiting: {
+      state: "held",
+      // 1 every 2 s in bursts of 2, held up to 30 s: of 8 at once, 2 go, and 6 are held until turns 2 to 12 s away.
+      rule: (id) => ({ id, path: "/slow/*", limit: LIMIT, period: "4s", burst: LIMIT, max_delay: "30s", key: ["ip"] }),
+    },
+  },
   quota: {
     rule: (id) => ({ id, path: "/slow/*", quota: LIMIT, per: "day", key: ["ip"] }),
     slow: (ms) => `/slow/${ms}`,
     // A quota leases nothing: every request is decided by its object.
-    admitted: { holds: "counts", leased: null },
+    admitted: { holds: "counts", leased: null, refill: { perMs: 0, leasedPerMs: 0 } },
     // A quota never holds a request (`max_delay` is refused on it); a window beside it does, under its own fixture.
     waiting: null,
   },

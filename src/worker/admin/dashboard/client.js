@@ -285,8 +285,9 @@
   }
 
   /**
-   * "50 per 1d · per ip · /* · every method", "2 in flight at once · …" for a
-   * concurrency rule, "100,000 per month (monthly on day 1 at 00:00 UTC) · …" for a quota.
+   * "50 per 1d · per ip · /* · every method", "10 per 1s, bursts of 20 · …"
+   * for a token bucket, "2 in flight at once · …" for a concurrency rule,
+   * "100,000 per month (monthly on day 1 at 00:00 UTC) · …" for a quota.
    */
   function ruleSummary(rule) {
     const quota =
@@ -294,7 +295,9 @@
         ? `${fmt(rule.concurrency)} in flight at once`
         : rule.quota !== undefined
           ? `${fmt(rule.quota)} per ${rule.per} (${rule.calendar})`
-          : `${fmt(rule.limit)} per ${rule.period}`;
+          : rule.burst !== undefined
+            ? `${fmt(rule.limit)} per ${rule.period}, bursts of ${fmt(rule.burst)}`
+            : `${fmt(rule.limit)} per ${rule.period}`;
     const parts = [quota, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
     parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
     if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
