@@ -40,15 +40,9 @@ const LATE_MS = 50;
 const HANG_UP_SHARE = 0.25;
 
 const rules = (id: string, path: string, held: boolean): RuleInput[] => [
-  {
-    id,
-    path,
-    limit: BUCKET.limit,
-    period: "1s",
-    burst: BUCKET.burst,
-    ...(held ? { max_delay: `${MAX_DELAY_MS}ms` } : {}),
-    key: ["ip"],
-  },
+  held
+    ? { id, path, limit: BUCKET.limit, period: "1s", burst: BUCKET.burst, max_delay: `${MAX_DELAY_MS}ms`, key: ["ip"] }
+    : { id, path, limit: BUCKET.limit, period: "1s", burst: BUCKET.burst, key: ["ip"] },
   // Beside it, on the same key: a limit never reached, which counts every request that went on, once.
   { id: `${id}-all`, path, limit: 1_000_000, period: "1h", key: ["ip"] },
 ];

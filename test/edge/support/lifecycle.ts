@@ -13,7 +13,7 @@
  * becomes after a crash is the docs' column, written once in the test.
  */
 import type { KindName } from "../../../src/core/kinds/kind.ts";
-import type { RuleInput } from "../../../src/core/rules.ts";
+import type { QuotaRuleInput, RuleInput } from "../../../src/core/rules.ts";
 
 /** How many requests in flight put a client at its limit, under every fixture's rules. */
 export const LIMIT = 2;
@@ -61,7 +61,7 @@ export type EdgeLifecycleFixture = {
      * ones are gone and the first are over, the client's next request goes
      * within the docs' bound for its state (its own turn, if any, is nearer).
      */
-    rule(id: string): Extract<RuleInput, { max_delay?: string }>;
+    rule(id: string): Exclude<RuleInput, QuotaRuleInput>;
     /** Waits, if need be, until the requests may be sent: for a window, just after a period starts (the objects' clock is this one). */
     start?: () => Promise<void>;
   } | null;
