@@ -97,7 +97,10 @@ describe.concurrent("clients that cannot move an adaptive rule's limit", () => {
     expect(await expectRuntimeReports("connection reset by peer", "all")).toBeGreaterThan(0);
   });
 
-  it.each(attacks.flatMap(([name, attack]) => [1, 5].map((keys) => [name, keys, attack] as [string, number, Attack])))(
+  // Eight keys are more than the five a decision leaves out: only what is timed, and what is in flight, keeps them out.
+  it.each(
+    attacks.flatMap(([name, attack]) => [1, 5, 8].map((keys) => [name, keys, attack] as [string, number, Attack])),
+  )(
     "%s, from %i key(s), every 200 ms each: the factor stays 1 and a legitimate client gets only 200",
     async (_name, keys, attack) => {
       const id = uniqueRule("steer");
@@ -124,6 +127,47 @@ describe.concurrent("clients that cannot move an adaptive rule's limit", () => {
       expect(statuses.filter((s) => s !== 200)).toEqual([]);
     },
   );
+});
+
+describe("the requests an isolate counts in flight at the origin", () => {
+  it("are counted from their last byte: twenty clients trickling bodies over a second make no queue, and the factor stays 1", async () => {
+    const id = uniqueRule("in-flight");
+    const send = limiter([rule(id)]);
+    const legitimate = uniqueIp();
+    const statuses: number[] = [];
+    const ask = async (ip = legitimate) => {
+      const response = await send("/echo", { method: "POST", body: "{}", ...from(ip) });
+      await response.arrayBuffer();
+      if (ip === legitimate) statuses.push(response.status);
+    };
+    // The controller measures the origin's calm latency (a few ms) and gives the isolate its late mark: from
+    // clients of their own, each far under its limit, so that the legitimate client's stays whole.
+    const startedAt = Date.now();
+    while (defaultIsolate().adaptive.get(id)?.lateMs == null && Date.now() - startedAt < 5_000) {
+      await Promise.all([ask(uniqueIp()), ask(uniqueIp()), ask(uniqueIp())]);
+      await pause(20);
+    }
+    expect(defaultIsolate().adaptive.get(id)?.lateMs).toBeGreaterThan(0);
+    // Twenty clients, each trickling a body over a second, again and again; had their uploads counted as in
+    // flight at the origin, each would be found late, far more than a fifth of the requests: a queue.
+    const attackers = Array.from({ length: 20 }, uniqueIp);
+    const attackStartedAt = Date.now();
+    const attacking = Promise.all(
+      attackers.map(async (ip) => {
+        while (Date.now() - attackStartedAt < 3_000) {
+          const init = { method: "POST", body: trickled(1_000), duplex: "half", ...from(ip) } as RequestInit;
+          await (await send("/echo", init)).arrayBuffer();
+        }
+      }),
+    );
+    while (Date.now() - attackStartedAt < 3_500) {
+      await ask();
+      await pause(100);
+    }
+    await attacking;
+    expect(await factors(id)).toEqual({ isolate: 1, controller: 1 });
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
 });
 
 describe("a request forwarded under an adaptive rule", () => {

@@ -36,6 +36,10 @@ const counts = (over: Partial<HealthCounts>): HealthCounts => ({
   errors: 0,
   gone: 0,
   goneSlow: 0,
+  late: 0,
+  stuck: 0,
+  busyMs: 0,
+  busySq: 0,
   shed: 0,
   peak: 0,
   ...over,
@@ -43,9 +47,10 @@ const counts = (over: Partial<HealthCounts>): HealthCounts => ({
 const report = (rule: string, version: number, over: Partial<HealthCounts>, extra: Partial<HealthReport> = {}) =>
   ({ rule, limit: 1000, target, version, counts: counts(over), ...extra }) satisfies HealthReport;
 
-/** The origin answering a third of what it is sent, all of it slow, while the reduction refuses some. */
-const overloaded = { forwarded: 300, answered: 100, slow: 100, shed: 50 };
-const healthy = { forwarded: 100, answered: 100 };
+/** The origin answering a third of what it is sent, all of it slow (400 ms), while the reduction refuses some. */
+const overloaded = { forwarded: 300, answered: 100, slow: 100, busyMs: 100 * 400, shed: 50 };
+/** All of it answered, in 50 ms. */
+const healthy = { forwarded: 100, answered: 100, busyMs: 100 * 50 };
 
 /** Two reports 500 ms apart under `version`: enough for the controller to judge. */
 async function window(rule: string, version: number, over: Partial<HealthCounts>, startMs: number) {
@@ -59,18 +64,32 @@ describe("an adaptive rule's controller object", () => {
   it("answers the configured limit until the origin looks unhealthy: factor 1, a report a second", async () => {
     const rule = freshRule();
     const answer = await window(rule, 0, healthy, T0);
-    expect(answer).toEqual({ nowMs: T0 + 500, factor: 1, version: 0, mode: "full", limit: 1000, reportInMs: 1000 });
+    // The origin's calm latency measured (50 ms): answers, and requests in flight, past 150 ms are late.
+    expect(answer).toEqual({
+      nowMs: T0 + 500,
+      factor: 1,
+      version: 0,
+      mode: "full",
+      limit: 1000,
+      reportInMs: 1000,
+      lateMs: 150,
+      drift: false,
+    });
   });
 
   it("cuts on its own clock when the origin is slow beyond chance, and asks for reports every 250 ms", async () => {
     const rule = freshRule();
+    // At the configured limit, the onset is judged at once.
     at(T0);
-    expect((await stubOf(rule).reportHealth(report(rule, 0, overloaded))).factor).toBe(1);
-    at(T0 + 499);
-    expect((await stubOf(rule).reportHealth(report(rule, 0, {}))).factor).toBe(1);
-    at(T0 + 500);
-    const cut = await stubOf(rule).reportHealth(report(rule, 0, {}));
-    expect(cut).toEqual({ nowMs: T0 + 500, factor: 0.5, version: 1, mode: "reducing", limit: 500, reportInMs: 250 });
+    const onset = await stubOf(rule).reportHealth(report(rule, 0, overloaded));
+    expect(onset).toMatchObject({ nowMs: T0, factor: 0.5, version: 1, mode: "reducing", limit: 500, reportInMs: 250 });
+    // Reduced, a window is judged after 500 ms of reports.
+    at(T0 + 1_000);
+    expect((await stubOf(rule).reportHealth(report(rule, 1, overloaded))).factor).toBe(0.5);
+    at(T0 + 1_499);
+    expect((await stubOf(rule).reportHealth(report(rule, 1, {}))).factor).toBe(0.5);
+    at(T0 + 1_500);
+    expect((await stubOf(rule).reportHealth(report(rule, 1, {}))).factor).toBe(0.25);
   });
 
   it("takes no report gathered under an older factor as evidence about the current one", async () => {
@@ -89,14 +108,15 @@ describe("an adaptive rule's controller object", () => {
     expect(later).toMatchObject({ factor: 0.5, version: 1 });
   });
 
-  it("raises again when the origin is healthy: by a tenth while the reduction refuses, doubled when it refuses no one", async () => {
+  it("raises again when the origin is healthy: by up to 15 % while the reduction refuses, doubled when it refuses no one", async () => {
     const rule = freshRule();
     await window(rule, 0, overloaded, T0);
+    // Its answers far under what it answered when it was first seen (400 ms): all the room there is, 15 %.
     expect(await window(rule, 1, { ...healthy, shed: 5 }, T0 + 1_000)).toMatchObject({
-      factor: 0.55,
+      factor: 0.575,
       version: 2,
       mode: "recovering",
-      limit: 550,
+      limit: 575,
     });
     expect(await window(rule, 2, healthy, T0 + 2_000)).toMatchObject({ factor: 1, version: 3, mode: "full" });
   });
@@ -136,7 +156,7 @@ describe("an adaptive rule's controller object", () => {
     const changes = lines.filter((l) => l.event === "adaptive_changed");
     expect(changes.map((l) => [l.level, l.from, l.to, l.factor, l.limit])).toEqual([
       ["warn", "full", "reducing", 0.5, 500],
-      ["info", "reducing", "recovering", 0.275, 275],
+      ["info", "reducing", "recovering", 0.2875, 287],
       ["info", "recovering", "full", 1, 1000],
     ]);
     expect(changes[0]).toMatchObject({ rule, configured: 1000, answered: 100, slowShare: 1, keepingUp: 0.3333 });
@@ -163,13 +183,13 @@ describe("an adaptive rule's controller object", () => {
       limit: 500,
     });
     const history = view.ok ? view.value!.history : [];
-    expect(history.map((p) => [p.atMs - T0, p.factor, p.limit, p.configured, p.latencyMs])).toEqual([
-      [0, 1, 1000, 1000, 256],
-      [12_000, 1, 1000, 1000, 256],
-      [12_500, 0.5, 500, 1000, null],
+    // The onset at 12 s is judged at once: the cut is its point.
+    expect(history.map((p) => [p.atMs - T0, p.factor, p.limit, p.configured, p.latencyMs, p.drift])).toEqual([
+      [0, 1, 1000, 1000, 256, false],
+      [12_000, 0.5, 500, 1000, 256, false],
     ]);
-    const since = await readController(env.RATE_LIMITER, rule, T0 + 12_100, 1_000);
-    expect(since.ok && since.value!.history.map((p) => p.atMs - T0)).toEqual([12_500]);
+    const since = await readController(env.RATE_LIMITER, rule, T0 + 5_000, 1_000);
+    expect(since.ok && since.value!.history.map((p) => p.atMs - T0)).toEqual([12_000]);
   });
 
   it("changes nothing on a report whose target no rule could have, and answers the factor all the same", async () => {
@@ -227,5 +247,39 @@ describe("an adaptive rule's controller object", () => {
       ),
     ).toEqual([]);
     expect(await readController(env.RATE_LIMITER, `never-${rule}`, 0, 1_000)).toEqual({ ok: true, value: null });
+  });
+  it("says when the origin is slower than the target while nothing queues: once in the log, in its view and history, and to isolates", async () => {
+    const rule = freshRule();
+    const lines: Record<string, unknown>[] = [];
+    for (const stream of ["log", "warn"] as const) {
+      vi.spyOn(console, stream).mockImplementation((line: unknown) => {
+        lines.push(JSON.parse(String(line)) as Record<string, unknown>);
+      });
+    }
+    let answer = await window(rule, 0, healthy, T0); // calm: 50 ms
+    // From now on every answer takes 400 ms (over the 250 ms target), the origin keeping up with all it is sent.
+    const drifted = { forwarded: 100, answered: 100, slow: 100, busyMs: 100 * 400, shed: 5 };
+    for (let i = 1; !answer.drift && i < 60; i++) {
+      at(T0 + i * 500);
+      answer = await stubOf(rule).reportHealth(report(rule, answer.version, drifted, { lateMs: answer.lateMs }));
+    }
+    expect(answer).toMatchObject({ drift: true, lateMs: 1_200 });
+    const view = await stubOf(rule).controllerView();
+    expect(view).toMatchObject({ calmMs: 400, drift: true });
+    expect(view!.history.at(-1)).toMatchObject({ drift: true });
+    const drift = lines.filter((l) => l.event === "adaptive_drift");
+    expect(drift).toEqual([
+      expect.objectContaining({ level: "warn", rule, drift: true, calmMs: 400, latencyMs: 250, percentile: 99 }),
+    ]);
+    // The origin is back to 50 ms: the target is met, and the drift is over, said once.
+    at(T0 + 60_000);
+    await stubOf(rule).reportHealth(report(rule, answer.version, healthy, { lateMs: answer.lateMs }));
+    at(T0 + 60_500);
+    answer = await stubOf(rule).reportHealth(report(rule, answer.version, {}, { lateMs: answer.lateMs }));
+    expect(answer.drift).toBe(false);
+    expect(lines.filter((l) => l.event === "adaptive_drift").map((l) => [l.level, l.drift])).toEqual([
+      ["warn", true],
+      ["info", false],
+    ]);
   });
 });

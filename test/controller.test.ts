@@ -12,6 +12,7 @@ import {
   type ControlTarget,
   initialState,
   judge,
+  lateMsOf,
   observe,
   reportEveryMs,
   scaledLimit,
@@ -36,9 +37,13 @@ const at = (factor: number, over: Partial<ControllerState> = {}): ControllerStat
   ...over,
 });
 
-/** Two reports under the state's version, 500 ms apart: the first opens the window, the second closes it. */
+/**
+ * Two reports under the state's version, 500 ms apart: the first opens the window, the second closes it. At
+ * the configured limit, a first report that shows trouble clearly is judged at once (the onset): that step.
+ */
 function decide(state: ControllerState, first: HealthCounts, second = counts({})) {
   const opened = observe(state, first, state.version, T0, target);
+  if (opened.step.kind !== "gathering") return opened;
   return observe(opened.state, second, state.version, T0 + CONTROLLER_PARAMS.intervalMs, target);
 }
 
@@ -58,18 +63,18 @@ describe("a window under the current factor", () => {
       0.45,
     ],
     [
-      "slow beyond chance, the origin answering 60 of 100 sent: to 0.6 × 0.95 of it",
+      "slow beyond chance, the origin answering 60 of 100 sent: to 0.6 of it",
       0.5,
       counts({ forwarded: 100, answered: 60, slow: 60, shed: 5 }),
       "cut",
-      0.5 * 0.6 * 0.95,
+      0.5 * 0.6,
     ],
     [
       "failing fast: 40 of 100 answers are 503s, cut to what the origin kept up with",
       0.8,
       counts({ forwarded: 100, answered: 100, errors: 40, shed: 1 }),
       "cut",
-      0.8 * 0.6 * 0.95,
+      0.8 * 0.6,
     ],
     [
       "answering a third of what it is sent: halved, no deeper in one step",
@@ -122,7 +127,7 @@ describe("a window under the current factor", () => {
 
   /** `n` keys, each with `answered` answers of which `slow` were slow. */
   const keys = (n: number, answered: number, slow: number, tag = "k"): KeyCounts[] =>
-    Array.from({ length: n }, (_, i): KeyCounts => [`${tag}${i}`, answered, slow, 0]);
+    Array.from({ length: n }, (_, i): KeyCounts => [`${tag}${i}`, answered, slow, 0, 0, 0, 0, 0]);
 
   it.each([
     ["one client's slow answers among fast ones from the rest: no cut", 1, 90, "hold"],
@@ -153,9 +158,9 @@ describe("a window under the current factor", () => {
 
   it("leaves out the worst keys only: a slow client beyond them is judged with the fast ones", () => {
     // Five keys with many slow answers, a sixth with one slow answer in 10, and 90 fast answers of others.
-    const worst = [...keys(5, 10, 10), ["k5", 10, 1, 0] as KeyCounts];
+    const worst = [...keys(5, 10, 10), ["k5", 10, 1, 0, 0, 0, 0, 0] as KeyCounts];
     const window = counts({ forwarded: 160, answered: 160, slow: 51, worst });
-    const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
+    const health = judge(window, target);
     expect(health).toMatchObject({ answered: 110, leftOut: 5 });
     expect(health.slowShare).toBeCloseTo(1 / 110, 12);
   });
@@ -164,7 +169,7 @@ describe("a window under the current factor", () => {
     // 100 forwarded, 40 of whose clients hung up early: the origin answered the other 60, fast. No breach,
     // and it kept up with all it was left to answer.
     const window = counts({ forwarded: 100, answered: 60, gone: 40 });
-    const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
+    const health = judge(window, target);
     expect(health).toMatchObject({ answered: 60, breached: false, keepingUp: 1 });
     expect(decide(at(0.5), window).step.kind).toBe("raise");
   });
@@ -172,23 +177,35 @@ describe("a window under the current factor", () => {
   it("counts a client gone after the origin kept it past the target as slow: a hung origin is still seen", () => {
     // Nothing answered: every client gave up after waiting past the target.
     const window = counts({ forwarded: 30, answered: 30, slow: 30, gone: 30, goneSlow: 30 });
-    const health = judge(window, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut);
+    const health = judge(window, target);
     // It kept up with none of them: the deepest cut.
     expect(health).toMatchObject({ answered: 30, breached: true, keepingUp: 0 });
     expect(decide(at(1), window)).toMatchObject({ step: { kind: "cut" }, state: { factor: 0.5 } });
     // As before clients' hang-ups were told apart: a request given up after the target is not one kept up with.
     const mixed = counts({ forwarded: 100, answered: 80, slow: 30, gone: 30, goneSlow: 10 });
-    expect(judge(mixed, target, CONTROLLER_PARAMS.z, CONTROLLER_PARAMS.leaveOut).keepingUp).toBeCloseTo(70 / 80, 12);
+    expect(judge(mixed, target).keepingUp).toBeCloseTo(70 / 80, 12);
   });
 
-  it("judges nothing before 500 ms of reports, nor on fewer than 20 answers", () => {
-    const slow = counts({ forwarded: 50, answered: 50, slow: 50 });
-    const early = observe(at(1), slow, 7, T0, target);
+  it("judges nothing before 500 ms of reports while the limit is reduced, nor on fewer than 20 answers", () => {
+    const slow = counts({ forwarded: 50, answered: 50, slow: 50, shed: 5 });
+    const early = observe(at(0.5), slow, 7, T0, target);
     expect(early.step.kind).toBe("gathering");
     expect(observe(early.state, counts({}), 7, T0 + 499, target).step.kind).toBe("gathering");
+    expect(observe(early.state, counts({}), 7, T0 + 500, target).step.kind).toBe("cut");
     const few = decide(at(1), counts({ forwarded: 19, answered: 19, slow: 19 }));
     expect(few.step.kind).toBe("gathering");
     expect(few.state.factor).toBe(1);
+  });
+
+  it("judges the onset at once: at the configured limit, settled, a window that shows trouble clearly is not kept waiting", () => {
+    const slow = counts({ forwarded: 50, answered: 50, slow: 50 });
+    expect(observe(at(1), slow, 7, T0, target).step.kind).toBe("cut");
+    // Nothing wrong in it: it gathers on for 500 ms, as before.
+    expect(observe(at(1), healthy(), 7, T0, target).step.kind).toBe("gathering");
+    // Within a second of the last change, the change is judged by a whole window first.
+    const justRaised = at(1, { changedAtMs: T0 - 999 });
+    expect(observe(justRaised, slow, 7, T0, target).step.kind).toBe("gathering");
+    expect(observe(at(1, { changedAtMs: T0 - 1_000 }), slow, 7, T0, target).step.kind).toBe("cut");
   });
 
   it("drops counts that stayed too few for 10 s, and keeps the factor", () => {
@@ -245,6 +262,183 @@ describe("a window under the current factor", () => {
   });
 });
 
+/** A calm latency of `ms`, measured in the current period. */
+const calm = (ms: number) => ({ ms, periodStartMs: T0 - 1_000, previousMs: null, currentMs: ms });
+
+/** `n` successful answers whose mean latency is `meanMs`, to `n` requests forwarded, under the reduction (`shed`). */
+const answers = (n: number, meanMs: number, over: Partial<HealthCounts> = {}) =>
+  counts({ forwarded: n, answered: n, busyMs: n * meanMs, shed: 5, ...over });
+
+describe("a queue at the origin, seen before its answers breach the target", () => {
+  it("measures the origin's calm latency: the lowest mean of a window without a queue", () => {
+    let state = at(0.5);
+    for (const [i, meanMs] of [80, 50, 60, 200].entries()) {
+      state = observe(state, answers(100, meanMs), state.version, T0 + i * 1_000, target).state;
+      state = observe(state, counts({}), state.version, T0 + i * 1_000 + 500, target).state;
+    }
+    // 200 ms was a queue against 50: not a calm window.
+    expect(state.calm.ms).toBe(50);
+  });
+
+  it.each([
+    ["at its calm latency: raised by 15 %", 50, 100, "raise", 0.5 * 1.15],
+    ["a tenth over it: raised by half as much, the room before a queue forms halved", 55, 100, "raise", 0.5 * 1.075],
+    ["over 1.2 × calm: a queue forming, held", 65, 100, "hold", 0.5],
+    [
+      "over 1.4 × calm: a queue, cut to what the origin kept up with, less what drains it in 2 s",
+      80,
+      90,
+      "cut",
+      0.5 * 0.9 * (1 - 30 / 2_000),
+    ],
+    ["over 1.4 × calm, the origin keeping up: cut by 5 % at least", 80, 100, "cut", 0.5 * 0.95],
+    ["over 1.4 × calm, but its backlog draining on its own: held", 80, 106, "hold", 0.5],
+  ] as const)("with the origin's calm latency 50 ms, a window's mean %s", (_, meanMs, answered, kind, to) => {
+    // 100 requests sent, `answered` of them answered: what the origin kept up with.
+    const window = answers(answered, meanMs, { forwarded: 100 });
+    const { state, step } = decide(at(0.5, { calm: calm(50) }), window);
+    expect(step.kind).toBe(kind);
+    expect(state.factor).toBeCloseTo(to, 12);
+    if (step.kind !== "hold" || kind === "hold") expect(step).toMatchObject({ health: { gradient: meanMs / 50 } });
+  });
+
+  it("raises by 2 % near the level where the last queue formed, unless the mean is within 5 % of calm", () => {
+    const near = at(0.49, { calm: calm(50), troubleAt: 0.5 });
+    expect(decide(near, answers(100, 55)).state.factor).toBeCloseTo(0.49 * 1.02, 12);
+    expect(decide(near, answers(100, 50)).state.factor).toBeCloseTo(0.49 * 1.15, 12);
+    // Far from it (a fifth below): in proportion to the room, as anywhere.
+    expect(decide(at(0.4, { calm: calm(50), troubleAt: 0.5 }), answers(100, 55)).state.factor).toBeCloseTo(
+      0.4 * 1.075,
+      12,
+    );
+  });
+
+  it("takes requests found still in flight past the late mark as a queue, before any answer says so", () => {
+    // 30 answers at the calm latency, and 30 requests in flight for more than 3 × calm: half of them late.
+    const window = answers(30, 50, { forwarded: 60, stuck: 30 });
+    const { step, state } = decide(at(0.5, { calm: calm(50) }), window);
+    expect(step).toMatchObject({ kind: "cut", health: { lateShare: 0.5, queue: true } });
+    expect(state.factor).toBeCloseTo(0.25, 12);
+    // Late answers alone, as many: the same.
+    expect(decide(at(0.5, { calm: calm(50) }), answers(60, 50, { late: 30 })).step).toMatchObject({ kind: "cut" });
+  });
+
+  it("leaves out the late answers, busy time and late requests of the five worst clients: a few clients do not make a queue", () => {
+    // Each of `n` clients: 10 answers of 2 s (late, busy) and 10 requests found late; the rest, 100 fast answers.
+    const slowClients = (n: number) =>
+      answers(100 + 10 * n, 50, {
+        forwarded: 100 + 20 * n,
+        busyMs: 100 * 50 + 10 * n * 2_000,
+        late: 10 * n,
+        stuck: 10 * n,
+        worst: Array.from({ length: n }, (_, i): KeyCounts => [`k${i}`, 10, 0, 0, 10, 20_000, 10, 10 * 2_000 ** 2]),
+      });
+    expect(decide(at(0.5, { calm: calm(50) }), slowClients(5)).step).toMatchObject({ kind: "raise" });
+    expect(decide(at(0.5, { calm: calm(50) }), slowClients(6)).step).toMatchObject({ kind: "cut" });
+  });
+
+  it("counts late answers only against the late mark they were counted with: counted against another, they say nothing", () => {
+    const state = at(0.5, { calm: calm(50) }); // the late mark: 150 ms
+    const late = answers(60, 50, { late: 30 });
+    const first = (lateMs: number | null) => observe(state, late, state.version, T0, target, CONTROLLER_PARAMS, lateMs);
+    expect(observe(first(150).state, counts({}), state.version, T0 + 500, target).step.kind).toBe("cut");
+    for (const other of [60, null]) {
+      expect(observe(first(other).state, counts({}), state.version, T0 + 500, target).step.kind).toBe("raise");
+    }
+  });
+
+  it("takes a calm latency under 10 ms as 10: a fast origin's jitter, or a busy host's, is not a queue", () => {
+    for (const meanMs of [1, 5, 11]) {
+      expect(decide(at(0.5, { calm: calm(1) }), answers(100, meanMs)).step.kind).toBe("raise");
+    }
+    expect(decide(at(0.5, { calm: calm(1) }), answers(100, 15)).step.kind).toBe("cut");
+    expect(lateMsOf(at(1, { calm: calm(1) }))).toBe(30);
+    expect(lateMsOf(at(1))).toBeNull();
+  });
+});
+
+describe("an origin slower than the target while nothing queues (a baseline drift)", () => {
+  /** Every answer slower than the 120 ms target (p99), none failing: the window's counts, its mean `meanMs`. */
+  const slowAnswers = (meanMs: number, over: Partial<HealthCounts> = {}) =>
+    answers(100, meanMs, { slow: 100, ...over });
+
+  /** Windows every 500 ms from a calm of 50 ms at the configured limit: the states and steps after each, and when each was judged. */
+  function run(reports: HealthCounts[], from = at(1, { calm: calm(50), mode: "full" })) {
+    let state = from;
+    const seen: { state: ControllerState; step: ReturnType<typeof observe>["step"]; atMs: number }[] = [];
+    reports.forEach((report, i) => {
+      const atMs = T0 + i * 500;
+      const opened = observe(state, report, state.version, atMs, target);
+      const gathering = opened.step.kind === "gathering";
+      const judgedAt = gathering ? atMs + 500 : atMs;
+      const { state: next, step } = gathering
+        ? observe(opened.state, counts({}), state.version, judgedAt, target)
+        : opened;
+      state = { ...next, windowStartMs: null };
+      seen.push({ state, step, atMs: judgedAt });
+    });
+    return seen;
+  }
+
+  it("cuts for 10 s, and when that did not make it faster while it kept up, measures its calm latency again and says so", () => {
+    const seen = run(Array.from({ length: 30 }, () => slowAnswers(200)));
+    const kinds = seen.map((s) => s.step.kind);
+    // Two cuts; then, as they did not help while it kept up, no more, until 10 s of it. The window that measures
+    // the calm latency again decides nothing.
+    const againAt = seen.findIndex((s) => s.state.drift);
+    expect(seen[againAt]!.atMs - seen[0]!.atMs).toBeGreaterThanOrEqual(10_000);
+    expect(kinds.slice(0, againAt + 1)).toEqual(["cut", "cut", ...Array(againAt - 1).fill("hold")]);
+    expect(seen[againAt]!.state.calm.ms).toBe(200);
+    // Slow answers no longer cut: with no queue against the new calm latency, the limit comes back.
+    expect(kinds.slice(againAt + 1).every((k) => k === "raise" || k === "hold")).toBe(true);
+    expect(seen.at(-1)!.state.factor).toBeGreaterThan(seen[againAt]!.state.factor);
+    expect(seen.at(-1)!.state.drift).toBe(true);
+  });
+
+  it("still cuts on errors, and on a queue against the new calm latency; and the drift ends when the target is met", () => {
+    const drifted = run(Array.from({ length: 30 }, () => slowAnswers(200))).at(-1)!.state;
+    expect(drifted.drift).toBe(true);
+    expect(run([slowAnswers(200, { errors: 40 })], drifted)[0]!.step.kind).toBe("cut");
+    expect(run([slowAnswers(400)], drifted)[0]!.step).toMatchObject({ kind: "cut", health: { queue: true } });
+    const met = run([answers(100, 60)], drifted)[0]!;
+    expect(met.state.drift).toBe(false);
+    expect(met.state.calm.ms).toBe(60);
+  });
+
+  it.each([
+    [
+      "a queue that grows: the origin answering a tenth less than it is sent, the mean rising",
+      (i: number) => slowAnswers(200 * 1.05 ** i, { forwarded: 111 }),
+    ],
+    [
+      "an origin that does not keep up: a fifth of what it is sent unanswered",
+      () => slowAnswers(200, { forwarded: 125 }),
+    ],
+    ["an origin that fails", () => slowAnswers(200, { errors: 20 })],
+  ])("is never said of %s: the cuts go on", (_, report) => {
+    const seen = run(Array.from({ length: 40 }, (_, i) => report(i)));
+    expect(seen.some((s) => s.state.drift)).toBe(false);
+    expect(seen.filter((s) => s.step.kind === "cut").length).toBeGreaterThan(2);
+  });
+
+  it("cuts an origin slow from its first request as before, until cuts are shown not to help", () => {
+    // No calm latency known yet: the first windows measure it at 200 ms, and it is over the 120 ms target.
+    const seen = run(
+      Array.from({ length: 6 }, () => slowAnswers(200)),
+      at(1, { mode: "full" }),
+    );
+    expect(seen[0]!.step.kind).toBe("cut");
+    expect(seen.some((s) => s.state.drift)).toBe(false);
+  });
+
+  it("tells isolates: slow answers alone are not urgent while the origin drifts, errors and queues are", () => {
+    expect(urgent(slowAnswers(200), target)).toBe(true);
+    expect(urgent(slowAnswers(200), target, CONTROLLER_PARAMS, true)).toBe(false);
+    expect(urgent(slowAnswers(200, { errors: 20 }), target, CONTROLLER_PARAMS, true)).toBe(true);
+    expect(urgent(slowAnswers(200, { stuck: 50 }), target, CONTROLLER_PARAMS, true)).toBe(true);
+  });
+});
+
 describe("a breach beyond chance", () => {
   it.each([
     [100, 1, false],
@@ -255,7 +449,7 @@ describe("a breach beyond chance", () => {
     [20, 1, false],
     [20, 2, true],
   ])("with p99: %d answers, %d slow → breached %s", (answered, slow, breached) => {
-    expect(judge(counts({ answered, slow }), target, 2).breached).toBe(breached);
+    expect(judge(counts({ answered, slow }), target).breached).toBe(breached);
   });
 });
 

@@ -1,9 +1,9 @@
 /**
  * The reference cannot drift from the code: every field, variable,
- * characteristic, admin route and problem type the code accepts has a row in
- * its table in docs/, and every row names one the code accepts. The lists
- * come from the parsers and the router themselves, not from a second list
- * kept by hand.
+ * characteristic, admin route and problem type the code accepts, and every
+ * event it logs, has a row in its table in docs/, and every row names one
+ * the code has. The lists come from the parsers, the router and the sources
+ * themselves, not from a second list kept by hand.
  */
 /// <reference types="vite/client" />
 import { describe, expect, it } from "vitest";
@@ -33,6 +33,20 @@ const problemTypes = (): string[] => [
   QUOTA_EXCEEDED,
   TEMPORARY_REDUCED_CAPACITY,
   ...new Set(Object.values(sources).flatMap((source) => source.match(/urn:edge-rate-limiter:[a-z-]+/g) ?? [])),
+];
+
+/**
+ * Every event a file of src/ logs: the string literals of each `event:` it
+ * writes (both, where it chooses between two), event names having an
+ * underscore. The dashboard's bundled assets are left out.
+ */
+const logEvents = (): string[] => [
+  ...new Set(
+    Object.entries(sources)
+      .filter(([path]) => !path.endsWith("/dashboard/assets.ts"))
+      .flatMap(([, source]) => [...source.matchAll(/\bevent: ([^,\n]+)/g)])
+      .flatMap(([, expression]) => [...expression!.matchAll(/"([a-z]+(?:_[a-z]+)+)"/g)].map((m) => m[1]!)),
+  ),
 ];
 
 /** What the code accepts, beside what the page lists, as the two differences. */
@@ -117,6 +131,13 @@ const TABLES: {
       if (path === undefined) throw new Error(`admin routes: ${route} does not start with \`{prefix}`);
       return codeSpans(methods!).map((method) => `${method} ${path}`);
     },
+  },
+  {
+    table: "log events",
+    page: "docs/responses.md",
+    markdown: responsesPage,
+    accepted: logEvents,
+    named: (cells) => codeSpans(cells[0]!),
   },
   {
     table: "problem types",

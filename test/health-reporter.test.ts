@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { HealthTarget } from "../src/core/health.ts";
-import { HealthReporter, REPORT_FAILURE_LOG_EVERY_MS } from "../src/isolate/health-reporter.ts";
+import { type Flight, HealthReporter, REPORT_FAILURE_LOG_EVERY_MS } from "../src/isolate/health-reporter.ts";
 import type { FactorAnswer } from "../src/object/controller-protocol.ts";
 
 const target: HealthTarget = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 10 };
@@ -19,6 +19,8 @@ const answer = (over: Partial<FactorAnswer> = {}): FactorAnswer => ({
   mode: "full",
   limit: 100,
   reportInMs: 1_000,
+  lateMs: null,
+  drift: false,
   ...over,
 });
 
@@ -49,6 +51,10 @@ describe("an isolate's reporter of one adaptive rule", () => {
       errors: 0,
       gone: 0,
       goneSlow: 0,
+      late: 0,
+      stuck: 0,
+      busyMs: 20,
+      busySq: 400,
       shed: 0,
       peak: 0,
     });
@@ -168,7 +174,7 @@ describe("an isolate's reporter of one adaptive rule", () => {
       errors: 0,
       gone: 1,
       goneSlow: 1,
-      worst: [["a", 1, 1, 0]],
+      worst: [["a", 1, 1, 0, 0, 101, 0, 101 * 101]],
     });
   });
 
@@ -184,9 +190,11 @@ describe("an isolate's reporter of one adaptive rule", () => {
     const { counts } = reporter.due(0)!;
     expect(counts).toMatchObject({ answered: 7, slow: 1, errors: 2 });
     // "fast" never had a bad answer; "slowish" is counted from its first bad one.
+    // Each: answers, slow, failed, late, busy time (the 500 ms answer counts 400, four times the target), found late,
+    // and the squares of the busy time.
     expect(counts.worst).toEqual([
-      ["failing", 2, 0, 2],
-      ["slowish", 2, 1, 0],
+      ["failing", 2, 0, 2, 0, 0, 0, 0],
+      ["slowish", 2, 1, 0, 0, 405, 0, 400 * 400 + 5 * 5],
     ]);
     // The next report starts afresh.
     reporter.landed(answer());
@@ -205,13 +213,105 @@ describe("an isolate's reporter of one adaptive rule", () => {
   it("keeps a failed report's worst keys: they go with the next, merged with the keys counted since", () => {
     const reporter = new HealthReporter(rule);
     reporter.answered(503, 5, "a");
-    expect(reporter.due(0)!.counts.worst).toEqual([["a", 1, 0, 1]]);
+    expect(reporter.due(0)!.counts.worst).toEqual([["a", 1, 0, 1, 0, 0, 0, 0]]);
     reporter.failed(10);
     reporter.answered(503, 5, "a");
     reporter.answered(200, 500, "b");
     expect(reporter.due(5_000)!.counts.worst).toEqual([
-      ["a", 2, 0, 2],
-      ["b", 1, 1, 0],
+      ["a", 2, 0, 2, 0, 0, 0, 0],
+      ["b", 1, 1, 0, 0, 400, 0, 400 * 400],
     ]);
+  });
+});
+
+describe("what an isolate's reporter tells of a queue forming", () => {
+  /** A request of `key` about to go to the origin: in flight once its last byte is. */
+  const flight = (key?: string): Flight => ({ key, startMs: 0, prev: null, next: null, listed: false });
+  /** A reporter that learned the late mark (three times a calm latency of 20 ms). */
+  const marked = (lateMs = 60) => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 1);
+    reporter.due(0);
+    reporter.landed(answer({ lateMs }));
+    return reporter;
+  };
+
+  it("counts answers later than the mark the controller gave, and each answer's time up to four times the target", () => {
+    const reporter = marked();
+    reporter.answered(200, 50, "a");
+    reporter.answered(200, 61, "b");
+    reporter.answered(200, 1_000, "c"); // slow too; counts 400 ms of busy time
+    reporter.answered(503, 70, "d"); // a failure: late, but no busy time
+    const { counts, lateMs } = reporter.due(5_000)!;
+    expect(lateMs).toBe(60);
+    expect(counts).toMatchObject({ answered: 4, slow: 1, errors: 1, late: 3, busyMs: 50 + 61 + 400 });
+    expect(counts.worst).toEqual([
+      ["c", 1, 1, 0, 1, 400, 0, 400 * 400],
+      ["d", 1, 0, 1, 1, 0, 0, 0],
+      ["b", 1, 0, 0, 1, 61, 0, 61 * 61],
+    ]);
+  });
+
+  it("counts no answer late before the controller gave a mark", () => {
+    const reporter = new HealthReporter(rule);
+    reporter.answered(200, 90);
+    expect(reporter.due(0)!.counts).toMatchObject({ answered: 1, late: 0, busyMs: 90 });
+  });
+
+  it("finds the requests in flight past the mark at its next report, once each, oldest first, and their keys", () => {
+    const reporter = marked();
+    const [a, b, c] = [flight("a"), flight("b"), flight("c")];
+    reporter.started(a, 1_000);
+    reporter.started(b, 1_030);
+    reporter.started(c, 1_100);
+    reporter.forwarded();
+    // At 1 080 ms, only a has been in flight for more than 60 ms.
+    const first = reporter.due(1_080)!;
+    expect(first.counts).toMatchObject({ stuck: 1, worst: [["a", 0, 0, 0, 0, 0, 1, 0]] });
+    reporter.landed(answer({ lateMs: 60, reportInMs: 250 }));
+    // b is late by now, and is found; a is not found again; c ended before it was late.
+    reporter.ended(c);
+    reporter.forwarded();
+    expect(reporter.due(1_400)!.counts).toMatchObject({ stuck: 1, worst: [["b", 0, 0, 0, 0, 0, 1, 0]] });
+    // Its answer still counts when it comes, late.
+    reporter.landed(answer({ lateMs: 60, reportInMs: 250 }));
+    reporter.ended(b);
+    reporter.answered(200, 500, "b");
+    expect(reporter.due(2_000)!.counts).toMatchObject({ answered: 1, late: 1, stuck: 0 });
+  });
+
+  it("reports early on requests found late in flight, before any of them is answered", () => {
+    const reporter = marked(); // its last report at 0, the next due at 1 000 ms
+    for (let i = 0; i < 10; i++) {
+      reporter.forwarded();
+      reporter.started(flight(`k${i}`), 200);
+    }
+    expect(reporter.due(250)).toBeNull();
+    expect(reporter.due(261)!.counts).toMatchObject({ forwarded: 10, answered: 0, stuck: 10 });
+  });
+
+  it("drops its late counts when the mark moves: they were counted against another", () => {
+    const reporter = marked(60);
+    reporter.answered(200, 100, "a");
+    reporter.started(flight("b"), 0);
+    reporter.due(1_000); // a report on its way: its counts, against 60 ms
+    reporter.answered(200, 100, "c");
+    reporter.landed(answer({ lateMs: 300 }));
+    const next = reporter.due(5_000)!;
+    expect(next.lateMs).toBe(300);
+    expect(next.counts).toMatchObject({ answered: 1, late: 0, stuck: 0 });
+    // c was among the keys for its late answer alone: against the new mark, it has none.
+    expect(next.counts).not.toHaveProperty("worst");
+  });
+
+  it("while the controller says the origin drifted, does not report early on slow answers alone", () => {
+    const reporter = new HealthReporter(rule);
+    traffic(reporter, 1);
+    reporter.due(0);
+    reporter.landed(answer({ drift: true, lateMs: 600 }));
+    traffic(reporter, 10, 200, 150);
+    expect(reporter.due(500)).toBeNull();
+    traffic(reporter, 10, 503, 5);
+    expect(reporter.due(500)).not.toBeNull();
   });
 });

@@ -107,6 +107,10 @@ describe("one forwarded request", () => {
       errors: 1,
       gone: 2,
       goneSlow: 1,
+      late: 1,
+      stuck: 2,
+      busyMs: 40,
+      busySq: 800,
       shed: 4,
       peak: 0.25,
     };
@@ -118,6 +122,10 @@ describe("one forwarded request", () => {
       errors: 1,
       gone: 1,
       goneSlow: 0,
+      late: 0,
+      stuck: 1,
+      busyMs: 2.5,
+      busySq: 6.25,
       shed: 0,
       peak: 0.5,
     };
@@ -128,21 +136,32 @@ describe("one forwarded request", () => {
       errors: 2,
       gone: 3,
       goneSlow: 1,
+      late: 1,
+      stuck: 3,
+      busyMs: 42.5,
+      busySq: 806.25,
       shed: 4,
       peak: 0.5,
     });
   });
 
   it("merges the worst keys of two counts by key, worst first, and keeps no more than its cap", () => {
-    const a = { ...noCounts(), worst: [["k1", 5, 3, 0] as KeyCounts, ["k2", 2, 1, 0] as KeyCounts] };
-    const b = { ...noCounts(), worst: [["k2", 4, 0, 3] as KeyCounts, ["k3", 9, 1, 0] as KeyCounts] };
+    // Each: answers, slow, failed, late, busy time, requests found late in flight, squares of the busy time.
+    const a = {
+      ...noCounts(),
+      worst: [["k1", 5, 3, 0, 0, 50, 0, 500] as KeyCounts, ["k2", 2, 1, 0, 1, 20, 0, 200] as KeyCounts],
+    };
+    const b = {
+      ...noCounts(),
+      worst: [["k2", 4, 0, 3, 0, 4, 2, 4] as KeyCounts, ["k3", 9, 1, 0, 0, 90, 0, 900] as KeyCounts],
+    };
     expect(addCounts(a, b).worst).toEqual([
-      ["k2", 6, 1, 3],
-      ["k1", 5, 3, 0],
-      ["k3", 9, 1, 0],
+      ["k2", 6, 1, 3, 1, 24, 2, 204],
+      ["k1", 5, 3, 0, 0, 50, 0, 500],
+      ["k3", 9, 1, 0, 0, 90, 0, 900],
     ]);
     const many = (tag: string) =>
-      Array.from({ length: MAX_WORST_KEYS }, (_, i): KeyCounts => [`${tag}${i}`, 10, 1 + i, 0]);
+      Array.from({ length: MAX_WORST_KEYS }, (_, i): KeyCounts => [`${tag}${i}`, 10, 1 + i, 0, 0, 0, 0, 0]);
     const merged = addCounts({ ...noCounts(), worst: many("a") }, { ...noCounts(), worst: many("b") }).worst!;
     expect(merged).toHaveLength(MAX_WORST_KEYS);
     expect(merged[0]![2]).toBe(MAX_WORST_KEYS);

@@ -5,26 +5,39 @@
  * Multiplicative both ways (docs/adaptive.md says why, with the
  * measurements behind every parameter):
  *
- * - unhealthy (slow or failing beyond chance): cut at once, to what the
- *   origin kept up with (its successful answers over what it was sent),
- *   by at least a tenth and at most a half; but not while that ratio shows
- *   its backlog draining, which a cut would only deepen;
- * - healthy while the reduction refuses requests: raise by a tenth, a
- *   probe for capacity;
+ * - a queue forming at the origin, seen before the answers breach the
+ *   target: the mean latency of the window against the origin's calm
+ *   latency (as measured here), and requests found still in flight long
+ *   after the calm latency. Over `holdAt` × calm: no raise; over `cutAt`:
+ *   a cut;
+ * - unhealthy (slow or failing beyond chance), or a queue: cut at once, to
+ *   what the origin kept up with (its successful answers over what it was
+ *   sent), less what drains the queue in `drainMs`, by at most a half; but
+ *   not while its backlog drains that fast on its own;
+ * - healthy while the reduction refuses requests: raise by up to 15 %, in
+ *   proportion to the room left under `holdAt`, and by 2 % near the level
+ *   where the last queue formed;
  * - healthy while it refuses none: double (a limit above the demand holds
  *   nothing back, and says nothing about the origin);
+ * - slow (or a queue), and two cuts did not make it faster while the
+ *   origin kept up with what it was sent: no more cuts for now; and after
+ *   `driftAfterMs` of it, the slowness is the origin's calm, not a queue (a
+ *   baseline drift). The calm latency is measured again, and while the
+ *   origin is slower than the target without a queue, slow answers cut
+ *   nothing (`drift`); errors and queues still do;
  * - never below the floor, never above the configured limit, and no
  *   decision on too few answers: the factor stays.
  *
  * Each decision rests only on counts isolates gathered under the current
  * factor (a report names the version it applied), over at least one
  * interval: a change is judged by what came after it, once, as TCP cuts once
- * per round trip.
+ * per round trip. The one exception is the onset of trouble at the
+ * configured limit: a window that shows it clearly is judged at once.
  *
- * Pure: `(state, counts, version, nowMs, target)` in, `(state, step)` out.
- * No I/O, no clock.
+ * Pure: `(state, counts, version, nowMs, target)` in (and the late mark the
+ * counts were counted against), `(state, step)` out. No I/O, no clock.
  */
-import { addCounts, badOf, type HealthCounts, noCounts } from "./health.ts";
+import { addCounts, badOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
 
 /** What the controller needs of a rule's target, as shares. */
 export type ControlTarget = {
@@ -43,11 +56,11 @@ export type ControllerParams = {
   activeReportMs: number;
   /** An isolate whose own counts breach the target reports early, but no sooner than this after its last report. */
   earliestReportMs: number;
-  /** …and only with at least this many answers counted. */
+  /** …and only with at least this many answers (and requests found late in flight) counted. */
   urgentSamples: number;
   /** A decision rests on counts gathered over at least this long under the current factor. */
   intervalMs: number;
-  /** Fewer answers than this: no decision, the counts gather on. */
+  /** Fewer answers than this (and requests found late in flight): no decision, the counts gather on. */
   minSamples: number;
   /** Counts gathered this long without reaching `minSamples` are dropped: too few, too old to judge by. */
   staleMs: number;
@@ -56,22 +69,30 @@ export type ControllerParams = {
    * what is forwarded to it is its backlog draining: no cut.
    */
   drainingAt: number;
-  /** A cut takes the limit to this share of what the origin kept up with (successful answers over forwarded)… */
-  cutMargin: number;
-  /** …but never below this share of the limit in one step… */
+  /** A cut aims to drain the queue's excess latency (the mean over the calm one) in about this long, ms. */
+  drainMs: number;
+  /** A cut never takes the limit below this share of itself in one step… */
   cutDeepest: number;
-  /** …nor above this one. */
+  /** …and a cut on slow or failed answers at least this deep… */
   cutShallowest: number;
-  /** The raise while healthy and the reduction refuses requests: a probe for capacity. */
+  /** …and one on a queue alone at least this deep. */
+  cutQueueShallowest: number;
+  /** The raise while healthy and the reduction refuses requests, while no calm latency is known: a probe for capacity. */
   raiseBinding: number;
+  /** …with a calm latency known: up to this, in proportion to the room left under `holdAt`. */
+  raiseMost: number;
+  /** …and at most this within `nearTrouble` of the level where the last queue formed, unless the mean is within `nearCalm`. */
+  raiseNear: number;
+  nearTrouble: number;
+  nearCalm: number;
   /** The raise while healthy and it refuses none: the limit is above the demand and holds nothing back. */
   raiseIdle: number;
   /**
-   * The client keys with the most slow or failed answers that a judgement
-   * leaves out: the origin is judged by the answers of the clients beyond
-   * them, unless they are all the clients there are. No client, and no set
-   * of this many, can then move the limit for everyone; an origin slow for
-   * every client is still seen.
+   * The client keys with the most slow, failed or late answers that a
+   * judgement leaves out: the origin is judged by the answers of the clients
+   * beyond them, unless they are all the clients there are. No client, and
+   * no set of this many, can then move the limit for everyone; an origin
+   * slow for every client is still seen.
    */
   leaveOut: number;
   /**
@@ -80,6 +101,33 @@ export type ControllerParams = {
    * requests among few answers are chance, not an unhealthy origin.
    */
   z: number;
+  /** The calm latency is the lowest mean of a window without a queue, over the current period and the one before, ms. */
+  calmPeriodMs: number;
+  /**
+   * The calm latency is taken to be at least this, ms: below it, a clock's
+   * granularity and a busy host's hiccups are larger than a queue.
+   */
+  calmFloorMs: number;
+  /** An answer, or a request still in flight, longer than the calm latency × this is late. */
+  lateOver: number;
+  /** More than this share late (beyond chance): a queue, before the answers breach the target. */
+  lateCut: number;
+  /** The window's mean latency over the calm one × this: a queue forming, no raise… */
+  holdAt: number;
+  /** …over × this: a queue, a cut. */
+  cutAt: number;
+  /** Fewer successful answers than this (without the worst keys'): no mean, no gradient. */
+  meanSamples: number;
+  /** The calm latency a window measures is its mean plus this many standard errors: the lowest of many means is low by chance. */
+  calmZ: number;
+  /** Trouble for at least this long that cuts did not make the origin faster in, while it kept up: its calm latency is measured again… */
+  driftAfterMs: number;
+  /** …after at least this many cuts (at the floor too), no more of them until then… */
+  driftCuts: number;
+  /** …the mean still at least this share of what it was at the first (noise aside, not faster)… */
+  driftKept: number;
+  /** …and the origin answering successfully what it was sent over them all, within this share. */
+  driftKeptUp: number;
 };
 
 /** The parameters the product runs with (docs/adaptive.md, "Choosing the parameters"). */
@@ -92,13 +140,30 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   minSamples: 20,
   staleMs: 10_000,
   drainingAt: 1.05,
-  cutMargin: 0.95,
+  drainMs: 2_000,
   cutDeepest: 0.5,
   cutShallowest: 0.9,
+  cutQueueShallowest: 0.95,
   raiseBinding: 1.1,
+  raiseMost: 1.15,
+  raiseNear: 1.02,
+  nearTrouble: 0.95,
+  nearCalm: 1.05,
   raiseIdle: 2,
   leaveOut: 5,
   z: 2,
+  calmPeriodMs: 60_000,
+  calmFloorMs: 10,
+  lateOver: 3,
+  lateCut: 0.2,
+  holdAt: 1.2,
+  cutAt: 1.4,
+  meanSamples: 10,
+  calmZ: 2,
+  driftAfterMs: 10_000,
+  driftCuts: 2,
+  driftKept: 0.7,
+  driftKeptUp: 0.05,
 };
 
 /**
@@ -108,6 +173,29 @@ export const CONTROLLER_PARAMS: ControllerParams = {
  * (`recovering`).
  */
 export type ControllerMode = "full" | "reducing" | "recovering";
+
+/**
+ * The origin's calm latency: the lowest mean latency of a judged window
+ * without a queue, over the current period and the one before (an old low
+ * is forgotten within two periods), or as measured again when cuts did not
+ * make the origin faster.
+ */
+export type Calm = {
+  /** The calm latency, ms; null before a window without a queue was judged. */
+  ms: number | null;
+  /** When the current period began; null before any. */
+  periodStartMs: number | null;
+  /** The lowest of the period before, and of the current one. */
+  previousMs: number | null;
+  currentMs: number | null;
+};
+
+/**
+ * Windows in a row with trouble that cuts did not make the origin faster in:
+ * since when, how many windows, how many cuts, the mean at the first, and
+ * what the origin was sent and answered successfully over them all.
+ */
+export type Trying = { sinceMs: number; windows: number; cuts: number; meanMs: number; sent: number; kept: number };
 
 export type ControllerState = {
   /** The limit is the configured limit × this, in [minFactor, 1]. */
@@ -119,6 +207,15 @@ export type ControllerState = {
   window: HealthCounts;
   /** When the first of them arrived; null when none has. */
   windowStartMs: number | null;
+  /** When the factor last changed; null: never. */
+  changedAtMs: number | null;
+  calm: Calm;
+  /** The factor at which a queue last formed (the mean over `holdAt` × calm) while the reduction bound, below 1: raises slow near it. */
+  troubleAt: number | null;
+  /** Cuts in a row on slow answers or a queue that did not make the origin faster; null: none. */
+  trying: Trying | null;
+  /** The origin is slower than the target without a queue: lowering the limit does not help, slow answers cut nothing. */
+  drift: boolean;
 };
 
 export const initialState = (): ControllerState => ({
@@ -127,29 +224,55 @@ export const initialState = (): ControllerState => ({
   mode: "full",
   window: noCounts(),
   windowStartMs: null,
+  changedAtMs: null,
+  calm: { ms: null, periodStartMs: null, previousMs: null, currentMs: null },
+  troubleAt: null,
+  trying: null,
+  drift: false,
 });
+
+/** Answers, and requests still in flight, later than this are late; null while no calm latency is known. */
+export const lateMsOf = (state: ControllerState, params: ControllerParams = CONTROLLER_PARAMS): number | null =>
+  state.calm.ms === null ? null : Math.max(state.calm.ms, params.calmFloorMs) * params.lateOver;
 
 /** How the origin looked over a window: its shares, and whether each is over its target beyond chance. */
 export type Health = {
   answered: number;
   slowShare: number;
   errorShare: number;
-  /** Over the target beyond chance: cut. */
+  /** Slow or failing beyond the target, and beyond chance. */
   breached: boolean;
+  /** Failing beyond the target, and beyond chance. */
+  failing: boolean;
   /**
    * What the origin answered successfully over what was forwarded to it:
    * below 1 its backlog grows (when it is saturated, this is its capacity
    * over the load); above 1 the backlog drains. 1 when nothing was forwarded.
    */
   keepingUp: number;
+  /** The two sides of `keepingUp`: what the origin was sent, and what it answered successfully of it. */
+  sent: number;
+  kept: number;
   /** Under or at the target: raise. (Over it within chance: neither.) */
   withinTarget: boolean;
   /** Whether the reduction refused requests: a cut then takes effect at once. */
   binding: boolean;
   /** The busiest client's count as a share of the configured limit. */
   peak: number;
-  /** How many client keys' answers were left out of `answered`, `slowShare` and `errorShare` (see {@link withoutWorst}). */
+  /** How many client keys' answers were left out of the shares and the mean (see {@link withoutWorst}). */
   leftOut: number;
+  /** The successful answers' mean latency, ms, without the worst keys'; null with too few. */
+  meanMs: number | null;
+  /** The standard error of `meanMs`, ms (0 without it). */
+  errorMs: number;
+  /** `meanMs` over the calm latency; null without either. */
+  gradient: number | null;
+  /** The share of answers, and of requests found still in flight, later than the late mark, without the worst keys'. */
+  lateShare: number;
+  /** A queue at the origin: late beyond `lateCut`, or the mean over `cutAt` × calm. */
+  queue: boolean;
+  /** A queue forming: the mean over `holdAt` × calm, or a queue. */
+  forming: boolean;
 };
 
 /** What a report led to. */
@@ -168,8 +291,9 @@ export const breaches = (count: number, n: number, share: number, z: number): bo
   count > n * share + z * Math.sqrt(n * share * (1 - share));
 
 /**
- * The window's health against the target. Its slow and failed answers are
- * judged without those of the `leaveOut` client keys with the most of them,
+ * The window's health against the target and the origin's calm latency
+ * (`calmMs`, null when none is known). Its answers are judged without those
+ * of the `leaveOut` client keys with the most slow, failed or late ones,
  * unless those keys are all the answers there are: a few clients that see
  * slow or failed answers while the rest do not are not an unhealthy origin.
  * A client gone before its answer counts as neither success nor failure
@@ -177,49 +301,96 @@ export const breaches = (count: number, n: number, share: number, z: number): bo
  * already kept it longer than the target: then it is slow, and one the
  * origin did not keep up with.
  */
-export function judge(window: HealthCounts, target: ControlTarget, z: number, leaveOut = 0): Health {
-  const { answered: n, slow, errors, leftOut } = withoutWorst(window, leaveOut);
-  const slowShare = n === 0 ? 0 : slow / n;
-  const errorShare = n === 0 ? 0 : errors / n;
+export function judge(
+  window: HealthCounts,
+  target: ControlTarget,
+  calmMs: number | null = null,
+  params: ControllerParams = CONTROLLER_PARAMS,
+): Health {
+  const { answered: n, slow, errors, late, busyMs, busySq, stuck, leftOut } = withoutWorst(window, params.leaveOut);
+  const { z } = params;
   // Sent to the origin, as far as the origin's health goes: not the requests whose clients left before the
   // origin could be late (they say nothing of it); the ones that left after it was (goneSlow) it did not keep up with.
   const sent = window.forwarded - (window.gone - window.goneSlow);
+  const kept = window.answered - window.errors - window.goneSlow;
+  const failing = breaches(errors, n, target.errorShare, z);
+  const m = n - errors;
+  const meanMs = m < params.meanSamples ? null : busyMs / m;
+  // How far the mean may be off by chance: `z` standard errors. The mean less that is what is judged.
+  // The mean's standard error: the lowest of many windows' means is lower than the origin's by chance alone.
+  const errorMs = meanMs === null ? 0 : Math.sqrt(Math.max(0, busySq / m - meanMs * meanMs) / m);
+  const gradient = calmMs === null || meanMs === null ? null : meanMs / Math.max(calmMs, params.calmFloorMs);
+  // Requests still in flight past the late mark are late answers that have not come yet: the queue's lead.
+  const lateOf = n + stuck;
+  const queue = breaches(late + stuck, lateOf, params.lateCut, z) || (gradient ?? 0) > params.cutAt;
   return {
     answered: n,
-    slowShare,
-    errorShare,
-    breached: breaches(slow, n, target.slowShare, z) || breaches(errors, n, target.errorShare, z),
-    keepingUp: sent <= 0 ? 1 : (window.answered - window.errors - window.goneSlow) / sent,
+    slowShare: n === 0 ? 0 : slow / n,
+    errorShare: n === 0 ? 0 : errors / n,
+    breached: failing || breaches(slow, n, target.slowShare, z),
+    failing,
+    keepingUp: sent <= 0 ? 1 : kept / sent,
+    sent,
+    kept,
     withinTarget: slow <= n * target.slowShare && errors <= n * target.errorShare,
     binding: window.shed > 0,
     peak: window.peak,
     leftOut,
+    meanMs,
+    errorMs,
+    gradient,
+    lateShare: lateOf === 0 ? 0 : (late + stuck) / lateOf,
+    queue,
+    forming: queue || (gradient ?? 0) > params.holdAt,
   };
 }
 
 /**
- * The window's answers, slow and failed counts without those of the `k` keys
- * with the most slow or failed answers; the whole window's when nothing is
- * left without them (those clients are all the traffic there is).
+ * The window's answers, slow, failed and late counts, busy time and
+ * requests found late in flight without those of the `k` keys with the most
+ * of them; the whole window's when nothing is left without them (those
+ * clients are all the traffic there is).
  */
 export function withoutWorst(
   window: HealthCounts,
   k: number,
-): { answered: number; slow: number; errors: number; leftOut: number } {
-  const whole = { answered: window.answered, slow: window.slow, errors: window.errors, leftOut: 0 };
+): {
+  answered: number;
+  slow: number;
+  errors: number;
+  late: number;
+  busyMs: number;
+  busySq: number;
+  stuck: number;
+  leftOut: number;
+} {
+  const { answered, slow, errors, late, busyMs, busySq, stuck } = window;
+  const whole = { answered, slow, errors, late, busyMs, busySq, stuck, leftOut: 0 };
   const worst = window.worst;
   if (k <= 0 || worst === undefined || worst.length === 0) return whole;
-  let { answered, slow, errors } = whole;
-  let leftOut = 0;
+  const left = { ...whole };
   for (const key of worst.slice(0, k)) {
     if (badOf(key) === 0) break;
-    answered -= key[1];
-    slow -= key[2];
-    errors -= key[3];
-    leftOut++;
+    left.answered -= key[1];
+    left.slow -= key[2];
+    left.errors -= key[3];
+    left.late -= key[4];
+    left.busyMs -= key[5];
+    left.stuck -= key[6];
+    left.busySq -= key[7];
+    left.leftOut++;
   }
-  if (answered <= 0) return whole;
-  return { answered, slow: Math.max(0, slow), errors: Math.max(0, errors), leftOut };
+  if (left.answered + left.stuck <= 0) return whole;
+  return {
+    answered: Math.max(0, left.answered),
+    slow: Math.max(0, left.slow),
+    errors: Math.max(0, left.errors),
+    late: Math.max(0, left.late),
+    busyMs: Math.max(0, left.busyMs),
+    busySq: Math.max(0, left.busySq),
+    stuck: Math.max(0, left.stuck),
+    leftOut: left.leftOut,
+  };
 }
 
 const clamp = (factor: number, target: ControlTarget): number => Math.min(1, Math.max(target.minFactor, factor));
@@ -229,15 +400,90 @@ const clamp = (factor: number, target: ControlTarget): number => Math.min(1, Mat
  * while the reduction refuses no one, a limit above the busiest client's
  * count does nothing, so the cut applies to that count instead.
  */
-function next(from: number, health: Health, params: ControllerParams): { kind: "cut" | "raise" | "hold"; to: number } {
-  if (health.breached) {
-    if (health.keepingUp >= params.drainingAt) return { kind: "hold", to: from };
+function next(
+  state: ControllerState,
+  health: Health,
+  drift: boolean,
+  params: ControllerParams,
+): { kind: "cut" | "raise" | "hold"; to: number } {
+  const from = state.factor;
+  // Slow answers without a queue cut nothing once the origin is known slower than the target when calm.
+  const slowCuts = health.failing || (health.breached && !drift);
+  if (troubled(health, drift)) {
+    // Cuts that did not make it faster while it kept up: no more until it is clear whether they can.
+    const trying = state.trying;
+    if (trying !== null && trying.cuts >= params.driftCuts && steadyButSlow(trying, health, params)) {
+      return { kind: "hold", to: from };
+    }
+    const excessMs = health.gradient === null ? 0 : health.meanMs! - Math.max(state.calm.ms!, params.calmFloorMs);
+    const drain = Math.max(0, excessMs) / params.drainMs;
+    // Its backlog drains on its own about as fast as a cut would drain it: a cut would only deepen it.
+    if (health.keepingUp >= Math.max(params.drainingAt, 1 + drain)) return { kind: "hold", to: from };
     const binds = health.binding || health.peak <= 0 ? from : Math.min(from, health.peak);
-    const cut = Math.min(params.cutShallowest, Math.max(params.cutDeepest, health.keepingUp * params.cutMargin));
+    const shallowest = slowCuts ? params.cutShallowest : params.cutQueueShallowest;
+    const cut = Math.min(shallowest, Math.max(params.cutDeepest, health.keepingUp * (1 - drain)));
     return { kind: "cut", to: binds * cut };
   }
-  if (!health.withinTarget || from >= 1) return { kind: "hold", to: from };
-  return { kind: "raise", to: from * (health.binding ? params.raiseBinding : params.raiseIdle) };
+  if (health.forming || !(health.withinTarget || drift) || from >= 1) return { kind: "hold", to: from };
+  if (!health.binding) return { kind: "raise", to: from * params.raiseIdle };
+  if (health.gradient === null) return { kind: "raise", to: from * params.raiseBinding };
+  // A raise in proportion to the room left before a queue forms; small near where the last one formed.
+  const room = Math.min(1, Math.max(0, (params.holdAt - health.gradient) / (params.holdAt - 1)));
+  const by = 1 + (params.raiseMost - 1) * room;
+  const trouble = state.troubleAt;
+  const near =
+    trouble !== null &&
+    from * by > trouble * params.nearTrouble &&
+    from < trouble / params.nearTrouble &&
+    health.gradient > params.nearCalm;
+  return { kind: "raise", to: from * (near ? Math.min(by, params.raiseNear) : by) };
+}
+
+/**
+ * The calm latency after a judged window whose mean was at most `meanMs`
+ * (its mean and its margin of chance: the lowest of many windows' means is
+ * lower than the origin's by chance alone; null: none, or a queue), at `nowMs`.
+ */
+function calmAfter(calm: Calm, meanMs: number | null, nowMs: number, periodMs: number): Calm {
+  let { periodStartMs, previousMs, currentMs } = calm;
+  if (periodStartMs === null || nowMs - periodStartMs >= periodMs) {
+    // A new period: the one just over is kept, an older one forgotten.
+    previousMs = periodStartMs !== null && nowMs - periodStartMs < 2 * periodMs ? currentMs : null;
+    currentMs = null;
+    periodStartMs = nowMs;
+  }
+  if (meanMs !== null) currentMs = currentMs === null ? meanMs : Math.min(currentMs, meanMs);
+  const ms = previousMs === null ? currentMs : currentMs === null ? previousMs : Math.min(previousMs, currentMs);
+  return { ms, periodStartMs, previousMs, currentMs };
+}
+
+/**
+ * Whether the cuts made in a row did not make the origin faster, long
+ * enough and often enough to say its slowness is its calm, not a queue: the
+ * mean still what it was at the first, the origin keeping up with what it
+ * was sent (no backlog growing or draining), nothing failing.
+ */
+const notAQueue = (trying: Trying | null, health: Health, nowMs: number, params: ControllerParams): boolean =>
+  trying !== null &&
+  trying.cuts >= params.driftCuts &&
+  nowMs - trying.sinceMs >= params.driftAfterMs &&
+  steadyButSlow(trying, health, params);
+
+/**
+ * Not faster for the cuts (the mean still at least `driftKept` of what it
+ * was at the first), and the origin keeping up with what it was sent over
+ * all those windows (within a tenth: no backlog growing or draining),
+ * nothing failing.
+ */
+function steadyButSlow(trying: Trying, health: Health, params: ControllerParams): boolean {
+  const sent = trying.sent + health.sent;
+  const keepingUp = sent <= 0 ? 1 : (trying.kept + health.kept) / sent;
+  return (
+    health.meanMs !== null &&
+    !health.failing &&
+    health.meanMs >= trying.meanMs * params.driftKept &&
+    Math.abs(keepingUp - 1) <= params.driftKeptUp
+  );
 }
 
 /**
@@ -251,25 +497,58 @@ export function observe(
   nowMs: number,
   target: ControlTarget,
   params: ControllerParams = CONTROLLER_PARAMS,
+  lateMs: number | null = lateMsOf(state, params),
 ): { state: ControllerState; step: Step } {
   // A floor raised since the factor was set lifts it now (a version of its own).
   const floored = clamp(state.factor, target);
   if (floored !== state.factor) {
-    state = { ...state, factor: floored, version: state.version + 1, window: noCounts(), windowStartMs: null };
+    state = {
+      ...state,
+      factor: floored,
+      version: state.version + 1,
+      window: noCounts(),
+      windowStartMs: null,
+      changedAtMs: nowMs,
+    };
   }
   if (version !== state.version) return { state, step: { kind: "ignored" } };
   const windowStartMs = state.windowStartMs ?? nowMs;
-  const window = addCounts(state.window, counts);
-  if (nowMs - windowStartMs < params.intervalMs || window.answered < params.minSamples) {
+  const window = addCounts(state.window, againstMark(counts, lateMs, lateMsOf(state, params)));
+  const long = nowMs - windowStartMs >= params.intervalMs;
+  // At the configured limit, settled, a short window is judged at once when it shows trouble clearly: the onset.
+  const onset =
+    !long && state.factor >= 1 && (state.changedAtMs === null || nowMs - state.changedAtMs >= 2 * params.intervalMs);
+  const health =
+    (long || onset) && window.answered + window.stuck >= params.minSamples
+      ? judge(window, target, state.calm.ms, params)
+      : null;
+  if (health === null || !(long || troubled(health, state.drift))) {
     if (nowMs - windowStartMs >= params.staleMs) {
       const dropped = { ...state, window: noCounts(), windowStartMs: null };
       return { state: dropped, step: { kind: "dropped", answered: window.answered } };
     }
     return { state: { ...state, window, windowStartMs }, step: { kind: "gathering" } };
   }
-  const health = judge(window, target, params.z, params.leaveOut);
+  // Cuts that did not make the origin faster while it kept up: its slowness is its calm. Measured again.
+  const again = notAQueue(state.trying, health, nowMs, params);
+  const calm: Calm = again
+    ? {
+        ms: health.meanMs! + params.calmZ * health.errorMs,
+        periodStartMs: nowMs,
+        previousMs: null,
+        currentMs: health.meanMs! + params.calmZ * health.errorMs,
+      }
+    : calmAfter(
+        state.calm,
+        health.forming || health.meanMs === null ? null : health.meanMs + params.calmZ * health.errorMs,
+        nowMs,
+        params.calmPeriodMs,
+      );
+  // Still slow once measured so: the target is one the origin cannot meet when calm. Until it can again.
+  const drift = again ? health.breached && !health.failing : state.drift && !health.withinTarget;
   const from = state.factor;
-  const decided = next(from, health, params);
+  // The window that measured the calm latency again was judged against the old one: nothing to decide on it.
+  const decided = again ? { kind: "hold" as const, to: from } : next(state, health, drift, params);
   const to = clamp(decided.to, target);
   const changed = to !== from;
   const mode: ControllerMode = !changed ? state.mode : to === 1 ? "full" : to < from ? "reducing" : "recovering";
@@ -280,8 +559,55 @@ export function observe(
       mode,
       window: noCounts(),
       windowStartMs: null,
+      changedAtMs: changed ? nowMs : state.changedAtMs,
+      calm,
+      troubleAt: to >= 1 ? null : health.binding && (health.gradient ?? 0) > params.holdAt ? from : state.troubleAt,
+      trying: again ? null : tryingAfter(state.trying, decided.kind, troubled(health, drift), health, nowMs, params),
+      drift,
     },
     step: { kind: changed ? decided.kind : "hold", health, from, to },
+  };
+}
+
+/**
+ * A report's counts, its late ones only when they were counted against the
+ * late mark the controller has now (within a tenth): counted against
+ * another, they say nothing about this one (the mark moves when the calm
+ * latency is measured again, and isolates learn it with their next answer).
+ */
+function againstMark(counts: HealthCounts, countedMs: number | null, markMs: number | null): HealthCounts {
+  const same = countedMs !== null && markMs !== null && Math.abs(countedMs - markMs) <= markMs / 10;
+  if (same || (counts.late === 0 && counts.stuck === 0)) return counts;
+  const worst = counts.worst?.map((k): KeyCounts => [k[0], k[1], k[2], k[3], 0, k[5], 0, k[7]]);
+  return { ...counts, late: 0, stuck: 0, ...(worst === undefined ? {} : { worst }) };
+}
+
+/**
+ * Windows of trouble in a row after a judged one: one more window (and cut,
+ * on a cut: at the floor too, where it changes nothing), started again when
+ * the mean fell (the cuts helped), and none after a raise or a window
+ * without trouble.
+ */
+function tryingAfter(
+  trying: Trying | null,
+  kind: "cut" | "raise" | "hold",
+  trouble: boolean,
+  health: Health,
+  nowMs: number,
+  params: ControllerParams,
+): Trying | null {
+  if (kind === "raise" || !trouble || health.meanMs === null) return null;
+  const cut = kind === "cut" ? 1 : 0;
+  if (trying === null || health.meanMs < trying.meanMs * params.driftKept) {
+    return { sinceMs: nowMs, windows: 1, cuts: cut, meanMs: health.meanMs, sent: health.sent, kept: health.kept };
+  }
+  return {
+    sinceMs: trying.sinceMs,
+    windows: trying.windows + 1,
+    cuts: trying.cuts + cut,
+    meanMs: trying.meanMs,
+    sent: trying.sent + health.sent,
+    kept: trying.kept + health.kept,
   };
 }
 
@@ -289,12 +615,27 @@ export function observe(
 export const reportEveryMs = (state: ControllerState, params: ControllerParams = CONTROLLER_PARAMS): number =>
   state.mode === "full" ? params.steadyReportMs : params.activeReportMs;
 
-/** Whether an isolate's own counts breach the target clearly enough to report at once. */
-export const urgent = (
+/**
+ * Whether a window shows trouble a cut answers: failures, a queue, or slow
+ * answers (unless the origin is known slower than the target when calm).
+ */
+const troubled = (health: Health, drift: boolean): boolean =>
+  health.failing || health.queue || (health.breached && !drift);
+
+/**
+ * Whether an isolate's own counts show trouble clearly enough to report at
+ * once: failures, a queue, or slow answers beyond the target (unless the
+ * controller said the origin is slower than the target when calm: `drift`).
+ */
+export function urgent(
   counts: HealthCounts,
   target: ControlTarget,
   params: ControllerParams = CONTROLLER_PARAMS,
-): boolean => counts.answered >= params.urgentSamples && judge(counts, target, params.z, params.leaveOut).breached;
+  drift = false,
+): boolean {
+  if (counts.answered + counts.stuck < params.urgentSamples) return false;
+  return troubled(judge(counts, target, null, params), drift);
+}
 
 /**
  * The limit a factor gives a configured `limit` (the rule's, a tier's or an

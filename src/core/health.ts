@@ -142,6 +142,28 @@ export type HealthCounts = {
   gone: number;
   /** Of `gone`, those the origin had already kept longer than the target: counted in `answered` and `slow` too. */
   goneSlow: number;
+  /**
+   * Of `answered`, those later than the late mark the controller last gave
+   * (`lateMs`: the origin's calm latency as it measured it, times 3),
+   * whatever their status. 0 while no mark is known.
+   */
+  late: number;
+  /**
+   * Requests found still in flight past the late mark, counted once each
+   * when found (their answers count again when they come): a queue forming
+   * at the origin, seen before its answers are. A request is in flight from
+   * its last byte passed on to the origin to its response's headers, so a
+   * client's upload is never in it, nor a client that hung up.
+   */
+  stuck: number;
+  /**
+   * The successful answers' durations added up, ms (each at most
+   * {@link busyCapOf}): their mean, against the origin's calm latency, shows
+   * a queue forming before the answers breach the target.
+   */
+  busyMs: number;
+  /** The squares of the same durations added up, ms²: how far the mean may be off by chance. */
+  busySq: number;
   /** Requests refused only because of the reduction: admitted under the configured limit, refused under the current one. */
   shed: number;
   /**
@@ -151,8 +173,8 @@ export type HealthCounts = {
    */
   peak: number;
   /**
-   * The client keys with the most slow or failed answers, each with its own
-   * counts, worst first (at most {@link MAX_WORST_KEYS}); left out when none
+   * The client keys with the most slow, failed or late answers (and requests
+   * found late in flight), each with its own counts, worst first (at most {@link MAX_WORST_KEYS}); left out when none
    * had any. The controller judges the origin without the few worst (see
    * `core/controller.ts`), so that no client, and no small set of them, moves
    * the limit for everyone.
@@ -162,16 +184,38 @@ export type HealthCounts = {
 
 /**
  * One client key's answers: a short prefix of its object's name (the same
- * in every isolate, and no client data), its answers, and how many of them
- * were slow and failed.
+ * in every isolate, and no client data), its answers, how many of them
+ * were slow, failed and late, their busy time, its requests found late in
+ * flight, and the squares of its busy time. Kept for keys with any slow,
+ * failed or late one.
  */
-export type KeyCounts = [key: string, answered: number, slow: number, errors: number];
+export type KeyCounts = [
+  key: string,
+  answered: number,
+  slow: number,
+  errors: number,
+  late: number,
+  busyMs: number,
+  stuck: number,
+  busySq: number,
+];
 
 /** The most client keys a report, or a controller's window, keeps counts of. */
 export const MAX_WORST_KEYS = 16;
 
-/** A key's slow and failed answers together: how it ranks among the worst. */
-export const badOf = (k: KeyCounts): number => k[2] + k[3];
+/** A key's slow, failed and late answers and requests together: how it ranks among the worst. */
+export const badOf = (k: KeyCounts): number => k[2] + k[3] + k[4] + k[6];
+
+/** A key's counts before any answer. */
+export const noKeyCounts = (key: string): KeyCounts => [key, 0, 0, 0, 0, 0, 0, 0];
+
+/**
+ * The most one answer adds to `busyMs`: four times the target, or twice
+ * the late mark when that is more (an origin slower than the target when
+ * calm). One very slow answer moves the mean only so far.
+ */
+export const busyCapOf = (latencyMs: number, lateMs: number | null): number =>
+  Math.max(4 * latencyMs, lateMs === null ? 0 : 2 * lateMs);
 
 export const noCounts = (): HealthCounts => ({
   forwarded: 0,
@@ -180,6 +224,10 @@ export const noCounts = (): HealthCounts => ({
   errors: 0,
   gone: 0,
   goneSlow: 0,
+  late: 0,
+  stuck: 0,
+  busyMs: 0,
+  busySq: 0,
   shed: 0,
   peak: 0,
 });
@@ -193,6 +241,10 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
     errors: a.errors + b.errors,
     gone: a.gone + b.gone,
     goneSlow: a.goneSlow + b.goneSlow,
+    late: a.late + b.late,
+    stuck: a.stuck + b.stuck,
+    busyMs: a.busyMs + b.busyMs,
+    busySq: a.busySq + b.busySq,
     shed: a.shed + b.shed,
     peak: Math.max(a.peak, b.peak),
   };
@@ -207,12 +259,26 @@ export function mergeWorst(a: readonly KeyCounts[] = [], b: readonly KeyCounts[]
   const byKey = new Map<string, KeyCounts>();
   for (const k of [...a, ...b]) {
     const had = byKey.get(k[0]);
-    byKey.set(k[0], had === undefined ? [k[0], k[1], k[2], k[3]] : [k[0], had[1] + k[1], had[2] + k[2], had[3] + k[3]]);
+    byKey.set(
+      k[0],
+      had === undefined
+        ? [k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]]
+        : [
+            k[0],
+            had[1] + k[1],
+            had[2] + k[2],
+            had[3] + k[3],
+            had[4] + k[4],
+            had[5] + k[5],
+            had[6] + k[6],
+            had[7] + k[7],
+          ],
+    );
   }
   return worstFirst([...byKey.values()]);
 }
 
-/** Keys with any slow or failed answer, worst first, at most {@link MAX_WORST_KEYS}. */
+/** Keys with any slow, failed or late answer or request, worst first, at most {@link MAX_WORST_KEYS}. */
 export const worstFirst = (keys: KeyCounts[]): KeyCounts[] =>
   keys
     .filter((k) => badOf(k) > 0)

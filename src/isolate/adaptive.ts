@@ -17,7 +17,7 @@ import type { FactorAnswer } from "../object/controller-protocol.ts";
 import { type PlaceRequest, type RuleCheck, ruleCheckOf } from "../object/protocol.ts";
 import { logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import { HealthReporter, type ReportedRule } from "./health-reporter.ts";
+import { type Flight, HealthReporter, type ReportedRule } from "./health-reporter.ts";
 import type { RuleRefusal } from "./vocabulary.ts";
 import type { Sink } from "./work.ts";
 
@@ -117,7 +117,13 @@ export function noteDecision(
       sendIfDue(reporter, context);
     }
   }
-  if (forwarded !== undefined) for (const reporter of forwarded) reporter.forwarded();
+  if (forwarded !== undefined) {
+    for (const reporter of forwarded) {
+      reporter.forwarded();
+      // The onset of a queue shows first in requests still in flight: checked as requests go on, too.
+      sendIfDue(reporter, context);
+    }
+  }
   return forwarded;
 }
 
@@ -136,15 +142,20 @@ export function noteKnown(known: RuleRefusal[], context: ReportContext): void {
 /** How many characters of a key's object name a report names it by: enough to tell clients apart, no client data. */
 export const KEY_PREFIX_LENGTH = 16;
 
+/** One rule's reporter, and the request as that reporter follows it. */
+type Watched = Flight & { readonly reporter: HealthReporter };
+
 /**
  * An admitted request forwarded under adaptive rules, watched until its
  * response's headers arrive ({@link answered}), or its client goes first
  * ({@link gone}): each of its rules counts it once, under its client's key.
  * The origin is timed from the request's last byte passed on to it (see
- * {@link body}), so that a client slow to upload is not a slow origin.
+ * {@link body}), so that a client slow to upload is not a slow origin; and
+ * the request is in flight at the origin, for each rule's reporter, from
+ * that byte on, so that neither is a client's upload a queue at the origin.
  */
 export class HealthWatch {
-  private readonly watched: { reporter: HealthReporter; key: string | undefined }[];
+  private readonly watched: Watched[];
   private readonly context: ReportContext;
   /** When the request's last byte went on to the origin so far: when it was forwarded, for a request with no body. */
   private lastByteAtMs: number;
@@ -156,7 +167,14 @@ export class HealthWatch {
 
   /** `keyOf`: the client key (a prefix of its object's name) each rule counted the request under, when known. */
   constructor(reporters: HealthReporter[], context: ReportContext, keyOf: (ruleId: string) => string | undefined) {
-    this.watched = reporters.map((reporter) => ({ reporter, key: keyOf(reporter.ruleId) }));
+    this.watched = reporters.map((reporter) => ({
+      reporter,
+      key: keyOf(reporter.ruleId),
+      startMs: 0,
+      prev: null,
+      next: null,
+      listed: false,
+    }));
     this.context = context;
     this.lastByteAtMs = context.isolate.clock();
   }
@@ -164,11 +182,14 @@ export class HealthWatch {
   /**
    * The request's body as the origin is to be sent it: passed on as it
    * arrives, each piece noted, so that the origin is timed from the last
-   * one; null for a request without a body.
+   * one; null for a request without a body, which is in flight from now.
    */
   body(request: Request): ReadableStream<Uint8Array> | null {
     const { body } = request;
-    if (body === null) return null;
+    if (body === null) {
+      this.inFlight();
+      return null;
+    }
     this.uploading = true;
     const { clock } = this.context.isolate;
     return passedOn(body, contentLengthOf(request.headers), {
@@ -178,11 +199,18 @@ export class HealthWatch {
       ended: () => {
         this.lastByteAtMs = clock();
         this.uploading = false;
+        this.inFlight();
       },
       broke: () => {
         this.broken = true;
       },
     });
+  }
+
+  /** Its last byte is at the origin: in flight for each rule, unless it already ended. */
+  private inFlight(): void {
+    if (this.done) return;
+    for (const w of this.watched) if (!w.listed) w.reporter.started(w, this.lastByteAtMs);
   }
 
   /** Whether the client broke its body off before it ended: whatever the origin's answer says then is the client's doing. */
@@ -195,9 +223,10 @@ export class HealthWatch {
     if (this.done) return;
     this.done = true;
     const durationMs = this.context.isolate.clock() - this.lastByteAtMs;
-    for (const { reporter, key } of this.watched) {
-      reporter.answered(status, durationMs, key);
-      sendIfDue(reporter, this.context);
+    for (const w of this.watched) {
+      w.reporter.ended(w);
+      w.reporter.answered(status, durationMs, w.key);
+      sendIfDue(w.reporter, this.context);
     }
   }
 
@@ -211,9 +240,10 @@ export class HealthWatch {
     if (this.done) return;
     this.done = true;
     const waitedMs = this.uploading || this.broken ? null : this.context.isolate.clock() - this.lastByteAtMs;
-    for (const { reporter, key } of this.watched) {
-      reporter.gone(waitedMs, key);
-      sendIfDue(reporter, this.context);
+    for (const w of this.watched) {
+      w.reporter.ended(w);
+      w.reporter.gone(waitedMs, w.key);
+      sendIfDue(w.reporter, this.context);
     }
   }
 }

@@ -11,6 +11,7 @@
 import { CONTROLLER_PARAMS, type ControlTarget, urgent } from "../core/controller.ts";
 import {
   addCounts,
+  busyCapOf,
   type HealthCounts,
   type HealthTarget,
   type KeyCounts,
@@ -19,6 +20,7 @@ import {
   latencyBucketOf,
   mergeWorst,
   noCounts,
+  noKeyCounts,
   outcomeOf,
   slowShareOf,
   worstFirst,
@@ -38,6 +40,23 @@ export const MAX_KEYS_COUNTED = 64;
 /** What the reporter needs of its rule: its id, its configured limit (or concurrency), and its target. */
 export type ReportedRule = { id: string; limit: number; adaptive: HealthTarget };
 
+/**
+ * A forwarded request under the rule as its reporter follows it: in flight
+ * at the origin from its last byte passed on to its response's headers (or
+ * its client's hang-up). The reporter keeps those not yet found late in a
+ * list, oldest first, and finds the late ones at its reports.
+ */
+export type Flight = {
+  /** Its client's key, when known. */
+  readonly key: string | undefined;
+  /** When its last byte went on to the origin. */
+  startMs: number;
+  prev: Flight | null;
+  next: Flight | null;
+  /** In the list: in flight, and not found late yet. */
+  listed: boolean;
+};
+
 /** What an answer changed: nothing, a raise, or a cut (the factor fell). */
 export type Learned = { changed: false } | { changed: true; fell: boolean; from: number; to: number };
 
@@ -47,12 +66,19 @@ export class HealthReporter {
   factor = 1;
   /** The controller's version of {@link factor}; 0 before any answer. */
   version = 0;
+  /** Answers, and requests in flight, later than this are late (the controller's late mark); null before it gave one. */
+  lateMs: number | null = null;
+  /** The controller says the origin is slower than the target when calm: slow answers alone are not urgent. */
+  drift = false;
   private rule: ReportedRule;
   private control: ControlTarget;
   private reportInMs = CONTROLLER_PARAMS.steadyReportMs;
   private counts: HealthCounts = noCounts();
-  /** Per client key that had a slow or failed answer since the last report: its answers since then. */
+  /** Per client key that had a slow, failed or late answer since the last report: its answers since then. */
   private keys = new Map<string, KeyCounts>();
+  /** Requests in flight not found late yet, oldest first. */
+  private oldest: Flight | null = null;
+  private newest: Flight | null = null;
   private readonly latency = new Array<number>(LATENCY_BUCKETS).fill(0);
   private latencyCount = 0;
   /** When the last report was sent; none yet: the first counts go at once. */
@@ -79,6 +105,28 @@ export class HealthReporter {
     this.counts.forwarded++;
   }
 
+  /** A forwarded request's last byte went on to the origin at `nowMs`: it is in flight from now. */
+  started(flight: Flight, nowMs: number): void {
+    flight.startMs = nowMs;
+    flight.listed = true;
+    flight.prev = this.newest;
+    flight.next = null;
+    if (this.newest === null) this.oldest = flight;
+    else this.newest.next = flight;
+    this.newest = flight;
+  }
+
+  /** A request in flight got its headers, or its client hung up: no longer in flight. */
+  ended(flight: Flight): void {
+    if (!flight.listed) return;
+    flight.listed = false;
+    if (flight.prev === null) this.oldest = flight.next;
+    else flight.prev.next = flight.next;
+    if (flight.next === null) this.newest = flight.prev;
+    else flight.next.prev = flight.prev;
+    flight.prev = flight.next = null;
+  }
+
   /**
    * How a forwarded request ended: its status (0 when the origin could not
    * be reached), how long the origin took (from the request's last byte to
@@ -86,13 +134,18 @@ export class HealthReporter {
    */
   answered(status: number, durationMs: number, key?: string): void {
     const { slow, error } = outcomeOf(this.rule.adaptive, status, durationMs);
+    const late = this.lateMs !== null && durationMs > this.lateMs;
+    const busyMs = error ? 0 : Math.min(Math.max(0, durationMs), this.busyCapMs());
     const c = this.counts;
     c.answered++;
     if (slow) c.slow++;
     if (error) c.errors++;
+    if (late) c.late++;
+    c.busyMs += busyMs;
+    c.busySq += busyMs * busyMs;
     this.latency[latencyBucketOf(Math.max(0, durationMs))]!++;
     this.latencyCount++;
-    if (key !== undefined) this.countKey(key, slow, error);
+    if (key !== undefined) this.countKey(key, slow, error, late, busyMs);
   }
 
   /**
@@ -105,23 +158,59 @@ export class HealthReporter {
     const c = this.counts;
     c.gone++;
     if (waitedMs === null || !outcomeOf(this.rule.adaptive, 200, waitedMs).slow) return;
+    const late = this.lateMs !== null && waitedMs > this.lateMs;
+    const busyMs = Math.min(waitedMs, this.busyCapMs());
     c.goneSlow++;
     c.answered++;
     c.slow++;
-    if (key !== undefined) this.countKey(key, true, false);
+    if (late) c.late++;
+    c.busyMs += busyMs;
+    c.busySq += busyMs * busyMs;
+    if (key !== undefined) this.countKey(key, true, false, late, busyMs);
   }
 
-  /** One answer of a client key: kept once the key has had a slow or failed answer. */
-  private countKey(key: string, slow: boolean, error: boolean): void {
-    let counts = this.keys.get(key);
-    if (counts === undefined) {
-      if ((!slow && !error) || this.keys.size >= MAX_KEYS_COUNTED) return;
-      counts = [key, 0, 0, 0];
-      this.keys.set(key, counts);
-    }
+  private busyCapMs(): number {
+    return busyCapOf(this.rule.adaptive.latencyMs, this.lateMs);
+  }
+
+  /** One answer of a client key: kept once the key has had a slow, failed or late one. */
+  private countKey(key: string, slow: boolean, error: boolean, late: boolean, busyMs: number): void {
+    const counts = this.keyCounts(key, slow || error || late);
+    if (counts === undefined) return;
     counts[1]++;
     if (slow) counts[2]++;
     if (error) counts[3]++;
+    if (late) counts[4]++;
+    counts[5] += busyMs;
+    counts[7] += busyMs * busyMs;
+  }
+
+  /** A key's counts: made when `bad` and there is room. */
+  private keyCounts(key: string, bad: boolean): KeyCounts | undefined {
+    let counts = this.keys.get(key);
+    if (counts === undefined && bad && this.keys.size < MAX_KEYS_COUNTED) {
+      counts = noKeyCounts(key);
+      this.keys.set(key, counts);
+    }
+    return counts;
+  }
+
+  /**
+   * The requests in flight past the late mark at `nowMs`, counted once
+   * each (`stuck`), and out of the list: the oldest are first, so the walk
+   * stops at the first that is not late.
+   */
+  private findStuck(nowMs: number): void {
+    const lateMs = this.lateMs;
+    if (lateMs === null) return;
+    for (let f = this.oldest; f !== null && nowMs - f.startMs > lateMs; f = this.oldest) {
+      this.ended(f);
+      this.counts.stuck++;
+      if (f.key !== undefined) {
+        const counts = this.keyCounts(f.key, true);
+        if (counts !== undefined) counts[6]++;
+      }
+    }
   }
 
   /** A request refused only because of the reduction. */
@@ -142,10 +231,16 @@ export class HealthReporter {
    */
   due(nowMs: number): HealthReport | null {
     if (this.sending !== null) return null;
+    this.findStuck(nowMs);
     const c = this.counts;
-    if (c.forwarded === 0 && c.answered === 0 && c.shed === 0) return null;
+    if (c.forwarded === 0 && c.answered === 0 && c.shed === 0 && c.stuck === 0) return null;
     const sinceMs = nowMs - this.lastSentMs;
-    const early = sinceMs >= CONTROLLER_PARAMS.earliestReportMs && urgent(c, this.control);
+    // Only counts with something wrong in them can be urgent: the judgement is not made for healthy ones.
+    const troubled = c.slow + c.errors + c.late + c.stuck > 0;
+    const early =
+      troubled &&
+      sinceMs >= CONTROLLER_PARAMS.earliestReportMs &&
+      urgent(c, this.control, CONTROLLER_PARAMS, this.drift);
     if (sinceMs < this.reportInMs && !early) return null;
     const latency = this.takeLatency();
     const counts = this.counts;
@@ -164,6 +259,7 @@ export class HealthReporter {
       version: this.version,
       counts,
       ...(latency.length > 0 ? { latency } : {}),
+      lateMs: this.lateMs,
     };
   }
 
@@ -176,6 +272,15 @@ export class HealthReporter {
   landed(answer: FactorAnswer): Learned {
     this.sending = null;
     this.reportInMs = answer.reportInMs > 0 ? answer.reportInMs : CONTROLLER_PARAMS.steadyReportMs;
+    this.drift = answer.drift === true;
+    const lateMs = typeof answer.lateMs === "number" && answer.lateMs > 0 ? answer.lateMs : null;
+    if (lateMs !== this.lateMs) {
+      // Late counts are counted against one mark: those against the old one go.
+      this.lateMs = lateMs;
+      this.counts.late = 0;
+      this.counts.stuck = 0;
+      for (const key of this.keys.values()) key[4] = key[6] = 0;
+    }
     if (answer.version === this.version) return { changed: false };
     const from = this.factor;
     this.factor = answer.factor;

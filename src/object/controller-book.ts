@@ -7,10 +7,12 @@
  * the origin's latency for the statistics and the dashboard.
  */
 import {
+  CONTROLLER_PARAMS,
   type ControllerMode,
   type ControllerState,
   type ControlTarget,
   initialState,
+  lateMsOf,
   observe,
   reportEveryMs,
   type Step,
@@ -24,6 +26,7 @@ import {
   type LatencyPairs,
   latencyAt,
   MAX_WORST_KEYS,
+  noKeyCounts,
   slowShareOf,
   worstFirst,
 } from "../core/health.ts";
@@ -43,14 +46,21 @@ const SCHEMA = [
     rule TEXT PRIMARY KEY, factor REAL NOT NULL, version INTEGER NOT NULL, mode TEXT NOT NULL, configured INTEGER NOT NULL
   )`,
   `CREATE TABLE IF NOT EXISTS controller_history (
-    at_ms INTEGER NOT NULL, factor REAL NOT NULL, configured INTEGER NOT NULL, latency_ms REAL
+    at_ms INTEGER NOT NULL, factor REAL NOT NULL, configured INTEGER NOT NULL, latency_ms REAL,
+    drift INTEGER NOT NULL DEFAULT 0
   )`,
 ];
+
+/** Columns added since the tables were first made: an object made before has its table altered. */
+const ADDED_COLUMNS = [["controller_history", "drift", "INTEGER NOT NULL DEFAULT 0"]] as const;
 
 const MODES: readonly ControllerMode[] = ["full", "reducing", "recovering"];
 
 /** A non-negative whole count, or 0: isolates are trusted, but a bug must not poison the controller. */
 const count = (n: unknown): number => (typeof n === "number" && Number.isSafeInteger(n) && n > 0 ? n : 0);
+
+/** A non-negative finite amount (a busy time in ms), or 0. */
+const amount = (n: unknown): number => (typeof n === "number" && Number.isFinite(n) && n > 0 ? n : 0);
 
 /** The counts of a report, each a non-negative whole number (`peak` a finite share), its worst keys well formed. */
 function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
@@ -65,6 +75,10 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
     errors: Math.min(answered, count(c.errors)),
     gone,
     goneSlow: Math.min(gone, answered, count(c.goneSlow)),
+    late: Math.min(answered, count(c.late)),
+    stuck: count(c.stuck),
+    busyMs: amount(c.busyMs),
+    busySq: amount(c.busySq),
     shed: count(c.shed),
     peak,
   };
@@ -73,7 +87,11 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   return clean;
 }
 
-/** A report's worst keys: each a short key and whole counts, slow and failed among its answers; at most as many as kept. */
+/**
+ * A report's worst keys: each a short key and whole counts, slow, failed
+ * and late among its answers (an isolate of an older version sends no late
+ * counts, busy time or requests found late: 0); at most as many as kept.
+ */
 function cleanWorst(worst: unknown): KeyCounts[] {
   if (!Array.isArray(worst)) return [];
   const keys: KeyCounts[] = [];
@@ -81,7 +99,15 @@ function cleanWorst(worst: unknown): KeyCounts[] {
     if (!Array.isArray(entry) || typeof entry[0] !== "string" || entry[0].length === 0 || entry[0].length > 64)
       continue;
     const answered = count(entry[1]);
-    keys.push([entry[0], answered, Math.min(answered, count(entry[2])), Math.min(answered, count(entry[3]))]);
+    const key = noKeyCounts(entry[0]);
+    key[1] = answered;
+    key[2] = Math.min(answered, count(entry[2]));
+    key[3] = Math.min(answered, count(entry[3]));
+    key[4] = Math.min(answered, count(entry[4]));
+    key[5] = amount(entry[5]);
+    key[6] = count(entry[6]);
+    key[7] = amount(entry[7]);
+    keys.push(key);
   }
   return worstFirst(keys);
 }
@@ -129,6 +155,10 @@ export class ControllerBook {
     this.sql = sql;
     this.rule = rule;
     for (const statement of SCHEMA) sql.exec(statement);
+    for (const [table, column, type] of ADDED_COLUMNS) {
+      const columns = sql.exec<{ name: string }>(`PRAGMA table_info(${table})`).toArray();
+      if (!columns.some((c) => c.name === column)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
+    }
     const row = sql
       .exec<{ factor: number; version: number; mode: string; configured: number }>(
         "SELECT factor, version, mode, configured FROM controller WHERE rule = ?",
@@ -157,12 +187,16 @@ export class ControllerBook {
         version,
         nowMs,
         controlTarget(report.limit, report.target),
+        CONTROLLER_PARAMS,
+        typeof report.lateMs === "number" && Number.isFinite(report.lateMs) ? report.lateMs : null,
       );
       this.state = state;
       this.latency = addLatency(this.latency, Array.isArray(report.latency) ? report.latency : []);
       if (state.factor !== before.factor || state.mode !== before.mode) this.store();
       if (state.mode !== before.mode) this.logChange(before, step);
-      if (state.factor !== before.factor || nowMs - this.lastPointMs >= HISTORY_EVERY_MS) this.addPoint(nowMs);
+      if (state.drift !== before.drift) this.logDrift(report.target);
+      const changed = state.factor !== before.factor || state.drift !== before.drift;
+      if (changed || nowMs - this.lastPointMs >= HISTORY_EVERY_MS) this.addPoint(nowMs);
     }
     return this.answer(nowMs);
   }
@@ -178,14 +212,16 @@ export class ControllerBook {
       mode,
       limit: scaledLimit(configured, factor),
       reportInMs: reportEveryMs(this.state),
+      lateMs: lateMsOf(this.state),
+      drift: this.state.drift,
     };
   }
 
   /** The controller and its history since `sinceMs`, for the statistics and the dashboard. */
   view(nowMs: number, sinceMs = 0): ControllerView {
     const history = this.sql
-      .exec<{ at_ms: number; factor: number; configured: number; latency_ms: number | null }>(
-        "SELECT at_ms, factor, configured, latency_ms FROM controller_history WHERE at_ms >= ? ORDER BY at_ms, rowid",
+      .exec<{ at_ms: number; factor: number; configured: number; latency_ms: number | null; drift: number }>(
+        "SELECT at_ms, factor, configured, latency_ms, drift FROM controller_history WHERE at_ms >= ? ORDER BY at_ms, rowid",
         sinceMs,
       )
       .toArray()
@@ -196,9 +232,10 @@ export class ControllerBook {
           limit: scaledLimit(p.configured, p.factor),
           configured: p.configured,
           latencyMs: p.latency_ms,
+          drift: p.drift === 1,
         }),
       );
-    const { factor, version, mode } = this.state;
+    const { factor, version, mode, calm, drift } = this.state;
     const configured = this.configured;
     return {
       rule: this.rule,
@@ -208,6 +245,8 @@ export class ControllerBook {
       mode,
       configured,
       limit: configured === null ? null : scaledLimit(configured, factor),
+      calmMs: calm.ms === null ? null : round(calm.ms),
+      drift,
       history,
     };
   }
@@ -230,11 +269,12 @@ export class ControllerBook {
   private addPoint(nowMs: number): void {
     const latencyMs = this.target === null ? null : latencyAt(this.latency, this.target.percentile);
     this.sql.exec(
-      "INSERT INTO controller_history (at_ms, factor, configured, latency_ms) VALUES (?, ?, ?, ?)",
+      "INSERT INTO controller_history (at_ms, factor, configured, latency_ms, drift) VALUES (?, ?, ?, ?, ?)",
       nowMs,
       this.state.factor,
       this.configured ?? 1,
       latencyMs,
+      this.state.drift ? 1 : 0,
     );
     this.latency = [];
     this.lastPointMs = nowMs;
@@ -243,6 +283,30 @@ export class ControllerBook {
       `DELETE FROM controller_history WHERE rowid IN (
          SELECT rowid FROM controller_history ORDER BY at_ms DESC, rowid DESC LIMIT -1 OFFSET ?)`,
       HISTORY_MAX_POINTS,
+    );
+  }
+
+  /**
+   * One log line when the origin turns out slower than the target while
+   * nothing queues (a baseline drift: `warn`, the target wants a look), and
+   * one when it no longer is (`info`).
+   */
+  private logDrift(target: HealthTarget): void {
+    const { factor, drift, calm } = this.state;
+    const configured = this.configured ?? 1;
+    logEvent(
+      {
+        event: "adaptive_drift",
+        rule: this.rule,
+        drift,
+        calmMs: calm.ms === null ? null : Math.round(calm.ms),
+        latencyMs: target.latencyMs,
+        percentile: target.percentile,
+        factor: round(factor),
+        limit: scaledLimit(configured, factor),
+        configured,
+      },
+      drift ? "warn" : "info",
     );
   }
 
@@ -257,6 +321,8 @@ export class ControllerBook {
             slowShare: round(step.health.slowShare),
             errorShare: round(step.health.errorShare),
             keepingUp: round(step.health.keepingUp),
+            ...(step.health.gradient === null ? {} : { gradient: round(step.health.gradient) }),
+            lateShare: round(step.health.lateShare),
             binding: step.health.binding,
             ...(step.health.leftOut > 0 ? { leftOut: step.health.leftOut } : {}),
           }

@@ -28,6 +28,8 @@ export type HealthReport = {
   counts: HealthCounts;
   /** The forwarded requests' durations, by bucket (`latencyBucketOf`), for the history's percentile. */
   latency?: LatencyPairs;
+  /** The late mark its `late` and `stuck` counts were counted against (the last answer's `lateMs`); null before any. */
+  lateMs?: number | null;
 };
 
 /** What the controller answers every report: the factor, and when to report next. */
@@ -43,6 +45,14 @@ export type FactorAnswer = {
   limit: number;
   /** Report again this soon (with traffic under the rule): sooner while the limit is reduced. */
   reportInMs: number;
+  /**
+   * The late mark, ms: an answer later than this, or a request still in
+   * flight that long, is late (`late`, `stuck` in a report). The origin's
+   * calm latency as the controller measured it, times 3; null before it has.
+   */
+  lateMs: number | null;
+  /** The origin is slower than the target when calm (see {@link ControllerView.drift}): slow answers alone are no reason to report early. */
+  drift: boolean;
 };
 
 /** One point of the history: the limit at that instant, and the origin's latency since the point before. */
@@ -55,6 +65,8 @@ export type ControllerPoint = {
   configured: number;
   /** The forwarded requests' latency at the rule's percentile since the point before, in ms; null with none. */
   latencyMs: number | null;
+  /** Whether the origin was then slower than the target without a queue (see {@link ControllerView.drift}). */
+  drift: boolean;
 };
 
 /** The controller as the statistics and the dashboard read it. */
@@ -68,6 +80,20 @@ export type ControllerView = {
   configured: number | null;
   /** The current limit; null before any report. */
   limit: number | null;
+  /**
+   * The origin's calm latency as the controller measured it: the lowest
+   * mean latency of a window without a queue, over the last minute or two,
+   * ms; null before one was judged.
+   */
+  calmMs: number | null;
+  /**
+   * The origin is slower than the rule's `latency` target while nothing
+   * queues (a baseline drift: a slower day, a heavier endpoint, a busy
+   * host): lowering the limit would not make it faster, so its slow answers
+   * lower nothing, and the operator should raise the target or look at the
+   * origin. Errors, and a queue against its calm latency, still cut.
+   */
+  drift: boolean;
   /** Oldest first: a point at every change, and every {@link HISTORY_EVERY_MS} while reports arrive. */
   history: ControllerPoint[];
 };

@@ -906,7 +906,16 @@ export class RateLimiter extends DurableObject<unknown> {
     if (name !== undefined && name !== controllerName(report.rule)) {
       // A bug in the caller: nothing is counted, and version 0 is never newer than what an isolate applies.
       logEvent({ event: "adaptive_misdirected", object: name, rule: report.rule }, "error");
-      return { nowMs, factor: 1, version: 0, mode: "full", limit: report.limit, reportInMs: 1_000 };
+      return {
+        nowMs,
+        factor: 1,
+        version: 0,
+        mode: "full",
+        limit: report.limit,
+        reportInMs: 1_000,
+        lateMs: null,
+        drift: false,
+      };
     }
     return this.controllerOf(report.rule).report(report, nowMs);
   }

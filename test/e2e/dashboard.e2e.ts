@@ -1120,6 +1120,8 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
                 mode: "reducing",
                 configured: 100,
                 limit: 40,
+                calmMs: 310,
+                drift: true,
                 history: [
                   { atMs: nowMs - 120_000, limit: 100, configured: 100 },
                   { atMs: nowMs - 60_000, limit: 40, configured: 100 },
@@ -1143,6 +1145,8 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
         "the failures by reason": "#failures table tbody tr td code",
         "lost flushes in the facts": "#failures .facts dd.warn",
         "an adaptive limit cut": ".limit-now.is-reduced",
+        "an origin slower than the target when calm":
+          ".drift-note:text-matches('^Origin slower than the target when calm \\(310 ms\\)')",
         "the statistics unreadable": "#stats-error.notice",
         stale: ".live.is-stale",
       };

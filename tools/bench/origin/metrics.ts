@@ -70,7 +70,9 @@ export function figures(
   originRefusedAtMs: number[],
   factors: FactorPoint[] | null,
 ): Figures {
-  const [before, overload] = phaseBounds(scenario);
+  const bounds = phaseBounds(scenario);
+  const before = bounds.find((p) => p.name === "before");
+  const overload = bounds.find((p) => p.name === "overload");
   if (before === undefined || overload === undefined)
     throw new Error("a scenario has a phase before the overload, and the overload");
   const during = (t: number, from = overload.startMs) => t >= from && t < overload.endMs;
@@ -116,8 +118,99 @@ export function figures(
   };
 }
 
+/** What the baseline drift scenario shows (driftScenarioFromEnv): the adaptive rule while the origin is slower when calm. */
+export type DriftFigures = {
+  /** The origin's p99 in the phase before the drift, and in the light phase of the drift (its second half). */
+  unloadedP99Ms: number;
+  driftedP99Ms: number;
+  /** After the drift began, until the controller said so (its `drift`); null: never. */
+  reportedMs: number | null;
+  /** The lowest limit while the load was light after the drift, as a share of the configured one. */
+  lowestFactor: number;
+  /** After the drift began, until the limit was the configured one again for the rest of the light phase; null: never. */
+  limitBackMs: number | null;
+  /** The light and the heavy clients' requests sent in the light phase of the drift that succeeded. */
+  lightSuccess: number;
+  heavySuccess: number;
+  /** The overload while drifted: goodput over C, the origin's p99 after its onset, the light clients' success. */
+  overload: { goodputShare: number; settledP99Ms: number; lightSuccess: number; originRefusals: number };
+  /** After the overload, until the limit is the configured one again; null: never. */
+  afterBackMs: number | null;
+};
+
+export function driftFigures(
+  scenario: Scenario,
+  requests: RequestRecord[],
+  served: ServedRecord[],
+  originRefusedAtMs: number[],
+  factors: FactorPoint[],
+  drift: { atMs: number; drift: boolean }[],
+): DriftFigures {
+  const phase = (name: string) => {
+    const found = phaseBounds(scenario).find((p) => p.name === name);
+    if (found === undefined) throw new Error(`the drift scenario has a phase "${name}"`);
+    return found;
+  };
+  const [before, light, overload] = [phase("before"), phase("drift"), phase("overload")];
+  const latencies = (from: number, to: number) =>
+    served.filter((s) => s.finishMs >= from && s.finishMs < to).map((s) => s.finishMs - s.arriveMs);
+  const share = (rs: RequestRecord[]) =>
+    rs.length === 0 ? Number.NaN : rs.filter((r) => r.outcome === "ok").length / rs.length;
+  const sent = (from: number, to: number, light: boolean) =>
+    requests.filter((r) => r.sentMs >= from && r.sentMs < to && isLight(r.client) === light);
+  const factorAt = (atMs: number) => factors.filter((f) => f.atMs <= atMs).at(-1)?.factor ?? 1;
+  const inLight = factors.filter((f) => f.atMs >= light.startMs && f.atMs < light.endMs);
+  const lastBelow = inLight.filter((f) => f.factor < 1).at(-1);
+  const backAt = lastBelow === undefined ? light.startMs : inLight.find((f) => f.atMs > lastBelow.atMs)?.atMs;
+  const reported = drift.find((d) => d.drift && d.atMs >= light.startMs);
+  const settledFrom = overload.startMs + (overload.endMs - overload.startMs) / 5;
+  const good = requests.filter((r) => r.outcome === "ok" && r.doneMs >= overload.startMs && r.doneMs < overload.endMs);
+  const afterDown = factors.filter((f) => f.atMs < overload.endMs).at(-1)?.factor !== 1;
+  const afterBack = factors.find((f) => f.atMs >= overload.endMs && f.factor === 1);
+  return {
+    unloadedP99Ms: percentile(latencies(before.startMs + (before.endMs - before.startMs) / 4, before.endMs), 0.99),
+    driftedP99Ms: percentile(latencies((light.startMs + light.endMs) / 2, light.endMs), 0.99),
+    reportedMs: reported === undefined ? null : reported.atMs - light.startMs,
+    lowestFactor: Math.min(factorAt(light.startMs), ...inLight.map((f) => f.factor)),
+    limitBackMs: backAt === undefined ? null : backAt - light.startMs,
+    lightSuccess: share(sent(light.startMs, light.endMs, true)),
+    heavySuccess: share(sent(light.startMs, light.endMs, false)),
+    overload: {
+      goodputShare: good.length / ((scenario.capacityPerSecond * (overload.endMs - overload.startMs)) / 1000),
+      settledP99Ms: percentile(latencies(settledFrom, overload.endMs), 0.99),
+      lightSuccess: share(sent(overload.startMs, overload.endMs, true)),
+      originRefusals: originRefusedAtMs.filter((t) => t >= overload.startMs && t < overload.endMs).length,
+    },
+    afterBackMs: afterDown ? (afterBack ? afterBack.atMs - overload.endMs : null) : 0,
+  };
+}
+
 const pct = (x: number) => `${(x * 100).toFixed(1)} %`;
 const ms = (x: number | null) => (x === null ? "never" : `${(x / 1000).toFixed(1)} s`);
+
+/** One table row per variant of the drift scenario. */
+export function driftTable(rows: { variant: string; figures: DriftFigures }[]): string {
+  return [
+    "| variant | origin p99: before, drifted | drift reported | lowest limit | limit back | light clients ok | heavy client ok | overload: goodput / C, p99 after onset (÷ drifted), light ok | limit back after the overload |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ...rows.map(({ variant, figures: f }) =>
+      [
+        variant,
+        `${f.unloadedP99Ms.toFixed(0)} ms, ${f.driftedP99Ms.toFixed(0)} ms`,
+        ms(f.reportedMs),
+        pct(f.lowestFactor),
+        ms(f.limitBackMs),
+        pct(f.lightSuccess),
+        pct(f.heavySuccess),
+        `${pct(f.overload.goodputShare)}, ${f.overload.settledP99Ms.toFixed(0)} ms (${(f.overload.settledP99Ms / f.driftedP99Ms).toFixed(1)} ×), ${pct(f.overload.lightSuccess)}`,
+        ms(f.afterBackMs),
+      ]
+        .join(" | ")
+        .replace(/^/, "| ")
+        .replace(/$/, " |"),
+    ),
+  ].join("\n");
+}
 
 /** One table row per variant. */
 export function figuresTable(rows: { variant: string; figures: Figures }[]): string {

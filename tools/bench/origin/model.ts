@@ -11,6 +11,10 @@
  * Time is a parameter, so the same model runs in virtual time (the
  * simulation) and behind a real HTTP server (server.ts). Arrivals must come
  * in time order.
+ *
+ * Its latency can also drift (`setExtraDelay`): every answer then comes that
+ * much later, though no worker is busy any longer (a slower dependency, a
+ * busier network): a slower day, not less capacity.
  */
 import { type Random, seededRandom } from "../../accuracy/random.ts";
 
@@ -36,6 +40,10 @@ export class SimulatedOrigin {
   private waiting: number[] = [];
   private waitingHead = 0;
   private serviceMs: number;
+  /** Added to every answer from now on, beyond its service: no worker is busy for it… */
+  private extraMs = 0;
+  /** …times a uniform factor in [1 − this, 1 + this]. */
+  private extraJitter = 0;
   private readonly random: Random;
   private readonly options: OriginOptions;
 
@@ -49,6 +57,12 @@ export class SimulatedOrigin {
   /** The capacity from now on (a deploy, a cold cache): requests arriving later get the new service time. */
   setCapacity(capacityPerSecond: number): void {
     this.serviceMs = (this.options.workers * 1000) / capacityPerSecond;
+  }
+
+  /** Every answer from now on comes `extraMs` later (± `jitter` of it), the capacity unchanged (a baseline drift). */
+  setExtraDelay(extraMs: number, jitter = 0): void {
+    this.extraMs = extraMs;
+    this.extraJitter = jitter;
   }
 
   get capacityPerSecond(): number {
@@ -72,9 +86,11 @@ export class SimulatedOrigin {
     for (let i = 1; i < this.freeAtMs.length; i++) if (this.freeAtMs[i]! < this.freeAtMs[worker]!) worker = i;
     const startMs = Math.max(nowMs, this.freeAtMs[worker]!);
     const { jitter } = this.options;
-    const finishMs = startMs + this.serviceMs * this.random.uniform(1 - jitter, 1 + jitter);
-    this.freeAtMs[worker] = finishMs;
+    const doneMs = startMs + this.serviceMs * this.random.uniform(1 - jitter, 1 + jitter);
+    this.freeAtMs[worker] = doneMs;
     if (startMs > nowMs) this.waiting.push(startMs);
-    return { kind: "served", startMs, finishMs };
+    const extraMs =
+      this.extraMs === 0 ? 0 : this.extraMs * this.random.uniform(1 - this.extraJitter, 1 + this.extraJitter);
+    return { kind: "served", startMs, finishMs: doneMs + extraMs };
   }
 }

@@ -10,13 +10,17 @@
  * - `adaptive`: the limiter with an adaptive rule per client, ten times C a
  *   second, far above C (ADAPTIVE_RULE below), its isolate reporting to the
  *   rule's controller (ADAPTIVE_WIRED); its factor over the run is read from
- *   the controller's history through the admin API's /stats.
+ *   the controller's history through the admin API's /stats;
+ * - `drift`: the same adaptive rule in the baseline drift scenario
+ *   (`driftScenarioFromEnv`): the origin's latency raised above the rule's
+ *   target while the load is light, then an overload; its own table
+ *   (results-drift.md).
  *
  * `-- --simulate` plays the same scenario in virtual time with the limiter
  * modelled in Node (simulate.ts), the adaptive rule run by the product's own
  * controller, beside the published controllers of a concurrency limit at a
  * proxy (envoy-gradient.ts, gradient2.ts, with their defaults), with and
- * without C halved; `-- --sweep '{"raiseBinding":[1.05,1.1]}'`
+ * without C halved, and the drift scenario; `-- --sweep '{"raiseMost":[1.1,1.15]}'`
  * runs a grid of controller parameters (and `latencyMs`) over three seeds.
  *
  * Environment: ORIGIN_C (requests/s; 100, or 200 simulated), ORIGIN_BEFORE,
@@ -41,8 +45,18 @@ import {
 } from "../../workerd.ts";
 import { EnvoyGradient } from "./envoy-gradient.ts";
 import { Gradient2 } from "./gradient2.ts";
-import { type FactorPoint, type Figures, figures, figuresTable, type Outcome, type RequestRecord } from "./metrics.ts";
-import { arrivals, type Scenario, scenarioFromEnv } from "./scenario.ts";
+import {
+  type DriftFigures,
+  driftFigures,
+  driftTable,
+  type FactorPoint,
+  type Figures,
+  figures,
+  figuresTable,
+  type Outcome,
+  type RequestRecord,
+} from "./metrics.ts";
+import { arrivals, driftScenarioFromEnv, type Scenario, scenarioFromEnv } from "./scenario.ts";
 import { startOrigin } from "./server.ts";
 import { type Limiter, simulate } from "./simulate.ts";
 
@@ -66,7 +80,14 @@ const ADAPTIVE_RULE = (c: number, unloadedP99Ms: number) => ({
 /** The origin's unloaded p99 with its default service time (10 workers at C, ± 20 %), plus a little for the hops. */
 const unloadedP99Of = (scenario: Scenario): number => ((scenario.workers * 1000) / scenario.capacityPerSecond) * 1.2;
 
-type Variant = { id: string; label: string; worker: "proxy" | "limiter"; rules: unknown[] };
+type Variant = {
+  id: string;
+  label: string;
+  worker: "proxy" | "limiter";
+  rules: unknown[];
+  /** The scenario it plays, when not the run's own (the drift variant's). */
+  scenario?: Scenario;
+};
 
 const variantsFor = (scenario: Scenario): Variant[] => {
   const c = scenario.capacityPerSecond;
@@ -83,6 +104,13 @@ const variantsFor = (scenario: Scenario): Variant[] => {
       label: `adaptive, per client, ${10 * c}/s configured${ADAPTIVE_WIRED ? "" : " (not wired yet: runs at its configured limit)"}`,
       worker: "limiter",
       rules: [ADAPTIVE_RULE(c, unloadedP99Of(scenario))],
+    },
+    {
+      id: "drift",
+      label: `adaptive, per client, ${10 * c}/s configured, the origin's latency drifted above the target`,
+      worker: "limiter",
+      rules: [ADAPTIVE_RULE(c, unloadedP99Of(scenario))],
+      scenario: driftScenarioFromEnv(),
     },
   ];
 };
@@ -146,16 +174,28 @@ const config :Workerd.Config = (
  * the admin API's /stats shows it: a point at every change (and every 10 s),
  * on the run's clock.
  */
-async function factorHistory(port: number, wallAtStartMs: number): Promise<FactorPoint[]> {
+async function factorHistory(
+  port: number,
+  wallAtStartMs: number,
+): Promise<{ factors: FactorPoint[]; drift: { atMs: number; drift: boolean }[] }> {
   const res = await fetch(`http://127.0.0.1:${port}/__ratelimit/stats?minutes=10`, {
     headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "cf-connecting-ip": "127.0.0.1" },
   });
   if (!res.ok) throw new Error(`/stats answered ${res.status}: ${await res.text()}`);
   const body = (await res.json()) as {
-    adaptive: { rule: string; controller: { history: { atMs: number; factor: number }[] } | null }[];
+    adaptive: {
+      rule: string;
+      controller: { history: { atMs: number; factor: number; drift?: boolean }[] } | null;
+    }[];
   };
   const history = body.adaptive.find((a) => a.rule === "per-client")?.controller?.history ?? [];
-  return history.map((p) => ({ atMs: p.atMs - wallAtStartMs, factor: p.factor }));
+  // A point at every change of the factor and of the drift: the drift's changes are where it differs from the point before.
+  const drift = history.flatMap((p, i) =>
+    (p.drift === true) !== (history[i - 1]?.drift === true)
+      ? [{ atMs: p.atMs - wallAtStartMs, drift: p.drift === true }]
+      : [],
+  );
+  return { factors: history.map((p) => ({ atMs: p.atMs - wallAtStartMs, factor: p.factor })), drift };
 }
 
 /** What a response says happened to the request, as its client sees it. */
@@ -167,18 +207,20 @@ async function outcomeOf(res: Response): Promise<Outcome> {
   return "error";
 }
 
-/** Plays every arrival at its instant, each request with its client's address and timeout. */
-async function play(scenario: Scenario, url: string, startMs: number, onHalve: () => void): Promise<RequestRecord[]> {
+/** Plays every arrival at its instant, each request with its client's address and timeout; and the origin's changes at theirs. */
+async function play(
+  scenario: Scenario,
+  url: string,
+  startMs: number,
+  changes: { atMs: number; run: () => void }[],
+): Promise<RequestRecord[]> {
   const records: RequestRecord[] = [];
   const pending: Promise<void>[] = [];
   const all = arrivals(scenario);
-  let halved = scenario.halveAtMs === null;
+  const due = [...changes].sort((a, b) => a.atMs - b.atMs);
   for (let i = 0; i < all.length; ) {
     const nowMs = performance.now() - startMs;
-    if (!halved && nowMs >= scenario.halveAtMs!) {
-      halved = true;
-      onHalve();
-    }
+    while (due.length > 0 && nowMs >= due[0]!.atMs) due.shift()!.run();
     for (; i < all.length && all[i]!.atMs <= nowMs; i++) {
       const { client } = all[i]!;
       const sentMs = performance.now() - startMs;
@@ -202,6 +244,10 @@ async function play(scenario: Scenario, url: string, startMs: number, onHalve: (
 
 async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<string, string>, work: string) {
   const origin = await startOrigin(scenario);
+  const changes = [
+    ...(scenario.halveAtMs === null ? [] : [{ atMs: scenario.halveAtMs, run: origin.halve }]),
+    ...(scenario.driftAtMs === null ? [] : [{ atMs: scenario.driftAtMs, run: origin.drift }]),
+  ];
   const port = await freePort();
   const dir = join(work, variant.id);
   mkdirSync(join(dir, "disk"), { recursive: true });
@@ -223,9 +269,9 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
     origin.refusedAtMs.length = 0;
     const wallAtStartMs = Date.now() - (performance.now() - startMs);
     const load = loadavg();
-    const requests = await play(scenario, `http://127.0.0.1:${port}/api/x`, startMs, origin.halve);
-    const factors =
-      variant.id === "adaptive"
+    const requests = await play(scenario, `http://127.0.0.1:${port}/api/x`, startMs, changes);
+    const history =
+      variant.id === "adaptive" || variant.id === "drift"
         ? await factorHistory(port, wallAtStartMs).catch((error: Error) => {
             console.warn(`    the controller's history could not be read: ${error.message}`);
             return null;
@@ -236,7 +282,8 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
       served: origin.served,
       refusedAtMs: origin.refusedAtMs,
       load: `${load} → ${loadavg()}`,
-      factors,
+      factors: history?.factors ?? null,
+      drift: history?.drift ?? [],
     };
   } finally {
     await workerd.close();
@@ -247,7 +294,7 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
 async function real(): Promise<void> {
   process.env.ORIGIN_C ??= "100";
   const scenario = scenarioFromEnv();
-  const wanted = (process.env.ORIGIN_VARIANTS ?? "none,fixed,adaptive").split(",");
+  const wanted = (process.env.ORIGIN_VARIANTS ?? "none,fixed,adaptive,drift").split(",");
   const variants = variantsFor(scenario).filter((v) => wanted.includes(v.id));
   const work = mkdtempSync(join(tmpdir(), "bench-origin-"));
   console.log("building bundles with wrangler …");
@@ -263,29 +310,40 @@ async function real(): Promise<void> {
     `C = ${scenario.capacityPerSecond}/s, phases ${seconds} s${scenario.halveAtMs === null ? "" : ", C halved halfway through the overload"}, load ${loadavg()}`,
   );
   const rows: { variant: string; figures: Figures; load: string }[] = [];
+  const driftRows: { variant: string; figures: DriftFigures; load: string }[] = [];
   try {
     for (const variant of variants) {
       console.log(`  ${variant.label} …`);
-      const run = await runVariant(variant, scenario, bundles, work);
-      rows.push({
-        variant: variant.label,
-        figures: figures(scenario, run.requests, run.served, run.refusedAtMs, run.factors),
-        load: run.load,
-      });
+      const played = variant.scenario ?? scenario;
+      const run = await runVariant(variant, played, bundles, work);
+      if (variant.scenario === undefined) {
+        rows.push({
+          variant: variant.label,
+          figures: figures(played, run.requests, run.served, run.refusedAtMs, run.factors),
+          load: run.load,
+        });
+      } else {
+        const f = driftFigures(played, run.requests, run.served, run.refusedAtMs, run.factors ?? [], run.drift);
+        driftRows.push({ variant: variant.label, figures: f, load: run.load });
+      }
       console.log(`    load ${run.load}`);
     }
   } finally {
     if (!process.env.ORIGIN_KEEP) rmSync(work, { recursive: true, force: true });
   }
-  report(scenario, rows, "npm run bench:origin", scenario.halveAtMs === null ? "results" : "results-halved");
+  if (rows.length > 0) {
+    report(scenario, rows, "npm run bench:origin", scenario.halveAtMs === null ? "results" : "results-halved");
+  }
+  if (driftRows.length > 0) report(scenario, driftRows, "npm run bench:origin", "results-drift", driftTable);
 }
 
 /** The table, printed and written to tools/bench/origin/results.md and .json. */
-function report(
+function report<F>(
   scenario: Scenario,
-  rows: { variant: string; figures: Figures; load?: string }[],
+  rows: { variant: string; figures: F; load?: string }[],
   command: string,
   file = "results",
+  table: (rows: { variant: string; figures: F }[]) => string = figuresTable as never,
 ) {
   const env = [
     "ORIGIN_C",
@@ -293,6 +351,7 @@ function report(
     "ORIGIN_OVERLOAD",
     "ORIGIN_AFTER",
     "ORIGIN_HALVE",
+    "ORIGIN_DRIFT",
     "ORIGIN_WORKERS",
     "ORIGIN_VARIANTS",
     "ORIGIN_SEED",
@@ -300,9 +359,9 @@ function report(
     .filter((name) => process.env[name] !== undefined)
     .map((name) => `${name}=${process.env[name]}`)
     .join(" ");
-  const table = figuresTable(rows);
+  const tableText = table(rows);
   const loads = rows.flatMap((r) => (r.load ? [`- ${r.variant}: load ${r.load}`] : [])).join("\n");
-  const text = `\`${`${env} ${command}`.trim()}\` (${new Date().toISOString()})\n\n${table}\n${loads ? `\nLoad average (1, 5, 15 min) at the start and end of each variant:\n\n${loads}\n` : ""}`;
+  const text = `\`${`${env} ${command}`.trim()}\` (${new Date().toISOString()})\n\n${tableText}\n${loads ? `\nLoad average (1, 5, 15 min) at the start and end of each variant:\n\n${loads}\n` : ""}`;
   console.log(`\n${text}`);
   writeFileSync(join(ROOT, `tools/bench/origin/${file}.md`), text);
   writeFileSync(
@@ -346,6 +405,16 @@ function simulated(): void {
     }
   }
   report(scenarioFromEnv(), rows, "npm run bench:origin -- --simulate", "results-simulated");
+  // The baseline drift: the adaptive rule alone (the published controllers have no target to drift above).
+  const drift = driftScenarioFromEnv();
+  const run = simulate(drift, simulatedAdaptive(drift, 2 * unloadedP99Of(drift)));
+  const driftRows = [
+    {
+      variant: `adaptive, per client, ${10 * drift.capacityPerSecond}/s configured, the origin's latency drifted above the target`,
+      figures: driftFigures(drift, run.requests, run.served, run.originRefusedAtMs, run.factors ?? [], run.drift),
+    },
+  ];
+  report(drift, driftRows, "npm run bench:origin -- --simulate", "results-drift-simulated", driftTable);
 }
 
 /** A grid of controller parameters (and `latencyMs`), each over three seeds, with and without C halved. */

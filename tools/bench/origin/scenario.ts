@@ -17,6 +17,11 @@ export type Scenario = {
   capacityPerSecond: number;
   /** When, from the start, C drops to `halvedCapacity` (null: never). */
   halveAtMs: number | null;
+  /** When, from the start, the origin's latency drifts up by `driftExtraMs` (null: never), C unchanged. */
+  driftAtMs: number | null;
+  driftExtraMs: number;
+  /** Each answer's extra delay is `driftExtraMs` × a uniform factor in [1 − this, 1 + this]: a busy host is noisy. */
+  driftJitter: number;
   /** Phases: how long, and the total demand as a multiple of C. */
   phases: { name: string; durationMs: number; load: number }[];
   lightClients: number;
@@ -45,6 +50,9 @@ export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scena
   return {
     capacityPerSecond,
     halveAtMs: halve ? before + overload / 2 : null,
+    driftAtMs: null,
+    driftExtraMs: 0,
+    driftJitter: 0,
     phases: [
       { name: "before", durationMs: before, load: 0.5 },
       { name: "overload", durationMs: overload, load: 3 },
@@ -58,6 +66,33 @@ export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scena
     queueBound: Math.round(capacityPerSecond * 2),
     jitter: 0.2,
     seed: Number(process.env.ORIGIN_SEED ?? 1),
+  };
+}
+
+/**
+ * The baseline drift of issue 37: the same clients and origin, but after
+ * the phase before, the origin's latency rises by three of its service
+ * times (1.7 times the adaptive rule's target, twice its unloaded p99),
+ * with its capacity unchanged: a slower day, not an overload. The load
+ * stays light for ORIGIN_DRIFT seconds (40), then three times C for
+ * ORIGIN_OVERLOAD (20 here), then light again for ORIGIN_AFTER (20 here),
+ * the latency drifted throughout.
+ */
+export function driftScenarioFromEnv(): Scenario {
+  const base = scenarioFromEnv(false);
+  const before = seconds("ORIGIN_BEFORE", 20);
+  const serviceMs = (base.workers * 1000) / base.capacityPerSecond;
+  return {
+    ...base,
+    driftAtMs: before,
+    driftExtraMs: 3 * serviceMs,
+    driftJitter: Number(process.env.ORIGIN_DRIFT_JITTER ?? 0),
+    phases: [
+      { name: "before", durationMs: before, load: 0.5 },
+      { name: "drift", durationMs: seconds("ORIGIN_DRIFT", 40), load: 0.5 },
+      { name: "overload", durationMs: seconds("ORIGIN_OVERLOAD", 20), load: 3 },
+      { name: "after", durationMs: seconds("ORIGIN_AFTER", 20), load: 0.5 },
+    ],
   };
 }
 

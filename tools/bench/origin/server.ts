@@ -18,6 +18,8 @@ export type OriginServer = {
   refusedAtMs: number[];
   /** Halves its capacity from now on. */
   halve: () => void;
+  /** Its latency drifts up from now on, as the scenario says (capacity unchanged). */
+  drift: () => void;
   /** Starts the clock the records are in (the run's start). */
   start: (startMs: number) => void;
   close: () => Promise<void>;
@@ -58,6 +60,7 @@ export async function startOrigin(scenario: Scenario): Promise<OriginServer> {
     served,
     refusedAtMs,
     halve: () => model.setCapacity(scenario.capacityPerSecond / 2),
+    drift: () => model.setExtraDelay(scenario.driftExtraMs, scenario.driftJitter),
     start: (at) => {
       startMs = at;
     },

@@ -15,14 +15,16 @@ import {
   type ControllerParams,
   type ControllerState,
   initialState,
+  lateMsOf,
   observe,
   reportEveryMs,
   type Step,
   scaledLimit,
-  urgent,
 } from "../../../src/core/controller.ts";
-import { type HealthCounts, noCounts, slowShareOf } from "../../../src/core/health.ts";
+import { slowShareOf } from "../../../src/core/health.ts";
 import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
+import { HealthReporter } from "../../../src/isolate/health-reporter.ts";
+import type { FactorAnswer } from "../../../src/object/controller-protocol.ts";
 import { type Random, seededRandom } from "../../accuracy/random.ts";
 import type { ConcurrencyLimiter, Flight, Schedule } from "./concurrency-limiter.ts";
 import type { FactorPoint, Outcome, RequestRecord, ServedRecord } from "./metrics.ts";
@@ -45,14 +47,10 @@ export type Limiter =
       params?: Partial<ControllerParams>;
       /** Isolates the traffic is spread over, each reporting on its own. */
       isolates?: number;
-      /** Whether an isolate reports early when its own counts show a breach (default true). */
-      early?: boolean;
       /** One way, isolate to controller, in ms. */
       delayMs?: number;
-      /** A request in flight longer than the target counts as slow in the report, without waiting for its answer. */
-      countInFlight?: boolean;
-      /** Called with each report's step, for tracing. */
-      onStep?: (atMs: number, step: Step) => void;
+      /** Called with each report's step and the controller's state after it, for tracing. */
+      onStep?: (atMs: number, step: Step, state: ControllerState) => void;
     }
   /** One limit on the requests in flight, for all clients, at a proxy that sees every request and answer. */
   | {
@@ -73,6 +71,8 @@ export type SimulationResult = {
   factors: FactorPoint[] | null;
   /** A concurrency limit's value at every change. */
   limits: { atMs: number; limit: number }[] | null;
+  /** When the adaptive rule's controller said the origin is slower than its target while calm (a drift), and when it stopped. */
+  drift: { atMs: number; drift: boolean }[];
 };
 
 /** A binary heap of events by time; ties in the order pushed. */
@@ -113,19 +113,8 @@ class Events {
   }
 }
 
-type Isolate = {
-  factor: number;
-  version: number;
-  lastReportMs: number;
-  /** Names the one report scheduled; an earlier report makes it stale. */
-  token: number;
-  /** How often the controller last asked it to report. */
-  everyMs: number;
-  counts: HealthCounts;
-  sawTraffic: boolean;
-  /** Requests forwarded and not yet answered, with whether a report already counted them as slow. */
-  inFlight: Set<{ sentMs: number; countedSlow: boolean }>;
-};
+/** An isolate of the adaptive rule: the product's own reporter, and its requests in flight. */
+type Isolate = { reporter: HealthReporter };
 
 export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult {
   const events = new Events();
@@ -139,8 +128,11 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
   if (scenario.halveAtMs !== null) {
     events.push(scenario.halveAtMs, () => origin.setCapacity(scenario.capacityPerSecond / 2));
   }
+  if (scenario.driftAtMs !== null) {
+    events.push(scenario.driftAtMs, () => origin.setExtraDelay(scenario.driftExtraMs, scenario.driftJitter));
+  }
 
-  // The adaptive rule's controller and isolates.
+  // The adaptive rule's controller, and its isolates, each with the product's reporter.
   const adaptive = limiter.kind === "adaptive" ? limiter : null;
   const params: ControllerParams = { ...CONTROLLER_PARAMS, ...adaptive?.params };
   const target = adaptive && {
@@ -148,89 +140,71 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     errorShare: adaptive.errorShare,
     minFactor: adaptive.floor / adaptive.limit,
   };
+  const rule = adaptive && {
+    id: "per-client",
+    limit: adaptive.limit,
+    adaptive: {
+      latencyMs: adaptive.latencyMs,
+      percentile: adaptive.percentile,
+      errorShare: adaptive.errorShare,
+      floor: adaptive.floor,
+    },
+  };
   let controller: ControllerState = initialState();
-  const isolates: Isolate[] = Array.from({ length: adaptive?.isolates ?? 8 }, () => ({
-    factor: 1,
-    version: 0,
-    lastReportMs: 0,
-    token: 0,
-    everyMs: params.steadyReportMs,
-    counts: noCounts(),
-    sawTraffic: false,
-    inFlight: new Set(),
-  }));
+  const drift: SimulationResult["drift"] = [];
+  const isolates: Isolate[] = rule
+    ? Array.from({ length: adaptive?.isolates ?? 8 }, () => ({ reporter: new HealthReporter(rule) }))
+    : [];
   const delayMs = adaptive?.delayMs ?? 10;
-  const endMs = scenario.phases.reduce((sum, p) => sum + p.durationMs, 0) + 5_000;
 
-  /** Sends the isolate's counts now, and schedules its next report. */
-  const report = (isolate: Isolate, atMs: number) => {
+  /** Sends the isolate's report if one is due (as the product does on every request and answer), and applies the answer. */
+  const sendIfDue = (isolate: Isolate, atMs: number) => {
     if (!adaptive || !target) return;
-    if (adaptive.countInFlight) {
-      for (const flight of isolate.inFlight) {
-        if (!flight.countedSlow && atMs - flight.sentMs > adaptive.latencyMs) {
-          flight.countedSlow = true;
-          isolate.counts.slow++;
-          isolate.counts.answered++;
-        }
-      }
-    }
-    isolate.lastReportMs = atMs;
-    const token = ++isolate.token;
-    const schedule = (everyMs: number) => {
-      if (atMs + everyMs < endMs && token === isolate.token) {
-        events.push(atMs + everyMs, () => token === isolate.token && report(isolate, atMs + everyMs));
-      }
-    };
-    if (!isolate.sawTraffic) return schedule(isolate.everyMs);
-    const counts = isolate.counts;
-    const version = isolate.version;
-    isolate.counts = noCounts();
-    isolate.sawTraffic = false;
+    const report = isolate.reporter.due(atMs);
+    if (report === null) return;
     events.push(atMs + delayMs, () => {
-      const before = controller.factor;
-      const observed = observe(controller, counts, version, atMs + delayMs, target, params);
+      const before = controller;
+      const observed = observe(
+        controller,
+        report.counts,
+        report.version,
+        atMs + delayMs,
+        target,
+        params,
+        report.lateMs ?? null,
+      );
       controller = observed.state;
-      adaptive.onStep?.(atMs + delayMs, observed.step);
-      if (controller.factor !== before) factors!.push({ atMs: atMs + delayMs, factor: controller.factor });
-      const { factor, version: v } = controller;
-      const everyMs = reportEveryMs(controller, params);
-      events.push(atMs + 2 * delayMs, () => {
-        if (v > isolate.version) {
-          isolate.factor = factor;
-          isolate.version = v;
-        }
-        isolate.everyMs = everyMs;
-        schedule(everyMs);
-      });
+      adaptive.onStep?.(atMs + delayMs, observed.step, controller);
+      if (controller.factor !== before.factor) factors!.push({ atMs: atMs + delayMs, factor: controller.factor });
+      if (controller.drift !== before.drift) drift.push({ atMs: atMs + delayMs, drift: controller.drift });
+      const answer: FactorAnswer = {
+        nowMs: atMs + delayMs,
+        factor: controller.factor,
+        version: controller.version,
+        mode: controller.mode,
+        limit: scaledLimit(adaptive.limit, controller.factor),
+        reportInMs: reportEveryMs(controller, params),
+        lateMs: lateMsOf(controller, params),
+        drift: controller.drift,
+      };
+      events.push(atMs + 2 * delayMs, () => isolate.reporter.landed(answer));
     });
   };
-  /** After an answer: an isolate whose own counts show a breach reports at once, not at its next turn. */
-  const reportIfUrgent = (isolate: Isolate, nowMs: number) => {
-    if (adaptive?.early === false || !target) return;
-    if (nowMs - isolate.lastReportMs >= params.earliestReportMs && urgent(isolate.counts, target, params)) {
-      report(isolate, nowMs);
-    }
-  };
-  if (adaptive) {
-    for (const isolate of isolates) {
-      const firstMs = random.uniform(0, params.steadyReportMs);
-      events.push(firstMs, () => report(isolate, firstMs));
-    }
-  }
 
   const record = (client: number, sentMs: number, doneMs: number, outcome: Outcome) =>
     requests.push({ client, sentMs, doneMs, outcome });
 
-  /** The limiter's decision for a request of `client` at `nowMs` through `isolate`. */
-  const decide = (client: number, atMs: number, isolate: Isolate): "admitted" | "refused" | "shed" => {
+  /** The limiter's decision for a request of `client` at `nowMs` (through `isolate`, for the adaptive rule). */
+  const decide = (client: number, atMs: number, isolate: Isolate | undefined): "admitted" | "refused" | "shed" => {
     if (limiter.kind === "none" || limiter.kind === "concurrency") return "admitted";
     const nowMs = Math.floor(atMs);
     const key = limiter.kind === "fixed" ? -1 : client;
     const configured: WindowLimit = { limit: limiter.limit, periodMs: limiter.periodMs, precision: 1, strict: false };
-    const limit = limiter.kind === "adaptive" ? scaledLimit(limiter.limit, isolate.factor) : limiter.limit;
+    const limit =
+      limiter.kind === "adaptive" && isolate ? scaledLimit(limiter.limit, isolate.reporter.factor) : limiter.limit;
     const state = windows.get(key) ?? emptyState(nowMs, configured);
     const now = evaluate(state, nowMs, { ...configured, limit });
-    if (limiter.kind === "adaptive") isolate.counts.peak = Math.max(isolate.counts.peak, now.weighted / limiter.limit);
+    if (limiter.kind === "adaptive") isolate?.reporter.peak(now.weighted / limiter.limit);
     if (now.allowed) {
       windows.set(key, admit(now.state));
       return "admitted";
@@ -278,31 +252,35 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
   for (const { atMs, client } of arrivals(scenario)) {
     events.push(atMs, () => {
       if (gate) return throughGate(gate, client, atMs);
-      const isolate = isolates[Math.floor(random.next() * isolates.length)]!;
-      isolate.sawTraffic = true;
+      const isolate = isolates.length === 0 ? undefined : isolates[Math.floor(random.next() * isolates.length)]!;
+      const reporter = isolate?.reporter;
       const verdict = decide(client, atMs, isolate);
-      if (verdict === "shed") isolate.counts.shed++;
-      if (verdict !== "admitted") return record(client, atMs, atMs, verdict);
-      isolate.counts.forwarded++;
+      if (verdict !== "admitted") {
+        if (verdict === "shed") reporter?.shed();
+        if (isolate) sendIfDue(isolate, atMs);
+        return record(client, atMs, atMs, verdict);
+      }
+      // A request without a body: in flight at the origin from now.
+      const flight = { key: String(client), startMs: atMs, prev: null, next: null, listed: false };
+      if (isolate && reporter) {
+        reporter.forwarded();
+        reporter.started(flight, atMs);
+        sendIfDue(isolate, atMs);
+      }
       const answer = origin.arrive(atMs);
       const timeoutAt = atMs + scenario.clientTimeoutMs;
       if (answer.kind === "refused") originRefusedAtMs.push(atMs);
       else served.push({ arriveMs: atMs, finishMs: answer.finishMs });
       const doneMs = answer.kind === "refused" ? atMs : Math.min(answer.finishMs, timeoutAt);
       const outcome: Outcome = answer.kind === "refused" ? "error" : answer.finishMs > timeoutAt ? "timeout" : "ok";
-      const flight = { sentMs: atMs, countedSlow: false };
-      isolate.inFlight.add(flight);
       events.push(doneMs, () => {
-        isolate.inFlight.delete(flight);
         record(client, atMs, doneMs, outcome);
-        if (!adaptive) return;
-        const slow = doneMs - atMs > adaptive.latencyMs;
-        if (!flight.countedSlow) {
-          isolate.counts.answered++;
-          if (slow) isolate.counts.slow++;
-        }
-        if (outcome !== "ok") isolate.counts.errors++;
-        reportIfUrgent(isolate, doneMs);
+        if (!isolate || !reporter) return;
+        reporter.ended(flight);
+        // A client that gives up is gone (known slow when the origin had kept it past the target).
+        if (outcome === "timeout") reporter.gone(doneMs - atMs, flight.key);
+        else reporter.answered(outcome === "ok" ? 200 : 503, doneMs - atMs, flight.key);
+        sendIfDue(isolate, doneMs);
       });
     });
   }
@@ -313,6 +291,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     originRefusedAtMs,
     factors: gate ? sharesOfOnset(scenario, limits) : factors,
     limits: gate ? limits : null,
+    drift,
   };
 }
 

@@ -321,6 +321,8 @@
     const chartBox = el("div", { class: "chart" });
     // An adaptive rule: its current limit against the configured one over time (the controller's history).
     const limitText = rule.adaptive ? el("p", { class: "limit-now" }) : null;
+    // An origin slower than the rule's target while nothing queues (a baseline drift): said on the card.
+    const driftNote = rule.adaptive ? el("p", { class: "drift-note", hidden: true }) : null;
     const limitBox = rule.adaptive ? el("div", { class: "chart limit-chart", hidden: true }) : null;
     const topBody = el("tbody");
     const topEmpty = el("p", { class: "empty", text: "No client refused yet." });
@@ -332,6 +334,7 @@
       totals,
       chartBox,
       limitText,
+      driftNote,
       limitBox,
       el(
         "div",
@@ -371,6 +374,7 @@
       chart: null,
       shadow,
       limitText,
+      driftNote,
       limitBox,
       limitChart: null,
     });
@@ -516,8 +520,10 @@
     if (!controller || controller.limit === null) {
       entry.limitText.textContent = "Limit as configured: no report from the origin's health yet.";
       entry.limitBox.hidden = true;
+      entry.driftNote.hidden = true;
       return;
     }
+    renderDrift(entry, controller);
     entry.limitBox.hidden = false;
     const mode = { full: "as configured", reducing: "reduced", recovering: "recovering" }[controller.mode] ?? "";
     entry.limitText.textContent = `Limit now ${fmt(controller.limit)} of ${fmt(controller.configured)} configured (${mode}, factor ${controller.factor.toFixed(2)})`;
@@ -531,6 +537,23 @@
       points.map((p) => p.limit),
       points.map((p) => p.configured),
     ]);
+  }
+
+  /**
+   * A baseline drift: the origin slower than the rule's target while nothing
+   * queues, so that lowering the limit would not help and slow answers no
+   * longer lower it. The operator should raise the target or look at the origin.
+   */
+  function renderDrift(entry, controller) {
+    entry.driftNote.hidden = !controller.drift;
+    if (!controller.drift) return;
+    const calm =
+      controller.calmMs === null || controller.calmMs === undefined
+        ? ""
+        : ` (${fmt(Math.round(controller.calmMs))} ms)`;
+    entry.driftNote.textContent =
+      `Origin slower than the target when calm${calm}, above ${entry.rule.adaptive.latency}: ` +
+      "lowering the limit would not make it faster, so slow answers no longer lower it. Raise the target, or look at the origin.";
   }
 
   /** While the cursor is off the chart, the legend shows the last minute (uPlot would show none). */
