@@ -9,6 +9,7 @@
  */
 import { DEFAULT_IPV6_PREFIX } from "../core/ip.ts";
 import { matchingPath } from "../core/paths.ts";
+import { readsToken as prioritiesReadToken } from "../core/priorities.ts";
 import { fail, ok, type Result } from "../core/result.ts";
 import { isClaim, parseRule, parseRules, type Rule } from "../core/rules.ts";
 import { show } from "../core/show.ts";
@@ -266,7 +267,10 @@ function clientLimitsPathVar(raw: unknown): Result<string | null> {
 
 /** See {@link Settings.tokenRules}. */
 const readsToken = (rule: Rule, jwt: JwtSettings | null): boolean =>
-  jwt !== null && (rule.key.flat().some(isClaim) || (jwt.tierClaim !== null && rule.tiers !== undefined));
+  jwt !== null &&
+  (rule.key.flat().some(isClaim) ||
+    (jwt.tierClaim !== null && rule.tiers !== undefined) ||
+    (rule.adaptive?.priorities !== undefined && prioritiesReadToken(rule.adaptive.priorities)));
 
 /** See {@link Settings.keyHeaders}. */
 function keyHeaders(rules: Rule[], trustedIpHeader: string | null): Set<string> {

@@ -38,6 +38,7 @@
  * counts were counted against), `(state, step)` out. No I/O, no clock.
  */
 import { addCounts, badOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
+import { type Priority, type Stages, stageAt } from "./priorities.ts";
 
 /** What the controller needs of a rule's target, as shares. */
 export type ControlTarget = {
@@ -47,6 +48,12 @@ export type ControlTarget = {
   errorShare: number;
   /** The floor as a share of the configured limit: the lowest factor, in (0, 1]. */
   minFactor: number;
+  /**
+   * Under a rule with priorities, the stages the factor goes through
+   * (core/priorities.ts): its lowest is then `stages.minFactor`, below
+   * `minFactor`, and each priority's factor is `factorsAt(stages, factor)`.
+   */
+  stages?: Stages;
 };
 
 export type ControllerParams = {
@@ -393,7 +400,53 @@ export function withoutWorst(
   };
 }
 
-const clamp = (factor: number, target: ControlTarget): number => Math.min(1, Math.max(target.minFactor, factor));
+const clamp = (factor: number, target: ControlTarget): number =>
+  Math.min(1, Math.max(target.stages?.minFactor ?? target.minFactor, factor));
+
+/** Whether a priority had requests forwarded, or shed, in the window. */
+const demandOf = (window: HealthCounts, priority: Priority): boolean => {
+  const counts = window.byPriority?.[priority];
+  return counts !== undefined && counts[0] + counts[1] > 0;
+};
+
+/** Whether the reduction refused requests of a priority in the window. */
+const shedOf = (window: HealthCounts, priority: Priority): boolean => (window.byPriority?.[priority]?.[1] ?? 0) > 0;
+
+/**
+ * Where a cut starts under a rule with priorities: from the stage of the
+ * first priority with requests in the window (a cut of a stage whose
+ * priority has none would do nothing), and the factor at which that
+ * priority's limit is the configured one (the busiest client's level is a
+ * share of it). Without priorities: the factor, and 1.
+ */
+function cutStage(
+  factor: number,
+  window: HealthCounts,
+  stages: Stages | undefined,
+): { from: number; top: number; binding: boolean | null } {
+  if (stages === undefined || stages.order.length === 1) return { from: factor, top: 1, binding: null };
+  let s = stageAt(stages, factor);
+  let from = factor;
+  while (s < stages.order.length - 1 && !demandOf(window, stages.order[s]!)) from = Math.min(from, stages.tops[++s]!);
+  return { from, top: stages.tops[s]!, binding: shedOf(window, stages.order[s]!) };
+}
+
+/**
+ * Where a raise starts under a rule with priorities: a stage whose priority
+ * the reduction refused nothing of is done at once (its priority back to
+ * the configured limit), and the raise goes on from the stage before it.
+ */
+function raiseStage(
+  factor: number,
+  window: HealthCounts,
+  stages: Stages | undefined,
+): { from: number; binding: boolean | null } {
+  if (stages === undefined || stages.order.length === 1) return { from: factor, binding: null };
+  let s = stageAt(stages, factor);
+  let from = factor;
+  while (s > 0 && !shedOf(window, stages.order[s]!)) from = Math.max(from, stages.tops[s--]!);
+  return { from, binding: shedOf(window, stages.order[s]!) };
+}
 
 /**
  * The factor after a judged window. A cut starts from where the limit binds:
@@ -402,30 +455,34 @@ const clamp = (factor: number, target: ControlTarget): number => Math.min(1, Mat
  */
 function next(
   state: ControllerState,
+  window: HealthCounts,
   health: Health,
   drift: boolean,
+  stages: Stages | undefined,
   params: ControllerParams,
 ): { kind: "cut" | "raise" | "hold"; to: number } {
-  const from = state.factor;
+  const at = state.factor;
   // Slow answers without a queue cut nothing once the origin is known slower than the target when calm.
   const slowCuts = health.failing || (health.breached && !drift);
   if (troubled(health, drift)) {
     // Cuts that did not make it faster while it kept up: no more until it is clear whether they can.
     const trying = state.trying;
     if (trying !== null && trying.cuts >= params.driftCuts && steadyButSlow(trying, health, params)) {
-      return { kind: "hold", to: from };
+      return { kind: "hold", to: at };
     }
     const excessMs = health.gradient === null ? 0 : health.meanMs! - Math.max(state.calm.ms!, params.calmFloorMs);
     const drain = Math.max(0, excessMs) / params.drainMs;
     // Its backlog drains on its own about as fast as a cut would drain it: a cut would only deepen it.
-    if (health.keepingUp >= Math.max(params.drainingAt, 1 + drain)) return { kind: "hold", to: from };
-    const binds = health.binding || health.peak <= 0 ? from : Math.min(from, health.peak);
+    if (health.keepingUp >= Math.max(params.drainingAt, 1 + drain)) return { kind: "hold", to: at };
+    const { from, top, binding } = cutStage(at, window, stages);
+    const binds = (binding ?? health.binding) || health.peak <= 0 ? from : Math.min(from, health.peak * top);
     const shallowest = slowCuts ? params.cutShallowest : params.cutQueueShallowest;
     const cut = Math.min(shallowest, Math.max(params.cutDeepest, health.keepingUp * (1 - drain)));
     return { kind: "cut", to: binds * cut };
   }
-  if (health.forming || !(health.withinTarget || drift) || from >= 1) return { kind: "hold", to: from };
-  if (!health.binding) return { kind: "raise", to: from * params.raiseIdle };
+  if (health.forming || !(health.withinTarget || drift) || at >= 1) return { kind: "hold", to: at };
+  const { from, binding } = raiseStage(at, window, stages);
+  if (!(binding ?? health.binding)) return { kind: "raise", to: from * params.raiseIdle };
   if (health.gradient === null) return { kind: "raise", to: from * params.raiseBinding };
   // A raise in proportion to the room left before a queue forms; small near where the last one formed.
   const room = Math.min(1, Math.max(0, (params.holdAt - health.gradient) / (params.holdAt - 1)));
@@ -548,7 +605,9 @@ export function observe(
   const drift = again ? health.breached && !health.failing : state.drift && !health.withinTarget;
   const from = state.factor;
   // The window that measured the calm latency again was judged against the old one: nothing to decide on it.
-  const decided = again ? { kind: "hold" as const, to: from } : next(state, health, drift, params);
+  const decided = again
+    ? { kind: "hold" as const, to: from }
+    : next(state, window, health, drift, target.stages, params);
   const to = clamp(decided.to, target);
   const changed = to !== from;
   const mode: ControllerMode = !changed ? state.mode : to === 1 ? "full" : to < from ? "reducing" : "recovering";

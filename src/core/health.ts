@@ -5,6 +5,7 @@
  * against it (slow, failed), and the counts isolates add up and report.
  */
 import { parseDurationMs } from "./duration.ts";
+import { type Matcher, type Priorities, type Priority, parseMatchers, parseReserve } from "./priorities.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
 
@@ -18,10 +19,24 @@ export type AdaptiveInput = {
   errors?: string;
   /** The lowest the limit goes, from 1 to the rule's limit (or concurrency). Default: a tenth of it, at least 1. */
   floor?: number;
+  /** Requests refused last, only when nothing else is left: `["jwt:plan=enterprise", "path:/api/checkout/*"]`. */
+  critical?: string | string[];
+  /** Requests refused first: `["path:/api/prefetch/*", "header:x-priority=low"]`. */
+  sheddable?: string | string[];
+  /** The share of the limit in force kept for critical requests while the limit is reduced, `"0%"` to `"90%"`. Default `"0%"`. */
+  reserve?: string;
 };
 
 /** The fields of an `adaptive` table, in the order they are checked. */
-export const ADAPTIVE_FIELDS = ["latency", "percentile", "errors", "floor"] as const;
+export const ADAPTIVE_FIELDS = [
+  "latency",
+  "percentile",
+  "errors",
+  "floor",
+  "critical",
+  "sheddable",
+  "reserve",
+] as const;
 
 /** An adaptive rule's target, validated. */
 export type HealthTarget = {
@@ -33,7 +48,44 @@ export type HealthTarget = {
   errorShare: number;
   /** The lowest limit, in the rule's units (requests per period, or places). */
   floor: number;
+  /** Which requests are critical and which sheddable, and the reserve: absent, every request is default. */
+  priorities?: Priorities;
 };
+
+/**
+ * What a controller needs of a rule's priorities: which stages the rule
+ * has, and the reserve (no matchers: a report carries this, and a matcher
+ * is code).
+ */
+export type PriorityPlan = { critical: boolean; sheddable: boolean; reserve: number };
+
+/** A health target as a report carries it to the controller. */
+export type ReportedTarget = Omit<HealthTarget, "priorities"> & { priorities?: PriorityPlan };
+
+/** The target a report carries: its priorities without their matchers. */
+export function reportedTarget(target: HealthTarget): ReportedTarget {
+  const { priorities, ...rest } = target;
+  if (priorities === undefined) return rest;
+  return {
+    ...rest,
+    priorities: {
+      critical: priorities.critical.length > 0,
+      sheddable: priorities.sheddable.length > 0,
+      reserve: priorities.reserve,
+    },
+  };
+}
+
+/** The plan as `stagesOf` takes it: the stages a rule has, and its reserve. */
+export const planPriorities = (plan: PriorityPlan | undefined): Priorities | undefined =>
+  plan === undefined
+    ? undefined
+    : {
+        critical: plan.critical ? [ALL] : [],
+        sheddable: plan.sheddable ? [ALL] : [],
+        reserve: plan.reserve,
+      };
+const ALL: Matcher = { kind: "all", source: "*" };
 
 export const DEFAULT_PERCENTILE = 99;
 export const DEFAULT_ERROR_SHARE = 0.05;
@@ -48,7 +100,7 @@ const PERCENT = /^(\d+(?:\.\d+)?)\s*%$/;
  * and whose requests each count `cost`. Every problem names its field, as
  * `adaptive.latency`.
  */
-export function parseAdaptive(value: unknown, limit: number, cost = 1): Result<HealthTarget> {
+export function parseAdaptive(value: unknown, limit: number, cost = 1, caseSensitive = false): Result<HealthTarget> {
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     return fail(`must be a table such as { latency = "250ms", errors = "5%", floor = 10 }; got ${show(value)}`);
   }
@@ -68,7 +120,16 @@ export function parseAdaptive(value: unknown, limit: number, cost = 1): Result<H
   const percentile = take("percentile", parsePercentile(fields.percentile), DEFAULT_PERCENTILE);
   const errorShare = take("errors", parseErrorShare(fields.errors), DEFAULT_ERROR_SHARE);
   const floor = take("floor", parseFloor(fields.floor, limit, cost), 1);
-  return errors.length > 0 ? fail(...errors) : ok({ latencyMs, percentile, errorShare, floor });
+  const critical = take("critical", parseMatchers(fields.critical, caseSensitive), []);
+  const sheddable = take("sheddable", parseMatchers(fields.sheddable, caseSensitive), []);
+  const reserve = take("reserve", parseReserve(fields.reserve), 0);
+  if (reserve > 0 && critical.length === 0) {
+    take("reserve", fail("keeps a share for critical requests: it needs a `critical` list"), null);
+  }
+  const marked = critical.length > 0 || sheddable.length > 0;
+  const target: HealthTarget = { latencyMs, percentile, errorShare, floor };
+  if (marked) target.priorities = { critical, sheddable, reserve };
+  return errors.length > 0 ? fail(...errors) : ok(target);
 }
 
 function parseLatency(value: unknown): Result<number> {
@@ -180,7 +241,29 @@ export type HealthCounts = {
    * the limit for everyone.
    */
   worst?: KeyCounts[];
+  /**
+   * Under a rule with priorities: per priority, the requests forwarded and
+   * the requests shed (refused only because of the reduction). The
+   * controller moves the stage of a priority with neither at once, and
+   * the statistics show each.
+   */
+  byPriority?: PriorityCounts;
 };
+
+/** Per priority: `[forwarded, shed]`. */
+export type PriorityCounts = Partial<Record<Priority, [forwarded: number, shed: number]>>;
+
+/** Two priorities' counts added up; undefined when both are. */
+export function addPriorityCounts(a?: PriorityCounts, b?: PriorityCounts): PriorityCounts | undefined {
+  if (a === undefined) return b === undefined ? undefined : { ...b };
+  if (b === undefined) return { ...a };
+  const sum: PriorityCounts = { ...a };
+  for (const [p, [forwarded, shed]] of Object.entries(b) as [Priority, [number, number]][]) {
+    const had = sum[p];
+    sum[p] = had === undefined ? [forwarded, shed] : [had[0] + forwarded, had[1] + shed];
+  }
+  return sum;
+}
 
 /**
  * One client key's answers: a short prefix of its object's name (the same
@@ -250,6 +333,8 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
   };
   const worst = mergeWorst(a.worst, b.worst);
   if (worst.length > 0) sum.worst = worst;
+  const byPriority = addPriorityCounts(a.byPriority, b.byPriority);
+  if (byPriority !== undefined) sum.byPriority = byPriority;
   return sum;
 }
 

@@ -20,6 +20,7 @@ import {
   type RequestPath,
   type RuleGlob,
 } from "./paths.ts";
+import type { Priority } from "./priorities.ts";
 import { fail, mapAll, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
 
@@ -188,6 +189,8 @@ export type RuleCommon = {
   tiers?: Readonly<Record<string, number>>;
   /** The tier a verified token's `tier_claim` put this request in; `limit` is then that tier's. */
   tier?: string;
+  /** Under an adaptive rule with priorities, the request's priority (a variant of the rule per priority: isolate/rule-ids.ts). */
+  priority?: Priority;
   /**
    * How long a request over the limit may be held until its turn, or wait
    * in line for a place (`max_delay`); absent: refused at once.
@@ -335,7 +338,9 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
   const cost = ("cost" in own ? own.cost : undefined) ?? 1;
   const adaptive = take(
     "adaptive",
-    fields.adaptive === undefined ? ok(null) : parseAdaptive(fields.adaptive, Math.max(1, own.limit), cost),
+    fields.adaptive === undefined
+      ? ok(null)
+      : parseAdaptive(fields.adaptive, Math.max(1, own.limit), cost, caseSensitive),
     null,
   );
   const held = maxDelayMs === null ? {} : { maxDelayMs, maxHeld };

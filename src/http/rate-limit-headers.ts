@@ -6,6 +6,7 @@
  * parameters), and the legacy `X-RateLimit-*`.
  */
 import type { KindName, Quota } from "../core/kinds/kind.ts";
+import type { Priority } from "../core/priorities.ts";
 import type { RuleVerdict } from "../object/protocol.ts";
 
 /**
@@ -22,8 +23,8 @@ export type Policy = {
   windowMs?: number;
 };
 
-/** A rule's verdict, with what the headers need of the rule. */
-export type Reported = Policy & { verdict: RuleVerdict; nowMs: number };
+/** A rule's verdict, with what the headers need of the rule (and, under an adaptive rule with priorities, the request's priority). */
+export type Reported = Policy & { verdict: RuleVerdict; nowMs: number; priority?: Priority };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 

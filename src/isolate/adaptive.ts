@@ -62,7 +62,7 @@ export class AdaptiveRules {
     const reporter = this.of(rule as Rule & ReportedRule);
     const made = this.checks.get(rule);
     if (made !== undefined && made.version === reporter.version) return made.check;
-    const check = { ...ruleCheckOf(rule), factor: reporter.factor };
+    const check = { ...ruleCheckOf(rule), factor: reporter.factorOf(rule.priority) };
     this.checks.set(rule, { version: reporter.version, check });
     return check;
   };
@@ -75,7 +75,7 @@ export class AdaptiveRules {
     if (made !== undefined && made.version === reporter.version && made.request.concurrency === base.concurrency) {
       return made.request;
     }
-    const request = { ...base, factor: reporter.factor };
+    const request = { ...base, factor: reporter.factorOf(rule.priority) };
     this.places.set(rule, { version: reporter.version, request });
     return request;
   }
@@ -106,20 +106,23 @@ export function noteDecision(
     const reporter = adaptive.get(r.id);
     if (reporter === undefined) continue;
     const v = r.verdict;
+    const factor = reporter.factorOf(r.priority);
     // The limit before the factor: the verdict names the current quota only when the factor changed it.
-    const configured = v.limit !== undefined && reporter.factor > 0 ? r.limit / reporter.factor : r.limit;
+    const configured = v.limit !== undefined && factor > 0 ? r.limit / factor : r.limit;
     if (configured > 0) reporter.peak(Math.max(v.weighted, r.limit - v.remaining) / configured);
     if (admitted) {
       forwarded ??= [];
-      if (!forwarded.includes(reporter)) forwarded.push(reporter);
+      if (!forwarded.includes(reporter)) {
+        forwarded.push(reporter);
+        reporter.forwarded(r.priority);
+      }
     } else {
-      if (v.reduced === true && !v.ruleAllows) reporter.shed();
+      if (v.reduced === true && !v.ruleAllows) reporter.shed(r.priority);
       sendIfDue(reporter, context);
     }
   }
   if (forwarded !== undefined) {
     for (const reporter of forwarded) {
-      reporter.forwarded();
       // The onset of a queue shows first in requests still in flight: checked as requests go on, too.
       sendIfDue(reporter, context);
     }
@@ -134,7 +137,7 @@ export function noteKnown(known: RuleRefusal[], context: ReportContext): void {
   for (const k of known) {
     if (k.refusal.applied.reduced !== true) continue;
     const reporter = adaptive.get(k.rule.id);
-    reporter?.shed();
+    reporter?.shed(k.rule.priority);
     sendIfDue(reporter, context);
   }
 }

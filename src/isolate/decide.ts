@@ -24,7 +24,7 @@ import { holds } from "./call.ts";
 import { conclude, type Run } from "./conclude.ts";
 import { sendOutbox } from "./effects.ts";
 import type { Isolate } from "./isolate.ts";
-import { claimsFor, inClaimedTier, keyGroups, matchingRules } from "./match.ts";
+import { claimsFor, inClaimedTier, inPriority, keyGroups, matchingRules } from "./match.ts";
 import { readParts } from "./reports.ts";
 import { knownRefusals, settle } from "./settle.ts";
 import { settlePlace } from "./settle-place.ts";
@@ -135,7 +135,7 @@ type Matched = {
 function decideMatched(request: Matched, options: DecideOptions, work: Work): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
   const { keys } = isolate;
-  const rules = inClaimedTier(request.matched, request.claims, settings);
+  const rules = inPriority(inClaimedTier(request.matched, request.claims, settings), request, settings);
   const groups = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
   const nowMs = isolate.clock();
   const run: Run = {

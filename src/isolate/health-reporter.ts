@@ -22,9 +22,12 @@ import {
   noCounts,
   noKeyCounts,
   outcomeOf,
+  type ReportedTarget,
+  reportedTarget,
   slowShareOf,
   worstFirst,
 } from "../core/health.ts";
+import type { Factors, Priority } from "../core/priorities.ts";
 import type { FactorAnswer, HealthReport } from "../object/controller-protocol.ts";
 
 /** A failed report is logged at most once per this many milliseconds, per rule and isolate. */
@@ -62,8 +65,10 @@ export type Learned = { changed: false } | { changed: true; fell: boolean; from:
 
 export class HealthReporter {
   readonly ruleId: string;
-  /** The factor the isolate applies, as last learned: 1 until an answer says otherwise. */
+  /** The factor the isolate applies, as last learned: 1 until an answer says otherwise (under priorities, the default priority's). */
   factor = 1;
+  /** Under a rule with priorities, each priority's factor as last learned; null: every request gets {@link factor}. */
+  factors: Factors | null = null;
   /** The controller's version of {@link factor}; 0 before any answer. */
   version = 0;
   /** Answers, and requests in flight, later than this are late (the controller's late mark); null before it gave one. */
@@ -72,6 +77,8 @@ export class HealthReporter {
   drift = false;
   private rule: ReportedRule;
   private control: ControlTarget;
+  /** The rule's target as its reports carry it. */
+  private target: ReportedTarget;
   private reportInMs = CONTROLLER_PARAMS.steadyReportMs;
   private counts: HealthCounts = noCounts();
   /** Per client key that had a slow, failed or late answer since the last report: its answers since then. */
@@ -91,6 +98,7 @@ export class HealthReporter {
     this.ruleId = rule.id;
     this.rule = rule;
     this.control = controlOf(rule);
+    this.target = reportedTarget(rule.adaptive);
   }
 
   /** The rule as the settings now have it (a new deploy may change its limit or target). */
@@ -98,11 +106,29 @@ export class HealthReporter {
     if (rule === this.rule) return;
     this.rule = rule;
     this.control = controlOf(rule);
+    this.target = reportedTarget(rule.adaptive);
   }
 
-  /** A request admitted under the rule and forwarded to the origin. */
-  forwarded(): void {
+  /** The factor a request of this priority gets (undefined: the rule has no priorities). */
+  factorOf(priority: Priority | undefined): number {
+    return priority === undefined || this.factors === null ? this.factor : this.factors[priority];
+  }
+
+  /** A request admitted under the rule and forwarded to the origin, of `priority` under a rule with priorities. */
+  forwarded(priority?: Priority): void {
     this.counts.forwarded++;
+    if (priority !== undefined) this.byPriority(priority)[0]++;
+  }
+
+  private byPriority(priority: Priority): [number, number] {
+    this.counts.byPriority ??= {};
+    const counts = this.counts.byPriority;
+    let entry = counts[priority];
+    if (entry === undefined) {
+      entry = [0, 0];
+      counts[priority] = entry;
+    }
+    return entry;
   }
 
   /** A forwarded request's last byte went on to the origin at `nowMs`: it is in flight from now. */
@@ -214,8 +240,9 @@ export class HealthReporter {
   }
 
   /** A request refused only because of the reduction. */
-  shed(): void {
+  shed(priority?: Priority): void {
     this.counts.shed++;
+    if (priority !== undefined) this.byPriority(priority)[1]++;
   }
 
   /** A client's count as a share of its configured limit, as a verdict showed it. */
@@ -251,11 +278,11 @@ export class HealthReporter {
     this.keys = new Map();
     this.lastSentMs = nowMs;
     this.sending = { counts, latency, version: this.version };
-    const { id, limit, adaptive } = this.rule;
+    const { id, limit } = this.rule;
     return {
       rule: id,
       limit,
-      target: adaptive,
+      target: this.target,
       version: this.version,
       counts,
       ...(latency.length > 0 ? { latency } : {}),
@@ -284,6 +311,7 @@ export class HealthReporter {
     if (answer.version === this.version) return { changed: false };
     const from = this.factor;
     this.factor = answer.factor;
+    this.factors = answer.factors ?? null;
     this.version = answer.version;
     // Counts gathered under the old factor are no evidence about the new one: the controller would ignore them.
     this.counts = noCounts();

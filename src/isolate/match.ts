@@ -11,10 +11,11 @@ import { type Claims, claimAt } from "../core/claims.ts";
 import { type Address, parseAddress } from "../core/ip.ts";
 import { canonicalKey, customCanonicalKey, type RequestFacts } from "../core/keys.ts";
 import type { RequestPath } from "../core/paths.ts";
+import { type PriorityFacts, priorityOf } from "../core/priorities.ts";
 import { isCounted, type PlacedRule, type Rule, ruleCoversClient, ruleMatches } from "../core/rules.ts";
 import { clientAddress, requestFacts } from "../http/request-facts.ts";
 import type { Tokens } from "../identity/tokens.ts";
-import { tierVariant } from "./rule-ids.ts";
+import { priorityVariant, tierVariant } from "./rule-ids.ts";
 import type { KeyGroup } from "./vocabulary.ts";
 
 /** The rules that match the request and cover its client's address. */
@@ -52,6 +53,29 @@ export function inClaimedTier(rules: Rule[], claims: Claims | null, settings: Se
   if (claims === null || claim == null) return rules;
   const tier = claimAt(claims, claim);
   return tier !== null && settings.tiers.has(tier) ? rules.map((rule) => tierVariant(rule, tier)) : rules;
+}
+
+/**
+ * Under adaptive rules with priorities, each rule as the request's
+ * priority's variant (its matchers read the method, the path, a header, a
+ * verified claim or the token's tier); the rules as they are otherwise.
+ */
+export function inPriority(rules: Rule[], client: Client, settings: Settings): Rule[] {
+  if (!rules.some((rule) => rule.adaptive?.priorities !== undefined)) return rules;
+  const { request, claims } = client;
+  const tierClaim = settings.jwt?.tierClaim;
+  const tier = claims === null || tierClaim == null ? null : claimAt(claims, tierClaim);
+  const facts: PriorityFacts = {
+    method: client.method,
+    path: client.path,
+    header: (name) => request.headers.get(name),
+    claim: (path) => (claims === null ? null : claimAt(claims, path)),
+    tier: tier !== null && settings.tiers.has(tier) ? tier : null,
+  };
+  return rules.map((rule) => {
+    const priorities = rule.adaptive?.priorities;
+    return priorities === undefined ? rule : priorityVariant(rule, priorityOf(priorities, facts, rule.caseSensitive));
+  });
 }
 
 /** A request whose rules are known: what its client keys are made of. */

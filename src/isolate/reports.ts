@@ -21,6 +21,7 @@ const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   quota: rule.quota,
   verdict,
   nowMs,
+  ...(rule.priority === undefined ? {} : { priority: rule.priority }),
 });
 
 /** A known refusal as the object's verdict, with the wait that is left. */

@@ -1,10 +1,11 @@
 /**
  * @module
- * A rule's tier variants: one rule object per rule and tier, so the
- * isolate keeps a client's leases and refusals under a tier apart from the
- * rule's own (its maps are keyed by rule object).
+ * A rule's variants: one rule object per rule, tier and priority, so the
+ * isolate keeps a client's leases and refusals under a tier, or of a
+ * priority, apart from the rule's own (its maps are keyed by rule object).
  */
 import { getOrCreate } from "../core/maps.ts";
+import type { Priority } from "../core/priorities.ts";
 import type { Rule } from "../core/rules.ts";
 
 const variants = new WeakMap<Rule, Map<string, Rule>>();
@@ -25,5 +26,23 @@ export function tierVariant(rule: Rule, tier: string): Rule {
   );
 }
 
-/** The rule and every tier variant made of it: what an admin reset must forget. */
-export const variantsOf = (rule: Rule): Rule[] => [rule, ...(variants.get(rule)?.values() ?? [])];
+/**
+ * The rule for a request of `priority`, under an adaptive rule with
+ * priorities: one object per rule (or tier variant) and priority, so that a
+ * lease granted to one priority is never spent by another, nor a refusal of
+ * one answered to another. The rule itself when it has no priorities.
+ */
+export function priorityVariant(rule: Rule, priority: Priority): Rule {
+  if (rule.adaptive?.priorities === undefined) return rule;
+  return getOrCreate(
+    getOrCreate(variants, rule, () => new Map()),
+    `priority:${priority}`,
+    () => ({ ...rule, priority }),
+  );
+}
+
+/** The rule and every variant made of it (and of those): what an admin reset must forget. */
+export const variantsOf = (rule: Rule): Rule[] => [
+  rule,
+  ...[...(variants.get(rule)?.values() ?? [])].flatMap((variant) => variantsOf(variant)),
+];

@@ -20,16 +20,20 @@ import {
 } from "../core/controller.ts";
 import {
   addLatency,
+  addPriorityCounts,
   type HealthCounts,
-  type HealthTarget,
   type KeyCounts,
   type LatencyPairs,
   latencyAt,
   MAX_WORST_KEYS,
   noKeyCounts,
+  type PriorityCounts,
+  planPriorities,
+  type ReportedTarget,
   slowShareOf,
   worstFirst,
 } from "../core/health.ts";
+import { type Factors, factorsAt, PRIORITIES, type Priority, stagesOf } from "../core/priorities.ts";
 import { logEvent } from "../observe/log.ts";
 import {
   type ControllerPoint,
@@ -39,6 +43,7 @@ import {
   HISTORY_EVERY_MS,
   HISTORY_KEPT_MS,
   HISTORY_MAX_POINTS,
+  type PriorityView,
 } from "./controller-protocol.ts";
 
 const SCHEMA = [
@@ -47,12 +52,15 @@ const SCHEMA = [
   )`,
   `CREATE TABLE IF NOT EXISTS controller_history (
     at_ms INTEGER NOT NULL, factor REAL NOT NULL, configured INTEGER NOT NULL, latency_ms REAL,
-    drift INTEGER NOT NULL DEFAULT 0
+    drift INTEGER NOT NULL DEFAULT 0, priorities TEXT
   )`,
 ];
 
 /** Columns added since the tables were first made: an object made before has its table altered. */
-const ADDED_COLUMNS = [["controller_history", "drift", "INTEGER NOT NULL DEFAULT 0"]] as const;
+const ADDED_COLUMNS = [
+  ["controller_history", "drift", "INTEGER NOT NULL DEFAULT 0"],
+  ["controller_history", "priorities", "TEXT"],
+] as const;
 
 const MODES: readonly ControllerMode[] = ["full", "reducing", "recovering"];
 
@@ -84,7 +92,20 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   };
   const worst = cleanWorst(c.worst);
   if (worst.length > 0) clean.worst = worst;
+  const byPriority = cleanPriorityCounts(c.byPriority);
+  if (byPriority !== undefined) clean.byPriority = byPriority;
   return clean;
+}
+
+/** A report's counts per priority: whole counts of the three priorities only. */
+function cleanPriorityCounts(counts: unknown): PriorityCounts | undefined {
+  if (typeof counts !== "object" || counts === null) return undefined;
+  const clean: PriorityCounts = {};
+  for (const p of PRIORITIES) {
+    const entry = (counts as Record<string, unknown>)[p];
+    if (Array.isArray(entry)) clean[p] = [count(entry[0]), count(entry[1])];
+  }
+  return Object.keys(clean).length > 0 ? clean : undefined;
 }
 
 /**
@@ -113,7 +134,7 @@ function cleanWorst(worst: unknown): KeyCounts[] {
 }
 
 /** Whether a reported target and limit are ones the rule parser could have given. */
-function validTarget(limit: unknown, target: HealthTarget | undefined): target is HealthTarget {
+function validTarget(limit: unknown, target: ReportedTarget | undefined): target is ReportedTarget {
   return (
     typeof limit === "number" &&
     Number.isSafeInteger(limit) &&
@@ -129,15 +150,29 @@ function validTarget(limit: unknown, target: HealthTarget | undefined): target i
     target.errorShare <= 0.5 &&
     Number.isSafeInteger(target.floor) &&
     target.floor >= 1 &&
-    target.floor <= limit
+    target.floor <= limit &&
+    (target.priorities === undefined ||
+      (typeof target.priorities.critical === "boolean" &&
+        typeof target.priorities.sheddable === "boolean" &&
+        typeof target.priorities.reserve === "number" &&
+        target.priorities.reserve >= 0 &&
+        target.priorities.reserve <= 0.9))
   );
 }
 
-const controlTarget = (limit: number, target: HealthTarget): ControlTarget => ({
-  slowShare: slowShareOf(target),
-  errorShare: target.errorShare,
-  minFactor: target.floor / limit,
-});
+function controlTarget(limit: number, target: ReportedTarget): ControlTarget {
+  const minFactor = target.floor / limit;
+  const priorities = planPriorities(target.priorities);
+  return {
+    slowShare: slowShareOf(target),
+    errorShare: target.errorShare,
+    minFactor,
+    ...(priorities === undefined ? {} : { stages: stagesOf(priorities, limit, 1, minFactor) }),
+  };
+}
+
+/** Each priority's factor and what it forwarded and shed since the point before, as a history point keeps them. */
+export type PriorityPoint = Partial<Record<Priority, [factor: number, forwarded: number, shed: number]>>;
 
 export class ControllerBook {
   private readonly sql: SqlStorage;
@@ -145,7 +180,9 @@ export class ControllerBook {
   private state: ControllerState = initialState();
   /** The configured limit and target of the latest valid report; null before one. */
   private configured: number | null = null;
-  private target: HealthTarget | null = null;
+  private target: ReportedTarget | null = null;
+  /** Under a rule with priorities: what each forwarded and shed since the last history point. */
+  private byPriority: PriorityCounts | undefined;
   /** Since the last history point: when it was, and the latencies reported since. */
   private lastPointMs = 0;
   private latency: LatencyPairs = [];
@@ -181,9 +218,13 @@ export class ControllerBook {
       this.target = report.target;
       const before = this.state;
       const version = Number.isSafeInteger(report.version) ? report.version : -1;
+      const counts = cleanCounts(report.counts);
+      if (report.target.priorities !== undefined) {
+        this.byPriority = addPriorityCounts(this.byPriority, counts.byPriority) ?? {};
+      }
       const { state, step } = observe(
         before,
-        cleanCounts(report.counts),
+        counts,
         version,
         nowMs,
         controlTarget(report.limit, report.target),
@@ -201,13 +242,31 @@ export class ControllerBook {
     return this.answer(nowMs);
   }
 
-  /** The factor now, and when to report next. */
+  /**
+   * Each priority's factor, under a rule with priorities; null under one
+   * without (its factor is the controller's).
+   */
+  private factors(): Factors | null {
+    const target = this.target;
+    if (target?.priorities === undefined || this.configured === null) return null;
+    return factorsAt(controlTarget(this.configured, target).stages!, this.state.factor);
+  }
+
+  /** The factor a rule's own requests get: the controller's, or under priorities the default priority's. */
+  private shownFactor(factors = this.factors()): number {
+    return factors === null ? this.state.factor : factors.default;
+  }
+
+  /** The factor now (each priority's, under priorities), and when to report next. */
   answer(nowMs: number): FactorAnswer {
-    const { factor, version, mode } = this.state;
+    const { version, mode } = this.state;
     const configured = this.configured ?? 1;
+    const factors = this.factors();
+    const factor = this.shownFactor(factors);
     return {
       nowMs,
       factor,
+      ...(factors === null ? {} : { factors }),
       version,
       mode,
       limit: scaledLimit(configured, factor),
@@ -220,23 +279,35 @@ export class ControllerBook {
   /** The controller and its history since `sinceMs`, for the statistics and the dashboard. */
   view(nowMs: number, sinceMs = 0): ControllerView {
     const history = this.sql
-      .exec<{ at_ms: number; factor: number; configured: number; latency_ms: number | null; drift: number }>(
-        "SELECT at_ms, factor, configured, latency_ms, drift FROM controller_history WHERE at_ms >= ? ORDER BY at_ms, rowid",
+      .exec<{
+        at_ms: number;
+        factor: number;
+        configured: number;
+        latency_ms: number | null;
+        drift: number;
+        priorities: string | null;
+      }>(
+        "SELECT at_ms, factor, configured, latency_ms, drift, priorities FROM controller_history WHERE at_ms >= ? ORDER BY at_ms, rowid",
         sinceMs,
       )
       .toArray()
-      .map(
-        (p): ControllerPoint => ({
+      .map((p): ControllerPoint => {
+        const point: ControllerPoint = {
           atMs: p.at_ms,
           factor: p.factor,
           limit: scaledLimit(p.configured, p.factor),
           configured: p.configured,
           latencyMs: p.latency_ms,
           drift: p.drift === 1,
-        }),
-      );
-    const { factor, version, mode, calm, drift } = this.state;
+        };
+        const priorities = parsePoint(p.priorities);
+        if (priorities !== null) point.priorities = priorities;
+        return point;
+      });
+    const { version, mode, calm, drift } = this.state;
     const configured = this.configured;
+    const factors = this.factors();
+    const factor = this.shownFactor(factors);
     return {
       rule: this.rule,
       nowMs,
@@ -247,12 +318,14 @@ export class ControllerBook {
       limit: configured === null ? null : scaledLimit(configured, factor),
       calmMs: calm.ms === null ? null : round(calm.ms),
       drift,
+      ...(factors === null || configured === null ? {} : { priorities: priorityViews(factors, configured, history) }),
       history,
     };
   }
 
   private store(): void {
     const { factor, version, mode } = this.state;
+    // The controller's own factor: under priorities, below each priority's (core/priorities.ts).
     this.sql.exec(
       `INSERT INTO controller (rule, factor, version, mode, configured) VALUES (?, ?, ?, ?, ?)
        ON CONFLICT (rule) DO UPDATE SET factor = excluded.factor, version = excluded.version, mode = excluded.mode,
@@ -268,15 +341,18 @@ export class ControllerBook {
   /** A point of the history now, with the latency reported since the last one; old points dropped. */
   private addPoint(nowMs: number): void {
     const latencyMs = this.target === null ? null : latencyAt(this.latency, this.target.percentile);
+    const factors = this.factors();
     this.sql.exec(
-      "INSERT INTO controller_history (at_ms, factor, configured, latency_ms, drift) VALUES (?, ?, ?, ?, ?)",
+      "INSERT INTO controller_history (at_ms, factor, configured, latency_ms, drift, priorities) VALUES (?, ?, ?, ?, ?, ?)",
       nowMs,
-      this.state.factor,
+      this.shownFactor(factors),
       this.configured ?? 1,
       latencyMs,
       this.state.drift ? 1 : 0,
+      factors === null ? null : JSON.stringify(pointOf(factors, this.byPriority)),
     );
     this.latency = [];
+    this.byPriority = undefined;
     this.lastPointMs = nowMs;
     this.sql.exec("DELETE FROM controller_history WHERE at_ms < ?", nowMs - HISTORY_KEPT_MS);
     this.sql.exec(
@@ -291,7 +367,7 @@ export class ControllerBook {
    * nothing queues (a baseline drift: `warn`, the target wants a look), and
    * one when it no longer is (`info`).
    */
-  private logDrift(target: HealthTarget): void {
+  private logDrift(target: ReportedTarget): void {
     const { factor, drift, calm } = this.state;
     const configured = this.configured ?? 1;
     logEvent(
@@ -344,3 +420,40 @@ export class ControllerBook {
 }
 
 const round = (x: number): number => Math.round(x * 10_000) / 10_000;
+
+/** A history point's priorities: each one's factor, and what it forwarded and shed since the point before. */
+function pointOf(factors: Factors, counts: PriorityCounts | undefined): PriorityPoint {
+  const point: PriorityPoint = {};
+  for (const p of PRIORITIES) point[p] = [round(factors[p]), counts?.[p]?.[0] ?? 0, counts?.[p]?.[1] ?? 0];
+  return point;
+}
+
+function parsePoint(text: string | null): PriorityPoint | null {
+  if (text === null) return null;
+  try {
+    return JSON.parse(text) as PriorityPoint;
+  } catch {
+    return null;
+  }
+}
+
+/** Each priority now: its factor and limit, and what it forwarded and shed over the history's points. */
+function priorityViews(factors: Factors, configured: number, history: ControllerPoint[]): PriorityView[] {
+  return PRIORITIES.map((priority) => {
+    let forwarded = 0;
+    let shed = 0;
+    for (const point of history) {
+      const entry = point.priorities?.[priority];
+      if (entry === undefined) continue;
+      forwarded += entry[1];
+      shed += entry[2];
+    }
+    return {
+      priority,
+      factor: round(factors[priority]),
+      limit: scaledLimit(configured, factors[priority]),
+      forwarded,
+      shed,
+    };
+  });
+}

@@ -6,7 +6,8 @@
  * statistics and the dashboard. Types and pure helpers only.
  */
 import type { ControllerMode } from "../core/controller.ts";
-import type { HealthCounts, HealthTarget, LatencyPairs } from "../core/health.ts";
+import type { HealthCounts, LatencyPairs, ReportedTarget } from "../core/health.ts";
+import type { Factors, Priority } from "../core/priorities.ts";
 
 /**
  * The controller's object in the `RATE_LIMITER` namespace: one per adaptive
@@ -21,8 +22,8 @@ export type HealthReport = {
   rule: string;
   /** The rule's configured limit (or concurrency), as this isolate's settings have it. */
   limit: number;
-  /** The rule's health target, as this isolate's settings have it: the latest report's is the one applied. */
-  target: HealthTarget;
+  /** The rule's health target, as this isolate's settings have it (its priorities without their matchers): the latest report's is the one applied. */
+  target: ReportedTarget;
   /** The factor version this isolate applied while it gathered `counts` (0 before it learned any). */
   version: number;
   counts: HealthCounts;
@@ -36,8 +37,10 @@ export type HealthReport = {
 export type FactorAnswer = {
   /** The controller's clock, in Unix milliseconds. */
   nowMs: number;
-  /** Multiply the configured limit by this, with `scaledLimit`: in [floor ÷ limit, 1]. */
+  /** Multiply the configured limit by this, with `scaledLimit`: in [floor ÷ limit, 1]. Under priorities, the default priority's. */
   factor: number;
+  /** Under a rule with priorities: each priority's factor (docs/adaptive.md#priorities). */
+  factors?: Factors;
   /** Counts every change of `factor`: apply an answer only if its version is newer than the one applied. */
   version: number;
   mode: ControllerMode;
@@ -67,6 +70,19 @@ export type ControllerPoint = {
   latencyMs: number | null;
   /** Whether the origin was then slower than the target without a queue (see {@link ControllerView.drift}). */
   drift: boolean;
+  /** Under a rule with priorities: each priority's `[factor, forwarded, shed]`, the counts since the point before. */
+  priorities?: Partial<Record<Priority, [factor: number, forwarded: number, shed: number]>>;
+};
+
+/** One priority of a rule with priorities, as the statistics show it. */
+export type PriorityView = {
+  priority: Priority;
+  factor: number;
+  /** The configured limit × its factor. */
+  limit: number;
+  /** Its requests forwarded, and refused only because of the reduction, over the history asked for. */
+  forwarded: number;
+  shed: number;
 };
 
 /** The controller as the statistics and the dashboard read it. */
@@ -94,6 +110,8 @@ export type ControllerView = {
    * origin. Errors, and a queue against its calm latency, still cut.
    */
   drift: boolean;
+  /** Under a rule with priorities: each priority, refused last first (critical, default, sheddable). */
+  priorities?: PriorityView[];
   /** Oldest first: a point at every change, and every {@link HISTORY_EVERY_MS} while reports arrive. */
   history: ControllerPoint[];
 };
