@@ -471,6 +471,73 @@ describe("an adaptive rule in /stats and /metrics", () => {
     expect(gauge("ratelimit_adaptive_factor")).toBeCloseTo(cut.factor, 4);
   });
 
+  it("splits a rule with priorities by priority: each one's limit, and what it forwarded and shed, in /stats and /metrics", async () => {
+    const id = ruleId("adaptive-priorities");
+    const adaptive = { latency: "100ms", floor: 10, critical: ["header:x-priority=critical"], sheddable: ["*"] };
+    const { raw, admin } = withAdmin([{ id, limit: 200, period: "1m", key: ["ip"], adaptive }]);
+    const target = {
+      latencyMs: 100,
+      percentile: 99,
+      errorShare: 0.05,
+      floor: 10,
+      priorities: { critical: true, sheddable: true, reserve: 0 },
+    };
+    const byPriority = { critical: [20, 0], sheddable: [30, 5] } as const;
+    const report = () =>
+      reportHealth(
+        env.RATE_LIMITER,
+        {
+          rule: id,
+          limit: 200,
+          target,
+          version: 0,
+          counts: {
+            ...noCounts(),
+            forwarded: 50,
+            answered: 50,
+            slow: 50,
+            shed: 5,
+            peak: 1,
+            byPriority: { ...byPriority },
+          },
+          latency: [[30, 50]],
+        },
+        5_000,
+      );
+    // The first report already breaches at the configured limit: it cuts at once (the onset); the second,
+    // counted under the factor before, is no evidence about the new one, but its requests count in the statistics.
+    await report();
+    await new Promise((resolve) => setTimeout(resolve, 550));
+    const cut = await report();
+    if (!cut.ok) throw new Error(cut.message);
+    // Sheddable requests were refused by the reduction: their stage is cut, the others keep the configured limit.
+    expect(cut.value.factors?.critical).toBe(1);
+    expect(cut.value.factors?.default).toBe(1);
+    expect(cut.value.factors?.sheddable).toBeLessThan(1);
+    const sheddableLimit = Math.floor(200 * cut.value.factors!.sheddable);
+
+    const view = (await readStats(admin, 5)) as StatsView & {
+      adaptive: { rule: string; controller: { priorities: unknown[] } }[];
+    };
+    const mine = view.adaptive.find((a) => a.rule === id)!;
+    expect(mine.controller.priorities).toEqual([
+      { priority: "critical", factor: 1, limit: 200, forwarded: 40, shed: 0 },
+      { priority: "default", factor: 1, limit: 200, forwarded: 0, shed: 0 },
+      { priority: "sheddable", factor: expect.any(Number), limit: sheddableLimit, forwarded: 60, shed: 10 },
+    ]);
+
+    const res = await raw("GET", "/__ratelimit/metrics");
+    const metricsText = new TextDecoder().decode(await res.arrayBuffer());
+    const families = openMetricsFamilies(parsePrometheusText(metricsText));
+    const sample = (name: string, priority: string) =>
+      Number(families[name]!.metrics.find((m) => m.labels?.rule === id && m.labels?.priority === priority)!.value);
+    expect(sample("ratelimit_adaptive_priority_limit", "critical")).toBe(200);
+    expect(sample("ratelimit_adaptive_priority_limit", "sheddable")).toBe(sheddableLimit);
+    expect(sample("ratelimit_adaptive_priority_factor", "default")).toBe(1);
+    expect(sample("ratelimit_adaptive_priority_shed", "sheddable")).toBe(10);
+    expect(sample("ratelimit_adaptive_priority_forwarded", "critical")).toBe(40);
+  });
+
   it("counts a request only the reduction refused as shed (503), apart from refused", async () => {
     const id = ruleId("adaptive-shed");
     const { send, admin } = withAdmin([{ id, limit: 10, period: "1h", adaptive: { latency: "100ms", floor: 1 } }]);

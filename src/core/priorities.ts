@@ -204,6 +204,8 @@ export function factorsAt(stages: Stages, factor: number): Factors {
   stages.order.forEach((priority, i) => {
     factors[priority] = Math.min(1, Math.max(stages.lows[i]!, factor / stages.tops[i]!));
   });
+  // A priority the rule names no matchers for has no requests: it reads as default.
+  for (const priority of PRIORITIES) if (!stages.order.includes(priority)) factors[priority] = factors.default;
   if (factor < 1 && stages.reserve > 0) {
     const most = factors.critical * (1 - stages.reserve);
     factors.default = Math.min(factors.default, most);

@@ -318,7 +318,9 @@ export class ControllerBook {
       limit: configured === null ? null : scaledLimit(configured, factor),
       calmMs: calm.ms === null ? null : round(calm.ms),
       drift,
-      ...(factors === null || configured === null ? {} : { priorities: priorityViews(factors, configured, history) }),
+      ...(factors === null || configured === null
+        ? {}
+        : { priorities: priorityViews(factors, configured, history, this.byPriority) }),
       history,
     };
   }
@@ -437,11 +439,19 @@ function parsePoint(text: string | null): PriorityPoint | null {
   }
 }
 
-/** Each priority now: its factor and limit, and what it forwarded and shed over the history's points. */
-function priorityViews(factors: Factors, configured: number, history: ControllerPoint[]): PriorityView[] {
+/**
+ * Each priority now: its factor and limit, and what it forwarded and shed
+ * over the history's points and since the last of them (`since`).
+ */
+function priorityViews(
+  factors: Factors,
+  configured: number,
+  history: ControllerPoint[],
+  since: PriorityCounts | undefined,
+): PriorityView[] {
   return PRIORITIES.map((priority) => {
-    let forwarded = 0;
-    let shed = 0;
+    let forwarded = since?.[priority]?.[0] ?? 0;
+    let shed = since?.[priority]?.[1] ?? 0;
     for (const point of history) {
       const entry = point.priorities?.[priority];
       if (entry === undefined) continue;

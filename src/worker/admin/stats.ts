@@ -267,6 +267,37 @@ export function openMetrics(view: StatsView & Partial<Pick<StatsAnswer, "adaptiv
       (c) => c.factor,
       true,
     );
+    const prioritized = adaptive.flatMap(({ rule, controller }) =>
+      (controller.priorities ?? []).map((p) => ({ rule, p })),
+    );
+    if (prioritized.length > 0) {
+      const label = (rule: string, priority: string) =>
+        `{rule="${escapeLabelValue(rule)}",priority="${escapeLabelValue(priority)}"}`;
+      family(
+        "ratelimit_adaptive_priority_limit",
+        "gauge",
+        "An adaptive rule's current limit for requests of a priority (critical, default, sheddable).",
+      );
+      for (const { rule, p } of prioritized)
+        lines.push(`ratelimit_adaptive_priority_limit${label(rule, p.priority)} ${integer(p.limit)}`);
+      family("ratelimit_adaptive_priority_factor", "gauge", "An adaptive rule's factor for requests of a priority.");
+      for (const { rule, p } of prioritized)
+        lines.push(`ratelimit_adaptive_priority_factor${label(rule, p.priority)} ${share(p.factor)}`);
+      family(
+        "ratelimit_adaptive_priority_forwarded",
+        "gauge",
+        "Requests of a priority forwarded under an adaptive rule over the last minute (its controller's history points).",
+      );
+      for (const { rule, p } of prioritized)
+        lines.push(`ratelimit_adaptive_priority_forwarded${label(rule, p.priority)} ${integer(p.forwarded)}`);
+      family(
+        "ratelimit_adaptive_priority_shed",
+        "gauge",
+        "Requests of a priority refused only because of the reduction (503) over the last minute.",
+      );
+      for (const { rule, p } of prioritized)
+        lines.push(`ratelimit_adaptive_priority_shed${label(rule, p.priority)} ${integer(p.shed)}`);
+    }
   }
 
   lines.push("# EOF");

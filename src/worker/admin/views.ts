@@ -30,7 +30,16 @@ type CommonView = {
   /** With `max_delay`: how many of a client's requests may be held at once. */
   max_held?: number;
   /** An adaptive rule's health target as wrangler.toml spells it, when it has one. */
-  adaptive?: { latency: string; percentile: number; errors: string; floor: number };
+  adaptive?: {
+    latency: string;
+    percentile: number;
+    errors: string;
+    floor: number;
+    /** Under priorities: the matchers as written, and the reserve. */
+    critical?: string[];
+    sheddable?: string[];
+    reserve?: string;
+  };
 };
 
 /**
@@ -89,6 +98,13 @@ function commonView(rule: Rule): Omit<CommonView, "id" | "path" | "methods" | "e
             percentile: rule.adaptive.percentile,
             errors: `${Math.round(rule.adaptive.errorShare * 1000) / 10}%`,
             floor: rule.adaptive.floor,
+            ...(rule.adaptive.priorities === undefined
+              ? {}
+              : {
+                  critical: rule.adaptive.priorities.critical.map((m) => m.source),
+                  sheddable: rule.adaptive.priorities.sheddable.map((m) => m.source),
+                  reserve: `${Math.round(rule.adaptive.priorities.reserve * 1000) / 10}%`,
+                }),
           },
         }),
   };

@@ -323,6 +323,8 @@
     const limitText = rule.adaptive ? el("p", { class: "limit-now" }) : null;
     // An origin slower than the rule's target while nothing queues (a baseline drift): said on the card.
     const driftNote = rule.adaptive ? el("p", { class: "drift-note", hidden: true }) : null;
+    // Under priorities: each priority's limit now, and what the reduction refused of it over the period.
+    const priorityText = rule.adaptive ? el("p", { class: "priority-limits", hidden: true }) : null;
     const limitBox = rule.adaptive ? el("div", { class: "chart limit-chart", hidden: true }) : null;
     const topBody = el("tbody");
     const topEmpty = el("p", { class: "empty", text: "No client refused yet." });
@@ -334,6 +336,7 @@
       totals,
       chartBox,
       limitText,
+      priorityText,
       driftNote,
       limitBox,
       el(
@@ -374,6 +377,7 @@
       chart: null,
       shadow,
       limitText,
+      priorityText,
       driftNote,
       limitBox,
       limitChart: null,
@@ -521,9 +525,11 @@
       entry.limitText.textContent = "Limit as configured: no report from the origin's health yet.";
       entry.limitBox.hidden = true;
       entry.driftNote.hidden = true;
+      entry.priorityText.hidden = true;
       return;
     }
     renderDrift(entry, controller);
+    renderPriorities(entry, controller);
     entry.limitBox.hidden = false;
     const mode = { full: "as configured", reducing: "reduced", recovering: "recovering" }[controller.mode] ?? "";
     entry.limitText.textContent = `Limit now ${fmt(controller.limit)} of ${fmt(controller.configured)} configured (${mode}, factor ${controller.factor.toFixed(2)})`;
@@ -537,6 +543,19 @@
       points.map((p) => p.limit),
       points.map((p) => p.configured),
     ]);
+  }
+
+  /**
+   * Under priorities: each priority's limit now, refused last first, and how
+   * many of its requests the reduction refused over the period shown.
+   */
+  function renderPriorities(entry, controller) {
+    const priorities = controller.priorities ?? [];
+    entry.priorityText.hidden = priorities.length === 0;
+    if (priorities.length === 0) return;
+    entry.priorityText.textContent = `By priority: ${priorities
+      .map((p) => `${p.priority} ${fmt(p.limit)} (${fmt(p.shed)} of ${fmt(p.forwarded + p.shed)} refused)`)
+      .join(" · ")}`;
   }
 
   /**

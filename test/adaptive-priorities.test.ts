@@ -1,0 +1,160 @@
+/**
+ * Priorities under an adaptive rule, through the Worker, its isolate and
+ * real Durable Objects: while capacity is reduced, sheddable requests are
+ * refused first (503 temporary-reduced-capacity), then default ones, and
+ * critical ones only when nothing else is left; a share can be kept for
+ * critical ones; and what the isolate remembers of one priority (a
+ * refusal, a lease) never answers a request of another.
+ */
+import { describe, expect, it } from "vitest";
+import { type HealthCounts, noCounts, type PriorityCounts, type PriorityPlan } from "../src/core/health.ts";
+import { defaultIsolate } from "../src/isolate/isolate.ts";
+import { reportHealth } from "../src/object/client.ts";
+import type { FactorAnswer } from "../src/object/controller-protocol.ts";
+import { env } from "./support/env.ts";
+import { from, limiter, uniqueIp } from "./support/limiter.ts";
+
+const REDUCED = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+let rules = 0;
+const uniqueRule = (name: string) => `${name}-${++rules}-${Date.now()}`;
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const CRITICAL = { "x-priority": "critical" };
+const SHEDDABLE = { "x-priority": "sheddable" };
+
+/** Each client 10 an hour, floor 1; critical and sheddable requests named by a header. */
+const rule = (id: string, over: Record<string, unknown> = {}) => ({
+  id,
+  limit: 10,
+  period: "1h",
+  key: ["ip"],
+  adaptive: {
+    latency: "100ms",
+    floor: 1,
+    critical: ["header:x-priority=critical"],
+    sheddable: ["header:x-priority=sheddable"],
+    ...over,
+  },
+});
+
+/**
+ * Pushes the rule's controller to a cut, as isolates' reports of an origin
+ * that failed half of what it was sent would: the priorities that sent
+ * requests are `byPriority`'s. The cut halves the factor of the first of
+ * them in the order sheddable, default, critical.
+ */
+async function cut(id: string, byPriority: PriorityCounts, plan: PriorityPlan): Promise<FactorAnswer> {
+  const target = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 1, priorities: plan };
+  const counts: HealthCounts = {
+    ...noCounts(),
+    forwarded: 100,
+    answered: 100,
+    errors: 50,
+    shed: 0,
+    peak: 1,
+    byPriority,
+  };
+  const report = () => reportHealth(env.RATE_LIMITER, { rule: id, limit: 10, target, version: 0, counts }, 5_000);
+  await report();
+  await pause(550);
+  const answer = await report();
+  if (!answer.ok) throw new Error(answer.message);
+  return answer.value;
+}
+
+/** One request at a time: each status. */
+async function sequence(send: () => Promise<Response>, n: number): Promise<Response[]> {
+  const responses: Response[] = [];
+  for (let i = 0; i < n; i++) {
+    const response = await send();
+    await response.clone().arrayBuffer();
+    responses.push(response);
+  }
+  return responses;
+}
+
+/** A first request from a client of its own: the isolate reports, and learns the controller's factors. */
+async function learn(send: (path: string, init?: RequestInit) => Promise<Response>, id: string) {
+  await (await send("/x", from(uniqueIp()))).arrayBuffer();
+  for (let i = 0; i < 50 && defaultIsolate().adaptive.get(id)?.factors == null; i++) await pause(20);
+  expect(defaultIsolate().adaptive.get(id)?.factors).not.toBeNull();
+}
+
+const both = { critical: true, sheddable: true, reserve: 0 };
+
+describe("an adaptive rule with priorities, its capacity reduced", () => {
+  it("refuses sheddable requests first: over their reduced limit they get 503, while the same client's critical requests get 200", async () => {
+    const id = uniqueRule("shed-first");
+    const send = limiter([rule(id)]);
+    const answer = await cut(id, { sheddable: [60, 0], critical: [40, 0] }, both);
+    expect(answer.factors).toEqual({ critical: 1, default: 1, sheddable: 0.5 });
+    await learn(send, id);
+    const client = uniqueIp();
+    const sheddable = await sequence(() => send("/x", from(client, SHEDDABLE)), 7);
+    expect(sheddable.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 503, 503]);
+    const refusal = (await sheddable[5]!.json()) as { type: string };
+    expect(refusal.type).toBe(REDUCED);
+    // The refusals the isolate now remembers are the sheddable variant's: a critical request is not one of them.
+    const critical = await sequence(() => send("/x", from(client, CRITICAL)), 6);
+    expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429]);
+  });
+
+  it("refuses default requests before critical ones, and critical ones last, down to the floor", async () => {
+    const id = uniqueRule("default-next");
+    const send = limiter([rule(id)]);
+    // Only critical requests were sent: the stages of the others are passed at once, and critical is halved.
+    const answer = await cut(id, { critical: [100, 0] }, both);
+    expect(answer.factors).toEqual({ critical: 0.5, default: 0.1, sheddable: 0.1 });
+    await learn(send, id);
+    const client = uniqueIp();
+    const plain = await sequence(() => send("/x", from(client)), 2);
+    expect(plain.map((r) => r.status)).toEqual([200, 503]);
+    const critical = await sequence(() => send("/x", from(client, CRITICAL)), 5);
+    // The client's count is shared: 1 default, then critical up to 5.
+    expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 503]);
+  });
+
+  it("keeps the reserve for critical requests: default ones get at most the rest of the limit in force", async () => {
+    const id = uniqueRule("reserve");
+    const send = limiter([rule(id, { reserve: "40%" })]);
+    // Only default requests were sent (no sheddable ones): default is cut, and the reserve caps it at 60 %.
+    const answer = await cut(id, { default: [100, 0] }, { ...both, reserve: 0.4 });
+    expect(answer.factors).toEqual({ critical: 1, default: 0.5, sheddable: 0.1 });
+    await learn(send, id);
+    const client = uniqueIp();
+    const plain = await sequence(() => send("/x", from(client)), 6);
+    expect(plain.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 503]);
+    const critical = await sequence(() => send("/x", from(client, CRITICAL)), 6);
+    expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429]);
+  });
+
+  it("counts what each priority forwarded and shed, for the controller and the statistics", async () => {
+    const id = uniqueRule("counted");
+    const send = limiter([rule(id)]);
+    await cut(id, { sheddable: [60, 0], critical: [40, 0] }, both);
+    await learn(send, id);
+    const client = uniqueIp();
+    await sequence(() => send("/x", from(client, SHEDDABLE)), 7);
+    await sequence(() => send("/x", from(client, CRITICAL)), 2);
+    const reporter = defaultIsolate().adaptive.get(id)!;
+    const pending = (reporter as unknown as { counts: HealthCounts }).counts;
+    // The first request (before the factors were learned) went with the first report; the rest are here.
+    expect(pending.byPriority?.sheddable).toEqual([5, 2]);
+    expect(pending.byPriority?.critical).toEqual([2, 0]);
+  });
+});
+
+describe("an adaptive rule with priorities at its configured limit", () => {
+  it("admits every priority alike: all of them up to the limit, none refused with a 503", async () => {
+    const id = uniqueRule("calm");
+    const send = limiter([rule(id)]);
+    const client = uniqueIp();
+    const statuses = [
+      ...(await sequence(() => send("/x", from(client, SHEDDABLE)), 4)),
+      ...(await sequence(() => send("/x", from(client)), 3)),
+      ...(await sequence(() => send("/x", from(client, CRITICAL)), 4)),
+    ].map((r) => r.status);
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429]);
+  });
+});
