@@ -135,8 +135,10 @@ describe("the requests an isolate counts in flight at the origin", () => {
     const send = limiter([rule(id)]);
     const legitimate = uniqueIp();
     const statuses: number[] = [];
+    // The origin takes 50 ms for these: its calm latency stands well above a busy host's noise of a few ms,
+    // which a calm of a few ms would take for a queue forming.
     const ask = async (ip = legitimate) => {
-      const response = await send("/echo", { method: "POST", body: "{}", ...from(ip) });
+      const response = await send("/slow/50", { method: "POST", body: "{}", ...from(ip) });
       await response.arrayBuffer();
       if (ip === legitimate) statuses.push(response.status);
     };

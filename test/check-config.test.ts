@@ -589,6 +589,39 @@ describe("adaptive rules", () => {
     },
   );
 
+  it("warns of critical requests marked by a header: any client can send it, and take the share kept for critical ones", () => {
+    const adaptive = { latency: "1s", critical: ["header:x-priority=critical", "jwt:plan=enterprise"], reserve: "20%" };
+    expect(findings({ RULES: [rule({ adaptive })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "adaptive.critical": "header:x-priority=critical" is a header the client sends: any client can mark its requests critical and take the share kept for them; mark them by a verified claim ("jwt:…"), a tier or a path, or have something you trust in front of the Worker set the header',
+      ),
+    ]);
+  });
+
+  it("takes sheddable requests marked by a header without a warning: a client can only lower its own priority", () => {
+    expect(findings({ RULES: [rule({ adaptive: { latency: "1s", sheddable: ["header:x-priority=low"] } })] })).toEqual(
+      [],
+    );
+  });
+
+  it.each([
+    [
+      "an unknown matcher",
+      { critical: ["cookie:vip"] },
+      'field "adaptive.critical": item 1: unknown matcher "cookie:vip"',
+    ],
+    [
+      "a reserve without critical requests",
+      { reserve: "20%" },
+      'field "adaptive.reserve": keeps a share for critical requests',
+    ],
+  ])("a bad priority is an error naming its field: %s", (_, fields, message) => {
+    const found = findings({ RULES: [rule({ adaptive: { latency: "1s", ...fields } })] });
+    expect(found).toHaveLength(1);
+    expect(found[0]!.level).toBe("error");
+    expect(found[0]!.message).toContain(`RULES[0] "r": ${message}`);
+  });
+
   it("warns of a floor at the limit: the limit can never move", () => {
     expect(findings({ RULES: [rule({ adaptive: { latency: "1s", floor: 10 } })] })).toEqual([
       warning(

@@ -8,7 +8,7 @@
 import parseUntyped from "parse-prometheus-text-format";
 import { afterEach, beforeEach, describe, expect, it, type MockInstance, vi } from "vitest";
 import { parseSettings } from "../src/config/settings.ts";
-import { noCounts } from "../src/core/health.ts";
+import { noCounts, type PriorityCounts } from "../src/core/health.ts";
 import { hashKey } from "../src/core/keys.ts";
 import type { StatsNamespace } from "../src/isolate/stats.ts";
 import { MAX_VALUE_CHARS } from "../src/isolate/tally.ts";
@@ -482,7 +482,7 @@ describe("an adaptive rule in /stats and /metrics", () => {
       floor: 10,
       priorities: { critical: true, sheddable: true, reserve: 0 },
     };
-    const byPriority = { critical: [20, 0], sheddable: [30, 5] } as const;
+    const byPriority: PriorityCounts = { critical: [20, 0], sheddable: [30, 5] };
     const report = () =>
       reportHealth(
         env.RATE_LIMITER,

@@ -553,7 +553,8 @@ function delayWarnings(rule: Rule, maxDelay: unknown): string[] {
 
 /**
  * An adaptive shadow rule, which never reports the origin's health (so its
- * limit never moves); or an adaptive rule whose floor is its limit: the
+ * limit never moves); critical requests marked by a header, which any
+ * client can send; or an adaptive rule whose floor is its limit: the
  * factor can never take the limit anywhere.
  */
 function adaptiveWarnings(rule: Rule): string[] {
@@ -563,8 +564,14 @@ function adaptiveWarnings(rule: Rule): string[] {
       `field "adaptive": has no effect on a shadow rule (action = "log"), which never reports the origin's health, so its limit never moves; enforce the rule, or remove "adaptive"`,
     ];
   }
-  if (rule.adaptive.floor < rule.limit) return [];
+  const headers = (rule.adaptive.priorities?.critical ?? []).filter((m) => m.kind === "header");
+  const marked = headers.map(
+    (m) =>
+      `field "adaptive.critical": ${show(m.source)} is a header the client sends: any client can mark its requests critical and take the share kept for them; mark them by a verified claim ("jwt:…"), a tier or a path, or have something you trust in front of the Worker set the header`,
+  );
+  if (rule.adaptive.floor < rule.limit) return marked;
   return [
+    ...marked,
     `field "adaptive.floor": ${rule.adaptive.floor} is the rule's limit, so the limit never moves and the rule is not adaptive at all; lower the floor, or remove "adaptive"`,
   ];
 }
