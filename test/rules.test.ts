@@ -791,7 +791,7 @@ describe("adaptive rules (adaptive)", () => {
       "a misspelt field",
       { ...base, adaptive: { latency: "1s", flor: 2 } },
       [
-        'RULES[0] "api": field "adaptive.flor": is not a field of "adaptive"; its fields are latency, percentile, errors, floor',
+        'RULES[0] "api": field "adaptive.flor": is not a field of "adaptive"; its fields are latency, percentile, errors, floor, critical, sheddable, reserve',
       ],
     ],
   ])("is a clear error: %s", (_, input, messages) => {
