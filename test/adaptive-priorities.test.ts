@@ -8,10 +8,11 @@
  */
 import { describe, expect, it } from "vitest";
 import { type HealthCounts, noCounts, type PriorityCounts, type PriorityPlan } from "../src/core/health.ts";
-import { defaultIsolate } from "../src/isolate/isolate.ts";
+import { createIsolate, defaultIsolate } from "../src/isolate/isolate.ts";
 import { reportHealth } from "../src/object/client.ts";
 import type { FactorAnswer } from "../src/object/controller-protocol.ts";
 import { env } from "./support/env.ts";
+import { decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, uniqueIp } from "./support/limiter.ts";
 
 const REDUCED = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
@@ -156,5 +157,47 @@ describe("an adaptive rule with priorities at its configured limit", () => {
       ...(await sequence(() => send("/x", from(client, CRITICAL)), 4)),
     ].map((r) => r.status);
     expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429]);
+  });
+});
+
+describe("what an isolate holds for one priority", () => {
+  it("is never spent by another: units leased under critical requests' limit admit no sheddable request over its own", async () => {
+    const id = uniqueRule("leases");
+    const isolate = createIsolate();
+    const { run, background, answer } = decider(settingsFor([{ ...rule(id), limit: 100 }]), env.RATE_LIMITER, isolate);
+    const send = async (ip: string, headers: Record<string, string> = {}) => {
+      const request = requestFrom(ip, "/x", headers);
+      const outcome = await run(request);
+      answer(request, outcome, new Response(null, { status: 200 }));
+      await background.settled();
+      return statusOf(outcome);
+    };
+    // Sheddable requests' limit halved (to 50 of 100); critical requests' whole.
+    const target = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 1, priorities: both };
+    const counts = {
+      ...noCounts(),
+      forwarded: 100,
+      answered: 100,
+      errors: 50,
+      peak: 1,
+      byPriority: { sheddable: [100, 0] },
+    };
+    const report = () =>
+      reportHealth(env.RATE_LIMITER, { rule: id, limit: 100, target, version: 0, counts } as never, 5_000);
+    await report();
+    await pause(550);
+    await report();
+    await send(uniqueIp());
+    expect(isolate.adaptive.get(id)?.factors).toEqual({ critical: 1, default: 1, sheddable: 0.5 });
+    // 55 critical requests: the client's key leases units ahead under critical requests' limit (100).
+    const client = uniqueIp();
+    for (let i = 0; i < 55; i++) expect(await send(client, CRITICAL)).toBe(200);
+    expect([...isolate.keys.digests()].some((d) => isolate.keys.heldUnits(d) > 0)).toBe(true);
+    // The client's count is over sheddable requests' limit (50): none is admitted, leased units or not.
+    const sheddable: number[] = [];
+    for (let i = 0; i < 5; i++) sheddable.push(await send(client, SHEDDABLE));
+    expect(sheddable).toEqual([503, 503, 503, 503, 503]);
+    // Critical requests go on up to theirs.
+    expect(await send(client, CRITICAL)).toBe(200);
   });
 });
