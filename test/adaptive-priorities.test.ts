@@ -201,3 +201,25 @@ describe("what an isolate holds for one priority", () => {
     expect(await send(client, CRITICAL)).toBe(200);
   });
 });
+
+describe("an admin reset of a client under a rule with priorities", () => {
+  it("forgets what the isolate knew of every priority: a sheddable request refused before it is admitted again at once", async () => {
+    const id = uniqueRule("reset");
+    const token = "test-admin-token-priorities";
+    const send = limiter([rule(id)], { ADMIN_TOKEN: token });
+    await cut(id, { sheddable: [60, 0], critical: [40, 0] }, both);
+    await learn(send, id);
+    const client = uniqueIp();
+    const before = await sequence(() => send("/x", from(client, SHEDDABLE)), 6);
+    expect(before.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 503]);
+    const reset = await send(`/__ratelimit/status?rule=${id}&key=${client}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${token}`, "cf-connecting-ip": "198.51.100.1" },
+    });
+    expect(reset.status).toBe(200);
+    await reset.arrayBuffer();
+    // The isolate remembered the sheddable refusal: the reset forgets it, with the client's count.
+    const after = await sequence(() => send("/x", from(client, SHEDDABLE)), 6);
+    expect(after.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 503]);
+  });
+});
