@@ -101,19 +101,22 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
     expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429]);
   });
 
-  it("refuses default requests before critical ones, and critical ones last, down to the floor", async () => {
+  it("refuses default requests before critical ones, and critical ones last: with nothing left for the others, they get 503 at the edge", async () => {
     const id = uniqueRule("default-next");
     const send = limiter([rule(id)]);
     // Only critical requests were sent: the stages of the others are passed at once, and critical is halved.
     const answer = await cut(id, { critical: [100, 0] }, both);
-    expect(answer.factors).toEqual({ critical: 0.5, default: 0.1, sheddable: 0.1 });
+    expect(answer.factors).toEqual({ critical: 0.5, default: 0, sheddable: 0 });
     await learn(send, id);
     const client = uniqueIp();
+    // Nothing is left for default and sheddable requests: refused at the edge, counted nowhere.
     const plain = await sequence(() => send("/x", from(client)), 2);
-    expect(plain.map((r) => r.status)).toEqual([200, 503]);
-    const critical = await sequence(() => send("/x", from(client, CRITICAL)), 5);
-    // The client's count is shared: 1 default, then critical up to 5.
-    expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 503]);
+    const sheddable = await sequence(() => send("/x", from(client, SHEDDABLE)), 2);
+    expect([...plain, ...sheddable].map((r) => r.status)).toEqual([503, 503, 503, 503]);
+    expect(((await plain[0]!.json()) as { type: string }).type).toBe(REDUCED);
+    expect(plain[0]!.headers.get("retry-after")).toBe("1");
+    const critical = await sequence(() => send("/x", from(client, CRITICAL)), 6);
+    expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 503]);
   });
 
   it("keeps the reserve for critical requests: default ones get at most the rest of the limit in force", async () => {
@@ -121,7 +124,7 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
     const send = limiter([rule(id, { reserve: "40%" })]);
     // Only default requests were sent (no sheddable ones): default is cut, and the reserve caps it at 60 %.
     const answer = await cut(id, { default: [100, 0] }, { ...both, reserve: 0.4 });
-    expect(answer.factors).toEqual({ critical: 1, default: 0.5, sheddable: 0.1 });
+    expect(answer.factors).toEqual({ critical: 1, default: 0.5, sheddable: 0 });
     await learn(send, id);
     const client = uniqueIp();
     const plain = await sequence(() => send("/x", from(client)), 6);

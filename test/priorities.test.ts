@@ -109,15 +109,17 @@ describe("one controller factor as each priority's", () => {
   // A limit of 100, a floor of 10: sheddable and default go down to 1 a period (0.01), critical to 0.1.
   const stages = stagesOf(prioritiesOf(["*"], ["*"]), 100, 1, 0.1);
 
-  it("goes through sheddable first, then default, then critical", () => {
+  it("goes through sheddable first, then default, then critical: each down to one a period, then to none", () => {
     expect(stages.order).toEqual(["sheddable", "default", "critical"]);
     expect(factorsAt(stages, 1)).toEqual({ sheddable: 1, default: 1, critical: 1 });
     expect(factorsAt(stages, 0.5)).toEqual({ sheddable: 0.5, default: 1, critical: 1 });
-    expect(factorsAt(stages, 0.01)).toEqual({ sheddable: 0.01, default: 1, critical: 1 });
-    expect(factorsAt(stages, 0.005)).toEqual({ sheddable: 0.01, default: 0.5, critical: 1 });
-    expect(factorsAt(stages, 0.0001)).toEqual({ sheddable: 0.01, default: 0.01, critical: 1 });
-    expect(factorsAt(stages, 0.00005)).toEqual({ sheddable: 0.01, default: 0.01, critical: 0.5 });
-    expect(factorsAt(stages, stages.minFactor)).toEqual({ sheddable: 0.01, default: 0.01, critical: 0.1 });
+    expect(factorsAt(stages, 0.02)).toEqual({ sheddable: 0.02, default: 1, critical: 1 });
+    // Past its stage, a priority has nothing left: 0, every request of it refused.
+    expect(factorsAt(stages, 0.01)).toEqual({ sheddable: 0, default: 1, critical: 1 });
+    expect(factorsAt(stages, 0.005)).toEqual({ sheddable: 0, default: 0.5, critical: 1 });
+    expect(factorsAt(stages, 0.0001)).toEqual({ sheddable: 0, default: 0, critical: 1 });
+    expect(factorsAt(stages, 0.00005)).toEqual({ sheddable: 0, default: 0, critical: 0.5 });
+    expect(factorsAt(stages, stages.minFactor)).toEqual({ sheddable: 0, default: 0, critical: 0.1 });
     expect(stages.minFactor).toBeCloseTo(0.00001, 12);
   });
 
@@ -138,7 +140,7 @@ describe("one controller factor as each priority's", () => {
     const reserved = stagesOf(prioritiesOf(["*"], ["*"], 0.2), 100, 1, 0.1);
     expect(factorsAt(reserved, 1)).toEqual({ sheddable: 1, default: 1, critical: 1 });
     expect(factorsAt(reserved, 0.9)).toEqual({ sheddable: 0.8, default: 0.8, critical: 1 });
-    expect(factorsAt(reserved, 0.00005)).toEqual({ sheddable: 0.01, default: 0.01, critical: 0.5 });
+    expect(factorsAt(reserved, 0.00005)).toEqual({ sheddable: 0, default: 0, critical: 0.5 });
   });
 
   it("finds the stage a factor is in", () => {
@@ -186,8 +188,8 @@ describe("the controller under a rule with priorities", () => {
   it("skips a stage whose priority sent nothing: the first cut with only critical traffic cuts critical", () => {
     const state = step(initialState(), failing({ critical: [100, 0] }, 1), 1_000);
     const f = factorsAt(stages, state.factor);
-    expect(f.sheddable).toBe(0.01);
-    expect(f.default).toBe(0.01);
+    expect(f.sheddable).toBe(0);
+    expect(f.default).toBe(0);
     expect(f.critical).toBeLessThan(1);
   });
 

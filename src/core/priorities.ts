@@ -151,7 +151,8 @@ export const readsToken = (priorities: Priorities): boolean =>
  * The stages one controller factor goes through, cut first to cut last:
  * sheddable (when the rule has `sheddable` matchers), default, critical
  * (when it has `critical` ones). Each is a span of the factor; a rule with
- * neither has one stage, default, and its factor is the controller's.
+ * neither has one stage, default, and its factor is the controller's. A
+ * stage's priority goes down to one request a period; past it, to none.
  */
 export type Stages = {
   readonly order: readonly Priority[];
@@ -195,14 +196,17 @@ export function stageAt(stages: Stages, factor: number): number {
 
 /**
  * Each priority's factor under the controller's `factor`: a priority
- * before the current stage at its lowest, the current one at its share of
- * the stage, those after it at 1. While the limit is reduced, default and
- * sheddable requests get at most `1 − reserve` of critical ones' limit.
+ * before the current stage at 0 (nothing left: every request of it is
+ * refused, at the edge), the current one at its share of the stage, down
+ * to its lowest, those after it at 1. While the limit is reduced, default
+ * and sheddable requests get at most `1 − reserve` of critical ones' limit.
  */
 export function factorsAt(stages: Stages, factor: number): Factors {
   const factors: Factors = { critical: 1, default: 1, sheddable: 1 };
+  const stage = stageAt(stages, factor);
   stages.order.forEach((priority, i) => {
-    factors[priority] = Math.min(1, Math.max(stages.lows[i]!, factor / stages.tops[i]!));
+    factors[priority] =
+      i < stage ? 0 : i > stage ? 1 : Math.min(1, Math.max(stages.lows[i]!, factor / stages.tops[i]!));
   });
   // A priority the rule names no matchers for has no requests: it reads as default.
   for (const priority of PRIORITIES) if (!stages.order.includes(priority)) factors[priority] = factors.default;

@@ -461,7 +461,8 @@ function priorityViews(
     return {
       priority,
       factor: round(factors[priority]),
-      limit: scaledLimit(configured, factors[priority]),
+      // Nothing left (factor 0): every request of it refused, at the edge.
+      limit: factors[priority] === 0 ? 0 : scaledLimit(configured, factors[priority]),
       forwarded,
       shed,
     };
