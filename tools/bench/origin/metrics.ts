@@ -4,8 +4,10 @@
  * its client saw it) and what the origin served (as the origin saw it):
  * goodput as a share of C during the overload, the origin's p99 then
  * against its unloaded p99, the light clients' success rate, and how long
- * after the overload the origin and the limit were back.
+ * after the overload the origin and the limit were back; in the priorities
+ * scenario, each priority's success instead of the clients'.
  */
+import type { Factors, Priority } from "../../../src/core/priorities.ts";
 import { isLight, phaseBounds, type Scenario } from "./scenario.ts";
 
 /** What one request became, as its client saw it. */
@@ -21,7 +23,7 @@ export type Outcome =
   /** No answer within the client's timeout. */
   | "timeout";
 
-export type RequestRecord = { client: number; sentMs: number; doneMs: number; outcome: Outcome };
+export type RequestRecord = { client: number; sentMs: number; doneMs: number; outcome: Outcome; priority?: Priority };
 
 /** A request the origin served: when it arrived there and when it was answered. */
 export type ServedRecord = { arriveMs: number; finishMs: number };
@@ -185,6 +187,81 @@ export function driftFigures(
   };
 }
 
+/** Each priority's factor from `atMs` on (under a rule without priorities, the one factor for all). */
+export type PriorityFactorPoint = { atMs: number; factors: Factors };
+
+/** What the priorities scenario shows (prioritiesScenarioFromEnv). */
+export type PriorityFigures = {
+  /** The critical and the sheddable requests sent during the overload that succeeded. */
+  criticalSuccess: number;
+  sheddableSuccess: number;
+  /** The critical requests sent during the whole run that succeeded. */
+  criticalSuccessRun: number;
+  /** Successful answers during the overload over what C allowed then, and the critical ones' share of those. */
+  goodputShare: number;
+  criticalGoodputShare: number;
+  /** The same over the overload's last 80 % (after the onset). */
+  settledGoodputShare: number;
+  /** The origin's p99 during the overload, over its last 80 % (after the onset), and unloaded (the phase before), ms. */
+  overloadP99Ms: number;
+  settledP99Ms: number;
+  unloadedP99Ms: number;
+  /** The origin's own 503s during the overload. */
+  originRefusals: number;
+  /** After the overload, until every priority's limit is the configured one again; null: never (or no factors read). */
+  limitBackMs: number | null;
+  /** The lowest factor of the critical and of the sheddable requests during the run; null: no factors read. */
+  lowestCritical: number | null;
+  lowestSheddable: number | null;
+};
+
+export function priorityFigures(
+  scenario: Scenario,
+  requests: RequestRecord[],
+  served: ServedRecord[],
+  originRefusedAtMs: number[],
+  factors: PriorityFactorPoint[] | null,
+): PriorityFigures {
+  const bounds = phaseBounds(scenario);
+  const before = bounds.find((p) => p.name === "before");
+  const overload = bounds.find((p) => p.name === "overload");
+  if (before === undefined || overload === undefined)
+    throw new Error("a scenario has a phase before the overload, and the overload");
+  const during = (t: number, from = overload.startMs) => t >= from && t < overload.endMs;
+  const settledFrom = overload.startMs + (overload.endMs - overload.startMs) / 5;
+  const latencies = (from: number, to: number) =>
+    served.filter((s) => s.finishMs >= from && s.finishMs < to).map((s) => s.finishMs - s.arriveMs);
+  const share = (rs: RequestRecord[]) =>
+    rs.length === 0 ? Number.NaN : rs.filter((r) => r.outcome === "ok").length / rs.length;
+  const of = (priority: Priority) => requests.filter((r) => r.priority === priority);
+  const allowed = (from: number) => (scenario.capacityPerSecond * (overload.endMs - from)) / 1000;
+  const good = requests.filter((r) => r.outcome === "ok" && during(r.doneMs));
+  const all = (f: Factors) => f.critical === 1 && f.default === 1 && f.sheddable === 1;
+  let limitBackMs: number | null = null;
+  if (factors !== null && factors.length > 0) {
+    const stillDown = !all(factors.filter((f) => f.atMs < overload.endMs).at(-1)?.factors ?? factors[0]!.factors);
+    const backAt = factors.find((f) => f.atMs >= overload.endMs && all(f.factors));
+    limitBackMs = stillDown ? (backAt ? backAt.atMs - overload.endMs : null) : 0;
+  }
+  const lowest = (priority: Priority) =>
+    factors === null || factors.length === 0 ? null : Math.min(1, ...factors.map((f) => f.factors[priority]));
+  return {
+    criticalSuccess: share(of("critical").filter((r) => during(r.sentMs))),
+    sheddableSuccess: share(of("sheddable").filter((r) => during(r.sentMs))),
+    criticalSuccessRun: share(of("critical")),
+    goodputShare: good.length / allowed(overload.startMs),
+    criticalGoodputShare: good.filter((r) => r.priority === "critical").length / allowed(overload.startMs),
+    settledGoodputShare: good.filter((r) => r.doneMs >= settledFrom).length / allowed(settledFrom),
+    overloadP99Ms: percentile(latencies(overload.startMs, overload.endMs), 0.99),
+    settledP99Ms: percentile(latencies(settledFrom, overload.endMs), 0.99),
+    unloadedP99Ms: percentile(latencies(before.startMs + (before.endMs - before.startMs) / 4, before.endMs), 0.99),
+    originRefusals: originRefusedAtMs.filter((t) => during(t)).length,
+    limitBackMs,
+    lowestCritical: lowest("critical"),
+    lowestSheddable: lowest("sheddable"),
+  };
+}
+
 const pct = (x: number) => `${(x * 100).toFixed(1)} %`;
 const ms = (x: number | null) => (x === null ? "never" : `${(x / 1000).toFixed(1)} s`);
 
@@ -229,6 +306,34 @@ export function figuresTable(rows: { variant: string; figures: Figures }[]): str
         ms(f.originBackMs),
         f.lowestFactor === null ? "–" : ms(f.limitBackMs),
         f.lowestFactor === null ? "–" : pct(f.lowestFactor),
+      ]
+        .join(" | ")
+        .replace(/^/, "| ")
+        .replace(/$/, " |"),
+    ),
+  ].join("\n");
+}
+
+/** One table row per variant of the priorities scenario. */
+export function priorityTable(rows: { variant: string; figures: PriorityFigures }[]): string {
+  const factor = (x: number | null) => (x === null ? "–" : x >= 0.001 ? pct(x) : x.toExponential(1));
+  return [
+    "| variant | critical ok (spike) | sheddable ok (spike) | critical ok (run) | goodput / C (spike; critical's part) | goodput / C after onset | origin p99 spike (after onset) | unloaded p99 | after onset ÷ unloaded | origin 503s | limit back | lowest factor: critical, sheddable |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ...rows.map(({ variant, figures: f }) =>
+      [
+        variant,
+        pct(f.criticalSuccess),
+        pct(f.sheddableSuccess),
+        pct(f.criticalSuccessRun),
+        `${pct(f.goodputShare)} (${pct(f.criticalGoodputShare)})`,
+        pct(f.settledGoodputShare),
+        `${f.overloadP99Ms.toFixed(0)} ms (${f.settledP99Ms.toFixed(0)} ms)`,
+        `${f.unloadedP99Ms.toFixed(0)} ms`,
+        `${(f.settledP99Ms / f.unloadedP99Ms).toFixed(1)} ×`,
+        String(f.originRefusals),
+        f.lowestCritical === null ? "–" : ms(f.limitBackMs),
+        `${factor(f.lowestCritical)}, ${factor(f.lowestSheddable)}`,
       ]
         .join(" | ")
         .replace(/^/, "| ")

@@ -14,18 +14,29 @@
  * - `drift`: the same adaptive rule in the baseline drift scenario
  *   (`driftScenarioFromEnv`): the origin's latency raised above the rule's
  *   target while the load is light, then an overload; its own table
- *   (results-drift.md).
+ *   (results-drift.md);
+ * - `priorities`: the priorities scenario (`prioritiesScenarioFromEnv`):
+ *   steady critical requests at half of C and a sheddable spike at twelve
+ *   times C from the same clients, each marked by its `x-priority` header,
+ *   under the adaptive rule with `critical` and `sheddable` matchers;
+ *   `priorities-reserve` the same with `reserve = "20%"`; `priorities-none`
+ *   the same traffic under the rule without them (the baseline); their own
+ *   table (results-priorities.md).
  *
  * `-- --simulate` plays the same scenario in virtual time with the limiter
  * modelled in Node (simulate.ts), the adaptive rule run by the product's own
  * controller, beside the published controllers of a concurrency limit at a
  * proxy (envoy-gradient.ts, gradient2.ts, with their defaults), with and
- * without C halved, and the drift scenario; `-- --sweep '{"raiseMost":[1.1,1.15]}'`
+ * without C halved, the drift scenario, and the priorities scenario (with
+ * and without priorities); `-- --sweep '{"raiseMost":[1.1,1.15]}'`
  * runs a grid of controller parameters (and `latencyMs`) over three seeds.
  *
- * Environment: ORIGIN_C (requests/s; 100, or 200 simulated), ORIGIN_BEFORE,
+ * Environment: ORIGIN_C (requests/s; 100, or 200 simulated; the priorities
+ * scenario's 50 in workerd), ORIGIN_BEFORE,
  * ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30), ORIGIN_HALVE=1 (C
- * halves halfway through the overload), ORIGIN_WORKERS (10), ORIGIN_SEED. The machine's load is
+ * halves halfway through the overload), ORIGIN_WORKERS (10), ORIGIN_SEED,
+ * ORIGIN_CLIENTS (the light clients, 50), ORIGIN_SPIKE (the priorities
+ * scenario's sheddable spike as a multiple of C, 12). The machine's load is
  * printed with the figures: on a shared machine, run it when the load is low.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -33,6 +44,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ControllerParams } from "../../../src/core/controller.ts";
+import { parseAdaptive } from "../../../src/core/health.ts";
+import type { Factors, Priorities, Priority } from "../../../src/core/priorities.ts";
 import {
   buildBundle,
   COMPATIBILITY_DATE,
@@ -54,9 +67,19 @@ import {
   figures,
   figuresTable,
   type Outcome,
+  type PriorityFactorPoint,
+  type PriorityFigures,
+  priorityFigures,
+  priorityTable,
   type RequestRecord,
 } from "./metrics.ts";
-import { arrivals, driftScenarioFromEnv, type Scenario, scenarioFromEnv } from "./scenario.ts";
+import {
+  arrivals,
+  driftScenarioFromEnv,
+  prioritiesScenarioFromEnv,
+  type Scenario,
+  scenarioFromEnv,
+} from "./scenario.ts";
 import { startOrigin } from "./server.ts";
 import { type Limiter, simulate } from "./simulate.ts";
 
@@ -77,6 +100,15 @@ const ADAPTIVE_RULE = (c: number, unloadedP99Ms: number) => ({
   adaptive: { latency: `${Math.round(2 * unloadedP99Ms)}ms`, percentile: 99, errors: "5%", floor: 1 },
 });
 
+/** The priorities of the priorities scenario's rule, as written in its `adaptive` table: each request's `x-priority` header says which it is. */
+const PRIORITIES = { critical: ["header:x-priority=critical"], sheddable: ["header:x-priority=sheddable"] };
+
+/** The adaptive rule with priorities (and a reserve, when given). */
+const PRIORITIES_RULE = (c: number, unloadedP99Ms: number, reserve?: string) => {
+  const rule = ADAPTIVE_RULE(c, unloadedP99Ms);
+  return { ...rule, adaptive: { ...rule.adaptive, ...PRIORITIES, ...(reserve ? { reserve } : {}) } };
+};
+
 /** The origin's unloaded p99 with its default service time (10 workers at C, ± 20 %), plus a little for the hops. */
 const unloadedP99Of = (scenario: Scenario): number => ((scenario.workers * 1000) / scenario.capacityPerSecond) * 1.2;
 
@@ -85,11 +117,18 @@ type Variant = {
   label: string;
   worker: "proxy" | "limiter";
   rules: unknown[];
-  /** The scenario it plays, when not the run's own (the drift variant's). */
+  /** The scenario it plays, when not the run's own (the drift and priorities variants'). */
   scenario?: Scenario;
+  /** Its table: the scenario's (default), the drift's or the priorities'. */
+  table?: "drift" | "priorities";
 };
 
-const variantsFor = (scenario: Scenario): Variant[] => {
+/**
+ * The variants in workerd; the priorities scenario's at `priorities`' C
+ * (12.5 × C at its spike is more than the benchmark's two cores push
+ * through workerd at the other variants' C of 100).
+ */
+const variantsFor = (scenario: Scenario, priorities: Scenario): Variant[] => {
   const c = scenario.capacityPerSecond;
   return [
     { id: "none", label: "no limiter", worker: "proxy", rules: [] },
@@ -111,6 +150,40 @@ const variantsFor = (scenario: Scenario): Variant[] => {
       worker: "limiter",
       rules: [ADAPTIVE_RULE(c, unloadedP99Of(scenario))],
       scenario: driftScenarioFromEnv(),
+      table: "drift",
+    },
+    ...priorityVariants(priorities),
+  ];
+};
+
+/** The priorities scenario's variants: with priorities, with them and a reserve, and without them (the baseline). */
+const priorityVariants = (played: Scenario): Variant[] => {
+  const c = played.capacityPerSecond;
+  const unloadedP99Ms = unloadedP99Of(played);
+  return [
+    {
+      id: "priorities",
+      label: `adaptive with priorities, per client, ${10 * c}/s configured`,
+      worker: "limiter",
+      rules: [PRIORITIES_RULE(c, unloadedP99Ms)],
+      scenario: played,
+      table: "priorities",
+    },
+    {
+      id: "priorities-reserve",
+      label: `adaptive with priorities and reserve = "20%", per client, ${10 * c}/s configured`,
+      worker: "limiter",
+      rules: [PRIORITIES_RULE(c, unloadedP99Ms, "20%")],
+      scenario: played,
+      table: "priorities",
+    },
+    {
+      id: "priorities-none",
+      label: `adaptive without priorities (the baseline), per client, ${10 * c}/s configured`,
+      worker: "limiter",
+      rules: [ADAPTIVE_RULE(c, unloadedP99Ms)],
+      scenario: played,
+      table: "priorities",
     },
   ];
 };
@@ -177,7 +250,11 @@ const config :Workerd.Config = (
 async function factorHistory(
   port: number,
   wallAtStartMs: number,
-): Promise<{ factors: FactorPoint[]; drift: { atMs: number; drift: boolean }[] }> {
+): Promise<{
+  factors: FactorPoint[];
+  priorityFactors: PriorityFactorPoint[];
+  drift: { atMs: number; drift: boolean }[];
+}> {
   const res = await fetch(`http://127.0.0.1:${port}/__ratelimit/stats?minutes=10`, {
     headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "cf-connecting-ip": "127.0.0.1" },
   });
@@ -185,7 +262,14 @@ async function factorHistory(
   const body = (await res.json()) as {
     adaptive: {
       rule: string;
-      controller: { history: { atMs: number; factor: number; drift?: boolean }[] } | null;
+      controller: {
+        history: {
+          atMs: number;
+          factor: number;
+          drift?: boolean;
+          priorities?: Partial<Record<Priority, [factor: number, forwarded: number, shed: number]>>;
+        }[];
+      } | null;
     }[];
   };
   const history = body.adaptive.find((a) => a.rule === "per-client")?.controller?.history ?? [];
@@ -195,7 +279,17 @@ async function factorHistory(
       ? [{ atMs: p.atMs - wallAtStartMs, drift: p.drift === true }]
       : [],
   );
-  return { factors: history.map((p) => ({ atMs: p.atMs - wallAtStartMs, factor: p.factor })), drift };
+  // Each priority's factor (the point's own, the default priority's, for a priority the rule does not have).
+  const priorityFactors = history.map((p) => {
+    const of = (priority: Priority) => p.priorities?.[priority]?.[0] ?? p.factor;
+    const factors: Factors = { critical: of("critical"), default: p.factor, sheddable: of("sheddable") };
+    return { atMs: p.atMs - wallAtStartMs, factors };
+  });
+  return {
+    factors: history.map((p) => ({ atMs: p.atMs - wallAtStartMs, factor: p.factor })),
+    priorityFactors,
+    drift,
+  };
 }
 
 /** What a response says happened to the request, as its client sees it. */
@@ -207,7 +301,11 @@ async function outcomeOf(res: Response): Promise<Outcome> {
   return "error";
 }
 
-/** Plays every arrival at its instant, each request with its client's address and timeout; and the origin's changes at theirs. */
+/**
+ * Plays every arrival at its instant, each request with its client's
+ * address, its priority's `x-priority` header (in the priorities scenario)
+ * and its timeout; and the origin's changes at theirs.
+ */
 async function play(
   scenario: Scenario,
   url: string,
@@ -222,17 +320,24 @@ async function play(
     const nowMs = performance.now() - startMs;
     while (due.length > 0 && nowMs >= due[0]!.atMs) due.shift()!.run();
     for (; i < all.length && all[i]!.atMs <= nowMs; i++) {
-      const { client } = all[i]!;
+      const { client, priority } = all[i]!;
       const sentMs = performance.now() - startMs;
+      const headers: Record<string, string> = { "cf-connecting-ip": ipOf(client) };
+      if (priority !== undefined) headers["x-priority"] = priority;
       pending.push(
         fetch(url, {
-          headers: { "cf-connecting-ip": ipOf(client) },
+          headers,
           signal: AbortSignal.timeout(scenario.clientTimeoutMs),
         })
           .then(outcomeOf)
           .catch((error: Error): Outcome => (error.name === "TimeoutError" ? "timeout" : "error"))
           .then((outcome) => {
-            records.push({ client, sentMs, doneMs: performance.now() - startMs, outcome });
+            const doneMs = performance.now() - startMs;
+            records.push(
+              priority === undefined
+                ? { client, sentMs, doneMs, outcome }
+                : { client, sentMs, doneMs, outcome, priority },
+            );
           }),
       );
     }
@@ -270,19 +375,20 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
     const wallAtStartMs = Date.now() - (performance.now() - startMs);
     const load = loadavg();
     const requests = await play(scenario, `http://127.0.0.1:${port}/api/x`, startMs, changes);
-    const history =
-      variant.id === "adaptive" || variant.id === "drift"
-        ? await factorHistory(port, wallAtStartMs).catch((error: Error) => {
-            console.warn(`    the controller's history could not be read: ${error.message}`);
-            return null;
-          })
-        : null;
+    const adaptive = variant.rules.some((rule) => (rule as { adaptive?: unknown }).adaptive !== undefined);
+    const history = adaptive
+      ? await factorHistory(port, wallAtStartMs).catch((error: Error) => {
+          console.warn(`    the controller's history could not be read: ${error.message}`);
+          return null;
+        })
+      : null;
     return {
       requests,
       served: origin.served,
       refusedAtMs: origin.refusedAtMs,
       load: `${load} → ${loadavg()}`,
       factors: history?.factors ?? null,
+      priorityFactors: history?.priorityFactors ?? null,
       drift: history?.drift ?? [],
     };
   } finally {
@@ -292,10 +398,13 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
 }
 
 async function real(): Promise<void> {
+  const priorities = withEnv({ ORIGIN_C: process.env.ORIGIN_C ?? "50" }, prioritiesScenarioFromEnv);
   process.env.ORIGIN_C ??= "100";
   const scenario = scenarioFromEnv();
-  const wanted = (process.env.ORIGIN_VARIANTS ?? "none,fixed,adaptive,drift").split(",");
-  const variants = variantsFor(scenario).filter((v) => wanted.includes(v.id));
+  const wanted = (
+    process.env.ORIGIN_VARIANTS ?? "none,fixed,adaptive,drift,priorities,priorities-reserve,priorities-none"
+  ).split(",");
+  const variants = variantsFor(scenario, priorities).filter((v) => wanted.includes(v.id));
   const work = mkdtempSync(join(tmpdir(), "bench-origin-"));
   console.log("building bundles with wrangler …");
   const bundles: Record<string, string> = {};
@@ -311,20 +420,24 @@ async function real(): Promise<void> {
   );
   const rows: { variant: string; figures: Figures; load: string }[] = [];
   const driftRows: { variant: string; figures: DriftFigures; load: string }[] = [];
+  const priorityRows: { variant: string; figures: PriorityFigures; load: string }[] = [];
   try {
     for (const variant of variants) {
       console.log(`  ${variant.label} …`);
       const played = variant.scenario ?? scenario;
       const run = await runVariant(variant, played, bundles, work);
-      if (variant.scenario === undefined) {
+      if (variant.table === "drift") {
+        const f = driftFigures(played, run.requests, run.served, run.refusedAtMs, run.factors ?? [], run.drift);
+        driftRows.push({ variant: variant.label, figures: f, load: run.load });
+      } else if (variant.table === "priorities") {
+        const f = priorityFigures(played, run.requests, run.served, run.refusedAtMs, run.priorityFactors);
+        priorityRows.push({ variant: variant.label, figures: f, load: run.load });
+      } else {
         rows.push({
           variant: variant.label,
           figures: figures(played, run.requests, run.served, run.refusedAtMs, run.factors),
           load: run.load,
         });
-      } else {
-        const f = driftFigures(played, run.requests, run.served, run.refusedAtMs, run.factors ?? [], run.drift);
-        driftRows.push({ variant: variant.label, figures: f, load: run.load });
       }
       console.log(`    load ${run.load}`);
     }
@@ -335,6 +448,12 @@ async function real(): Promise<void> {
     report(scenario, rows, "npm run bench:origin", scenario.halveAtMs === null ? "results" : "results-halved");
   }
   if (driftRows.length > 0) report(scenario, driftRows, "npm run bench:origin", "results-drift", driftTable);
+  if (priorityRows.length > 0) {
+    // Other numbers of clients than the scenario's 50 in a file of their own.
+    const clients = priorities.lightClients;
+    const file = clients === 50 ? "results-priorities" : `results-priorities-${clients}-clients`;
+    report(priorities, priorityRows, "npm run bench:origin", file, priorityTable);
+  }
 }
 
 /** The table, printed and written to tools/bench/origin/results.md and .json. */
@@ -352,6 +471,8 @@ function report<F>(
     "ORIGIN_AFTER",
     "ORIGIN_HALVE",
     "ORIGIN_DRIFT",
+    "ORIGIN_SPIKE",
+    "ORIGIN_CLIENTS",
     "ORIGIN_WORKERS",
     "ORIGIN_VARIANTS",
     "ORIGIN_SEED",
@@ -372,7 +493,12 @@ function report<F>(
 }
 
 /** The adaptive rule as simulate.ts models it, with these controller parameters and target. */
-const simulatedAdaptive = (scenario: Scenario, latencyMs: number, params: Partial<ControllerParams> = {}): Limiter => ({
+const simulatedAdaptive = (
+  scenario: Scenario,
+  latencyMs: number,
+  params: Partial<ControllerParams> = {},
+  priorities?: Priorities,
+): Limiter => ({
   kind: "adaptive",
   limit: 10 * scenario.capacityPerSecond,
   periodMs: 1_000,
@@ -381,7 +507,16 @@ const simulatedAdaptive = (scenario: Scenario, latencyMs: number, params: Partia
   percentile: 99,
   errorShare: 0.05,
   params,
+  ...(priorities ? { priorities } : {}),
 });
+
+/** The rule's priorities as the product parses them from its `adaptive` table (with a reserve, when given). */
+function parsedPriorities(scenario: Scenario, reserve?: string): Priorities {
+  const rule = PRIORITIES_RULE(scenario.capacityPerSecond, unloadedP99Of(scenario), reserve);
+  const parsed = parseAdaptive(rule.adaptive, rule.limit);
+  if (!parsed.ok) throw new Error(`the priorities rule: ${parsed.errors.join("; ")}`);
+  return parsed.value.priorities!;
+}
 
 function simulated(): void {
   const rows: { variant: string; figures: Figures }[] = [];
@@ -415,6 +550,43 @@ function simulated(): void {
     },
   ];
   report(drift, driftRows, "npm run bench:origin -- --simulate", "results-drift-simulated", driftTable);
+  // Priorities: the same traffic with them, with them and a reserve, and without them; at the run's C and
+  // clients, and at C = 100 and 50 with 50 clients and C = 50 with 10 (the workerd runs').
+  const own = [Number(process.env.ORIGIN_C ?? 200), Number(process.env.ORIGIN_CLIENTS ?? 50)] as const;
+  const configurations = [own, [100, 50], [50, 50], [50, 10]].filter(
+    ([c, clients], i, all) => all.findIndex(([c2, n2]) => c2 === c && n2 === clients) === i,
+  );
+  const priorityRows = configurations.flatMap(([c, clients]) => {
+    const played = withEnv({ ORIGIN_C: String(c), ORIGIN_CLIENTS: String(clients) }, prioritiesScenarioFromEnv);
+    const latencyMs = 2 * unloadedP99Of(played);
+    return priorityVariants(played).map((variant) => {
+      const priorities =
+        variant.id === "priorities-none"
+          ? undefined
+          : parsedPriorities(played, variant.id === "priorities-reserve" ? "20%" : undefined);
+      const r = simulate(played, simulatedAdaptive(played, latencyMs, {}, priorities));
+      return {
+        variant: `C = ${c}/s, ${clients} clients: ${variant.label}`,
+        figures: priorityFigures(played, r.requests, r.served, r.originRefusedAtMs, r.priorityFactors),
+      };
+    });
+  });
+  const played = prioritiesScenarioFromEnv();
+  report(played, priorityRows, "npm run bench:origin -- --simulate", "results-priorities-simulated", priorityTable);
+}
+
+/** `make()` with these environment variables set, and the environment as it was after. */
+function withEnv<T>(vars: Record<string, string>, make: () => T): T {
+  const saved = Object.fromEntries(Object.keys(vars).map((name) => [name, process.env[name]]));
+  Object.assign(process.env, vars);
+  try {
+    return make();
+  } finally {
+    for (const [name, value] of Object.entries(saved)) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  }
 }
 
 /** A grid of controller parameters (and `latencyMs`), each over three seeds, with and without C halved. */

@@ -7,8 +7,11 @@
  *
  * The many light clients send the same in every phase, a third of C
  * together, well within a fair share of the origin; the one heavy client
- * sends the rest, and makes the overload.
+ * sends the rest, and makes the overload. In the priorities scenario there
+ * is no heavy client: the light clients' steady requests are critical, and
+ * the rest, a spike, is sheddable and sent by the same clients.
  */
+import type { Priority } from "../../../src/core/priorities.ts";
 import { seededRandom } from "../../accuracy/random.ts";
 import { SimulatedOrigin } from "./model.ts";
 
@@ -27,6 +30,12 @@ export type Scenario = {
   lightClients: number;
   /** The light clients' demand together, as a share of C, in every phase. */
   lightShare: number;
+  /**
+   * The priorities scenario: the light clients' requests are critical, and
+   * the rest of each phase's demand is sheddable, spread over the same
+   * clients (no heavy client). Absent: false.
+   */
+  priorities?: boolean;
   /** A client gives up on an answer after this long. */
   clientTimeoutMs: number;
   workers: number;
@@ -41,7 +50,8 @@ const seconds = (name: string, fallback: number): number => Number(process.env[n
  * The scenario of the environment: ORIGIN_C (requests/s, default 200),
  * ORIGIN_BEFORE, ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30),
  * ORIGIN_HALVE ("1": C halves halfway through the overload), ORIGIN_WORKERS
- * (the origin's requests served at once, default 10).
+ * (the origin's requests served at once, default 10), ORIGIN_CLIENTS (the
+ * light clients, default 50).
  */
 export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scenario {
   const capacityPerSecond = Number(process.env.ORIGIN_C ?? 200);
@@ -58,7 +68,7 @@ export function scenarioFromEnv(halve = process.env.ORIGIN_HALVE === "1"): Scena
       { name: "overload", durationMs: overload, load: 3 },
       { name: "after", durationMs: seconds("ORIGIN_AFTER", 30), load: 0.5 },
     ],
-    lightClients: 50,
+    lightClients: Number(process.env.ORIGIN_CLIENTS ?? 50),
     lightShare: 1 / 3,
     clientTimeoutMs: 2_000,
     workers: Number(process.env.ORIGIN_WORKERS ?? 10),
@@ -96,8 +106,26 @@ export function driftScenarioFromEnv(): Scenario {
   };
 }
 
-/** One request: when it is sent, and by whom (client 0 is the heavy one). */
-export type Arrival = { atMs: number; client: number };
+/**
+ * Priorities (issue 37): a steady half of C of critical requests from the
+ * light clients in every phase, and during the overload a spike of
+ * sheddable requests at ORIGIN_SPIKE (12) times C from the same clients, so
+ * that a limit per client alone cannot keep the critical ones; the phases'
+ * lengths as in the scenario (ORIGIN_BEFORE, ORIGIN_OVERLOAD, ORIGIN_AFTER).
+ */
+export function prioritiesScenarioFromEnv(): Scenario {
+  const base = scenarioFromEnv(false);
+  const spike = Number(process.env.ORIGIN_SPIKE ?? 12);
+  return {
+    ...base,
+    priorities: true,
+    lightShare: 0.5,
+    phases: base.phases.map((phase) => ({ ...phase, load: phase.name === "overload" ? 0.5 + spike : 0.5 })),
+  };
+}
+
+/** One request: when it is sent, and by whom (client 0 is the heavy one); its priority in the priorities scenario. */
+export type Arrival = { atMs: number; client: number; priority?: Priority };
 
 export const isLight = (client: number): boolean => client !== 0;
 
@@ -120,13 +148,23 @@ export function arrivals(scenario: Scenario): Arrival[] {
     const load = scenario.phases.find((p) => p.name === phase.name)!.load;
     const lightRate = (scenario.lightShare * c) / scenario.lightClients;
     const heavyRate = Math.max(0, load - scenario.lightShare) * c;
-    const rates = [heavyRate, ...Array.from({ length: scenario.lightClients }, () => lightRate)];
-    rates.forEach((perSecond, client) => {
+    const stream = (client: number, perSecond: number, priority?: Priority) => {
       if (perSecond <= 0) return;
       for (let t = phase.startMs + random.exponential(perSecond / 1000); t < phase.endMs; ) {
-        all.push({ atMs: t, client });
+        all.push(priority === undefined ? { atMs: t, client } : { atMs: t, client, priority });
         t += random.exponential(perSecond / 1000);
       }
+    };
+    if (scenario.priorities) {
+      for (let client = 1; client <= scenario.lightClients; client++) {
+        stream(client, lightRate, "critical");
+        stream(client, heavyRate / scenario.lightClients, "sheddable");
+      }
+      continue;
+    }
+    const rates = [heavyRate, ...Array.from({ length: scenario.lightClients }, () => lightRate)];
+    rates.forEach((perSecond, client) => {
+      stream(client, perSecond);
     });
   }
   return all.sort((a, b) => a.atMs - b.atMs);

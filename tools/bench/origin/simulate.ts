@@ -9,6 +9,10 @@
  * gradient controller, Netflix's Gradient2: concurrency-limiter.ts). A minute
  * of overload takes well under a second to simulate, which is how the controller's parameters were chosen
  * (docs/adaptive.md): the same runs with other parameters, side by side.
+ * Under a rule with priorities, each request's priority is found by the
+ * product's matchers, the controller's factor goes through the product's
+ * stages, and each request is checked with its priority's factor against
+ * its client's one window.
  */
 import {
   CONTROLLER_PARAMS,
@@ -22,12 +26,22 @@ import {
   scaledLimit,
 } from "../../../src/core/controller.ts";
 import { slowShareOf } from "../../../src/core/health.ts";
+import { requestPath } from "../../../src/core/paths.ts";
+import {
+  type Factors,
+  factorsAt,
+  type Priorities,
+  type Priority,
+  type PriorityFacts,
+  priorityOf,
+  stagesOf,
+} from "../../../src/core/priorities.ts";
 import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
 import { HealthReporter } from "../../../src/isolate/health-reporter.ts";
 import type { FactorAnswer } from "../../../src/object/controller-protocol.ts";
 import { type Random, seededRandom } from "../../accuracy/random.ts";
 import type { ConcurrencyLimiter, Flight, Schedule } from "./concurrency-limiter.ts";
-import type { FactorPoint, Outcome, RequestRecord, ServedRecord } from "./metrics.ts";
+import type { FactorPoint, Outcome, PriorityFactorPoint, RequestRecord, ServedRecord } from "./metrics.ts";
 import { arrivals, originOf, phaseBounds, type Scenario } from "./scenario.ts";
 
 /** How the requests are limited. */
@@ -45,6 +59,8 @@ export type Limiter =
       percentile: number;
       errorShare: number;
       params?: Partial<ControllerParams>;
+      /** The rule's priorities (its `critical`, `sheddable` and `reserve`); absent, every request is default. */
+      priorities?: Priorities;
       /** Isolates the traffic is spread over, each reporting on its own. */
       isolates?: number;
       /** One way, isolate to controller, in ms. */
@@ -69,6 +85,8 @@ export type SimulationResult = {
    * most 1), from the onset on.
    */
   factors: FactorPoint[] | null;
+  /** The adaptive rule's factor of each priority at every change (under a rule without priorities, the one factor for all). */
+  priorityFactors: PriorityFactorPoint[] | null;
   /** A concurrency limit's value at every change. */
   limits: { atMs: number; limit: number }[] | null;
   /** When the adaptive rule's controller said the origin is slower than its target while calm (a drift), and when it stopped. */
@@ -135,10 +153,14 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
   // The adaptive rule's controller, and its isolates, each with the product's reporter.
   const adaptive = limiter.kind === "adaptive" ? limiter : null;
   const params: ControllerParams = { ...CONTROLLER_PARAMS, ...adaptive?.params };
+  const priorities = adaptive?.priorities;
+  // The stages as the rule's controller object makes them (controller-book.ts): each request counts one.
+  const stages = adaptive && priorities && stagesOf(priorities, adaptive.limit, 1, adaptive.floor / adaptive.limit);
   const target = adaptive && {
     slowShare: slowShareOf(adaptive),
     errorShare: adaptive.errorShare,
     minFactor: adaptive.floor / adaptive.limit,
+    ...(stages ? { stages } : {}),
   };
   const rule = adaptive && {
     id: "per-client",
@@ -148,7 +170,24 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
       percentile: adaptive.percentile,
       errorShare: adaptive.errorShare,
       floor: adaptive.floor,
+      ...(priorities ? { priorities } : {}),
     },
+  };
+  const factorsOf = (factor: number): Factors =>
+    stages ? factorsAt(stages, factor) : { critical: factor, default: factor, sheddable: factor };
+  const priorityFactors: PriorityFactorPoint[] | null = adaptive ? [{ atMs: 0, factors: factorsOf(1) }] : null;
+  const path = requestPath("/api/x");
+  /** A request's priority under the rule, by the product's matchers on the header it carries (undefined: no priorities). */
+  const priorityFor = (marked: Priority | undefined): Priority | undefined => {
+    if (!priorities) return undefined;
+    const facts: PriorityFacts = {
+      method: "GET",
+      path,
+      header: (name) => (name === "x-priority" ? (marked ?? null) : null),
+      claim: () => null,
+      tier: null,
+    };
+    return priorityOf(priorities, facts, false);
   };
   let controller: ControllerState = initialState();
   const drift: SimulationResult["drift"] = [];
@@ -175,11 +214,15 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
       );
       controller = observed.state;
       adaptive.onStep?.(atMs + delayMs, observed.step, controller);
-      if (controller.factor !== before.factor) factors!.push({ atMs: atMs + delayMs, factor: controller.factor });
+      if (controller.factor !== before.factor) {
+        factors!.push({ atMs: atMs + delayMs, factor: controller.factor });
+        priorityFactors!.push({ atMs: atMs + delayMs, factors: factorsOf(controller.factor) });
+      }
       if (controller.drift !== before.drift) drift.push({ atMs: atMs + delayMs, drift: controller.drift });
       const answer: FactorAnswer = {
         nowMs: atMs + delayMs,
-        factor: controller.factor,
+        factor: stages ? factorsOf(controller.factor).default : controller.factor,
+        ...(stages ? { factors: factorsOf(controller.factor) } : {}),
         version: controller.version,
         mode: controller.mode,
         limit: scaledLimit(adaptive.limit, controller.factor),
@@ -191,17 +234,32 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     });
   };
 
-  const record = (client: number, sentMs: number, doneMs: number, outcome: Outcome) =>
-    requests.push({ client, sentMs, doneMs, outcome });
+  const record = (client: number, sentMs: number, doneMs: number, outcome: Outcome, marked?: Priority) =>
+    requests.push(
+      marked === undefined
+        ? { client, sentMs, doneMs, outcome }
+        : { client, sentMs, doneMs, outcome, priority: marked },
+    );
 
-  /** The limiter's decision for a request of `client` at `nowMs` (through `isolate`, for the adaptive rule). */
-  const decide = (client: number, atMs: number, isolate: Isolate | undefined): "admitted" | "refused" | "shed" => {
+  /**
+   * The limiter's decision for a request of `client` at `nowMs` (through
+   * `isolate`, for the adaptive rule), checked with its priority's factor
+   * against its client's one window.
+   */
+  const decide = (
+    client: number,
+    atMs: number,
+    isolate: Isolate | undefined,
+    priority: Priority | undefined,
+  ): "admitted" | "refused" | "shed" => {
     if (limiter.kind === "none" || limiter.kind === "concurrency") return "admitted";
     const nowMs = Math.floor(atMs);
     const key = limiter.kind === "fixed" ? -1 : client;
     const configured: WindowLimit = { limit: limiter.limit, periodMs: limiter.periodMs, precision: 1, strict: false };
     const limit =
-      limiter.kind === "adaptive" && isolate ? scaledLimit(limiter.limit, isolate.reporter.factor) : limiter.limit;
+      limiter.kind === "adaptive" && isolate
+        ? scaledLimit(limiter.limit, isolate.reporter.factorOf(priority))
+        : limiter.limit;
     const state = windows.get(key) ?? emptyState(nowMs, configured);
     const now = evaluate(state, nowMs, { ...configured, limit });
     if (limiter.kind === "adaptive") isolate?.reporter.peak(now.weighted / limiter.limit);
@@ -249,21 +307,22 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     });
   };
 
-  for (const { atMs, client } of arrivals(scenario)) {
+  for (const { atMs, client, priority: marked } of arrivals(scenario)) {
     events.push(atMs, () => {
       if (gate) return throughGate(gate, client, atMs);
       const isolate = isolates.length === 0 ? undefined : isolates[Math.floor(random.next() * isolates.length)]!;
       const reporter = isolate?.reporter;
-      const verdict = decide(client, atMs, isolate);
+      const priority = priorityFor(marked);
+      const verdict = decide(client, atMs, isolate, priority);
       if (verdict !== "admitted") {
-        if (verdict === "shed") reporter?.shed();
+        if (verdict === "shed") reporter?.shed(priority);
         if (isolate) sendIfDue(isolate, atMs);
-        return record(client, atMs, atMs, verdict);
+        return record(client, atMs, atMs, verdict, marked);
       }
       // A request without a body: in flight at the origin from now.
       const flight = { key: String(client), startMs: atMs, prev: null, next: null, listed: false };
       if (isolate && reporter) {
-        reporter.forwarded();
+        reporter.forwarded(priority);
         reporter.started(flight, atMs);
         sendIfDue(isolate, atMs);
       }
@@ -274,7 +333,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
       const doneMs = answer.kind === "refused" ? atMs : Math.min(answer.finishMs, timeoutAt);
       const outcome: Outcome = answer.kind === "refused" ? "error" : answer.finishMs > timeoutAt ? "timeout" : "ok";
       events.push(doneMs, () => {
-        record(client, atMs, doneMs, outcome);
+        record(client, atMs, doneMs, outcome, marked);
         if (!isolate || !reporter) return;
         reporter.ended(flight);
         // A client that gives up is gone (known slow when the origin had kept it past the target).
@@ -290,6 +349,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     served,
     originRefusedAtMs,
     factors: gate ? sharesOfOnset(scenario, limits) : factors,
+    priorityFactors,
     limits: gate ? limits : null,
     drift,
   };
