@@ -193,6 +193,23 @@ describe("the controller under a rule with priorities", () => {
     expect(f.critical).toBeLessThan(1);
   });
 
+  it("cuts critical requests only once the queue built before the others had nothing left has had 2 s to drain", () => {
+    // Sheddable requests have just been left nothing (the factor at the top of default's stage, which has
+    // no requests): the origin is still slow with the backlog admitted before.
+    const leftNothing: ControllerState = {
+      ...initialState(),
+      factor: stages.tops[1]!,
+      version: 3,
+      mode: "reducing",
+      changedAtMs: 10_000,
+    };
+    const soon = step(leftNothing, failing({ critical: [100, 0], sheddable: [0, 50] }, 50), 10_600);
+    expect(factorsAt(stages, soon.factor)).toEqual({ sheddable: 0, default: 1, critical: 1 });
+    const later = step(leftNothing, failing({ critical: [100, 0], sheddable: [0, 50] }, 50), 12_100);
+    expect(factorsAt(stages, later.factor)).toMatchObject({ sheddable: 0, default: 0 });
+    expect(factorsAt(stages, later.factor).critical).toBeLessThan(1);
+  });
+
   it("raises critical first, and a stage nothing of which is refused at once", () => {
     // Deep in the critical stage: every priority held down.
     let state: ControllerState = { ...initialState(), factor: stages.minFactor, version: 1, mode: "reducing" };

@@ -423,12 +423,15 @@ function cutStage(
   factor: number,
   window: HealthCounts,
   stages: Stages | undefined,
-): { from: number; top: number; binding: boolean | null } {
-  if (stages === undefined || stages.order.length === 1) return { from: factor, top: 1, binding: null };
-  let s = stageAt(stages, factor);
+): { from: number; top: number; binding: boolean | null; entering: boolean } {
+  if (stages === undefined || stages.order.length === 1) return { from: factor, top: 1, binding: null, entering: false };
+  const at = stageAt(stages, factor);
+  let s = at;
   let from = factor;
   while (s < stages.order.length - 1 && !demandOf(window, stages.order[s]!)) from = Math.min(from, stages.tops[++s]!);
-  return { from, top: stages.tops[s]!, binding: shedOf(window, stages.order[s]!) };
+  // The last stage is entered when its priority has not been cut yet: every other one has nothing left.
+  const entering = s === stages.order.length - 1 && s > 0 && from >= stages.tops[s]! * (1 - 1e-12);
+  return { from, top: stages.tops[s]!, binding: shedOf(window, stages.order[s]!), entering };
 }
 
 /**
@@ -459,6 +462,7 @@ function next(
   health: Health,
   drift: boolean,
   stages: Stages | undefined,
+  nowMs: number,
   params: ControllerParams,
 ): { kind: "cut" | "raise" | "hold"; to: number } {
   const at = state.factor;
@@ -474,7 +478,12 @@ function next(
     const drain = Math.max(0, excessMs) / params.drainMs;
     // Its backlog drains on its own about as fast as a cut would drain it: a cut would only deepen it.
     if (health.keepingUp >= Math.max(params.drainingAt, 1 + drain)) return { kind: "hold", to: at };
-    const { from, top, binding } = cutStage(at, window, stages);
+    const { from, top, binding, entering } = cutStage(at, window, stages);
+    // The last priority is cut only once the queue built before the others had nothing left has had its
+    // time to drain: a change is judged by what came after it, and the backlog before it is not.
+    if (entering && state.changedAtMs !== null && nowMs - state.changedAtMs < params.drainMs) {
+      return { kind: "hold", to: at };
+    }
     const binds = (binding ?? health.binding) || health.peak <= 0 ? from : Math.min(from, health.peak * top);
     const shallowest = slowCuts ? params.cutShallowest : params.cutQueueShallowest;
     const cut = Math.min(shallowest, Math.max(params.cutDeepest, health.keepingUp * (1 - drain)));
@@ -607,7 +616,7 @@ export function observe(
   // The window that measured the calm latency again was judged against the old one: nothing to decide on it.
   const decided = again
     ? { kind: "hold" as const, to: from }
-    : next(state, window, health, drift, target.stages, params);
+    : next(state, window, health, drift, target.stages, nowMs, params);
   const to = clamp(decided.to, target);
   const changed = to !== from;
   const mode: ControllerMode = !changed ? state.mode : to === 1 ? "full" : to < from ? "reducing" : "recovering";

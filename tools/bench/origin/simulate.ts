@@ -256,10 +256,10 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     const nowMs = Math.floor(atMs);
     const key = limiter.kind === "fixed" ? -1 : client;
     const configured: WindowLimit = { limit: limiter.limit, periodMs: limiter.periodMs, precision: 1, strict: false };
-    const limit =
-      limiter.kind === "adaptive" && isolate
-        ? scaledLimit(limiter.limit, isolate.reporter.factorOf(priority))
-        : limiter.limit;
+    const factor = limiter.kind === "adaptive" && isolate ? isolate.reporter.factorOf(priority) : 1;
+    // A priority with nothing left (factor 0) is refused at the edge, counted nowhere, as the product does.
+    if (factor === 0) return "shed";
+    const limit = factor < 1 ? scaledLimit(limiter.limit, factor) : limiter.limit;
     const state = windows.get(key) ?? emptyState(nowMs, configured);
     const now = evaluate(state, nowMs, { ...configured, limit });
     if (limiter.kind === "adaptive") isolate?.reporter.peak(now.weighted / limiter.limit);
