@@ -424,7 +424,8 @@ function cutStage(
   window: HealthCounts,
   stages: Stages | undefined,
 ): { from: number; top: number; binding: boolean | null; entering: boolean } {
-  if (stages === undefined || stages.order.length === 1) return { from: factor, top: 1, binding: null, entering: false };
+  if (stages === undefined || stages.order.length === 1)
+    return { from: factor, top: 1, binding: null, entering: false };
   const at = stageAt(stages, factor);
   let s = at;
   let from = factor;
