@@ -1122,6 +1122,11 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
                 limit: 40,
                 calmMs: 310,
                 drift: true,
+                priorities: [
+                  { priority: "critical", factor: 1, limit: 100, forwarded: 120, shed: 0 },
+                  { priority: "default", factor: 0.4, limit: 40, forwarded: 300, shed: 12 },
+                  { priority: "sheddable", factor: 0, limit: 0, forwarded: 80, shed: 900 },
+                ],
                 history: [
                   { atMs: nowMs - 120_000, limit: 100, configured: 100 },
                   { atMs: nowMs - 60_000, limit: 40, configured: 100 },
@@ -1146,7 +1151,10 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
         "lost flushes in the facts": "#failures .facts dd.warn",
         "an adaptive limit cut": ".limit-now.is-reduced",
         "an origin slower than the target when calm":
-          ".drift-note:text-matches('^Origin slower than the target when calm \\(310 ms\\)')",
+          // A selector's quotes take one level of backslashes: "." stands for each parenthesis.
+          ".drift-note:text-matches('^Origin slower than the target when calm .310 ms.')",
+        "each priority's limit, under priorities":
+          ".priority-limits:text-matches('^By priority: critical 100 .0 of 120 refused.')",
         "the statistics unreadable": "#stats-error.notice",
         stale: ".live.is-stale",
       };
