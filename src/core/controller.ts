@@ -160,7 +160,7 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   leaveOut: 5,
   z: 2,
   calmPeriodMs: 60_000,
-  calmFloorMs: 10,
+  calmFloorMs: 25,
   lateOver: 3,
   lateCut: 0.2,
   holdAt: 1.2,
