@@ -193,6 +193,8 @@ describe("routes", () => {
             cost: 1,
             block_for: null,
             blockForMs: 0,
+            summary: "100 per 1m",
+            credits: false,
           },
           {
             id: "login",
@@ -212,6 +214,8 @@ describe("routes", () => {
             cost: 1,
             block_for: "15m",
             blockForMs: 900_000,
+            summary: "5 per 90s",
+            credits: false,
           },
         ],
         ipv6Prefix: 48,
@@ -240,6 +244,8 @@ describe("routes", () => {
       place_timeout: "1m",
       placeTimeoutMs: 60_000,
       key: ["header:x-k"],
+      summary: "2 in flight at once",
+      credits: false,
     });
     expect(concHeld).toEqual({
       id: "conc-held",
@@ -252,9 +258,27 @@ describe("routes", () => {
       max_delay: "2s",
       maxDelayMs: 2_000,
       max_held: 5,
+      summary: "3 in flight at once",
+      credits: false,
     });
     expect(rateHeld).toMatchObject({ limit: 10, period: "1m", max_delay: "500ms", maxDelayMs: 500, max_held: 1000 });
     expect(rateHeld).not.toHaveProperty("concurrency");
+  });
+
+  it("GET /rules says each rule's limit in a line in its kind's words, and which rules keep usage and credits", async () => {
+    const { body } = await withAdmin([
+      { id: "window", limit: 100000, period: "1h" },
+      { id: "bucket", limit: 10, period: "1s", burst: 20 },
+      { id: "places", concurrency: 2 },
+      { id: "monthly", quota: 100000, per: "month", timezone: "America/New_York" },
+    ]).admin("GET", "/__ratelimit/rules");
+    const rules = (body as { rules: { id: string; summary: string; credits: boolean }[] }).rules;
+    expect(rules.map(({ id, summary, credits }) => ({ id, summary, credits }))).toEqual([
+      { id: "window", summary: "100,000 per 1h", credits: false },
+      { id: "bucket", summary: "10 per 1s, bursts of 20", credits: false },
+      { id: "places", summary: "2 in flight at once", credits: false },
+      { id: "monthly", summary: "100,000 per month (monthly on day 1 at 00:00 America/New_York)", credits: true },
+    ]);
   });
 
   it("shows the configuration's problems to the token holder, with 500", async () => {

@@ -30,7 +30,7 @@ import {
   penaltyView,
   periodWarnings,
 } from "./counted.ts";
-import type { Common, Fields, Quota, RuleKind, TakeField } from "./kind.ts";
+import { type Common, type Fields, grouped, type Quota, type RuleKind, type TakeField } from "./kind.ts";
 
 /** The largest limit a bucket, a tier or an override may give (as a window's). */
 const MAX_LIMIT = 1_000_000_000;
@@ -150,6 +150,7 @@ export const bucketKind: RuleKind<BucketFields> = {
       burst: burstFor(rule, rule.limit),
     },
     counting: { ...countedView(rule), ...penaltyView(rule) },
+    summary: `${grouped(rule.limit)} per ${formatDuration(rule.periodMs)}, bursts of ${grouped(burstFor(rule, rule.limit))}`,
   }),
 
   warnings: (rule: BucketFields & Common, written: Fields): string[] => [

@@ -11,7 +11,7 @@ import { formatDuration, parseDurationMs } from "../duration.ts";
 import { parseIntegerFrom1 } from "../fields.ts";
 import { fail, ok, type Result } from "../result.ts";
 import { show } from "../show.ts";
-import type { Fields, Quota, RuleKind, TakeField } from "./kind.ts";
+import { type Fields, grouped, type Quota, type RuleKind, type TakeField } from "./kind.ts";
 
 /** The most places a concurrency rule may give one client. */
 export const MAX_CONCURRENCY = 10_000;
@@ -63,6 +63,7 @@ export const concurrencyKind: RuleKind<ConcurrencyFields> = {
       place_timeout: formatDuration(rule.placeTimeoutMs),
       placeTimeoutMs: rule.placeTimeoutMs,
     },
+    summary: `${grouped(rule.limit)} in flight at once`,
   }),
 
   warnings: () => [],

@@ -112,7 +112,14 @@ export interface RuleKind<Part extends KindFields = KindFields> {
    * (shown before the rule's key), and `counting`, the fields that say how
    * it counts (after it).
    */
-  view(part: Part): { limit: Record<string, unknown>; counting?: Record<string, unknown> };
+  view(part: Part): {
+    limit: Record<string, unknown>;
+    counting?: Record<string, unknown>;
+    /** The limit in a line, as the dashboard shows it: "50 per 1d", "10 per 1s, bursts of 20", "2 in flight at once". */
+    summary: string;
+    /** Whether a client's usage of it is kept by period, with credits ({prefix}/credits). */
+    credits?: true;
+  };
   /** What `check-config` warns of in its own fields (`written`: the rule as written), given what every rule has. */
   warnings(rule: Part & Common, written: Fields): string[];
   /**
@@ -128,3 +135,8 @@ export interface RuleKind<Part extends KindFields = KindFields> {
 /** Any kind, as the registry lists them: each takes its own fields, which the registry hands it by the rule's `kind`. */
 // biome-ignore lint/suspicious/noExplicitAny: each kind's own fields; the registry dispatches by the rule's kind name
 export type AnyKind = RuleKind<any>;
+
+const NUMBER = new Intl.NumberFormat("en-US");
+
+/** A count as a rule's summary writes it: "100,000". */
+export const grouped = (n: number): string => NUMBER.format(n);

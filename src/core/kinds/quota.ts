@@ -39,7 +39,7 @@ import { isZero, parseChoice, parseIntegerFrom1 } from "../fields.ts";
 import { fail, ok, type Result } from "../result.ts";
 import { show } from "../show.ts";
 import { COUNTED_FIELDS, type CountedFields, costHeaderWarnings, countedView, parseCounted } from "./counted.ts";
-import type { Common, Fields, Quota, RuleKind, TakeField } from "./kind.ts";
+import { type Common, type Fields, grouped, type Quota, type RuleKind, type TakeField } from "./kind.ts";
 import { MAX_LIMIT } from "./window.ts";
 
 /** Where a quota's periods count from. */
@@ -146,7 +146,12 @@ export const quotaKind: RuleKind<QuotaFields> = {
       retry_jitter: rule.retryJitterMs > 0 ? formatDuration(rule.retryJitterMs) : null,
       retryJitterMs: rule.retryJitterMs,
     };
-    return { limit, counting };
+    return {
+      limit,
+      counting,
+      summary: `${grouped(rule.limit)} per ${calendar.period} (${limit.calendar})`,
+      credits: true as const,
+    };
   },
 
   warnings: (rule: QuotaFields & Common, written: Fields): string[] => [

@@ -24,7 +24,7 @@ import {
   penaltyView,
   periodWarnings,
 } from "./counted.ts";
-import type { Common, Fields, Quota, RuleKind, TakeField } from "./kind.ts";
+import { type Common, type Fields, grouped, type Quota, type RuleKind, type TakeField } from "./kind.ts";
 
 /** The largest limit a rule, a tier or an override may give. */
 export const MAX_LIMIT = 1_000_000_000;
@@ -65,7 +65,7 @@ export const windowKind: RuleKind<WindowFields> = {
   view(rule: WindowFields) {
     const limit = { limit: rule.limit, period: formatDuration(rule.periodMs), periodMs: rule.periodMs };
     const counting = { precision: rule.precision, strict: rule.strict, ...countedView(rule), ...penaltyView(rule) };
-    return { limit, counting };
+    return { limit, counting, summary: `${grouped(rule.limit)} per ${limit.period}` };
   },
 
   warnings: (rule: WindowFields & Common, written: Fields): string[] => [

@@ -54,6 +54,10 @@ export type RuleView = CommonView & {
   methods: string[] | null;
   exclude: string[];
   case_sensitive: boolean;
+  /** The limit in a line, in its kind's words: "50 per 1d", "2 in flight at once". */
+  summary: string;
+  /** Whether the rule keeps each client's usage by period, with credits ({prefix}/credits): a calendar quota. */
+  credits: boolean;
   [field: string]: unknown;
 };
 
@@ -72,6 +76,8 @@ export function ruleView(rule: Rule): RuleView {
     on_error,
     ...own.counting,
     ...extra,
+    summary: own.summary,
+    credits: own.credits === true,
   };
 }
 

@@ -290,19 +290,13 @@
    * "100,000 per month (monthly on day 1 at 00:00 UTC) · …" for a quota.
    */
   function ruleSummary(rule) {
-    const quota =
-      rule.concurrency !== undefined && rule.concurrency !== null
-        ? `${fmt(rule.concurrency)} in flight at once`
-        : rule.quota !== undefined
-          ? `${fmt(rule.quota)} per ${rule.per} (${rule.calendar})`
-          : rule.burst !== undefined
-            ? `${fmt(rule.limit)} per ${rule.period}, bursts of ${fmt(rule.burst)}`
-            : `${fmt(rule.limit)} per ${rule.period}`;
-    const parts = [quota, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
+    // The limit in its kind's own words, as the rules API says it.
+    const parts = [rule.summary, `per ${rule.key.join(" + ")}`, rule.path.join(", ")];
     parts.push(rule.methods === null ? "every method" : rule.methods.join(", "));
     if (rule.exclude.length > 0) parts.push(`except ${rule.exclude.join(", ")}`);
-    if (rule.count !== "all") parts.push(`counts ${JSON.stringify(rule.count)}`);
-    if (rule.cost !== 1) parts.push(`cost ${rule.cost}`);
+    // A kind that counts no cost (requests in flight) has neither field.
+    if (rule.count !== undefined && rule.count !== "all") parts.push(`counts ${JSON.stringify(rule.count)}`);
+    if (rule.cost !== undefined && rule.cost !== 1) parts.push(`cost ${rule.cost}`);
     return parts.join(" · ");
   }
 
@@ -898,7 +892,7 @@
     const count = client.error > 0 ? `≤ ${fmt(client.count)}` : fmt(client.count);
     const status = el("span", {
       class: "status",
-      dataset: { shadow: rule.action === "log" ? "yes" : "", quota: rule.quota !== undefined ? "yes" : "" },
+      dataset: { shadow: rule.action === "log" ? "yes" : "", quota: rule.credits ? "yes" : "" },
     });
     paintStatus(status, state.statuses.get(id));
     const reset = actionButton({
@@ -1338,7 +1332,7 @@
   // ---- quotas: usage and credits ----
 
   /** The rules that keep periods: quotas (`quota` and `per`). */
-  const quotaRules = () => state.rules.filter((r) => r.quota !== undefined);
+  const quotaRules = () => state.rules.filter((r) => r.credits);
 
   /** A signed number: "+500", "−100", "0". */
   const signed = (n) => (n > 0 ? `+${fmt(n)}` : n < 0 ? `−${fmt(-n)}` : "0");
