@@ -13,7 +13,7 @@ import { connect } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RuleInput } from "../../src/core/rules.ts";
-import type { RequestRecord } from "./support/driver.ts";
+import { quotaOf, type RequestRecord } from "./support/driver.ts";
 import { type Edge, startEdge } from "./support/harness.ts";
 
 const ISOLATES = 4;
@@ -65,12 +65,6 @@ function attack(url: string, path: string, ip: string, how: "trickle" | "reset")
     socket.setTimeout(10_000, () => socket.destroy());
   });
 }
-
-const quotaOf = (r: RequestRecord): number | null => {
-  const policy = r.headers?.["ratelimit-policy"];
-  const match = typeof policy === "string" ? /;q=(\d+);/.exec(policy) : null;
-  return match ? Number(match[1]) : null;
-};
 
 describe("clients that cannot move an adaptive rule's limit, over real sockets", () => {
   it("a trickled body or a reset mid-upload, from 1 key and from 5, every second each: the limit stays, and the legitimate client gets only 200", async () => {

@@ -14,7 +14,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RuleInput } from "../../src/core/rules.ts";
-import type { RequestRecord } from "./support/driver.ts";
+import { quotaOf, type RequestRecord } from "./support/driver.ts";
 import { type Edge, startEdge } from "./support/harness.ts";
 
 const ISOLATES = 8;
@@ -44,13 +44,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await edge?.stop();
 });
-
-/** The quota a response's `RateLimit-Policy` shows for the rule. */
-const quotaOf = (r: RequestRecord): number | null => {
-  const policy = r.headers?.["ratelimit-policy"];
-  const match = typeof policy === "string" ? /;q=(\d+);/.exec(policy) : null;
-  return match ? Number(match[1]) : null;
-};
 
 describe(`an adaptive rule over ${ISOLATES} isolates`, () => {
   it("one controller: every isolate learns one factor; the heavy client is shed, the light ones get through; the limit is back within 10 s", async () => {

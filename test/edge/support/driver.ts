@@ -215,3 +215,10 @@ export const describeRecords = (records: RequestRecord[]): string =>
       return `#${r.id} edge-${r.isolate} key ${r.key}: sent +${r.sentAtMs.toFixed(0)} ms${ended}: ${outcomeOf(r)}${body}`;
     })
     .join("\n");
+
+/** The quota `q` a response's `RateLimit-Policy` shows for its first policy; null without one. */
+export const quotaOf = (r: RequestRecord): number | null => {
+  const policy = r.headers?.["ratelimit-policy"];
+  const match = typeof policy === "string" ? /;q=(\d+);/.exec(policy) : null;
+  return match ? Number(match[1]) : null;
+};
