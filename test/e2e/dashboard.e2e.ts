@@ -413,7 +413,9 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       await row.waitFor({ state: "visible", timeout: 30_000 });
       await expect.poll(() => row.locator(".status").textContent(), { timeout: 20_000 }).toBe("1 of 1 in flight");
       // A concurrency rule counts no cost and says nothing of one ("counts undefined · cost undefined" before).
-      expect(await card.locator(".rule-def").textContent()).toBe("1 in flight at once · per ip · /dash-one/* · every method");
+      expect(await card.locator(".rule-def").textContent()).toBe(
+        "1 in flight at once · per ip · /dash-one/* · every method",
+      );
       expect(problems.filter((p) => !p.includes("401"))).toEqual([]);
     } finally {
       ws.close();
