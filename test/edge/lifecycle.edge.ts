@@ -277,8 +277,9 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
         const before = burst(edge, driver, CLIENT, LIMIT, fixture.slow(IN_FLIGHT_MS));
         await until(`the ${LIMIT} admitted at the origin`, () => arrivals().length >= LIMIT);
         await pause(300);
-        const beforeCrash = await edge.status(id, CLIENT);
+        // Taken before the read, so that the object's instant of each read lies between beforeAtMs and afterAtMs.
         const beforeAtMs = Date.now();
+        const beforeCrash = await edge.status(id, CLIENT);
 
         const { killedAtMs, restartedAtMs } = await crashNow(edge, crash);
         await allCut(before);
@@ -337,8 +338,8 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
           for (let i = 0; i < LEASE_REQUESTS; i++) {
             sent.push(await driver.send(doomed(edge)[0]!, CLIENT, { path: fixture.slow(0) }).done);
           }
-          const beforeCrash = await edge.status(id, CLIENT);
           const beforeAtMs = Date.now();
+          const beforeCrash = await edge.status(id, CLIENT);
           await crashNow(edge, crash);
           await pause(500);
           const afterCrash = await edge.status(id, CLIENT);
