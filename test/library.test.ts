@@ -166,7 +166,7 @@ describe('c.get("rateLimit"): the decision in your own handler', () => {
   });
 
   it("says how long a request was held (max_delay), as Server-Timing does", async () => {
-    const app = echoingDecision({ rules: { id: "dec-held", limit: 1, period: "1s", max_delay: "2s" } });
+    const app = echoingDecision({ rules: { id: "dec-held", limit: 1, period: "3s", max_delay: "4s" } });
     const ip = uniqueIp();
     const send = () => app.request("/", { headers: { "cf-connecting-ip": ip } }, env);
     const first = (await (await send()).json()) as RateLimitDecision;
