@@ -193,7 +193,7 @@ describe("the controller under a rule with priorities", () => {
     expect(f.critical).toBeLessThan(1);
   });
 
-  it("cuts critical requests only once the queue built before the others had nothing left has had 2 s to drain", () => {
+  it("cuts critical requests only once the queue built before the others had nothing left has had its time to drain", () => {
     // Sheddable requests have just been left nothing (the factor at the top of default's stage, which has
     // no requests): the origin is still slow with the backlog admitted before.
     const leftNothing: ControllerState = {
@@ -208,6 +208,45 @@ describe("the controller under a rule with priorities", () => {
     const later = step(leftNothing, failing({ critical: [100, 0], sheddable: [0, 50] }, 50), 12_100);
     expect(factorsAt(stages, later.factor)).toMatchObject({ sheddable: 0, default: 0 });
     expect(factorsAt(stages, later.factor).critical).toBeLessThan(1);
+  });
+
+  describe("when the origin is slow with the backlog the others built (calm 50 ms, answers waiting 1.85 s)", () => {
+    const leftNothing: ControllerState = {
+      ...initialState(),
+      factor: stages.tops[1]!,
+      version: 3,
+      mode: "reducing",
+      changedAtMs: 10_000,
+      calm: { ms: 50, periodStartMs: 0, previousMs: null, currentMs: 50 },
+    };
+    /** Critical requests forwarded, and answers (all slow, at 1.85 s) of which `gone` clients had left first. */
+    const queued = (forwarded: number, answered: number, gone: number): HealthCounts => ({
+      ...noCounts(),
+      forwarded,
+      answered,
+      slow: answered,
+      busyMs: answered * 1_850,
+      busySq: answered * 1_850 * 1_850,
+      gone,
+      goneSlow: gone,
+      shed: 50,
+      peak: 1,
+      byPriority: { critical: [forwarded, 0], sheddable: [0, 50] },
+    });
+    const criticalAfter = (counts: HealthCounts, judgedAtMs: number) =>
+      factorsAt(stages, step(leftNothing, counts, judgedAtMs - CONTROLLER_PARAMS.intervalMs).factor).critical;
+
+    it("does not cut them while the origin answers more than it is sent: that backlog drains, however slowly", () => {
+      expect(criticalAfter(queued(100, 150, 0), 14_100)).toBe(1);
+      expect(criticalAfter(queued(100, 150, 0), 30_000)).toBe(1);
+    });
+
+    it("waits 2 s and the 1.85 s the answers show they waited, before cutting them when it does not keep up", () => {
+      // Most of the clients gave up waiting: the origin kept 40 of the 100 it was sent.
+      expect(criticalAfter(queued(100, 100, 60), 12_600)).toBe(1);
+      expect(criticalAfter(queued(100, 100, 60), 13_700)).toBe(1);
+      expect(criticalAfter(queued(100, 100, 60), 14_100)).toBeLessThan(1);
+    });
   });
 
   it("raises critical first, and a stage nothing of which is refused at once", () => {

@@ -13,7 +13,8 @@
  * - unhealthy (slow or failing beyond chance), or a queue: cut at once, to
  *   what the origin kept up with (its successful answers over what it was
  *   sent), less what drains the queue in `drainMs`, by at most a half; but
- *   not while its backlog drains that fast on its own;
+ *   not while its backlog drains that fast on its own; and the last of a
+ *   rule's priorities only for a queue of its own, not the others' backlog;
  * - healthy while the reduction refuses requests: raise by up to 15 %, in
  *   proportion to the room left under `holdAt`, and by 2 % near the level
  *   where the last queue formed;
@@ -480,10 +481,15 @@ function next(
     // Its backlog drains on its own about as fast as a cut would drain it: a cut would only deepen it.
     if (health.keepingUp >= Math.max(params.drainingAt, 1 + drain)) return { kind: "hold", to: at };
     const { from, top, binding, entering } = cutStage(at, window, stages);
-    // The last priority is cut only once the queue built before the others had nothing left has had its
-    // time to drain: a change is judged by what came after it, and the backlog before it is not.
-    if (entering && state.changedAtMs !== null && nowMs - state.changedAtMs < params.drainMs) {
-      return { kind: "hold", to: at };
+    // The last priority is cut only for a queue of its own. Not while the queue built before the others had
+    // nothing left has had its time to drain (drainMs, and the wait it shows: the answers seen waited that
+    // long, and those sent since the last change come at least that long after it); nor while the origin
+    // answers more than it is sent (that backlog drains, however slowly): a change is judged by what came after it.
+    if (entering) {
+      const sinceMs = state.changedAtMs === null ? Number.POSITIVE_INFINITY : nowMs - state.changedAtMs;
+      if (sinceMs < params.drainMs + Math.max(0, excessMs) || health.keepingUp >= params.drainingAt) {
+        return { kind: "hold", to: at };
+      }
     }
     const binds = (binding ?? health.binding) || health.peak <= 0 ? from : Math.min(from, health.peak * top);
     const shallowest = slowCuts ? params.cutShallowest : params.cutQueueShallowest;
