@@ -51,6 +51,26 @@ export type Figures = {
   limitBackMs: number | null;
   /** The lowest limit during the run, as a share of the configured one (adaptive only). */
   lowestFactor: number | null;
+  /** With C halved mid-run: once the limiter has followed it (see {@link Followed}); null without a halving. */
+  followed: Followed | null;
+};
+
+/**
+ * C halved mid-run, once the limiter has followed it: the backlog the
+ * halving built is gone, the first whole second after the halving whose
+ * p99 at the origin is within twice its unloaded p99 at the halved C (its
+ * service times doubled: twice the p99 before). The targets are then read
+ * from that second to the end of the overload.
+ */
+export type Followed = {
+  /** After the halving, until that second; null: never within the overload. */
+  afterMs: number | null;
+  /** From then to the end of the overload: successful answers over what the halved C allowed… */
+  goodputShare: number;
+  /** …the light clients' requests sent that succeeded… */
+  lightSuccess: number;
+  /** …and the origin's p99 over its unloaded p99 at the halved C. */
+  p99Ratio: number;
 };
 
 export function percentile(values: number[], q: number): number {
@@ -107,6 +127,7 @@ export function figures(
     limitBackMs = stillDown ? (backAt ? backAt.atMs - overload.endMs : null) : 0;
   }
   return {
+    followed: followedFigures(scenario, requests, latencies, overload.endMs, unloadedP99Ms),
     goodputShare: good / allowed,
     overloadP99Ms: percentile(latencies(overload.startMs, overload.endMs), 0.99),
     settledP99Ms: percentile(latencies(settledFrom, overload.endMs), 0.99),
@@ -117,6 +138,38 @@ export function figures(
     originBackMs,
     limitBackMs,
     lowestFactor: factors === null ? null : Math.min(1, ...factors.map((f) => f.factor)),
+  };
+}
+
+/** The figures once the limiter has followed C halved ({@link Followed}); null when C is not halved. */
+function followedFigures(
+  scenario: Scenario,
+  requests: RequestRecord[],
+  latencies: (from: number, to: number) => number[],
+  endMs: number,
+  unloadedP99Ms: number,
+): Followed | null {
+  const halveAtMs = scenario.halveAtMs;
+  if (halveAtMs === null) return null;
+  const halvedUnloadedMs = 2 * unloadedP99Ms;
+  let fromMs: number | null = null;
+  for (let t = halveAtMs; t + 1000 <= endMs; t += 1000) {
+    const second = latencies(t, t + 1000);
+    if (second.length > 0 && percentile(second, 0.99) <= 2 * halvedUnloadedMs) {
+      fromMs = t;
+      break;
+    }
+  }
+  if (fromMs === null)
+    return { afterMs: null, goodputShare: Number.NaN, lightSuccess: Number.NaN, p99Ratio: Number.NaN };
+  const from = fromMs;
+  const good = requests.filter((r) => r.outcome === "ok" && r.doneMs >= from && r.doneMs < endMs).length;
+  const light = requests.filter((r) => isLight(r.client) && r.sentMs >= from && r.sentMs < endMs);
+  return {
+    afterMs: from - halveAtMs,
+    goodputShare: good / (((scenario.capacityPerSecond / 2) * (endMs - from)) / 1000),
+    lightSuccess: light.length === 0 ? Number.NaN : light.filter((r) => r.outcome === "ok").length / light.length,
+    p99Ratio: percentile(latencies(from, endMs), 0.99) / halvedUnloadedMs,
   };
 }
 
@@ -292,8 +345,8 @@ export function driftTable(rows: { variant: string; figures: DriftFigures }[]): 
 /** One table row per variant. */
 export function figuresTable(rows: { variant: string; figures: Figures }[]): string {
   return [
-    "| variant | goodput / C (overload) | origin p99 overload (after onset) | unloaded p99 | light clients ok | heavy client ok | origin 503s | origin back | limit back | lowest limit |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| variant | goodput / C (overload) | origin p99 overload (after onset) | unloaded p99 | light clients ok | heavy client ok | origin 503s | origin back | limit back | lowest limit | C halved, followed in: then goodput / C, light ok, p99 ÷ unloaded |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...rows.map(({ variant, figures: f }) =>
       [
         variant,
@@ -306,6 +359,11 @@ export function figuresTable(rows: { variant: string; figures: Figures }[]): str
         ms(f.originBackMs),
         f.lowestFactor === null ? "–" : ms(f.limitBackMs),
         f.lowestFactor === null ? "–" : pct(f.lowestFactor),
+        f.followed === null
+          ? "–"
+          : f.followed.afterMs === null
+            ? "never"
+            : `${ms(f.followed.afterMs)}: ${pct(f.followed.goodputShare)}, ${pct(f.followed.lightSuccess)}, ${f.followed.p99Ratio.toFixed(1)} ×`,
       ]
         .join(" | ")
         .replace(/^/, "| ")
