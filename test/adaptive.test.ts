@@ -251,10 +251,12 @@ describe("a change of factor in an isolate", () => {
       await background.settled();
       return statusOf(outcome);
     };
-    // 60 admitted: the client's key leases units ahead, each lease lasting up to 1 s.
-    for (let i = 0; i < 60; i++) expect(await send(heavy)).toBe(200);
+    // At least 60 admitted, until the client's key holds units leased ahead (each lease lasting up to 1 s): how
+    // many it takes depends on how fast they came, as a lease is sized by the demand seen.
+    const leased = () => [...isolate.keys.digests()].some((d) => isolate.keys.heldUnits(d) > 0);
+    for (let i = 0; i < 90 && (i < 60 || !leased()); i++) expect(await send(heavy)).toBe(200);
     const leasedAtMs = Date.now();
-    expect([...isolate.keys.digests()].some((d) => isolate.keys.heldUnits(d) > 0)).toBe(true);
+    expect(leased()).toBe(true);
     // The controller cuts the limit by half (to 50), as reports of a slow origin from elsewhere would make it.
     const target = { latencyMs: 1_000, percentile: 99, errorShare: 0.05, floor: 1 };
     const counts = { ...noCounts(), forwarded: 100, answered: 50, slow: 50, shed: 1, peak: 1 };
