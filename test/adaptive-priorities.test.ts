@@ -101,7 +101,7 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
     expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429]);
   });
 
-  it("refuses default requests before critical ones, and critical ones last: with nothing left for the others, they get 503 at the edge", async () => {
+  it("refuses default requests before critical ones, and critical ones last: with nothing left for the others, they get 503, counted nowhere", async () => {
     const id = uniqueRule("default-next");
     const send = limiter([rule(id)]);
     // Only critical requests were sent: the stages of the others are passed at once, and critical is halved.
@@ -109,7 +109,8 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
     expect(answer.factors).toEqual({ critical: 0.5, default: 0, sheddable: 0 });
     await learn(send, id);
     const client = uniqueIp();
-    // Nothing is left for default and sheddable requests: refused at the edge, counted nowhere.
+    // Nothing is left for default and sheddable requests: refused (the first by the client's object, the next
+    // by the isolate, which remembers that refusal for its second), counted nowhere.
     const plain = await sequence(() => send("/x", from(client)), 2);
     const sheddable = await sequence(() => send("/x", from(client, SHEDDABLE)), 2);
     expect([...plain, ...sheddable].map((r) => r.status)).toEqual([503, 503, 503, 503]);
@@ -117,6 +118,64 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
     expect(plain[0]!.headers.get("retry-after")).toBe("1");
     const critical = await sequence(() => send("/x", from(client, CRITICAL)), 6);
     expect(critical.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 503]);
+  });
+
+  describe("a priority with nothing left, and the client's own override", () => {
+    const TOKEN = "priorities-admin-token";
+    /** The rule with nothing left for default and sheddable requests, critical ones halved; and a way to set overrides. */
+    async function nothingLeft(name: string) {
+      const id = uniqueRule(name);
+      const send = limiter([rule(id)], { ADMIN_TOKEN: TOKEN });
+      const answer = await cut(id, { critical: [100, 0] }, both);
+      expect(answer.factors).toEqual({ critical: 0.5, default: 0, sheddable: 0 });
+      await learn(send, id);
+      const override = async (client: string, body: unknown) =>
+        (
+          await send(`/__ratelimit/overrides?rule=${id}&key=${client}`, {
+            method: "PUT",
+            headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+            body: JSON.stringify(body),
+          })
+        ).status;
+      return { send, override };
+    }
+
+    it("unlimited: the rule no longer applies to the client, so its requests of that priority reach the origin", async () => {
+      const { send, override } = await nothingLeft("nothing-left-unlimited");
+      const client = uniqueIp();
+      expect(await override(client, { unlimited: true })).toBe(200);
+      const sheddable = await sequence(() => send("/x", from(client, SHEDDABLE)), 3);
+      const plain = await sequence(() => send("/x", from(client)), 3);
+      expect([...sheddable, ...plain].map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    });
+
+    it("deny: its requests of that priority get 403, as every request of a denied client does", async () => {
+      const { send, override } = await nothingLeft("nothing-left-deny");
+      const client = uniqueIp();
+      expect(await override(client, { deny: true })).toBe(200);
+      const sheddable = await sequence(() => send("/x", from(client, SHEDDABLE)), 3);
+      expect(sheddable.map((r) => r.status)).toEqual([403, 403, 403]);
+    });
+
+    it("an override set after its requests were refused applies to its very next request", async () => {
+      const { send, override } = await nothingLeft("nothing-left-then-unlimited");
+      const client = uniqueIp();
+      const before = await sequence(() => send("/x", from(client, SHEDDABLE)), 2);
+      expect(before.map((r) => r.status)).toEqual([503, 503]);
+      expect(before[1]!.headers.get("retry-after")).toBe("1");
+      expect(await override(client, { unlimited: true })).toBe(200);
+      expect((await send("/x", from(client, SHEDDABLE))).status).toBe(200);
+    });
+
+    it("another limit: still nothing left for that priority (the reduction applies to any limit), 503 and never a 429", async () => {
+      const { send, override } = await nothingLeft("nothing-left-limit");
+      const client = uniqueIp();
+      expect(await override(client, { limit: 1000 })).toBe(200);
+      const sheddable = await sequence(() => send("/x", from(client, SHEDDABLE)), 3);
+      expect(sheddable.map((r) => r.status)).toEqual([503, 503, 503]);
+      const critical = await sequence(() => send("/x", from(client, CRITICAL)), 3);
+      expect(critical.map((r) => r.status)).toEqual([200, 200, 200]);
+    });
   });
 
   it("keeps the reserve for critical requests: default ones get at most the rest of the limit in force", async () => {

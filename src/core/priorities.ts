@@ -197,7 +197,7 @@ export function stageAt(stages: Stages, factor: number): number {
 /**
  * Each priority's factor under the controller's `factor`: a priority
  * before the current stage at 0 (nothing left: every request of it is
- * refused, at the edge), the current one at its share of the stage, down
+ * refused, counted nowhere), the current one at its share of the stage, down
  * to its lowest, those after it at 1. While the limit is reduced, default
  * and sheddable requests get at most `1 − reserve` of critical ones' limit.
  */
@@ -217,6 +217,12 @@ export function factorsAt(stages: Stages, factor: number): Factors {
   }
   return factors;
 }
+
+/**
+ * How long a request of a priority with nothing left (its factor 0) is told
+ * to wait, and its refusal is remembered: the soonest a report can bring a raise.
+ */
+export const NOTHING_LEFT_RETRY_MS = 1_000;
 
 /** The controller's factor at which a stage's own priority has `own` as its factor. */
 export const factorOfStage = (stages: Stages, stage: number, own: number): number => stages.tops[stage]! * own;

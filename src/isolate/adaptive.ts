@@ -18,7 +18,7 @@ import { type PlaceRequest, type RuleCheck, ruleCheckOf } from "../object/protoc
 import { logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { type Flight, HealthReporter, type ReportedRule } from "./health-reporter.ts";
-import { type KeyGroup, KnownRefusal, type RuleRefusal } from "./vocabulary.ts";
+import type { RuleRefusal } from "./vocabulary.ts";
 import type { Sink } from "./work.ts";
 
 /** How long a report may take before it counts as failed. */
@@ -141,35 +141,6 @@ export function noteKnown(known: RuleRefusal[], context: ReportContext): void {
     sendIfDue(reporter, context);
   }
 }
-
-/** How long a priority whose factor is 0 is told to wait: the soonest a report can bring a raise. */
-export const NOTHING_LEFT_RETRY_MS = 1_000;
-
-/**
- * The requests of a priority that has nothing left (its factor is 0: the
- * controller is cutting a priority after it, under an adaptive rule with
- * priorities), refused here, as refusals the isolate knows of: a `503`
- * from the edge, with no call to the key's object. Empty for a request
- * with none.
- */
-export function nothingLeft(groups: KeyGroup[], adaptive: AdaptiveRules, nowMs: number): RuleRefusal[] {
-  if (adaptive.size === 0) return NONE;
-  let refused: RuleRefusal[] = NONE;
-  for (const group of groups) {
-    for (const rule of group.rules) {
-      if (rule.priority === undefined || rule.action !== "block") continue;
-      const reporter = adaptive.get(rule.id);
-      if (reporter === undefined || reporter.factorOf(rule.priority) > 0) continue;
-      const untilMs = nowMs + NOTHING_LEFT_RETRY_MS;
-      const refusal = new KnownRefusal(untilMs, untilMs, 0, group.digest, { limit: 0, reduced: true });
-      if (refused === NONE) refused = [];
-      refused.push({ rule, digest: group.digest, refusal });
-    }
-  }
-  return refused;
-}
-
-const NONE: RuleRefusal[] = [];
 
 /** How many characters of a key's object name a report names it by: enough to tell clients apart, no client data. */
 export const KEY_PREFIX_LENGTH = 16;

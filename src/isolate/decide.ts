@@ -19,7 +19,6 @@ import type { Claims } from "../core/claims.ts";
 import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
 import type { LimiterNamespace } from "../object/client.ts";
-import { nothingLeft } from "./adaptive.ts";
 import { NO_HEADERS, type Outcome } from "./answers.ts";
 import { holds } from "./call.ts";
 import { conclude, type Run } from "./conclude.ts";
@@ -154,7 +153,7 @@ function decideMatched(request: Matched, options: DecideOptions, work: Work): Ou
     const spent = keys.peek(group.digest)?.leases.spend(group.rules, nowMs);
     return spent && { group, rules: group.rules, settlement: { via: "lease", spent } };
   });
-  const known = withNothingLeft(knownFor(groups, counted, keys, nowMs), nothingLeft(groups, isolate.adaptive, nowMs));
+  const known = knownFor(groups, counted, keys, nowMs);
   if (known.length > 0) return conclude(run, { counted, known });
   for (const group of groups) if (group.rules.length > 0) keys.noteRequest(group.digest, nowMs);
   sendOutbox(run.effects);
@@ -196,10 +195,6 @@ function knownFor(
 }
 
 const NONE: RuleRefusal[] = [];
-
-/** The refusals known, and those of priorities with nothing left beside them. */
-const withNothingLeft = (known: RuleRefusal[], none: RuleRefusal[]): RuleRefusal[] =>
-  none.length === 0 ? known : known.length === 0 ? none : [...known, ...none];
 
 /**
  * Settles the counted parts no lease covered, each through its key's gate;

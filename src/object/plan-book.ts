@@ -24,6 +24,21 @@ export type Plan =
   | { kind: "unlimited"; expiresAtMs: number | null }
   | { kind: "deny"; expiresAtMs: number | null };
 
+/**
+ * A rule as a counted check applies it: its plan, or, for an enforcing rule
+ * whose priority has nothing left (its adaptive factor is 0), no count at
+ * all: every request of it refused as a reduction (503), counted nowhere.
+ * An override still comes first: a client it lifts the rule off is
+ * admitted, and one it denies is denied (403).
+ */
+export type Checked = Plan | { kind: "shed" };
+
+const SHED: Checked = { kind: "shed" };
+
+/** The plan of a counted check: `plan`, or {@link SHED} when the rule's priority has nothing left. */
+export const checked = (plan: Plan, rule: RuleCheck): Checked =>
+  plan.kind === "count" && rule.enforce && rule.factor !== undefined && rule.factor <= 0 ? SHED : plan;
+
 export class PlanBook {
   private readonly sql: SqlStorage;
   /** The key's object name, for log lines; undefined for an object made from an id. */

@@ -24,6 +24,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { BookedCount, Rows } from "../core/bookings.ts";
 import type { Override, OverrideSetting } from "../core/overrides.ts";
 import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
+import { NOTHING_LEFT_RETRY_MS } from "../core/priorities.ts";
 import type { Decision } from "../core/sliding-window.ts";
 import { logEvent } from "../observe/log.ts";
 import { BookingBook } from "./booking-book.ts";
@@ -32,7 +33,7 @@ import { type ControllerView, controllerName, type FactorAnswer, type HealthRepo
 import type { Counter, Credit, Seen, Usage } from "./kinds/counter.ts";
 import { type CountedKind, countedUntilMs, counterOf, counterOfKind, kindOfCheck, PACE } from "./kinds/registry.ts";
 import { PlaceBook } from "./place-book.ts";
-import { type Plan, PlanBook } from "./plan-book.ts";
+import { type Checked, checked, type Plan, PlanBook } from "./plan-book.ts";
 import {
   ADAPTIVE_LEASE_MAX_MS,
   type Cancellation,
@@ -231,7 +232,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
-    const plans = rules.map((rule) => this.plans.plan(rule, nowMs));
+    const plans = rules.map((rule) => checked(this.plans.plan(rule, nowMs), rule));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
     const batch = Math.max(1, Math.floor(options.batch ?? 1));
     // Booking work only for a caller that can hold, and a rule that allows a delay.
@@ -297,7 +298,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * every rule that admits it when every enforcing rule does, and starts
    * the penalties of the rules that refuse it.
    */
-  private decideOne(plans: Plan[], rows: (Row | undefined)[], nowMs: number) {
+  private decideOne(plans: Checked[], rows: (Row | undefined)[], nowMs: number) {
     const evaluations = plans.map((plan, i) =>
       plan.kind === "count" ? this.see(rows[i]!, nowMs, plan.rule) : undefined,
     );
@@ -355,11 +356,16 @@ export class RateLimiter extends DurableObject<unknown> {
    * enforcing rule admits it, with everything booked before counted, and
    * each of them counts it there. Shadow rules count it now, as they would.
    */
-  private hold(rules: RuleCheck[], plans: Plan[], rows: (Row | undefined)[], nowMs: number): CheckResult | undefined {
+  private hold(
+    rules: RuleCheck[],
+    plans: Checked[],
+    rows: (Row | undefined)[],
+    nowMs: number,
+  ): CheckResult | undefined {
     const counts: BookedCount[] = [];
     const slots: number[] = [];
     for (const [i, plan] of plans.entries()) {
-      if (plan.kind === "deny") return undefined;
+      if (plan.kind === "deny" || plan.kind === "shed") return undefined;
       if (plan.kind !== "count" || !plan.rule.enforce) continue;
       const row = rows[i]!;
       if (penalizes(plan.rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0) return undefined;
@@ -700,7 +706,7 @@ export class RateLimiter extends DurableObject<unknown> {
    * more. Each unit is admissible now: `remaining` already counts this request.
    */
   private grant(
-    plans: Plan[],
+    plans: Checked[],
     rows: (Row | undefined)[],
     verdicts: RuleVerdict[],
     nowMs: number,
@@ -794,7 +800,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
     const verdicts = rules.map((rule) => {
-      const plan = this.plans.plan(rule, nowMs);
+      const plan = checked(this.plans.plan(rule, nowMs), rule);
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = this.current(plan.rule, nowMs);
       return this.verdict(this.see(row, nowMs, plan.rule), nowMs, plan, row, false);
@@ -1136,8 +1142,26 @@ function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Seen<unknown> {
   return ev.allowed && penalizes(rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0 ? { ...ev, allowed: false } : ev;
 }
 
-/** The verdict of a rule an override lifts or denies for this client: nothing counted, nothing evaluated. */
-function fixedVerdict(plan: Plan & { kind: "unlimited" | "deny" }, nowMs: number): RuleVerdict {
+/**
+ * The verdict of a rule an override lifts or denies for this client, or
+ * whose priority has nothing left: nothing counted, nothing evaluated.
+ */
+function fixedVerdict(plan: Checked & { kind: "unlimited" | "deny" | "shed" }, nowMs: number): RuleVerdict {
+  if (plan.kind === "shed") {
+    // A reduction to nothing: 503, until a report can bring a raise; the limit that applied is 0.
+    return {
+      allowed: false,
+      ruleAllows: false,
+      weighted: 0,
+      remaining: 0,
+      retryAfterMs: NOTHING_LEFT_RETRY_MS,
+      resetMs: NOTHING_LEFT_RETRY_MS,
+      counted: null,
+      holdsForMs: NOTHING_LEFT_RETRY_MS,
+      limit: 0,
+      reduced: true,
+    };
+  }
   if (plan.kind === "unlimited") {
     return {
       allowed: true,
