@@ -137,7 +137,14 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
             body: JSON.stringify(body),
           })
         ).status;
-      return { send, override };
+      const reset = async (client: string) =>
+        (
+          await send(`/__ratelimit/status?rule=${id}&key=${client}`, {
+            method: "DELETE",
+            headers: { authorization: `Bearer ${TOKEN}` },
+          })
+        ).status;
+      return { send, override, reset };
     }
 
     it("unlimited: the rule no longer applies to the client, so its requests of that priority reach the origin", async () => {
@@ -165,6 +172,15 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
       expect(before[1]!.headers.get("retry-after")).toBe("1");
       expect(await override(client, { unlimited: true })).toBe(200);
       expect((await send("/x", from(client, SHEDDABLE))).status).toBe(200);
+    });
+
+    it("a reset: the reduction is no count, so its next request of that priority is refused again; its critical ones go", async () => {
+      const { send, reset } = await nothingLeft("nothing-left-reset");
+      const client = uniqueIp();
+      expect((await send("/x", from(client, SHEDDABLE))).status).toBe(503);
+      expect(await reset(client)).toBe(200);
+      expect((await send("/x", from(client, SHEDDABLE))).status).toBe(503);
+      expect((await send("/x", from(client, CRITICAL))).status).toBe(200);
     });
 
     it("another limit: still nothing left for that priority (the reduction applies to any limit), 503 and never a 429", async () => {
