@@ -257,6 +257,46 @@ describe("a request that may wait for a place (max_delay)", () => {
     });
   });
 
+  describe("when an adaptive rule's factor changes while it waits (docs/adaptive.md)", () => {
+    /** 10 places under a factor of 0.3: 3 held, and two requests in line, each awaiting its answer. */
+    const reduced = (factor: number) => three({ concurrency: 10, factor, maxDelayMs: 10_000, maxHeld: 2 });
+    async function lineOfTwo() {
+      fakeClock(T0);
+      const stub = freshObject();
+      const ids = placeIds(await acquireAll(stub, 3, reduced(0.3)));
+      const tickets = await acquireAll(stub, 2, reduced(0.3));
+      expect(tickets.map((t) => t.status)).toEqual(["queued", "queued"]);
+      const answered: string[] = [];
+      const waits = tickets.map((t, i) =>
+        stub.awaitPlace(t.status === "queued" ? t.ticketId : "").then((a) => {
+          answered.push(`#${i + 1} ${a.status}`);
+          return a;
+        }),
+      );
+      await stub.renew([]); // calls from one stub arrive in order: both wait now
+      return { stub, ids, waits, answered };
+    }
+
+    it("a raise (5 places): both get a place with the first request that carries it, in order, before that request", async () => {
+      const { stub, waits, answered } = await lineOfTwo();
+      const later = await stub.acquire("ai", reduced(0.5));
+      await Promise.all(waits);
+      expect(answered).toEqual(["#1 acquired", "#2 acquired"]);
+      expect(later.status).toBe("queued");
+    });
+
+    it("a cut (2 places): a freed place goes to nobody while 2 or more are held", async () => {
+      const { stub, ids, waits, answered } = await lineOfTwo();
+      expect((await stub.acquire("ai", reduced(0.2))).status).toBe("refused"); // max_held 2 are waiting
+      await stub.release([ids[0]!]); // 2 held: none free under the cut
+      await stub.renew([]);
+      expect(answered).toEqual([]);
+      await stub.release([ids[1]!]); // 1 held: the first in line goes
+      await waits[0];
+      expect(answered).toEqual(["#1 acquired"]);
+    });
+  });
+
   it("is refused at its deadline when no place frees, and the object's timer answers it then", async () => {
     fakeClock(T0);
     const stub = freshObject();

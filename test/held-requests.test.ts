@@ -488,6 +488,51 @@ describe("an admin change meets held requests (docs/per-client-limits.md, reques
   });
 });
 
+describe("an adaptive rule's factor meets held requests (docs/adaptive.md)", () => {
+  /** 10 a second under a factor of 0.1 (1 a second), held up to 10 s: 1 admitted, 4 held at 1 001 … 4 001 ms. */
+  async function fourHeldReduced() {
+    fakeClock(T0);
+    const stub = freshObject();
+    const reduced = smooth({ limit: 10, maxDelayMs: 10_000, factor: 0.1 });
+    const results = await burst(stub, [reduced], 5, false);
+    expect(results.map(outcome)).toEqual(["admitted", "held 1001", "held 2001", "held 3001", "held 4001"]);
+    const turns = results.slice(1).map((r) => stub.awaitTurn(r.held!.bookingId));
+    await stub.peek([reduced]); // the claims have arrived
+    return { stub, reduced, turns };
+  }
+
+  it("a raise moves them up with the first request that carries it, in the order they came, before that request", async () => {
+    const { stub, reduced, turns } = await fourHeldReduced();
+    vi.setSystemTime(T0 + 10);
+    const later = await stub.check([{ ...reduced, factor: 1 }], { hold: true });
+    for (const answer of await Promise.all(turns)) expect(answer).toMatchObject({ status: "turn", atMs: T0 + 10 });
+    // Decided on the counts of all five before it: 4 of 10 left after it.
+    expect(later).toMatchObject({ allowed: true });
+    expect(later.verdicts[0]).toMatchObject({ remaining: 4 });
+  });
+
+  it("a raise that leaves room for only some moves those up, in order, and the later request waits behind them", async () => {
+    const { stub, reduced, turns } = await fourHeldReduced();
+    vi.setSystemTime(T0 + 10);
+    // 3 a second: the first two held go now; the next two, and then the later request, at turns of their own.
+    const later = await stub.check([{ ...reduced, factor: 0.3 }], { hold: true });
+    const now = await Promise.all(turns.slice(0, 2));
+    for (const answer of now) expect(answer).toMatchObject({ status: "turn", atMs: T0 + 10 });
+    // #3 and #4 at 1 001 and 1 334 ms (were 3 001 and 4 001), and the later request behind them, at 1 667.
+    expect((await storedBookings(stub)).map((b) => b.atMs)).toEqual([10, 10, 1_001, 1_334, 1_667]);
+    expect(outcome(later)).toBe("held 1667");
+  });
+
+  it("a cut leaves the turns they were given", async () => {
+    const { stub, reduced } = await fourHeldReduced();
+    vi.setSystemTime(T0 + 10);
+    await stub.check([{ ...reduced, factor: 0.05 }], { hold: true });
+    expect((await storedBookings(stub)).slice(0, 4)).toEqual(
+      [1_001, 2_001, 3_001, 4_001].map((atMs) => ({ atMs, counted: false })),
+    );
+  });
+});
+
 describe("bookings nobody claims (their requests died with an isolate, or in a crash)", () => {
   it("after a crash, go 5 s after the object's restart unless their callers claim them again: the next request moves up, and they count nowhere", async () => {
     fakeClock(T0);

@@ -62,7 +62,11 @@ export class AdaptiveRules {
     const reporter = this.of(rule as Rule & ReportedRule);
     const made = this.checks.get(rule);
     if (made !== undefined && made.version === reporter.version) return made.check;
-    const check = { ...ruleCheckOf(rule), factor: reporter.factorOf(rule.priority) };
+    const check = {
+      ...ruleCheckOf(rule),
+      factor: reporter.factorOf(rule.priority),
+      ...(rule.priority === undefined ? {} : { priority: rule.priority }),
+    };
     this.checks.set(rule, { version: reporter.version, check });
     return check;
   };
@@ -75,7 +79,11 @@ export class AdaptiveRules {
     if (made !== undefined && made.version === reporter.version && made.request.concurrency === base.concurrency) {
       return made.request;
     }
-    const request = { ...base, factor: reporter.factorOf(rule.priority) };
+    const request = {
+      ...base,
+      factor: reporter.factorOf(rule.priority),
+      ...(rule.priority === undefined ? {} : { priority: rule.priority }),
+    };
     this.places.set(rule, { version: reporter.version, request });
     return request;
   }

@@ -9,6 +9,7 @@ import type { BucketCheck } from "../core/kinds/bucket.ts";
 import type { QuotaLimit } from "../core/kinds/quota.ts";
 import { kindOf } from "../core/kinds/registry.ts";
 import type { OverrideSetting } from "../core/overrides.ts";
+import type { Priority } from "../core/priorities.ts";
 import { type CountedRule, DEFAULT_MAX_HELD, type PlacedRule } from "../core/rules.ts";
 import type { Decision, WindowLimit } from "../core/sliding-window.ts";
 
@@ -56,6 +57,8 @@ type CheckCommon = {
    * {@link ADAPTIVE_LEASE_MAX_MS}.
    */
   factor?: number;
+  /** Under an adaptive rule with priorities, the request's: `factor` is that priority's. */
+  priority?: Priority;
 };
 
 /** How many of a key's requests a rule holds at once when it names no `maxHeld`. */
@@ -202,6 +205,8 @@ export type PlaceRequest = {
    * until their requests end. Absent on a rule that is not adaptive.
    */
   factor?: number;
+  /** Under an adaptive rule with priorities, the request's: `factor` is that priority's. */
+  priority?: Priority;
 };
 
 /** A place given: hold it while the request is in flight, renew it every third of the timeout, release it at the end. */

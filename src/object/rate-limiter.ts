@@ -143,6 +143,8 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** Held requests' bookings. */
   private readonly books: BookingBook;
+  /** Per adaptive rule and priority, the factor its checks last carried here: a raise moves those held up. */
+  private readonly factorsSeen = new Map<string, number>();
   /** Concurrency rules' places. */
   private readonly places: PlaceBook;
   /** The one timer: the next turn or place a caller awaits. */
@@ -225,6 +227,73 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
+   * An adaptive rule's factor, as a check carries it, higher than the last
+   * its rule (and priority) carried here, with requests held: those held
+   * under it are planned again under the new factor, as an override's raise
+   * plans them (docs/adaptive.md): they move up, in the order they came,
+   * never later, before the request that brought the raise is decided. A
+   * cut leaves the turns they were given. The first check after a restart
+   * counts as a raise: planning again never moves a turn later.
+   */
+  private followRaises(rules: RuleCheck[], nowMs: number): void {
+    let raised: Map<string, RuleCheck> | undefined;
+    for (const rule of rules) {
+      if (rule.factor === undefined) continue;
+      const seen = `${rule.id}|${rule.priority ?? ""}`;
+      const before = this.factorsSeen.get(seen);
+      if (before === rule.factor) continue;
+      this.factorsSeen.set(seen, rule.factor);
+      if (this.books.anyAhead && (before === undefined || rule.factor > before)) {
+        raised ??= new Map();
+        raised.set(rule.id, rule);
+      }
+    }
+    if (raised === undefined) return;
+    const under = raised;
+    this.books.replan(
+      new Set(under.keys()),
+      (check) => {
+        const now = under.get(check.id)!;
+        const same = (check.priority ?? "") === (now.priority ?? "");
+        const factor = same && (check.factor ?? 1) < now.factor! ? now.factor : check.factor;
+        const plan = this.plans.plan(factor === undefined ? check : { ...check, factor }, nowMs);
+        return plan.kind === "count" ? plan.rule : plan.kind;
+      },
+      nowMs,
+      this.booked,
+    );
+    this.countTurnsDue(nowMs);
+    this.rearm(nowMs);
+  }
+
+  /**
+   * An adaptive concurrency rule's factor, as a request for a place carries
+   * it, other than the last its rule (and priority) carried here: the
+   * requests waiting in line under it wait for places under the new factor,
+   * as under an override's change (docs/adaptive.md): a raise serves the
+   * line at once, in order, before the request that brought it; after a
+   * cut, a place freed goes to the line only below the fewer places.
+   */
+  private followFactor(ruleId: string, request: PlaceRequest, nowMs: number): void {
+    if (request.factor === undefined) return;
+    const seen = `place|${ruleId}|${request.priority ?? ""}`;
+    if (this.factorsSeen.get(seen) === request.factor) return;
+    this.factorsSeen.set(seen, request.factor);
+    const priority = request.priority ?? "";
+    this.places.replan(
+      ruleId,
+      (check: RuleCheck) => {
+        const same = (check.priority ?? "") === priority;
+        const plan = this.plans.plan(same ? { ...check, factor: request.factor } : check, nowMs);
+        return plan.kind === "count" ? plan.rule.limit : plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : "deny";
+      },
+      nowMs,
+      newId,
+    );
+    this.rearm(nowMs);
+  }
+
+  /**
    * Checks one request against every rule of this key, all or nothing: if an
    * enforcing rule refuses it, no rule counts it.
    */
@@ -232,6 +301,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (options.returns?.length) this.refund(options.returns);
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
+    this.followRaises(rules, nowMs);
     const plans = rules.map((rule) => checked(this.plans.plan(rule, nowMs), rule));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
     const batch = Math.max(1, Math.floor(options.batch ?? 1));
@@ -524,6 +594,7 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
     const nowMs = Date.now();
+    this.followFactor(ruleId, request, nowMs);
     const plan = this.plans.plan(placeCheck(ruleId, request), nowMs);
     if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
     const limit = plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : plan.rule.limit;
@@ -1111,6 +1182,7 @@ const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
   ...(request.tiers === undefined ? {} : { tiers: request.tiers }),
   ...(request.tier === undefined ? {} : { tier: request.tier }),
   ...(request.factor === undefined ? {} : { factor: request.factor }),
+  ...(request.priority === undefined ? {} : { priority: request.priority }),
 });
 
 /** A refusal behind held requests: admissible at the turn it would get behind them, not before. */
