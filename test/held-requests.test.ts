@@ -496,7 +496,12 @@ describe("an adaptive rule's factor meets held requests (docs/adaptive.md)", () 
     const reduced = smooth({ limit: 10, maxDelayMs: 10_000, factor: 0.1 });
     const results = await burst(stub, [reduced], 5, false);
     expect(results.map(outcome)).toEqual(["admitted", "held 1001", "held 2001", "held 3001", "held 4001"]);
-    const turns = results.slice(1).map((r) => stub.awaitTurn(r.held!.bookingId));
+    const turns = results.slice(1).map((r) => {
+      const turn = stub.awaitTurn(r.held!.bookingId);
+      // A turn a test does not wait for ends with the object when a later test aborts every object.
+      turn.catch(() => undefined);
+      return turn;
+    });
     await stub.peek([reduced]); // the claims have arrived
     return { stub, reduced, turns };
   }
