@@ -27,12 +27,12 @@ import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import { NOTHING_LEFT_RETRY_MS } from "../core/priorities.ts";
 import type { Decision } from "../core/sliding-window.ts";
 import { logEvent } from "../observe/log.ts";
-import { BookingBook } from "./booking-book.ts";
+import { BookingBook, type Replanned } from "./booking-book.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import type { Counter, Credit, Seen, Usage } from "./kinds/counter.ts";
 import { type CountedKind, countedUntilMs, counterOf, counterOfKind, kindOfCheck, PACE } from "./kinds/registry.ts";
-import { PlaceBook } from "./place-book.ts";
+import { PlaceBook, type ReplannedPlaces } from "./place-book.ts";
 import { type Checked, checked, type Plan, PlanBook } from "./plan-book.ts";
 import {
   ADAPTIVE_LEASE_MAX_MS,
@@ -227,70 +227,80 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * An adaptive rule's factor, as a check carries it, higher than the last
-   * its rule (and priority) carried here, with requests held: those held
-   * under it are planned again under the new factor, as an override's raise
-   * plans them (docs/adaptive.md): they move up, in the order they came,
-   * never later, before the request that brought the raise is decided. A
-   * cut leaves the turns they were given. The first check after a restart
-   * counts as a raise: planning again never moves a turn later.
+   * An adaptive rule's factor, as a check carries it, when it is not the
+   * last its rule (and priority) carried here: the factor before (undefined
+   * when none was seen yet, as after a restart); null when it has not moved.
+   */
+  private factorMoved(check: RuleCheck): { before: number | undefined } | null {
+    if (check.factor === undefined) return null;
+    const seen = `${check.id}|${check.priority ?? ""}`;
+    const before = this.factorsSeen.get(seen);
+    if (before === check.factor) return null;
+    this.factorsSeen.set(seen, check.factor);
+    return { before };
+  }
+
+  /**
+   * A check that carries a higher factor than the last its rule (and
+   * priority) carried here, with requests held: those held under it are
+   * planned again under it, as under an override's raise (docs/adaptive.md):
+   * they move up, in the order they came, before the request that brought
+   * the raise is decided. A cut leaves the turns they were given. The first
+   * check after a restart counts as a raise: planning again never moves a
+   * turn later.
    */
   private followRaises(rules: RuleCheck[], nowMs: number): void {
     let raised: Map<string, RuleCheck> | undefined;
     for (const rule of rules) {
-      if (rule.factor === undefined) continue;
-      const seen = `${rule.id}|${rule.priority ?? ""}`;
-      const before = this.factorsSeen.get(seen);
-      if (before === rule.factor) continue;
-      this.factorsSeen.set(seen, rule.factor);
-      if (this.books.anyAhead && (before === undefined || rule.factor > before)) {
-        raised ??= new Map();
-        raised.set(rule.id, rule);
-      }
+      const moved = this.factorMoved(rule);
+      if (moved === null || !this.books.anyAhead) continue;
+      if (moved.before !== undefined && rule.factor! < moved.before) continue;
+      raised ??= new Map();
+      raised.set(rule.id, rule);
     }
     if (raised === undefined) return;
     const under = raised;
-    this.books.replan(
-      new Set(under.keys()),
-      (check) => {
-        const now = under.get(check.id)!;
-        const same = (check.priority ?? "") === (now.priority ?? "");
-        const factor = same && (check.factor ?? 1) < now.factor! ? now.factor : check.factor;
-        const plan = this.plans.plan(factor === undefined ? check : { ...check, factor }, nowMs);
-        return plan.kind === "count" ? plan.rule : plan.kind;
-      },
-      nowMs,
-      this.booked,
-    );
-    this.countTurnsDue(nowMs);
+    this.replanHeld(new Set(under.keys()), nowMs, (check) => {
+      const now = under.get(check.id)!;
+      return samePriority(check, now) && (check.factor ?? 1) < now.factor! ? { ...check, factor: now.factor } : check;
+    });
     this.rearm(nowMs);
   }
 
   /**
-   * An adaptive concurrency rule's factor, as a request for a place carries
-   * it, other than the last its rule (and priority) carried here: the
-   * requests waiting in line under it wait for places under the new factor,
-   * as under an override's change (docs/adaptive.md): a raise serves the
-   * line at once, in order, before the request that brought it; after a
-   * cut, a place freed goes to the line only below the fewer places.
+   * A request for a place that carries another factor than the last its
+   * rule (and priority) carried here: the requests in line under it wait
+   * for places under the new factor, as under an override's change
+   * (docs/adaptive.md): a raise serves the line at once, in order, before
+   * the request that brought it; after a cut, a place freed goes to the
+   * line only below the fewer places.
    */
-  private followFactor(ruleId: string, request: PlaceRequest, nowMs: number): void {
-    if (request.factor === undefined) return;
-    const seen = `place|${ruleId}|${request.priority ?? ""}`;
-    if (this.factorsSeen.get(seen) === request.factor) return;
-    this.factorsSeen.set(seen, request.factor);
-    const priority = request.priority ?? "";
+  private followFactor(now: RuleCheck, nowMs: number): void {
+    if (this.factorMoved(now) === null) return;
+    this.replanLine(now.id, nowMs, (check) => (samePriority(check, now) ? { ...check, factor: now.factor } : check));
+    this.rearm(nowMs);
+  }
+
+  /**
+   * The requests held under `ruleIds` planned again, each from its stored
+   * check as `checkNow` makes it (the check itself under an override's
+   * change; with a new factor under an adaptive rule's): they move up where
+   * the new plan leaves room, a deny withdraws them, `unlimited` drops their count.
+   */
+  private replanHeld(ruleIds: ReadonlySet<string>, nowMs: number, checkNow: (check: RuleCheck) => RuleCheck = same) {
+    if (!this.books.anyAhead) return;
+    this.books.replan(ruleIds, (check) => heldUnder(this.plans.plan(checkNow(check), nowMs)), nowMs, this.booked);
+    this.countTurnsDue(nowMs);
+  }
+
+  /** The line for a concurrency rule's places planned again, each ticket from its stored check as `checkNow` makes it. */
+  private replanLine(ruleId: string, nowMs: number, checkNow: (check: RuleCheck) => RuleCheck = same) {
     this.places.replan(
       ruleId,
-      (check: RuleCheck) => {
-        const same = (check.priority ?? "") === priority;
-        const plan = this.plans.plan(same ? { ...check, factor: request.factor } : check, nowMs);
-        return plan.kind === "count" ? plan.rule.limit : plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : "deny";
-      },
+      (check: RuleCheck) => placesUnder(this.plans.plan(checkNow(check), nowMs)),
       nowMs,
       newId,
     );
-    this.rearm(nowMs);
   }
 
   /**
@@ -594,8 +604,9 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
     const nowMs = Date.now();
-    this.followFactor(ruleId, request, nowMs);
-    const plan = this.plans.plan(placeCheck(ruleId, request), nowMs);
+    const check = placeCheck(ruleId, request);
+    this.followFactor(check, nowMs);
+    const plan = this.plans.plan(check, nowMs);
     if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
     const limit = plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : plan.rule.limit;
     const answer = this.places.acquire(
@@ -604,9 +615,7 @@ export class RateLimiter extends DurableObject<unknown> {
         limit,
         timeoutMs: request.placeTimeoutMs,
         maxHeld: request.maxHeld ?? DEFAULT_MAX_HELD,
-        ...(request.maxDelayMs === undefined
-          ? {}
-          : { maxDelayMs: request.maxDelayMs, check: placeCheck(ruleId, request) }),
+        ...(request.maxDelayMs === undefined ? {} : { maxDelayMs: request.maxDelayMs, check }),
       },
       nowMs,
       newId,
@@ -740,27 +749,8 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   private replanWaiting(ruleId: string): void {
     const nowMs = Date.now();
-    if (this.books.anyAhead) {
-      this.books.replan(
-        new Set([ruleId]),
-        (check) => {
-          const plan = this.plans.plan(check, nowMs);
-          return plan.kind === "count" ? plan.rule : plan.kind;
-        },
-        nowMs,
-        this.booked,
-      );
-      this.countTurnsDue(nowMs);
-    }
-    this.places.replan(
-      ruleId,
-      (check: RuleCheck) => {
-        const plan = this.plans.plan(check, nowMs);
-        return plan.kind === "count" ? plan.rule.limit : plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : "deny";
-      },
-      nowMs,
-      newId,
-    );
+    this.replanHeld(new Set([ruleId]), nowMs);
+    this.replanLine(ruleId, nowMs);
     this.rearm(nowMs);
   }
 
@@ -1185,6 +1175,19 @@ const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
   ...(request.priority === undefined ? {} : { priority: request.priority }),
 });
 
+/** A stored check as it was. */
+const same = (check: RuleCheck): RuleCheck => check;
+
+/** Whether two checks of a rule are of the same priority (or both of a rule without priorities). */
+const samePriority = (a: RuleCheck, b: RuleCheck): boolean => (a.priority ?? "") === (b.priority ?? "");
+
+/** What a held request counts under a plan: the rule as it now applies, or no count, or a refusal. */
+const heldUnder = (plan: Plan): Replanned => (plan.kind === "count" ? plan.rule : plan.kind);
+
+/** How many places a plan gives a request in line: the rule's (under an override and a factor), all, or none. */
+const placesUnder = (plan: Plan): ReplannedPlaces =>
+  plan.kind === "count" ? plan.rule.limit : plan.kind === "unlimited" ? Number.POSITIVE_INFINITY : "deny";
+
 /** A refusal behind held requests: admissible at the turn it would get behind them, not before. */
 function behindHeld(decision: Decision, turnMs: number | undefined, nowMs: number): Decision {
   if (turnMs === undefined) return decision;
@@ -1219,47 +1222,31 @@ function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Seen<unknown> {
  * whose priority has nothing left: nothing counted, nothing evaluated.
  */
 function fixedVerdict(plan: Checked & { kind: "unlimited" | "deny" | "shed" }, nowMs: number): RuleVerdict {
-  if (plan.kind === "shed") {
-    // A reduction to nothing: 503, until a report can bring a raise; the limit that applied is 0.
-    return {
-      allowed: false,
-      ruleAllows: false,
-      weighted: 0,
-      remaining: 0,
-      retryAfterMs: NOTHING_LEFT_RETRY_MS,
-      resetMs: NOTHING_LEFT_RETRY_MS,
-      counted: null,
-      holdsForMs: NOTHING_LEFT_RETRY_MS,
-      limit: 0,
-      reduced: true,
-    };
+  switch (plan.kind) {
+    case "unlimited":
+      return { ...uncounted(true, 0), override: "unlimited" };
+    case "deny":
+      return {
+        ...uncounted(false, plan.expiresAtMs === null ? DENY_FOREVER_MS : plan.expiresAtMs - nowMs),
+        override: "deny",
+      };
+    case "shed":
+      // A reduction to nothing: 503, until a report can bring a raise; the limit that applied is 0.
+      return { ...uncounted(false, NOTHING_LEFT_RETRY_MS), limit: 0, reduced: true };
   }
-  if (plan.kind === "unlimited") {
-    return {
-      allowed: true,
-      ruleAllows: true,
-      weighted: 0,
-      remaining: 0,
-      retryAfterMs: 0,
-      resetMs: 0,
-      counted: null,
-      holdsForMs: 0,
-      override: "unlimited",
-    };
-  }
-  const waitMs = plan.expiresAtMs === null ? DENY_FOREVER_MS : plan.expiresAtMs - nowMs;
-  return {
-    allowed: false,
-    ruleAllows: false,
-    weighted: 0,
-    remaining: 0,
-    retryAfterMs: waitMs,
-    resetMs: waitMs,
-    counted: null,
-    holdsForMs: waitMs,
-    override: "deny",
-  };
 }
+
+/** A verdict that counted nothing and evaluated nothing: admitted, or refused for `waitMs`. */
+const uncounted = (allowed: boolean, waitMs: number): RuleVerdict => ({
+  allowed,
+  ruleAllows: allowed,
+  weighted: 0,
+  remaining: 0,
+  retryAfterMs: waitMs,
+  resetMs: waitMs,
+  counted: null,
+  holdsForMs: waitMs,
+});
 
 /** What applied to the client besides the rule: an override (or its tier), or a tier its token claimed. */
 function appliedTo(plan: Plan): { override?: OverrideSetting["kind"]; tier?: string } {
