@@ -79,6 +79,16 @@ export function percentile(values: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
 }
 
+/** The latencies (arrival to answer) of what the origin answered from `from` to `to`, ms. */
+const latenciesIn =
+  (served: ServedRecord[]) =>
+  (from: number, to: number): number[] =>
+    served.filter((s) => s.finishMs >= from && s.finishMs < to).map((s) => s.finishMs - s.arriveMs);
+
+/** The share of these requests that succeeded; NaN for none. */
+const okShare = (rs: RequestRecord[]): number =>
+  rs.length === 0 ? Number.NaN : rs.filter((r) => r.outcome === "ok").length / rs.length;
+
 /** C at `atMs`. */
 const capacityAt = (scenario: Scenario, atMs: number): number =>
   scenario.halveAtMs !== null && atMs >= scenario.halveAtMs
@@ -103,14 +113,11 @@ export function figures(
   // What C allowed during the overload, in requests (C may halve halfway).
   let allowed = 0;
   for (let t = overload.startMs; t < overload.endMs; t += 100) allowed += capacityAt(scenario, t) / 10;
-  const latencies = (from: number, to: number) =>
-    served.filter((s) => s.finishMs >= from && s.finishMs < to).map((s) => s.finishMs - s.arriveMs);
+  const latencies = latenciesIn(served);
   // Unloaded: the phase before, past its first few seconds (connections being opened).
   const unloadedP99Ms = percentile(latencies(before.startMs + (before.endMs - before.startMs) / 4, before.endMs), 0.99);
   const settledFrom = overload.startMs + (overload.endMs - overload.startMs) / 5;
   const sentDuring = (light: boolean) => requests.filter((r) => isLight(r.client) === light && during(r.sentMs));
-  const share = (rs: RequestRecord[]) =>
-    rs.length === 0 ? Number.NaN : rs.filter((r) => r.outcome === "ok").length / rs.length;
   let originBackMs: number | null = null;
   const lastMs = Math.max(...served.map((s) => s.finishMs), overload.endMs);
   for (let t = overload.endMs; t + 1000 <= lastMs; t += 1000) {
@@ -132,8 +139,8 @@ export function figures(
     overloadP99Ms: percentile(latencies(overload.startMs, overload.endMs), 0.99),
     settledP99Ms: percentile(latencies(settledFrom, overload.endMs), 0.99),
     unloadedP99Ms,
-    lightSuccess: share(sentDuring(true)),
-    heavySuccess: share(sentDuring(false)),
+    lightSuccess: okShare(sentDuring(true)),
+    heavySuccess: okShare(sentDuring(false)),
     originRefusals: originRefusedAtMs.filter((t) => during(t)).length,
     originBackMs,
     limitBackMs,
@@ -168,7 +175,7 @@ function followedFigures(
   return {
     afterMs: from - halveAtMs,
     goodputShare: good / (((scenario.capacityPerSecond / 2) * (endMs - from)) / 1000),
-    lightSuccess: light.length === 0 ? Number.NaN : light.filter((r) => r.outcome === "ok").length / light.length,
+    lightSuccess: okShare(light),
     p99Ratio: percentile(latencies(from, endMs), 0.99) / halvedUnloadedMs,
   };
 }
@@ -207,10 +214,7 @@ export function driftFigures(
     return found;
   };
   const [before, light, overload] = [phase("before"), phase("drift"), phase("overload")];
-  const latencies = (from: number, to: number) =>
-    served.filter((s) => s.finishMs >= from && s.finishMs < to).map((s) => s.finishMs - s.arriveMs);
-  const share = (rs: RequestRecord[]) =>
-    rs.length === 0 ? Number.NaN : rs.filter((r) => r.outcome === "ok").length / rs.length;
+  const latencies = latenciesIn(served);
   const sent = (from: number, to: number, light: boolean) =>
     requests.filter((r) => r.sentMs >= from && r.sentMs < to && isLight(r.client) === light);
   const factorAt = (atMs: number) => factors.filter((f) => f.atMs <= atMs).at(-1)?.factor ?? 1;
@@ -228,12 +232,12 @@ export function driftFigures(
     reportedMs: reported === undefined ? null : reported.atMs - light.startMs,
     lowestFactor: Math.min(factorAt(light.startMs), ...inLight.map((f) => f.factor)),
     limitBackMs: backAt === undefined ? null : backAt - light.startMs,
-    lightSuccess: share(sent(light.startMs, light.endMs, true)),
-    heavySuccess: share(sent(light.startMs, light.endMs, false)),
+    lightSuccess: okShare(sent(light.startMs, light.endMs, true)),
+    heavySuccess: okShare(sent(light.startMs, light.endMs, false)),
     overload: {
       goodputShare: good.length / ((scenario.capacityPerSecond * (overload.endMs - overload.startMs)) / 1000),
       settledP99Ms: percentile(latencies(settledFrom, overload.endMs), 0.99),
-      lightSuccess: share(sent(overload.startMs, overload.endMs, true)),
+      lightSuccess: okShare(sent(overload.startMs, overload.endMs, true)),
       originRefusals: originRefusedAtMs.filter((t) => t >= overload.startMs && t < overload.endMs).length,
     },
     afterBackMs: afterDown ? (afterBack ? afterBack.atMs - overload.endMs : null) : 0,
@@ -282,10 +286,7 @@ export function priorityFigures(
     throw new Error("a scenario has a phase before the overload, and the overload");
   const during = (t: number, from = overload.startMs) => t >= from && t < overload.endMs;
   const settledFrom = overload.startMs + (overload.endMs - overload.startMs) / 5;
-  const latencies = (from: number, to: number) =>
-    served.filter((s) => s.finishMs >= from && s.finishMs < to).map((s) => s.finishMs - s.arriveMs);
-  const share = (rs: RequestRecord[]) =>
-    rs.length === 0 ? Number.NaN : rs.filter((r) => r.outcome === "ok").length / rs.length;
+  const latencies = latenciesIn(served);
   const of = (priority: Priority) => requests.filter((r) => r.priority === priority);
   const allowed = (from: number) => (scenario.capacityPerSecond * (overload.endMs - from)) / 1000;
   const good = requests.filter((r) => r.outcome === "ok" && during(r.doneMs));
@@ -299,9 +300,9 @@ export function priorityFigures(
   const lowest = (priority: Priority) =>
     factors === null || factors.length === 0 ? null : Math.min(1, ...factors.map((f) => f.factors[priority]));
   return {
-    criticalSuccess: share(of("critical").filter((r) => during(r.sentMs))),
-    sheddableSuccess: share(of("sheddable").filter((r) => during(r.sentMs))),
-    criticalSuccessRun: share(of("critical")),
+    criticalSuccess: okShare(of("critical").filter((r) => during(r.sentMs))),
+    sheddableSuccess: okShare(of("sheddable").filter((r) => during(r.sentMs))),
+    criticalSuccessRun: okShare(of("critical")),
     goodputShare: good.length / allowed(overload.startMs),
     criticalGoodputShare: good.filter((r) => r.priority === "critical").length / allowed(overload.startMs),
     settledGoodputShare: good.filter((r) => r.doneMs >= settledFrom).length / allowed(settledFrom),
