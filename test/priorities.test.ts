@@ -173,6 +173,18 @@ describe("the controller under a rule with priorities", () => {
     const first = observe(state, counts, state.version, atMs, target);
     return observe(first.state, noCounts(), first.state.version, atMs + CONTROLLER_PARAMS.intervalMs, target).state;
   };
+  /**
+   * Sheddable requests have just been left nothing, at 10 s (the factor at the top of default's stage,
+   * which has no requests); the origin's calm latency is 50 ms.
+   */
+  const leftNothing: ControllerState = {
+    ...initialState(),
+    factor: stages.tops[1]!,
+    version: 3,
+    mode: "reducing",
+    changedAtMs: 10_000,
+    calm: { ms: 50, periodStartMs: 0, previousMs: null, currentMs: 50 },
+  };
 
   it("cuts sheddable requests while they are sent, and only them", () => {
     let state = initialState();
@@ -194,15 +206,7 @@ describe("the controller under a rule with priorities", () => {
   });
 
   it("cuts critical requests only once the queue built before the others had nothing left has had its time to drain", () => {
-    // Sheddable requests have just been left nothing (the factor at the top of default's stage, which has
-    // no requests): the origin is still slow with the backlog admitted before.
-    const leftNothing: ControllerState = {
-      ...initialState(),
-      factor: stages.tops[1]!,
-      version: 3,
-      mode: "reducing",
-      changedAtMs: 10_000,
-    };
+    // The origin is still failing with the backlog admitted before sheddable requests were left nothing.
     const soon = step(leftNothing, failing({ critical: [100, 0], sheddable: [0, 50] }, 50), 10_600);
     expect(factorsAt(stages, soon.factor)).toEqual({ sheddable: 0, default: 1, critical: 1 });
     const later = step(leftNothing, failing({ critical: [100, 0], sheddable: [0, 50] }, 50), 12_100);
@@ -211,14 +215,6 @@ describe("the controller under a rule with priorities", () => {
   });
 
   describe("when the origin is slow with the backlog the others built (calm 50 ms, answers waiting 1.85 s)", () => {
-    const leftNothing: ControllerState = {
-      ...initialState(),
-      factor: stages.tops[1]!,
-      version: 3,
-      mode: "reducing",
-      changedAtMs: 10_000,
-      calm: { ms: 50, periodStartMs: 0, previousMs: null, currentMs: 50 },
-    };
     /** Critical requests forwarded, and answers (all slow, at 1.85 s) of which `gone` clients had left first. */
     const queued = (forwarded: number, answered: number, gone: number): HealthCounts => ({
       ...noCounts(),
