@@ -8,6 +8,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { type HealthCounts, noCounts, type PriorityCounts, type PriorityPlan } from "../src/core/health.ts";
+import type { Flight, HealthReporter } from "../src/isolate/health-reporter.ts";
 import { createIsolate, defaultIsolate } from "../src/isolate/isolate.ts";
 import { reportHealth } from "../src/object/client.ts";
 import type { FactorAnswer } from "../src/object/controller-protocol.ts";
@@ -221,6 +222,86 @@ describe("an adaptive rule with priorities, its capacity reduced", () => {
     // The first request (before the factors were learned) went with the first report; the rest are here.
     expect(pending.byPriority?.sheddable).toEqual([5, 2]);
     expect(pending.byPriority?.critical).toEqual([2, 0]);
+  });
+});
+
+describe("sheddable requests while the isolate's requests in flight crowd the origin, before any report", () => {
+  const TOKEN = "priorities-crowd-token";
+  /** `n` requests of the rule in flight at the origin, as the isolate's reporter follows them. */
+  const inFlight = (reporter: HealthReporter, n: number): Flight[] =>
+    Array.from({ length: n }, () => {
+      const f: Flight = { key: undefined, startMs: 0, prev: null, next: null, listed: false, aloft: false, level: 0 };
+      reporter.started(f, Date.now());
+      return f;
+    });
+
+  /** The isolate's reporter of the rule, at its configured limit, once a first request made it. */
+  async function reporterOf(send: (path: string, init?: RequestInit) => Promise<Response>, id: string) {
+    await (await send("/x", from(uniqueIp()))).arrayBuffer();
+    const reporter = defaultIsolate().adaptive.get(id)!;
+    expect(reporter.factor).toBe(1);
+    return reporter;
+  }
+
+  it("refuses them at once (503, counted nowhere), admits default and critical ones, and lets a client's override decide first", async () => {
+    const id = uniqueRule("crowd");
+    const send = limiter([rule(id)], { ADMIN_TOKEN: TOKEN });
+    const reporter = await reporterOf(send, id);
+    // One request answered within the target with 2 in flight: from 4 in flight the origin is crowded. 50 are.
+    const [first, second] = inFlight(reporter, 2);
+    reporter.ended(second!);
+    reporter.answered(200, 5, undefined, second!);
+    const crowd = inFlight(reporter, 49);
+    expect(reporter.crowd.flying).toBe(50);
+    const override = async (client: string, body: unknown) => {
+      const response = await send(`/__ratelimit/overrides?rule=${id}&key=${client}`, {
+        method: "PUT",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const client = uniqueIp();
+    const shed = await sequence(() => send("/x", from(client, SHEDDABLE)), 2);
+    expect(shed.map((r) => r.status)).toEqual([503, 503]);
+    expect(((await shed[0]!.json()) as { type: string }).type).toBe(REDUCED);
+    expect(shed[0]!.headers.get("retry-after")).toBe("1");
+    // A denied client is denied, as every request of it is.
+    const denied = uniqueIp();
+    expect(await override(denied, { deny: true })).toBe(200);
+    expect((await sequence(() => send("/x", from(denied, SHEDDABLE)), 2)).map((r) => r.status)).toEqual([403, 403]);
+    // A client the rule is lifted off is admitted.
+    const lifted = uniqueIp();
+    expect(await override(lifted, { unlimited: true })).toBe(200);
+    // (Its answer, in time with 51 in flight, teaches the isolate the origin is not crowded at 51: ended at once.)
+    for (const f of crowd) {
+      reporter.ended(f);
+      reporter.answered(503, 5, undefined, f);
+    }
+    reporter.ended(first!);
+    reporter.answered(503, 5, undefined, first!);
+    expect(reporter.crowd.flying).toBe(0);
+    expect((await sequence(() => send("/x", from(lifted, SHEDDABLE)), 1)).map((r) => r.status)).toEqual([200]);
+    // The crowd gone, the refused client's sheddable requests are admitted at once: its count was never touched.
+    const after = await sequence(() => send("/x", from(client, SHEDDABLE)), 10);
+    expect(after.map((r) => r.status)).toEqual([...Array(10).fill(200)]);
+    expect((await send("/x", from(client, SHEDDABLE))).status).toBe(429);
+  });
+
+  it("never refuses default or critical ones, however crowded", async () => {
+    const id = uniqueRule("crowd-others");
+    const send = limiter([rule(id)]);
+    const reporter = await reporterOf(send, id);
+    const [one] = inFlight(reporter, 1);
+    reporter.ended(one!);
+    reporter.answered(200, 5, undefined, one!);
+    inFlight(reporter, 40);
+    expect(reporter.crowded("sheddable", Date.now())).toBe(true);
+    const client = uniqueIp();
+    const plain = await sequence(() => send("/x", from(client)), 3);
+    const critical = await sequence(() => send("/x", from(client, CRITICAL)), 3);
+    expect([...plain, ...critical].map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
   });
 });
 

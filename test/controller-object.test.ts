@@ -282,4 +282,18 @@ describe("an adaptive rule's controller object", () => {
       ["info", false],
     ]);
   });
+
+  it("never takes a queue that isolates hold in place by refusing a crowd for the origin's calm", async () => {
+    const rule = freshRule();
+    let answer = await window(rule, 0, healthy, T0); // calm: 50 ms
+    // The same slow answers as a drift, but isolates found the origin crowded: their refusals, not the cuts,
+    // keep its queue where it is, so the cuts' making it no faster says nothing of its calm.
+    const crowded = { forwarded: 100, answered: 100, slow: 100, busyMs: 100 * 400, shed: 5, crowded: 5 };
+    for (let i = 1; i < 60; i++) {
+      at(T0 + i * 500);
+      answer = await stubOf(rule).reportHealth(report(rule, answer.version, crowded, { lateMs: answer.lateMs }));
+      expect(answer.drift).toBe(false);
+    }
+    expect(await stubOf(rule).controllerView()).toMatchObject({ calmMs: 50, drift: false });
+  });
 });

@@ -226,7 +226,15 @@ describe("an isolate's reporter of one adaptive rule", () => {
 
 describe("what an isolate's reporter tells of a queue forming", () => {
   /** A request of `key` about to go to the origin: in flight once its last byte is. */
-  const flight = (key?: string): Flight => ({ key, startMs: 0, prev: null, next: null, listed: false });
+  const flight = (key?: string): Flight => ({
+    key,
+    startMs: 0,
+    prev: null,
+    next: null,
+    listed: false,
+    aloft: false,
+    level: 0,
+  });
   /** A reporter that learned the late mark (three times a calm latency of 20 ms). */
   const marked = (lateMs = 60) => {
     const reporter = new HealthReporter(rule);
@@ -313,5 +321,64 @@ describe("what an isolate's reporter tells of a queue forming", () => {
     expect(reporter.due(500)).toBeNull();
     traffic(reporter, 10, 503, 5);
     expect(reporter.due(500)).not.toBeNull();
+  });
+});
+
+describe("what an isolate's reporter tells at once of a crowd at the origin", () => {
+  const flight = (key?: string): Flight => ({
+    key,
+    startMs: 0,
+    prev: null,
+    next: null,
+    listed: false,
+    aloft: false,
+    level: 0,
+  });
+  /** `n` requests in flight from `atMs`. */
+  const fly = (reporter: HealthReporter, n: number, atMs: number): Flight[] =>
+    Array.from({ length: n }, (_, i) => {
+      const f = flight(`k${i}`);
+      reporter.started(f, atMs);
+      return f;
+    });
+
+  it("crowds sheddable requests only, from twice the most in flight answered within the target", () => {
+    const reporter = new HealthReporter(rule);
+    const calm = fly(reporter, 3, 0);
+    reporter.ended(calm[2]!);
+    reporter.answered(200, 20, "k2", calm[2]!); // the third in flight, answered in 20 ms: within the target
+    expect(reporter.crowd.bound).toBe(6);
+    fly(reporter, 4, 30); // 6 in flight now
+    expect(reporter.crowded("sheddable", 40)).toBe(true);
+    expect(reporter.crowded("default", 40)).toBe(false);
+    expect(reporter.crowded("critical", 40)).toBe(false);
+    expect(reporter.crowded(undefined, 40)).toBe(false);
+    reporter.forwarded();
+    // The controller is told how many it found crowded: its reports' evidence is not a drift then.
+    expect(reporter.due(50)!.counts.crowded).toBe(1);
+  });
+
+  it("keeps a request found late in the crowd until its answer, and a client gone takes its request out", () => {
+    const reporter = new HealthReporter(rule);
+    reporter.due(0);
+    reporter.landed(answer({ lateMs: 60 }));
+    const [a, b, c, d] = fly(reporter, 4, 0);
+    reporter.ended(a!);
+    reporter.answered(200, 20, "k0", a!);
+    expect(reporter.crowd.bound).toBe(4);
+    reporter.forwarded();
+    // b, c and d are found late at the report: still in flight at the origin, so still crowding it.
+    expect(reporter.due(1_000)!.counts.stuck).toBe(3);
+    expect(reporter.crowd.flying).toBe(3);
+    reporter.ended(b!);
+    reporter.gone(900, "k1", b!);
+    reporter.ended(c!);
+    reporter.answered(503, 10, "k2", c!); // a failure teaches nothing
+    expect(reporter.crowd.flying).toBe(1);
+    expect(reporter.crowd.bound).toBe(4);
+    // Counted out once: a second end of the same request changes nothing.
+    reporter.answered(200, 10, "k1", b!);
+    expect(reporter.crowd.flying).toBe(1);
+    expect(d!.aloft).toBe(true);
   });
 });

@@ -4,8 +4,9 @@
  * and a spike of sheddable ones at twelve times C from the same clients.
  * A limit per client alone cannot tell them apart: without priorities the
  * critical requests are refused as often as the sheddable ones. With them,
- * the controller's factor cuts the sheddable requests and leaves the
- * critical ones at the configured limit.
+ * each isolate refuses the sheddable requests that would crowd the origin
+ * from the onset on, the controller's factor cuts them, and the critical
+ * ones keep the configured limit.
  */
 import { describe, expect, it } from "vitest";
 import { parseAdaptive } from "../src/core/health.ts";
@@ -61,10 +62,18 @@ describe("a spike of sheddable requests on steady critical ones from the same cl
   it("sheds the sheddable requests and keeps the critical ones at their configured limit, with priorities", () => {
     const figures = run(true);
     expect(figures.lowestCritical).toBe(1);
-    expect(figures.lowestSheddable!).toBeLessThan(0.01);
-    expect(figures.criticalSuccess).toBeGreaterThan(0.9);
+    // Cut well below the configured limit (the isolates refuse most of the spike themselves: not as deep as without them).
+    expect(figures.lowestSheddable!).toBeLessThan(0.2);
     expect(figures.sheddableSuccess).toBeLessThan(0.1);
     expect(figures.limitBackMs).not.toBeNull();
+  });
+
+  it("keeps the origin's queue from filling at the spike's onset, before any report: every critical request answered, the origin busy", () => {
+    const figures = run(true);
+    // The issue's targets: critical requests at least 99.5 % successful, goodput at least 90 % of C.
+    expect(figures.criticalSuccess).toBeGreaterThanOrEqual(0.995);
+    expect(figures.goodputShare).toBeGreaterThanOrEqual(0.9);
+    expect(figures.originRefusals).toBe(0);
   });
 
   it("refuses the critical requests as often as the sheddable ones, without priorities", () => {

@@ -602,8 +602,9 @@ export function observe(
     }
     return { state: { ...state, window, windowStartMs }, step: { kind: "gathering" } };
   }
-  // Cuts that did not make the origin faster while it kept up: its slowness is its calm. Measured again.
-  const again = notAQueue(state.trying, health, nowMs, params);
+  // Cuts that did not make the origin faster while it kept up: its slowness is its calm. Measured again. Not while
+  // isolates found the origin crowded: their refusals, not the cuts, held its queue where it was.
+  const again = !((window.crowded ?? 0) > 0) && notAQueue(state.trying, health, nowMs, params);
   const calm: Calm = again
     ? {
         ms: health.meanMs! + params.calmZ * health.errorMs,

@@ -227,6 +227,8 @@ export type HealthCounts = {
   busySq: number;
   /** Requests refused only because of the reduction: admitted under the configured limit, refused under the current one. */
   shed: number;
+  /** Sheddable requests an isolate found crowded: its requests in flight under the rule past what the origin answered in time (isolate/crowd.ts). */
+  crowded?: number;
   /**
    * The busiest client's count as a share of its configured limit, the
    * highest any decision showed (0 to 1, or more for a client over it): the
@@ -331,6 +333,7 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
     shed: a.shed + b.shed,
     peak: Math.max(a.peak, b.peak),
   };
+  if (a.crowded !== undefined || b.crowded !== undefined) sum.crowded = (a.crowded ?? 0) + (b.crowded ?? 0);
   const worst = mergeWorst(a.worst, b.worst);
   if (worst.length > 0) sum.worst = worst;
   const byPriority = addPriorityCounts(a.byPriority, b.byPriority);

@@ -191,6 +191,8 @@ export type RuleCommon = {
   tier?: string;
   /** Under an adaptive rule with priorities, the request's priority (a variant of the rule per priority: isolate/rule-ids.ts). */
   priority?: Priority;
+  /** A sheddable request refused because its isolate's requests in flight crowd the origin (a variant: isolate/rule-ids.ts). */
+  crowded?: true;
   /**
    * How long a request over the limit may be held until its turn, or wait
    * in line for a place (`max_delay`); absent: refused at once.

@@ -9,7 +9,7 @@
  * to learn it. Nothing here runs for a configuration without adaptive
  * rules: the map stays empty, and every entry point looks at it first.
  */
-import type { CountedRule, PlacedRule, Rule } from "../core/rules.ts";
+import { type CountedRule, isCounted, type PlacedRule, type Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
 import { contentLengthOf, passedOn } from "../http/upload.ts";
 import { type LimiterNamespace, reportHealth } from "../object/client.ts";
@@ -18,6 +18,7 @@ import { type PlaceRequest, type RuleCheck, ruleCheckOf } from "../object/protoc
 import { logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { type Flight, HealthReporter, type ReportedRule } from "./health-reporter.ts";
+import { crowdedVariant } from "./rule-ids.ts";
 import type { RuleRefusal } from "./vocabulary.ts";
 import type { Sink } from "./work.ts";
 
@@ -62,14 +63,33 @@ export class AdaptiveRules {
     const reporter = this.of(rule as Rule & ReportedRule);
     const made = this.checks.get(rule);
     if (made !== undefined && made.version === reporter.version) return made.check;
-    const check = {
+    const check: RuleCheck = {
       ...ruleCheckOf(rule),
       factor: reporter.factorOf(rule.priority),
       ...(rule.priority === undefined ? {} : { priority: rule.priority }),
+      ...(rule.crowded === true ? { crowded: true as const } : {}),
     };
     this.checks.set(rule, { version: reporter.version, check });
     return check;
   };
+
+  /**
+   * The request's rules, each sheddable one whose isolate's requests in
+   * flight crowd the origin now as its crowded variant (refused by its
+   * client's object after its override); the rules themselves otherwise.
+   */
+  crowdedIn(rules: Rule[], nowMs: number): Rule[] {
+    if (this.reporters.size === 0) return rules;
+    let crowded: Rule[] | undefined;
+    for (let i = 0; i < rules.length; i++) {
+      const rule = rules[i]!;
+      if (rule.priority !== "sheddable" || !isCounted(rule)) continue;
+      if (this.reporters.get(rule.id)?.crowded(rule.priority, nowMs) !== true) continue;
+      crowded ??= rules.slice();
+      crowded[i] = crowdedVariant(rule);
+    }
+    return crowded ?? rules;
+  }
 
   /** What `acquire` is sent for a concurrency rule: an adaptive one's carries the factor last learned. */
   placeRequestOf(rule: PlacedRule, base: PlaceRequest): PlaceRequest {
@@ -185,6 +205,8 @@ export class HealthWatch {
       prev: null,
       next: null,
       listed: false,
+      aloft: false,
+      level: 0,
     }));
     this.context = context;
     this.lastByteAtMs = context.isolate.clock();
@@ -221,7 +243,7 @@ export class HealthWatch {
   /** Its last byte is at the origin: in flight for each rule, unless it already ended. */
   private inFlight(): void {
     if (this.done) return;
-    for (const w of this.watched) if (!w.listed) w.reporter.started(w, this.lastByteAtMs);
+    for (const w of this.watched) if (!w.aloft) w.reporter.started(w, this.lastByteAtMs);
   }
 
   /** Whether the client broke its body off before it ended: whatever the origin's answer says then is the client's doing. */
@@ -236,7 +258,7 @@ export class HealthWatch {
     const durationMs = this.context.isolate.clock() - this.lastByteAtMs;
     for (const w of this.watched) {
       w.reporter.ended(w);
-      w.reporter.answered(status, durationMs, w.key);
+      w.reporter.answered(status, durationMs, w.key, w);
       sendIfDue(w.reporter, this.context);
     }
   }
@@ -253,7 +275,7 @@ export class HealthWatch {
     const waitedMs = this.uploading || this.broken ? null : this.context.isolate.clock() - this.lastByteAtMs;
     for (const w of this.watched) {
       w.reporter.ended(w);
-      w.reporter.gone(waitedMs, w.key);
+      w.reporter.gone(waitedMs, w.key, w);
       sendIfDue(w.reporter, this.context);
     }
   }

@@ -135,9 +135,12 @@ type Matched = {
 function decideMatched(request: Matched, options: DecideOptions, work: Work): Outcome | Promise<Outcome> {
   const { settings, isolate } = options;
   const { keys } = isolate;
-  const rules = inPriority(inClaimedTier(request.matched, request.claims, settings), request, settings);
-  const groups = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
   const nowMs = isolate.clock();
+  const rules = isolate.adaptive.crowdedIn(
+    inPriority(inClaimedTier(request.matched, request.claims, settings), request, settings),
+    nowMs,
+  );
+  const groups = keyGroups(rules, request, options.clientKey, settings, isolate.digest);
   const run: Run = {
     request: request.request,
     options,

@@ -29,6 +29,7 @@ import {
 } from "../core/health.ts";
 import type { Factors, Priority } from "../core/priorities.ts";
 import type { FactorAnswer, HealthReport } from "../object/controller-protocol.ts";
+import { Crowd } from "./crowd.ts";
 
 /** A failed report is logged at most once per this many milliseconds, per rule and isolate. */
 export const REPORT_FAILURE_LOG_EVERY_MS = 60_000;
@@ -58,6 +59,10 @@ export type Flight = {
   next: Flight | null;
   /** In the list: in flight, and not found late yet. */
   listed: boolean;
+  /** In flight, late or not: its end is the crowd's. */
+  aloft: boolean;
+  /** How many of the reporter's requests were in flight when it started, itself included. */
+  level: number;
 };
 
 /** What an answer changed: nothing, a raise, or a cut (the factor fell). */
@@ -86,6 +91,8 @@ export class HealthReporter {
   /** Requests in flight not found late yet, oldest first. */
   private oldest: Flight | null = null;
   private newest: Flight | null = null;
+  /** The requests in flight, and whether they crowd the origin (crowd.ts). */
+  readonly crowd = new Crowd();
   private readonly latency = new Array<number>(LATENCY_BUCKETS).fill(0);
   private latencyCount = 0;
   /** When the last report was sent; none yet: the first counts go at once. */
@@ -135,6 +142,8 @@ export class HealthReporter {
   started(flight: Flight, nowMs: number): void {
     flight.startMs = nowMs;
     flight.listed = true;
+    flight.aloft = true;
+    flight.level = this.crowd.started();
     flight.prev = this.newest;
     flight.next = null;
     if (this.newest === null) this.oldest = flight;
@@ -142,7 +151,7 @@ export class HealthReporter {
     this.newest = flight;
   }
 
-  /** A request in flight got its headers, or its client hung up: no longer in flight. */
+  /** A request in flight got its headers, or its client hung up: no longer in flight (nor in the crowd, at {@link answered} or {@link gone}). */
   ended(flight: Flight): void {
     if (!flight.listed) return;
     flight.listed = false;
@@ -156,10 +165,12 @@ export class HealthReporter {
   /**
    * How a forwarded request ended: its status (0 when the origin could not
    * be reached), how long the origin took (from the request's last byte to
-   * the response's headers), and, when known, its client's key.
+   * the response's headers), when known, its client's key, and the request
+   * as the reporter followed it in flight.
    */
-  answered(status: number, durationMs: number, key?: string): void {
+  answered(status: number, durationMs: number, key?: string, flight?: Flight): void {
     const { slow, error } = outcomeOf(this.rule.adaptive, status, durationMs);
+    if (flight?.aloft === true) this.outOfCrowd(flight, !slow && !error, durationMs);
     const late = this.lateMs !== null && durationMs > this.lateMs;
     const busyMs = error ? 0 : Math.min(Math.max(0, durationMs), this.busyCapMs());
     const c = this.counts;
@@ -180,7 +191,8 @@ export class HealthReporter {
    * origin had already kept it `waitedMs` past its last byte, longer than
    * the target, it is known slow, and counts so.
    */
-  gone(waitedMs: number | null, key?: string): void {
+  gone(waitedMs: number | null, key?: string, flight?: Flight): void {
+    if (flight?.aloft === true) this.outOfCrowd(flight, false, waitedMs ?? 0);
     const c = this.counts;
     c.gone++;
     if (waitedMs === null || !outcomeOf(this.rule.adaptive, 200, waitedMs).slow) return;
@@ -193,6 +205,23 @@ export class HealthReporter {
     c.busyMs += busyMs;
     c.busySq += busyMs * busyMs;
     if (key !== undefined) this.countKey(key, true, false, late, busyMs);
+  }
+
+  /** A request out of the crowd, `inTime` when answered within the target, `durationMs` after it started. */
+  private outOfCrowd(flight: Flight, inTime: boolean, durationMs: number): void {
+    flight.aloft = false;
+    this.crowd.ended(flight.level, inTime, flight.startMs + durationMs);
+  }
+
+  /**
+   * Whether a request of `priority` is refused at `nowMs` because the
+   * isolate's requests in flight under the rule crowd the origin: only a
+   * sheddable one, and only before the controller's reports could say so.
+   */
+  crowded(priority: Priority | undefined, nowMs: number): boolean {
+    if (priority !== "sheddable" || !this.crowd.crowded(nowMs)) return false;
+    this.counts.crowded = (this.counts.crowded ?? 0) + 1;
+    return true;
   }
 
   private busyCapMs(): number {

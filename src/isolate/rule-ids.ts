@@ -41,6 +41,18 @@ export function priorityVariant(rule: Rule, priority: Priority): Rule {
   );
 }
 
+/**
+ * The rule for a sheddable request its isolate found crowded (adaptive.ts):
+ * one object per rule (or tier variant), so that the refusal the isolate
+ * remembers of it never answers a sheddable request once the crowd is gone.
+ */
+export const crowdedVariant = (rule: Rule): Rule =>
+  getOrCreate(
+    getOrCreate(variants, rule, () => new Map()),
+    "crowded",
+    () => ({ ...rule, crowded: true as const }),
+  );
+
 /** The rule and every variant made of it (and of those): what an admin reset must forget. */
 export const variantsOf = (rule: Rule): Rule[] => [
   rule,

@@ -90,6 +90,8 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
     shed: count(c.shed),
     peak,
   };
+  const crowded = count(c.crowded);
+  if (crowded > 0) clean.crowded = crowded;
   const worst = cleanWorst(c.worst);
   if (worst.length > 0) clean.worst = worst;
   const byPriority = cleanPriorityCounts(c.byPriority);

@@ -26,8 +26,9 @@ export type Plan =
 
 /**
  * A rule as a counted check applies it: its plan, or, for an enforcing rule
- * whose priority has nothing left (its adaptive factor is 0), no count at
- * all: every request of it refused as a reduction (503), counted nowhere.
+ * whose priority has nothing left (its adaptive factor is 0) or whose
+ * request its isolate found crowded, no count at all: the request refused
+ * as a reduction (503), counted nowhere.
  * An override still comes first: a client it lifts the rule off is
  * admitted, and one it denies is denied (403).
  */
@@ -37,7 +38,9 @@ const SHED: Checked = { kind: "shed" };
 
 /** The plan of a counted check: `plan`, or {@link SHED} when the rule's priority has nothing left. */
 export const checked = (plan: Plan, rule: RuleCheck): Checked =>
-  plan.kind === "count" && rule.enforce && rule.factor !== undefined && rule.factor <= 0 ? SHED : plan;
+  plan.kind === "count" && rule.enforce && (rule.crowded === true || (rule.factor !== undefined && rule.factor <= 0))
+    ? SHED
+    : plan;
 
 export class PlanBook {
   private readonly sql: SqlStorage;

@@ -59,6 +59,13 @@ type CheckCommon = {
   factor?: number;
   /** Under an adaptive rule with priorities, the request's: `factor` is that priority's. */
   priority?: Priority;
+  /**
+   * A sheddable request its isolate found crowded (its requests in flight
+   * at the origin past what the origin answered in time): refused as a
+   * reduction, counted nowhere, after the client's override (as a priority
+   * with nothing left is). `factor` is unchanged by it.
+   */
+  crowded?: true;
 };
 
 /** How many of a key's requests a rule holds at once when it names no `maxHeld`. */

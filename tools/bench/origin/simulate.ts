@@ -37,7 +37,7 @@ import {
   stagesOf,
 } from "../../../src/core/priorities.ts";
 import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
-import { HealthReporter } from "../../../src/isolate/health-reporter.ts";
+import { HealthReporter, type Flight as ReporterFlight } from "../../../src/isolate/health-reporter.ts";
 import type { FactorAnswer } from "../../../src/object/controller-protocol.ts";
 import { type Random, seededRandom } from "../../accuracy/random.ts";
 import type { ConcurrencyLimiter, Flight, Schedule } from "./concurrency-limiter.ts";
@@ -259,6 +259,8 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     const factor = limiter.kind === "adaptive" && isolate ? isolate.reporter.factorOf(priority) : 1;
     // A priority with nothing left (factor 0) is refused at the edge, counted nowhere, as the product does.
     if (factor === 0) return "shed";
+    // A sheddable request while the isolate's requests in flight crowd the origin: refused at once, as the product does.
+    if (isolate?.reporter.crowded(priority, atMs) === true) return "shed";
     const limit = factor < 1 ? scaledLimit(limiter.limit, factor) : limiter.limit;
     const state = windows.get(key) ?? emptyState(nowMs, configured);
     const now = evaluate(state, nowMs, { ...configured, limit });
@@ -320,7 +322,15 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
         return record(client, atMs, atMs, verdict, marked);
       }
       // A request without a body: in flight at the origin from now.
-      const flight = { key: String(client), startMs: atMs, prev: null, next: null, listed: false };
+      const flight: ReporterFlight = {
+        key: String(client),
+        startMs: atMs,
+        prev: null,
+        next: null,
+        listed: false,
+        aloft: false,
+        level: 0,
+      };
       if (isolate && reporter) {
         reporter.forwarded(priority);
         reporter.started(flight, atMs);
@@ -337,8 +347,8 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
         if (!isolate || !reporter) return;
         reporter.ended(flight);
         // A client that gives up is gone (known slow when the origin had kept it past the target).
-        if (outcome === "timeout") reporter.gone(doneMs - atMs, flight.key);
-        else reporter.answered(outcome === "ok" ? 200 : 503, doneMs - atMs, flight.key);
+        if (outcome === "timeout") reporter.gone(doneMs - atMs, flight.key, flight);
+        else reporter.answered(outcome === "ok" ? 200 : 503, doneMs - atMs, flight.key, flight);
         sendIfDue(isolate, doneMs);
       });
     });
