@@ -342,13 +342,13 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
       return f;
     });
 
-  it("crowds sheddable requests only, from twice the most in flight answered within the target", () => {
+  it("crowds sheddable requests only, from one and a half times the most in flight answered within the target", () => {
     const reporter = new HealthReporter(rule);
     const calm = fly(reporter, 3, 0);
     reporter.ended(calm[2]!);
     reporter.answered(200, 20, "k2", calm[2]!); // the third in flight, answered in 20 ms: within the target
-    expect(reporter.crowd.bound).toBe(6);
-    fly(reporter, 4, 30); // 6 in flight now
+    expect(reporter.crowd.bound).toBe(4.5);
+    fly(reporter, 3, 30); // 5 in flight now
     expect(reporter.crowded("sheddable", 40)).toBe(true);
     expect(reporter.crowded("default", 40)).toBe(false);
     expect(reporter.crowded("critical", 40)).toBe(false);

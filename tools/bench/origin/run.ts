@@ -36,7 +36,10 @@
  * ORIGIN_OVERLOAD, ORIGIN_AFTER (seconds: 20, 60, 30), ORIGIN_HALVE=1 (C
  * halves halfway through the overload), ORIGIN_WORKERS (10), ORIGIN_SEED,
  * ORIGIN_CLIENTS (the light clients, 50), ORIGIN_SPIKE (the priorities
- * scenario's sheddable spike as a multiple of C, 12). The machine's load is
+ * scenario's sheddable spike as a multiple of C, 12), ORIGIN_DUMP (in
+ * workerd, a path prefix: each variant's requests, what the origin served
+ * and refused, and the controller's history go to `<prefix>-<variant>.json`,
+ * for a look second by second). The machine's load is
  * printed with the figures: on a shared machine, run it when the load is low.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -382,6 +385,12 @@ async function runVariant(variant: Variant, scenario: Scenario, bundles: Record<
           return null;
         })
       : null;
+    const dump = process.env.ORIGIN_DUMP;
+    if (dump)
+      writeFileSync(
+        `${dump}-${variant.id}.json`,
+        JSON.stringify({ requests, served: origin.served, refused: origin.refusedAtMs, history }),
+      );
     return {
       requests,
       served: origin.served,
