@@ -230,7 +230,16 @@ describe("sheddable requests while the isolate's requests in flight crowd the or
   /** `n` requests of the rule in flight at the origin, as the isolate's reporter follows them. */
   const inFlight = (reporter: HealthReporter, n: number): Flight[] =>
     Array.from({ length: n }, () => {
-      const f: Flight = { key: undefined, startMs: 0, prev: null, next: null, listed: false, aloft: false, level: 0 };
+      const f: Flight = {
+        key: undefined,
+        startMs: 0,
+        prev: null,
+        next: null,
+        listed: false,
+        aloft: false,
+        level: 0,
+        seq: 0,
+      };
       reporter.started(f, Date.now());
       return f;
     });

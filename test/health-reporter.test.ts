@@ -234,6 +234,7 @@ describe("what an isolate's reporter tells of a queue forming", () => {
     listed: false,
     aloft: false,
     level: 0,
+    seq: 0,
   });
   /** A reporter that learned the late mark (three times a calm latency of 20 ms). */
   const marked = (lateMs = 60) => {
@@ -333,6 +334,7 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
     listed: false,
     aloft: false,
     level: 0,
+    seq: 0,
   });
   /** `n` requests in flight from `atMs`. */
   const fly = (reporter: HealthReporter, n: number, atMs: number): Flight[] =>
@@ -358,7 +360,7 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
     expect(reporter.due(50)!.counts.crowded).toBe(1);
   });
 
-  it("keeps a request found late in the crowd until its answer, and a client gone takes its request out", () => {
+  it("keeps a request found late in the crowd until its answer, and one whose client left until a later one's", () => {
     const reporter = new HealthReporter(rule);
     reporter.due(0);
     reporter.landed(answer({ lateMs: 60 }));
@@ -372,6 +374,7 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
     expect(reporter.crowd.flying).toBe(3);
     reporter.ended(b!);
     reporter.gone(900, "k1", b!);
+    expect(reporter.crowd.flying).toBe(3);
     reporter.ended(c!);
     reporter.answered(503, 10, "k2", c!); // a failure teaches nothing
     expect(reporter.crowd.flying).toBe(1);

@@ -207,6 +207,7 @@ export class HealthWatch {
       listed: false,
       aloft: false,
       level: 0,
+      seq: 0,
     }));
     this.context = context;
     this.lastByteAtMs = context.isolate.clock();

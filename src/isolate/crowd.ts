@@ -10,8 +10,9 @@
  * {@link CROWD.times} that many (and at least {@link CROWD.minimum}). A
  * reported queue takes a report and an answer to reach the controller; a
  * surge of requests fills the origin's queue in less. Nothing is crowded
- * before the isolate has seen one answer within the target. No I/O and no
- * clock: test/crowd.test.ts drives it on plain numbers.
+ * before the isolate has seen one answer within the target. A request
+ * whose client left stays in the crowd until the origin has got to it.
+ * No I/O and no clock: test/crowd.test.ts drives it on plain numbers.
  */
 
 /** The crowd's parameters. */
@@ -24,39 +25,80 @@ export const CROWD = {
   spanMs: 10_000,
 } as const;
 
+/** A request in the crowd: how many were in flight when it started, itself included, and its place in the order they started. */
+export type Start = { level: number; seq: number };
+
 export class Crowd {
-  /** The requests in flight now, from their last byte passed on to their response's headers (or their client's hang-up). */
+  /**
+   * The requests at the origin now: from their last byte passed on to their
+   * response's headers, and those whose clients left before the headers,
+   * until a request started after them is answered (the origin got to
+   * them) or for {@link CROWD.spanMs} at most.
+   */
   flying = 0;
+  private seq = 0;
+  /** Requests whose clients left before their answers, in the order they started, and when they left. */
+  private behind: { seq: number; atMs: number }[] = [];
   /** The most in flight at a request's start, of those answered within the target: this span's, the one before's. */
   private most: [number, number] = [0, 0];
   private spanStartMs = Number.NEGATIVE_INFINITY;
   private learned = false;
 
-  /** A request's last byte went on to the origin: its level, the requests in flight with it. */
-  started(): number {
-    return ++this.flying;
+  /** A request's last byte went on to the origin: its level and place. */
+  started(): Start {
+    return { level: ++this.flying, seq: ++this.seq };
   }
 
-  /** A request started at `level` ended at `nowMs` (its headers, or its client gone); `inTime`: answered within the target. */
-  ended(level: number, inTime: boolean, nowMs: number): void {
+  /**
+   * A request was answered at `nowMs`, within the target (`inTime`) or not:
+   * out of the crowd, and so is every request left behind that started
+   * before it (the origin answers in order: it has got to them).
+   */
+  answered(request: Start, inTime: boolean, nowMs: number): void {
     this.flying = Math.max(0, this.flying - 1);
+    const behind = this.behind;
+    let gone = 0;
+    while (gone < behind.length && behind[gone]!.seq < request.seq) gone++;
+    if (gone > 0) this.leave(gone);
     this.turn(nowMs);
-    if (inTime && level > this.most[0]) {
-      this.most[0] = level;
+    if (inTime && request.level > this.most[0]) {
+      this.most[0] = request.level;
       this.learned = true;
     }
+  }
+
+  /**
+   * A request's client left at `nowMs`, before its answer: the origin goes
+   * on with it (an origin does not notice a client gone), so it stays in
+   * the crowd until a request started after it is answered.
+   */
+  left(request: Start, nowMs: number): void {
+    const behind = this.behind;
+    let at = behind.length;
+    while (at > 0 && behind[at - 1]!.seq > request.seq) at--;
+    behind.splice(at, 0, { seq: request.seq, atMs: nowMs });
   }
 
   /** Whether one more request would crowd the origin at `nowMs`. */
   crowded(nowMs: number): boolean {
     if (!this.learned) return false;
     this.turn(nowMs);
+    const behind = this.behind;
+    let expired = 0;
+    while (expired < behind.length && nowMs - behind[expired]!.atMs >= CROWD.spanMs) expired++;
+    if (expired > 0) this.leave(expired);
     return this.flying >= this.bound;
   }
 
   /** The requests in flight from which the origin is crowded; Infinity before one was answered within the target. */
   get bound(): number {
     return this.learned ? Math.max(CROWD.minimum, CROWD.times * Math.max(this.most[0], this.most[1])) : Infinity;
+  }
+
+  /** The first `n` requests left behind are out of the crowd. */
+  private leave(n: number): void {
+    this.behind.splice(0, n);
+    this.flying = Math.max(0, this.flying - n);
   }
 
   /** A new span once this one is over: what the one before learned is forgotten. */

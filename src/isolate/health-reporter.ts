@@ -63,6 +63,8 @@ export type Flight = {
   aloft: boolean;
   /** How many of the reporter's requests were in flight when it started, itself included. */
   level: number;
+  /** Its place in the order the reporter's requests started. */
+  seq: number;
 };
 
 /** What an answer changed: nothing, a raise, or a cut (the factor fell). */
@@ -143,7 +145,9 @@ export class HealthReporter {
     flight.startMs = nowMs;
     flight.listed = true;
     flight.aloft = true;
-    flight.level = this.crowd.started();
+    const start = this.crowd.started();
+    flight.level = start.level;
+    flight.seq = start.seq;
     flight.prev = this.newest;
     flight.next = null;
     if (this.newest === null) this.oldest = flight;
@@ -170,7 +174,10 @@ export class HealthReporter {
    */
   answered(status: number, durationMs: number, key?: string, flight?: Flight): void {
     const { slow, error } = outcomeOf(this.rule.adaptive, status, durationMs);
-    if (flight?.aloft === true) this.outOfCrowd(flight, !slow && !error, durationMs);
+    if (flight?.aloft === true) {
+      flight.aloft = false;
+      this.crowd.answered(flight, !slow && !error, flight.startMs + durationMs);
+    }
     const late = this.lateMs !== null && durationMs > this.lateMs;
     const busyMs = error ? 0 : Math.min(Math.max(0, durationMs), this.busyCapMs());
     const c = this.counts;
@@ -192,7 +199,10 @@ export class HealthReporter {
    * the target, it is known slow, and counts so.
    */
   gone(waitedMs: number | null, key?: string, flight?: Flight): void {
-    if (flight?.aloft === true) this.outOfCrowd(flight, false, waitedMs ?? 0);
+    if (flight?.aloft === true) {
+      flight.aloft = false;
+      this.crowd.left(flight, flight.startMs + (waitedMs ?? 0));
+    }
     const c = this.counts;
     c.gone++;
     if (waitedMs === null || !outcomeOf(this.rule.adaptive, 200, waitedMs).slow) return;
@@ -205,12 +215,6 @@ export class HealthReporter {
     c.busyMs += busyMs;
     c.busySq += busyMs * busyMs;
     if (key !== undefined) this.countKey(key, true, false, late, busyMs);
-  }
-
-  /** A request out of the crowd, `inTime` when answered within the target, `durationMs` after it started. */
-  private outOfCrowd(flight: Flight, inTime: boolean, durationMs: number): void {
-    flight.aloft = false;
-    this.crowd.ended(flight.level, inTime, flight.startMs + durationMs);
   }
 
   /**

@@ -330,6 +330,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
         listed: false,
         aloft: false,
         level: 0,
+        seq: 0,
       };
       if (isolate && reporter) {
         reporter.forwarded(priority);
