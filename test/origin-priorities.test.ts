@@ -62,8 +62,9 @@ describe("a spike of sheddable requests on steady critical ones from the same cl
   it("sheds the sheddable requests and keeps the critical ones at their configured limit, with priorities", () => {
     const figures = run(true);
     expect(figures.lowestCritical).toBe(1);
-    // Cut well below the configured limit (the isolates refuse most of the spike themselves: not as deep as without them).
-    expect(figures.lowestSheddable!).toBeLessThan(0.2);
+    // Cut below the configured limit, though the isolates refuse most of the spike themselves (a quarter, where it
+    // was a thousandth before they did).
+    expect(figures.lowestSheddable!).toBeLessThan(0.5);
     expect(figures.sheddableSuccess).toBeLessThan(0.1);
     expect(figures.limitBackMs).not.toBeNull();
   });
