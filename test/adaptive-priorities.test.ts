@@ -256,7 +256,7 @@ describe("sheddable requests while the isolate's requests in flight crowd the or
     const id = uniqueRule("crowd");
     const send = limiter([rule(id)], { ADMIN_TOKEN: TOKEN });
     const reporter = await reporterOf(send, id);
-    // One request answered within the target with 2 in flight: from 4 in flight the origin is crowded. 50 are.
+    // One request answered within the target with 2 in flight: from 8 in flight (the least) the origin is crowded. 50 are.
     const [first, second] = inFlight(reporter, 2);
     reporter.ended(second!);
     reporter.answered(200, 5, undefined, second!);

@@ -346,11 +346,11 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
 
   it("crowds sheddable requests only, from one and a half times the most in flight answered within the target", () => {
     const reporter = new HealthReporter(rule);
-    const calm = fly(reporter, 3, 0);
-    reporter.ended(calm[2]!);
-    reporter.answered(200, 20, "k2", calm[2]!); // the third in flight, answered in 20 ms: within the target
-    expect(reporter.crowd.bound).toBe(4.5);
-    fly(reporter, 3, 30); // 5 in flight now
+    const calm = fly(reporter, 8, 0);
+    reporter.ended(calm[7]!);
+    reporter.answered(200, 20, "k7", calm[7]!); // the eighth in flight, answered in 20 ms: within the target
+    expect(reporter.crowd.bound).toBe(12);
+    fly(reporter, 5, 30); // 12 in flight now
     expect(reporter.crowded("sheddable", 40)).toBe(true);
     expect(reporter.crowded("default", 40)).toBe(false);
     expect(reporter.crowded("critical", 40)).toBe(false);
@@ -367,7 +367,7 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
     const [a, b, c, d] = fly(reporter, 4, 0);
     reporter.ended(a!);
     reporter.answered(200, 20, "k0", a!);
-    expect(reporter.crowd.bound).toBe(4);
+    expect(reporter.crowd.bound).toBe(8);
     reporter.forwarded();
     // b, c and d are found late at the report: still in flight at the origin, so still crowding it.
     expect(reporter.due(1_000)!.counts.stuck).toBe(3);
@@ -378,7 +378,7 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
     reporter.ended(c!);
     reporter.answered(503, 10, "k2", c!); // a failure teaches nothing
     expect(reporter.crowd.flying).toBe(1);
-    expect(reporter.crowd.bound).toBe(4);
+    expect(reporter.crowd.bound).toBe(8);
     // Counted out once: a second end of the same request changes nothing.
     reporter.answered(200, 10, "k1", b!);
     expect(reporter.crowd.flying).toBe(1);

@@ -20,7 +20,7 @@ export const CROWD = {
   /** Requests in flight crowd the origin from this many times the most answered within the target (2 let p99 rise further for no more goodput, in the simulation)… */
   times: 1.5,
   /** …and never below this many. */
-  minimum: 4,
+  minimum: 8,
   /** The most answered within the target is kept for this span and the next. */
   spanMs: 10_000,
 } as const;
