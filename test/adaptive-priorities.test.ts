@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { type HealthCounts, noCounts, type PriorityCounts, type PriorityPlan } from "../src/core/health.ts";
-import type { Flight, HealthReporter } from "../src/isolate/health-reporter.ts";
+import { type Flight, type HealthReporter, newFlight } from "../src/isolate/health-reporter.ts";
 import { createIsolate, defaultIsolate } from "../src/isolate/isolate.ts";
 import { reportHealth } from "../src/object/client.ts";
 import type { FactorAnswer } from "../src/object/controller-protocol.ts";
@@ -230,16 +230,7 @@ describe("sheddable requests while the isolate's requests in flight crowd the or
   /** `n` requests of the rule in flight at the origin, as the isolate's reporter follows them. */
   const inFlight = (reporter: HealthReporter, n: number): Flight[] =>
     Array.from({ length: n }, () => {
-      const f: Flight = {
-        key: undefined,
-        startMs: 0,
-        prev: null,
-        next: null,
-        listed: false,
-        aloft: false,
-        level: 0,
-        seq: 0,
-      };
+      const f = newFlight(undefined);
       reporter.started(f, Date.now());
       return f;
     });

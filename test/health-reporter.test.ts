@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { HealthTarget } from "../src/core/health.ts";
-import { type Flight, HealthReporter, REPORT_FAILURE_LOG_EVERY_MS } from "../src/isolate/health-reporter.ts";
+import { type Flight, HealthReporter, newFlight, REPORT_FAILURE_LOG_EVERY_MS } from "../src/isolate/health-reporter.ts";
 import type { FactorAnswer } from "../src/object/controller-protocol.ts";
 
 const target: HealthTarget = { latencyMs: 100, percentile: 99, errorShare: 0.05, floor: 10 };
@@ -225,17 +225,6 @@ describe("an isolate's reporter of one adaptive rule", () => {
 });
 
 describe("what an isolate's reporter tells of a queue forming", () => {
-  /** A request of `key` about to go to the origin: in flight once its last byte is. */
-  const flight = (key?: string): Flight => ({
-    key,
-    startMs: 0,
-    prev: null,
-    next: null,
-    listed: false,
-    aloft: false,
-    level: 0,
-    seq: 0,
-  });
   /** A reporter that learned the late mark (three times a calm latency of 20 ms). */
   const marked = (lateMs = 60) => {
     const reporter = new HealthReporter(rule);
@@ -269,7 +258,7 @@ describe("what an isolate's reporter tells of a queue forming", () => {
 
   it("finds the requests in flight past the mark at its next report, once each, oldest first, and their keys", () => {
     const reporter = marked();
-    const [a, b, c] = [flight("a"), flight("b"), flight("c")];
+    const [a, b, c] = [newFlight("a"), newFlight("b"), newFlight("c")];
     reporter.started(a, 1_000);
     reporter.started(b, 1_030);
     reporter.started(c, 1_100);
@@ -293,7 +282,7 @@ describe("what an isolate's reporter tells of a queue forming", () => {
     const reporter = marked(); // its last report at 0, the next due at 1 000 ms
     for (let i = 0; i < 10; i++) {
       reporter.forwarded();
-      reporter.started(flight(`k${i}`), 200);
+      reporter.started(newFlight(`k${i}`), 200);
     }
     expect(reporter.due(250)).toBeNull();
     expect(reporter.due(261)!.counts).toMatchObject({ forwarded: 10, answered: 0, stuck: 10 });
@@ -302,7 +291,7 @@ describe("what an isolate's reporter tells of a queue forming", () => {
   it("drops its late counts when the mark moves: they were counted against another", () => {
     const reporter = marked(60);
     reporter.answered(200, 100, "a");
-    reporter.started(flight("b"), 0);
+    reporter.started(newFlight("b"), 0);
     reporter.due(1_000); // a report on its way: its counts, against 60 ms
     reporter.answered(200, 100, "c");
     reporter.landed(answer({ lateMs: 300 }));
@@ -326,20 +315,10 @@ describe("what an isolate's reporter tells of a queue forming", () => {
 });
 
 describe("what an isolate's reporter tells at once of a crowd at the origin", () => {
-  const flight = (key?: string): Flight => ({
-    key,
-    startMs: 0,
-    prev: null,
-    next: null,
-    listed: false,
-    aloft: false,
-    level: 0,
-    seq: 0,
-  });
   /** `n` requests in flight from `atMs`. */
   const fly = (reporter: HealthReporter, n: number, atMs: number): Flight[] =>
     Array.from({ length: n }, (_, i) => {
-      const f = flight(`k${i}`);
+      const f = newFlight(`k${i}`);
       reporter.started(f, atMs);
       return f;
     });

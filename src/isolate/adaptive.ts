@@ -17,7 +17,7 @@ import type { FactorAnswer } from "../object/controller-protocol.ts";
 import { type PlaceRequest, type RuleCheck, ruleCheckOf } from "../object/protocol.ts";
 import { logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import { type Flight, HealthReporter, type ReportedRule } from "./health-reporter.ts";
+import { type Flight, HealthReporter, newFlight, type ReportedRule } from "./health-reporter.ts";
 import { crowdedVariant } from "./rule-ids.ts";
 import type { RuleRefusal } from "./vocabulary.ts";
 import type { Sink } from "./work.ts";
@@ -83,7 +83,8 @@ export class AdaptiveRules {
     let crowded: Rule[] | undefined;
     for (let i = 0; i < rules.length; i++) {
       const rule = rules[i]!;
-      if (rule.priority !== "sheddable" || !isCounted(rule)) continue;
+      // Which priorities a crowd refuses is the reporter's to say.
+      if (rule.priority === undefined || !isCounted(rule)) continue;
       if (this.reporters.get(rule.id)?.crowded(rule.priority, nowMs) !== true) continue;
       crowded ??= rules.slice();
       crowded[i] = crowdedVariant(rule);
@@ -198,17 +199,7 @@ export class HealthWatch {
 
   /** `keyOf`: the client key (a prefix of its object's name) each rule counted the request under, when known. */
   constructor(reporters: HealthReporter[], context: ReportContext, keyOf: (ruleId: string) => string | undefined) {
-    this.watched = reporters.map((reporter) => ({
-      reporter,
-      key: keyOf(reporter.ruleId),
-      startMs: 0,
-      prev: null,
-      next: null,
-      listed: false,
-      aloft: false,
-      level: 0,
-      seq: 0,
-    }));
+    this.watched = reporters.map((reporter) => ({ ...newFlight(keyOf(reporter.ruleId)), reporter }));
     this.context = context;
     this.lastByteAtMs = context.isolate.clock();
   }

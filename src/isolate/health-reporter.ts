@@ -67,6 +67,18 @@ export type Flight = {
   seq: number;
 };
 
+/** A request of client `key` (when known) about to go to the origin: followed from {@link HealthReporter.started}. */
+export const newFlight = (key: string | undefined): Flight => ({
+  key,
+  startMs: 0,
+  prev: null,
+  next: null,
+  listed: false,
+  aloft: false,
+  level: 0,
+  seq: 0,
+});
+
 /** What an answer changed: nothing, a raise, or a cut (the factor fell). */
 export type Learned = { changed: false } | { changed: true; fell: boolean; from: number; to: number };
 

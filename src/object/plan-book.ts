@@ -36,7 +36,7 @@ export type Checked = Plan | { kind: "shed" };
 
 const SHED: Checked = { kind: "shed" };
 
-/** The plan of a counted check: `plan`, or {@link SHED} when the rule's priority has nothing left. */
+/** The plan of a counted check: `plan`, or {@link SHED} when the rule's priority has nothing left or its request was crowded. */
 export const checked = (plan: Plan, rule: RuleCheck): Checked =>
   plan.kind === "count" && rule.enforce && (rule.crowded === true || (rule.factor !== undefined && rule.factor <= 0))
     ? SHED

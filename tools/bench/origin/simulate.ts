@@ -37,7 +37,7 @@ import {
   stagesOf,
 } from "../../../src/core/priorities.ts";
 import { admit, emptyState, evaluate, type WindowLimit, type WindowState } from "../../../src/core/sliding-window.ts";
-import { HealthReporter, type Flight as ReporterFlight } from "../../../src/isolate/health-reporter.ts";
+import { HealthReporter, newFlight } from "../../../src/isolate/health-reporter.ts";
 import type { FactorAnswer } from "../../../src/object/controller-protocol.ts";
 import { type Random, seededRandom } from "../../accuracy/random.ts";
 import type { ConcurrencyLimiter, Flight, Schedule } from "./concurrency-limiter.ts";
@@ -322,16 +322,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
         return record(client, atMs, atMs, verdict, marked);
       }
       // A request without a body: in flight at the origin from now.
-      const flight: ReporterFlight = {
-        key: String(client),
-        startMs: atMs,
-        prev: null,
-        next: null,
-        listed: false,
-        aloft: false,
-        level: 0,
-        seq: 0,
-      };
+      const flight = newFlight(String(client));
       if (isolate && reporter) {
         reporter.forwarded(priority);
         reporter.started(flight, atMs);
