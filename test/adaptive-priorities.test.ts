@@ -289,6 +289,32 @@ describe("sheddable requests while the isolate's requests in flight crowd the or
     expect((await send("/x", from(client, SHEDDABLE))).status).toBe(429);
   });
 
+  it("meets an admin reset: the crowd is no count, so a reset lifts nothing while it lasts, and the client's count is whole after it", async () => {
+    const id = uniqueRule("crowd-reset");
+    const send = limiter([rule(id)], { ADMIN_TOKEN: TOKEN });
+    const reporter = await reporterOf(send, id);
+    const [one] = inFlight(reporter, 1);
+    reporter.ended(one!);
+    reporter.answered(200, 5, undefined, one!);
+    const crowd = inFlight(reporter, 40);
+    const client = uniqueIp();
+    expect((await sequence(() => send("/x", from(client, SHEDDABLE)), 2)).map((r) => r.status)).toEqual([503, 503]);
+    const reset = await send(`/__ratelimit/status?rule=${id}&key=${client}`, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    expect(reset.status).toBe(200);
+    await reset.arrayBuffer();
+    // While the crowd lasts, a reset lifts nothing: the refusal was no count.
+    expect((await sequence(() => send("/x", from(client, SHEDDABLE)), 1)).map((r) => r.status)).toEqual([503]);
+    for (const f of crowd) {
+      reporter.ended(f);
+      reporter.answered(503, 5, undefined, f);
+    }
+    const after = await sequence(() => send("/x", from(client, SHEDDABLE)), 11);
+    expect(after.map((r) => r.status)).toEqual([...Array(10).fill(200), 429]);
+  });
+
   it("never refuses default or critical ones, however crowded", async () => {
     const id = uniqueRule("crowd-others");
     const send = limiter([rule(id)]);
