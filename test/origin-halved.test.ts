@@ -60,6 +60,31 @@ describe("C halved mid-overload: the figures once the limiter has followed it", 
     expect(followed!.p99Ratio).toBeCloseTo(1.5, 6);
   });
 
+  it("starts after the halving's backlog: a second within the bound before the backlog formed is not following", () => {
+    const served: ServedRecord[] = [];
+    const requests: RequestRecord[] = [];
+    const serve = (atMs: number, latencyMs: number, client: number) => {
+      served.push({ arriveMs: atMs, finishMs: atMs + latencyMs });
+      requests.push({ client, sentMs: atMs, doneMs: atMs + latencyMs, outcome: "ok" });
+    };
+    for (let t = 0; t < 20_000; t += 100) serve(t, 50, 1);
+    // The first second after the halving is served at the doubled service time, before any queue: within 200 ms.
+    for (let t = 20_000; t < 21_000; t += 100) serve(t, 100, 1);
+    // Then the backlog: answers of 1 s for 2 s; then 150 ms ones. Followed from the 23rd second, not the 20th.
+    for (let t = 21_000; t < 23_000; t += 100) serve(t, 1_000, 1);
+    for (let t = 23_000; t < 30_000; t += 100) serve(t, 150, 1);
+    const followed = figures(scenario, requests, served, [], null).followed;
+    expect(followed!.afterMs).toBe(4_000);
+    expect(followed!.p99Ratio).toBeCloseTo(1.5, 6);
+  });
+
+  it("starts at the halving when no second after it is over the bound: no backlog to follow", () => {
+    const served: ServedRecord[] = [];
+    for (let t = 0; t < 20_000; t += 100) served.push({ arriveMs: t, finishMs: t + 50 });
+    for (let t = 20_000; t < 30_000; t += 100) served.push({ arriveMs: t, finishMs: t + 100 });
+    expect(figures(scenario, [], served, [], null).followed!.afterMs).toBe(0);
+  });
+
   it("is absent without a halving", () => {
     const unhalved = { ...scenario, halveAtMs: null };
     expect(figures(unhalved, [], [{ arriveMs: 0, finishMs: 50 }], [], null).followed).toBeNull();

@@ -57,10 +57,11 @@ export type Figures = {
 
 /**
  * C halved mid-run, once the limiter has followed it: the backlog the
- * halving built is gone, the first whole second after the halving whose
- * p99 at the origin is within twice its unloaded p99 at the halved C (its
- * service times doubled: twice the p99 before). The targets are then read
- * from that second to the end of the overload.
+ * halving built is gone, the first whole second after the halving's backlog
+ * formed (after the first second over the bound) whose p99 at the origin is
+ * within twice its unloaded p99 at the halved C (its service times doubled:
+ * twice the p99 before); the halving itself when no second is over it. The
+ * targets are then read from that second to the end of the overload.
  */
 export type Followed = {
   /** After the halving, until that second; null: never within the overload. */
@@ -159,14 +160,16 @@ function followedFigures(
   const halveAtMs = scenario.halveAtMs;
   if (halveAtMs === null) return null;
   const halvedUnloadedMs = 2 * unloadedP99Ms;
-  let fromMs: number | null = null;
+  // The whole seconds from the halving to the end of the overload, and whether each is within the bound.
+  const within: { t: number; ok: boolean }[] = [];
   for (let t = halveAtMs; t + 1000 <= endMs; t += 1000) {
     const second = latencies(t, t + 1000);
-    if (second.length > 0 && percentile(second, 0.99) <= 2 * halvedUnloadedMs) {
-      fromMs = t;
-      break;
-    }
+    within.push({ t, ok: second.length === 0 ? false : percentile(second, 0.99) <= 2 * halvedUnloadedMs });
   }
+  // A second within the bound before the halving's backlog formed is not following it: from the first second over
+  // the bound (none: no backlog, followed at once), the first one within it.
+  const over = within.findIndex((s) => !s.ok);
+  const fromMs = over === -1 ? halveAtMs : (within.slice(over).find((s) => s.ok)?.t ?? null);
   if (fromMs === null)
     return { afterMs: null, goodputShare: Number.NaN, lightSuccess: Number.NaN, p99Ratio: Number.NaN };
   const from = fromMs;
