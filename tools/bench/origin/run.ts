@@ -605,14 +605,16 @@ function sweep(grid: Record<string, unknown[]>): void {
     combos = combos.flatMap((combo) => values.map((value) => ({ ...combo, [name]: value })));
   }
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  // ORIGIN_SEEDS (a count, default 3): the seeds 1…n each combination runs with.
+  const seeds = Array.from({ length: Number(process.env.ORIGIN_SEEDS ?? 3) }, (_, i) => i + 1);
   const lines = [
-    "| parameters | goodput / C | p99 after onset ÷ unloaded | light ok | limit back | halved: goodput | halved: light ok |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    "| parameters | goodput / C | p99 after onset ÷ unloaded | light ok | limit back | halved: goodput | halved: light ok | halved: followed in | then goodput / halved C | then light ok |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
   ];
   for (const combo of combos) {
     const { latencyMs, ...params } = combo as { latencyMs?: number } & Partial<ControllerParams>;
     const runs = { normal: [] as Figures[], halved: [] as Figures[] };
-    for (const seed of [1, 2, 3]) {
+    for (const seed of seeds) {
       for (const halve of [false, true]) {
         process.env.ORIGIN_SEED = String(seed);
         const scenario = scenarioFromEnv(halve);
@@ -623,8 +625,10 @@ function sweep(grid: Record<string, unknown[]>): void {
       }
     }
     const pct = (x: number) => `${(x * 100).toFixed(1)} %`;
+    // Once followed: over the runs that followed the halving (how many of them, in the column's time).
+    const followed = runs.halved.flatMap((f) => (f.followed?.afterMs == null ? [] : [f.followed]));
     lines.push(
-      `| ${JSON.stringify(combo)} | ${pct(mean(runs.normal.map((f) => f.goodputShare)))} | ${mean(runs.normal.map((f) => f.settledP99Ms / f.unloadedP99Ms)).toFixed(2)} × | ${pct(mean(runs.normal.map((f) => f.lightSuccess)))} | ${(mean(runs.normal.map((f) => f.limitBackMs ?? Number.NaN)) / 1000).toFixed(1)} s | ${pct(mean(runs.halved.map((f) => f.goodputShare)))} | ${pct(mean(runs.halved.map((f) => f.lightSuccess)))} |`,
+      `| ${JSON.stringify(combo)} | ${pct(mean(runs.normal.map((f) => f.goodputShare)))} | ${mean(runs.normal.map((f) => f.settledP99Ms / f.unloadedP99Ms)).toFixed(2)} × | ${pct(mean(runs.normal.map((f) => f.lightSuccess)))} | ${(mean(runs.normal.map((f) => f.limitBackMs ?? Number.NaN)) / 1000).toFixed(1)} s | ${pct(mean(runs.halved.map((f) => f.goodputShare)))} | ${pct(mean(runs.halved.map((f) => f.lightSuccess)))} | ${(mean(followed.map((f) => f.afterMs!)) / 1000).toFixed(1)} s (${followed.length} of ${runs.halved.length}) | ${pct(mean(followed.map((f) => f.goodputShare)))} | ${pct(mean(followed.map((f) => f.lightSuccess)))} |`,
     );
   }
   console.log(lines.join("\n"));
