@@ -8,6 +8,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   CONTROLLER_PARAMS,
+  type ControllerParams,
   type ControllerState,
   type ControlTarget,
   initialState,
@@ -436,6 +437,103 @@ describe("an origin slower than the target while nothing queues (a baseline drif
     expect(urgent(slowAnswers(200), target, CONTROLLER_PARAMS, true)).toBe(false);
     expect(urgent(slowAnswers(200, { errors: 20 }), target, CONTROLLER_PARAMS, true)).toBe(true);
     expect(urgent(slowAnswers(200, { stuck: 50 }), target, CONTROLLER_PARAMS, true)).toBe(true);
+  });
+});
+
+/**
+ * Windows judged one after another, each report followed 500 ms later by an empty one that closes its window (as
+ * isolates report while the factor stands): the states and steps after each, and when each was judged.
+ */
+function judged(reports: HealthCounts[], from: ControllerState, params: Partial<ControllerParams> = {}) {
+  const all = { ...CONTROLLER_PARAMS, ...params };
+  let state = from;
+  const seen: { state: ControllerState; step: ReturnType<typeof observe>["step"]; atMs: number }[] = [];
+  reports.forEach((report, i) => {
+    const atMs = T0 + i * 1_000;
+    const opened = observe(state, report, state.version, atMs, target, all);
+    const gathering = opened.step.kind === "gathering";
+    const judgedAt = gathering ? atMs + 500 : atMs;
+    const { state: next, step } = gathering
+      ? observe(opened.state, counts({}), state.version, judgedAt, target, all)
+      : opened;
+    state = { ...next, windowStartMs: null };
+    seen.push({ state, step, atMs: judgedAt });
+  });
+  return seen;
+}
+
+describe("once a queue has drained: back to what the origin kept up with while it stood", () => {
+  // A queue (300 ms against a calm 50 ms) at 0.4, the origin answering a quarter more than it is sent: its backlog
+  // drains at 0.4, so the limit holds there. Then the origin answers a little less than it is sent: two cuts
+  // drain the rest, deeper than 0.4 needed. Then the queue is gone.
+  const drained = [
+    answers(100, 300, { forwarded: 80 }),
+    answers(100, 300, { forwarded: 105 }),
+    answers(100, 300, { forwarded: 105 }),
+    answers(100, 50),
+  ];
+
+  it("raises at once to 0.9 × the highest factor at which the origin kept up, not by 15 % from the cuts", () => {
+    const seen = judged(drained, at(0.4, { calm: calm(50) }));
+    expect(seen.map((s) => s.step.kind)).toEqual(["hold", "cut", "cut", "raise"]);
+    expect(seen[0]!.state.keptUpAt).toBe(0.4);
+    expect(seen[2]!.state.factor).toBeLessThan(0.3);
+    expect(seen[3]!.state.factor).toBeCloseTo(0.36, 9);
+    // The level is used once: the next raise is by the room left, as before.
+    expect(seen[3]!.state.keptUpAt).toBeNull();
+    // Without it (resumeAt 0), the limit climbs from the cuts by 15 % a window.
+    const without = judged(drained, at(0.4, { calm: calm(50) }), { resumeAt: 0 });
+    expect(without[3]!.state.factor).toBeCloseTo(without[2]!.state.factor * 1.15, 9);
+  });
+
+  it("forgets it when the origin then falls behind beyond chance (less capacity than it had): no jump back", () => {
+    const fell = [drained[0]!, answers(100, 300, { forwarded: 150 }), drained[2]!, drained[3]!];
+    const seen = judged(fell, at(0.4, { calm: calm(50) }));
+    expect(seen[1]!.state.keptUpAt).toBeNull();
+    expect(seen[3]!.step.kind).toBe("raise");
+    expect(seen[3]!.state.factor).toBeCloseTo(seen[2]!.state.factor * 1.15, 9);
+  });
+
+  it("is not learned from a window that only kept up within chance, nor without a queue", () => {
+    // 100 answered of 95 sent is within a standard deviation of keeping up: a standing queue, not a draining one.
+    const standing = judged([answers(100, 300, { forwarded: 95 })], at(0.4, { calm: calm(50) }));
+    expect(standing[0]!.state.keptUpAt ?? null).toBeNull();
+    const calmWindow = judged([answers(100, 50, { forwarded: 80 })], at(0.4, { calm: calm(50) }));
+    expect(calmWindow[0]!.state.keptUpAt ?? null).toBeNull();
+  });
+});
+
+describe("a slower origin found sooner when the cuts went deep and nothing is late", () => {
+  // Calm 50 ms; then every answer takes 100 ms (twice the calm: its service time doubled), none late against the
+  // late mark of 150 ms. Three windows the origin falls a little behind in (noise of a few dozen answers) cut; one it
+  // answers more than it is sent in makes up for them: over them all it kept up.
+  const doubled = [
+    ...Array.from({ length: 3 }, () => answers(100, 100, { forwarded: 120 })),
+    answers(100, 100, { forwarded: 40 }),
+    ...Array.from({ length: 12 }, () => answers(100, 100)),
+  ];
+  const start = () => at(0.5, { calm: calm(50) });
+
+  it("measures its calm latency again 2 s after the cuts took the limit below 0.7 of where they began", () => {
+    const seen = judged(doubled, start());
+    const againAt = seen.findIndex((s) => s.state.calm.ms !== 50);
+    expect(againAt).toBeGreaterThan(0);
+    expect(seen[againAt]!.atMs - seen[0]!.atMs).toBeLessThan(10_000);
+    expect(seen[againAt]!.state.calm.ms).toBe(100);
+    expect(seen[againAt - 1]!.state.factor).toBeLessThanOrEqual(0.5 * 0.7);
+  });
+
+  it("waits the 10 s as before when answers are late (a queue makes some wait past three times the calm)", () => {
+    const late = doubled.map((c) => ({ ...c, late: 20 }));
+    const seen = judged(late, start());
+    const againAt = seen.findIndex((s) => s.state.calm.ms !== 50);
+    expect(againAt === -1 || seen[againAt]!.atMs - seen[0]!.atMs >= 10_000).toBe(true);
+  });
+
+  it("waits the 10 s as before when the cuts were shallow", () => {
+    const seen = judged(doubled, start(), { driftQuietDepth: 0.1 });
+    const againAt = seen.findIndex((s) => s.state.calm.ms !== 50);
+    expect(againAt === -1 || seen[againAt]!.atMs - seen[0]!.atMs >= 10_000).toBe(true);
   });
 });
 

@@ -96,6 +96,14 @@ export type ControllerParams = {
   /** The raise while healthy and it refuses none: the limit is above the demand and holds nothing back. */
   raiseIdle: number;
   /**
+   * Once a queue has drained, the share of the highest factor at which the
+   * origin kept up with a standing queue that the limit goes back to at once
+   * (cuts that drained the queue went below it); 0: none, raises only.
+   */
+  resumeAt: number;
+  /** The origin kept up at a factor when it answered successfully more than it was sent by this many standard deviations. */
+  keptUpZ: number;
+  /**
    * The client keys with the most slow, failed or late answers that a
    * judgement leaves out: the origin is judged by the answers of the clients
    * beyond them, unless they are all the clients there are. No client, and
@@ -130,6 +138,16 @@ export type ControllerParams = {
   calmZ: number;
   /** Trouble for at least this long that cuts did not make the origin faster in, while it kept up: its calm latency is measured again… */
   driftAfterMs: number;
+  /**
+   * …or for this long, when the cuts took the limit to `driftQuietDepth` of
+   * where it stood at the first (a queue waits less when its load falls
+   * that much), and hardly any answers were late (at most `driftQuietLate`
+   * of them, and of the requests found in flight: a slower origin makes
+   * every answer slower alike)…
+   */
+  driftQuietMs: number;
+  driftQuietDepth: number;
+  driftQuietLate: number;
   /** …after at least this many cuts (at the floor too), no more of them until then… */
   driftCuts: number;
   /** …the mean still at least this share of what it was at the first (noise aside, not faster)… */
@@ -158,6 +176,8 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   nearTrouble: 0.95,
   nearCalm: 1.05,
   raiseIdle: 2,
+  resumeAt: 0.9,
+  keptUpZ: 1,
   leaveOut: 5,
   z: 2,
   calmPeriodMs: 60_000,
@@ -169,6 +189,9 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   meanSamples: 10,
   calmZ: 2,
   driftAfterMs: 10_000,
+  driftQuietMs: 2_000,
+  driftQuietDepth: 0.7,
+  driftQuietLate: 0.02,
   driftCuts: 2,
   driftKept: 0.7,
   driftKeptUp: 0.05,
@@ -203,7 +226,19 @@ export type Calm = {
  * since when, how many windows, how many cuts, the mean at the first, and
  * what the origin was sent and answered successfully over them all.
  */
-export type Trying = { sinceMs: number; windows: number; cuts: number; meanMs: number; sent: number; kept: number };
+export type Trying = {
+  sinceMs: number;
+  windows: number;
+  cuts: number;
+  meanMs: number;
+  sent: number;
+  kept: number;
+  /** Answers and requests found in flight over them all, and how many of those were late. */
+  seen: number;
+  late: number;
+  /** The factor when the first of them was judged. */
+  factor: number;
+};
 
 export type ControllerState = {
   /** The limit is the configured limit × this, in [minFactor, 1]. */
@@ -224,6 +259,14 @@ export type ControllerState = {
   trying: Trying | null;
   /** The origin is slower than the target without a queue: lowering the limit does not help, slow answers cut nothing. */
   drift: boolean;
+  /**
+   * The highest factor at which the origin kept up with what it was sent
+   * while a queue stood and the reduction bound (since it last fell behind
+   * beyond chance): once the queue has drained, the limit goes back to
+   * `resumeAt` of it at once. Null: none known (absent in a state stored
+   * before it was kept).
+   */
+  keptUpAt?: number | null;
 };
 
 export const initialState = (): ControllerState => ({
@@ -237,6 +280,7 @@ export const initialState = (): ControllerState => ({
   troubleAt: null,
   trying: null,
   drift: false,
+  keptUpAt: null,
 });
 
 /** Answers, and requests still in flight, later than this are late; null while no calm latency is known. */
@@ -275,8 +319,10 @@ export type Health = {
   errorMs: number;
   /** `meanMs` over the calm latency; null without either. */
   gradient: number | null;
-  /** The share of answers, and of requests found still in flight, later than the late mark, without the worst keys'. */
+  /** The share of answers, and of requests found still in flight, later than the late mark, without the worst keys'… */
   lateShare: number;
+  /** …of this many. */
+  lateOf: number;
   /** A queue at the origin: late beyond `lateCut`, or the mean over `cutAt` × calm. */
   queue: boolean;
   /** A queue forming: the mean over `holdAt` × calm, or a queue. */
@@ -348,6 +394,7 @@ export function judge(
     errorMs,
     gradient,
     lateShare: lateOf === 0 ? 0 : (late + stuck) / lateOf,
+    lateOf,
     queue,
     forming: queue || (gradient ?? 0) > params.holdAt,
   };
@@ -509,7 +556,10 @@ function next(
     from * by > trouble * params.nearTrouble &&
     from < trouble / params.nearTrouble &&
     health.gradient > params.nearCalm;
-  return { kind: "raise", to: from * (near ? Math.min(by, params.raiseNear) : by) };
+  const raised = from * (near ? Math.min(by, params.raiseNear) : by);
+  // The queue has drained: back to what the origin kept up with while it stood.
+  const resume = (state.keptUpAt ?? 0) * params.resumeAt;
+  return { kind: "raise", to: Math.max(raised, resume) };
 }
 
 /**
@@ -536,11 +586,23 @@ function calmAfter(calm: Calm, meanMs: number | null, nowMs: number, periodMs: n
  * mean still what it was at the first, the origin keeping up with what it
  * was sent (no backlog growing or draining), nothing failing.
  */
-const notAQueue = (trying: Trying | null, health: Health, nowMs: number, params: ControllerParams): boolean =>
-  trying !== null &&
-  trying.cuts >= params.driftCuts &&
-  nowMs - trying.sinceMs >= params.driftAfterMs &&
-  steadyButSlow(trying, health, params);
+function notAQueue(
+  trying: Trying | null,
+  health: Health,
+  factor: number,
+  nowMs: number,
+  params: ControllerParams,
+): boolean {
+  if (trying === null || trying.cuts < params.driftCuts) return false;
+  const sinceMs = nowMs - trying.sinceMs;
+  if (sinceMs >= params.driftAfterMs && steadyButSlow(trying, health, params)) return true;
+  return (
+    sinceMs >= params.driftQuietMs &&
+    factor <= trying.factor * params.driftQuietDepth &&
+    trying.late <= trying.seen * params.driftQuietLate &&
+    steadyButSlow(trying, health, params)
+  );
+}
 
 /**
  * Not faster for the cuts (the mean still at least `driftKept` of what it
@@ -550,12 +612,12 @@ const notAQueue = (trying: Trying | null, health: Health, nowMs: number, params:
  */
 function steadyButSlow(trying: Trying, health: Health, params: ControllerParams): boolean {
   const sent = trying.sent + health.sent;
-  const keepingUp = sent <= 0 ? 1 : (trying.kept + health.kept) / sent;
+  const kept = trying.kept + health.kept;
   return (
     health.meanMs !== null &&
     !health.failing &&
     health.meanMs >= trying.meanMs * params.driftKept &&
-    Math.abs(keepingUp - 1) <= params.driftKeptUp
+    Math.abs(kept - sent) <= params.driftKeptUp * sent
   );
 }
 
@@ -604,7 +666,7 @@ export function observe(
   }
   // Cuts that did not make the origin faster while it kept up: its slowness is its calm. Measured again. Not while
   // isolates found the origin crowded: their refusals, not the cuts, held its queue where it was.
-  const again = !((window.crowded ?? 0) > 0) && notAQueue(state.trying, health, nowMs, params);
+  const again = !((window.crowded ?? 0) > 0) && notAQueue(state.trying, health, state.factor, nowMs, params);
   const calm: Calm = again
     ? {
         ms: health.meanMs! + params.calmZ * health.errorMs,
@@ -638,11 +700,35 @@ export function observe(
       changedAtMs: changed ? nowMs : state.changedAtMs,
       calm,
       troubleAt: to >= 1 ? null : health.binding && (health.gradient ?? 0) > params.holdAt ? from : state.troubleAt,
-      trying: again ? null : tryingAfter(state.trying, decided.kind, troubled(health, drift), health, nowMs, params),
+      trying: again
+        ? null
+        : tryingAfter(state.trying, decided.kind, troubled(health, drift), health, from, nowMs, params),
       drift,
+      keptUpAt:
+        to >= 1 || decided.kind === "raise" ? null : keptUpAfter(state.keptUpAt ?? null, from, health, drift, params),
     },
     step: { kind: changed ? decided.kind : "hold", health, from, to },
   };
+}
+
+/**
+ * The highest factor the origin kept up at after a judged window at `from`:
+ * a window with a queue while the reduction bound, the origin answering
+ * successfully more than it was sent (by `keptUpZ` standard deviations: its
+ * backlog draining at that factor), raises it to `from`; one where it
+ * answered less beyond chance (`z` standard deviations) forgets it.
+ */
+function keptUpAfter(
+  keptUpAt: number | null,
+  from: number,
+  health: Health,
+  drift: boolean,
+  params: ControllerParams,
+): number | null {
+  if (!health.binding) return keptUpAt;
+  if (health.sent > 0 && health.kept < health.sent - params.z * Math.sqrt(health.sent)) return null;
+  if (!troubled(health, drift) || health.kept < health.sent + params.keptUpZ * Math.sqrt(health.sent)) return keptUpAt;
+  return Math.max(keptUpAt ?? 0, from);
 }
 
 /**
@@ -669,13 +755,17 @@ function tryingAfter(
   kind: "cut" | "raise" | "hold",
   trouble: boolean,
   health: Health,
+  factor: number,
   nowMs: number,
   params: ControllerParams,
 ): Trying | null {
   if (kind === "raise" || !trouble || health.meanMs === null) return null;
   const cut = kind === "cut" ? 1 : 0;
+  const seen = health.lateOf;
+  const late = Math.round(health.lateShare * seen);
   if (trying === null || health.meanMs < trying.meanMs * params.driftKept) {
-    return { sinceMs: nowMs, windows: 1, cuts: cut, meanMs: health.meanMs, sent: health.sent, kept: health.kept };
+    const { meanMs, sent, kept } = health;
+    return { sinceMs: nowMs, windows: 1, cuts: cut, meanMs, sent, kept, seen, late, factor };
   }
   return {
     sinceMs: trying.sinceMs,
@@ -684,6 +774,9 @@ function tryingAfter(
     meanMs: trying.meanMs,
     sent: trying.sent + health.sent,
     kept: trying.kept + health.kept,
+    seen: trying.seen + seen,
+    late: trying.late + late,
+    factor: trying.factor,
   };
 }
 
