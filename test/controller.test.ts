@@ -462,17 +462,19 @@ function judged(reports: HealthCounts[], from: ControllerState, params: Partial<
   return seen;
 }
 
-describe("once a queue has drained: back to what the origin kept up with while it stood", () => {
-  // A queue (300 ms against a calm 50 ms) at 0.4, the origin answering a quarter more than it is sent: its backlog
-  // drains at 0.4, so the limit holds there. Then the origin answers a little less than it is sent: two cuts
-  // drain the rest, deeper than 0.4 needed. Then the queue is gone.
-  const drained = [
-    answers(100, 300, { forwarded: 80 }),
-    answers(100, 300, { forwarded: 105 }),
-    answers(100, 300, { forwarded: 105 }),
-    answers(100, 50),
-  ];
+/**
+ * A queue (300 ms against a calm 50 ms) at 0.4, the origin answering a quarter more than it is sent: its backlog
+ * drains at 0.4, so the limit holds there. Then the origin answers a little less than it is sent: two cuts drain the
+ * rest, deeper than 0.4 needed. Then the queue is gone.
+ */
+const drained = [
+  answers(100, 300, { forwarded: 80 }),
+  answers(100, 300, { forwarded: 105 }),
+  answers(100, 300, { forwarded: 105 }),
+  answers(100, 50),
+];
 
+describe("once a queue has drained: back to what the origin kept up with while it stood", () => {
   it("raises at once to 0.9 × the highest factor at which the origin kept up, not by 15 % from the cuts", () => {
     const seen = judged(drained, at(0.4, { calm: calm(50) }));
     expect(seen.map((s) => s.step.kind)).toEqual(["hold", "cut", "cut", "raise"]);
@@ -503,6 +505,64 @@ describe("once a queue has drained: back to what the origin kept up with while i
   });
 });
 
+describe("once a queue has drained but the mean still says one stands, nothing late", () => {
+  // As above: a queue at 0.4 the origin drained there, then cuts deeper. Then the backlog is gone: nothing late
+  // (over three times the calm), but the mean is `meanMs`, over 1.4 × the calm 50 ms: a queue, by the mean alone.
+  const drainedThen = (meanMs: number) => [...drained.slice(0, 3), answers(100, meanMs, { forwarded: 100 })];
+
+  it("goes back to the level at once, and at 1.8 × the calm latency or more measures the calm latency again", () => {
+    const seen = judged(drainedThen(100), at(0.4, { calm: calm(50) }));
+    expect(seen[3]!.step.kind).toBe("hold");
+    expect(seen[3]!.state.calm.ms).toBe(100);
+    // Against the new calm latency the next window is healthy: back to 0.9 × 0.4 at once.
+    const next = judged([answers(100, 100)], seen[3]!.state);
+    expect(next[0]!.state.factor).toBeCloseTo(0.36, 9);
+  });
+
+  it("under 1.8 × the calm latency goes back to the level and keeps the calm latency (a small queue the level drains)", () => {
+    const seen = judged(drainedThen(80), at(0.4, { calm: calm(50) }));
+    expect(seen[3]!.step.kind).toBe("raise");
+    expect(seen[3]!.state.factor).toBeCloseTo(0.36, 9);
+    expect(seen[3]!.state.calm.ms).toBe(50);
+  });
+
+  it("cuts as before while answers are late, or from 2.5 × the calm latency: a queue still stands", () => {
+    const late = judged([...drained.slice(0, 3), answers(100, 100, { late: 30 })], at(0.4, { calm: calm(50) }));
+    expect(late[3]!.step.kind).toBe("cut");
+    const deep = judged(drainedThen(130), at(0.4, { calm: calm(50) }));
+    expect(deep[3]!.step.kind).toBe("cut");
+  });
+});
+
+describe("a mean at the cap isolates count answers to measures nothing", () => {
+  // A rule whose target is 120 ms: isolates count an answer at most 4 × 120 = 480 ms. A queue so long every answer
+  // is at the cap, the origin answering what it is sent: the mean cannot fall, whatever the cuts do.
+  const capped = { ...target, latencyMs: 120 };
+  const full = () => answers(100, 480, { slow: 100, late: 100 });
+
+  it("is never taken for the origin's calm latency, after 10 s of it or any time", () => {
+    let state = at(0.5, { calm: calm(50) });
+    for (let i = 0; i < 40; i++) {
+      const atMs = T0 + i * 1_000;
+      const opened = observe(state, full(), state.version, atMs, capped);
+      state = observe(opened.state, counts({}), state.version, atMs + 500, capped).state;
+      state = { ...state, windowStartMs: null };
+      expect(state.calm.ms).toBe(50);
+      expect(state.drift).toBe(false);
+    }
+  });
+
+  it("under the cap, as before: the calm latency is measured again after 10 s", () => {
+    let state = at(0.5, { calm: calm(50) });
+    for (let i = 0; i < 40; i++) {
+      const atMs = T0 + i * 1_000;
+      const opened = observe(state, answers(100, 300, { slow: 100, late: 100 }), state.version, atMs, capped);
+      state = { ...observe(opened.state, counts({}), state.version, atMs + 500, capped).state, windowStartMs: null };
+    }
+    expect(state.calm.ms).toBe(300);
+  });
+});
+
 describe("a slower origin found sooner when the cuts went deep and nothing is late", () => {
   // Calm 50 ms; then every answer takes 100 ms (twice the calm: its service time doubled), none late against the
   // late mark of 150 ms. Three windows the origin falls a little behind in (noise of a few dozen answers) cut; one it
@@ -514,7 +574,7 @@ describe("a slower origin found sooner when the cuts went deep and nothing is la
   ];
   const start = () => at(0.5, { calm: calm(50) });
 
-  it("measures its calm latency again 2 s after the cuts took the limit below 0.7 of where they began", () => {
+  it("measures its calm latency again after 1 s of quiet windows once the cuts took the limit below 0.7 of where they began", () => {
     const seen = judged(doubled, start());
     const againAt = seen.findIndex((s) => s.state.calm.ms !== 50);
     expect(againAt).toBeGreaterThan(0);

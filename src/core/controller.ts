@@ -38,7 +38,7 @@
  * Pure: `(state, counts, version, nowMs, target)` in (and the late mark the
  * counts were counted against), `(state, step)` out. No I/O, no clock.
  */
-import { addCounts, badOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
+import { addCounts, badOf, busyCapOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
 import { type Priority, type Stages, stageAt } from "./priorities.ts";
 
 /** What the controller needs of a rule's target, as shares. */
@@ -49,6 +49,12 @@ export type ControlTarget = {
   errorShare: number;
   /** The floor as a share of the configured limit: the lowest factor, in (0, 1]. */
   minFactor: number;
+  /**
+   * The latency target, ms: isolates count each answer's time at most
+   * `busyCapOf(latencyMs, lateMs)`, and a mean at that cap measures nothing
+   * (absent: no cap known).
+   */
+  latencyMs?: number;
   /**
    * Under a rule with priorities, the stages the factor goes through
    * (core/priorities.ts): its lowest is then `stages.minFactor`, below
@@ -103,6 +109,10 @@ export type ControllerParams = {
   resumeAt: number;
   /** The origin kept up at a factor when it answered successfully more than it was sent by this many standard deviations. */
   keptUpZ: number;
+  /** The level is resumed, too, while the mean says a queue stands but under this × the calm latency and nothing is late… */
+  resumeQuietUnder: number;
+  /** …and then, at this × the calm latency or more, the calm latency is measured again: it moved. */
+  calmMovedAt: number;
   /**
    * The client keys with the most slow, failed or late answers that a
    * judgement leaves out: the origin is judged by the answers of the clients
@@ -139,11 +149,11 @@ export type ControllerParams = {
   /** Trouble for at least this long that cuts did not make the origin faster in, while it kept up: its calm latency is measured again… */
   driftAfterMs: number;
   /**
-   * …or for this long, when the cuts took the limit to `driftQuietDepth` of
-   * where it stood at the first (a queue waits less when its load falls
-   * that much), and hardly any answers were late (at most `driftQuietLate`
-   * of them, and of the requests found in flight: a slower origin makes
-   * every answer slower alike)…
+   * …or once the cuts took the limit to `driftQuietDepth` of where it stood
+   * at the first (a queue waits less when its load falls that much), and
+   * for this long in a row hardly any answers were late (at most
+   * `driftQuietLate` of them, and of the requests found in flight: a slower
+   * origin makes every answer slower alike)…
    */
   driftQuietMs: number;
   driftQuietDepth: number;
@@ -155,6 +165,9 @@ export type ControllerParams = {
   /** …and the origin answering successfully what it was sent over them all, within this share. */
   driftKeptUp: number;
 };
+
+/** A mean at least this share of the cap isolates count answers to is at the cap. */
+const CAPPED = 0.95;
 
 /** The parameters the product runs with (docs/adaptive.md, "Choosing the parameters"). */
 export const CONTROLLER_PARAMS: ControllerParams = {
@@ -178,6 +191,8 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   raiseIdle: 2,
   resumeAt: 0.9,
   keptUpZ: 1,
+  resumeQuietUnder: 2.5,
+  calmMovedAt: 1.8,
   leaveOut: 5,
   z: 2,
   calmPeriodMs: 60_000,
@@ -189,7 +204,7 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   meanSamples: 10,
   calmZ: 2,
   driftAfterMs: 10_000,
-  driftQuietMs: 2_000,
+  driftQuietMs: 1_000,
   driftQuietDepth: 0.7,
   driftQuietLate: 0.02,
   driftCuts: 2,
@@ -233,9 +248,11 @@ export type Trying = {
   meanMs: number;
   sent: number;
   kept: number;
-  /** Answers and requests found in flight over them all, and how many of those were late. */
-  seen: number;
-  late: number;
+  /**
+   * Since when every window in a row had at most `driftQuietLate` of its
+   * answers and requests in flight late (quiet); null: the last one did not.
+   */
+  quietSinceMs: number | null;
   /** The factor when the first of them was judged. */
   factor: number;
 };
@@ -517,6 +534,8 @@ function next(
   const at = state.factor;
   // Slow answers without a queue cut nothing once the origin is known slower than the target when calm.
   const slowCuts = health.failing || (health.breached && !drift);
+  const resume = (state.keptUpAt ?? 0) * params.resumeAt;
+  if (quietResume(state, health, drift, params)) return { kind: "raise", to: resume };
   if (troubled(health, drift)) {
     // Cuts that did not make it faster while it kept up: no more until it is clear whether they can.
     const trying = state.trying;
@@ -558,8 +577,28 @@ function next(
     health.gradient > params.nearCalm;
   const raised = from * (near ? Math.min(by, params.raiseNear) : by);
   // The queue has drained: back to what the origin kept up with while it stood.
-  const resume = (state.keptUpAt ?? 0) * params.resumeAt;
   return { kind: "raise", to: Math.max(raised, resume) };
+}
+
+/**
+ * Whether the queue the kept-up level was learnt under has drained, though
+ * the mean against the calm latency still says one stands: the limit is
+ * below `resumeAt` of that level, nothing fails, hardly any answer or
+ * request in flight is late (`driftQuietLate`), and the mean is under
+ * `resumeQuietUnder` × the calm latency. A queue that big makes some
+ * requests wait past three times the calm; what is left is the origin's
+ * own latency grown, or a small queue, which the level, where it answered
+ * more than it was sent, drains.
+ */
+function quietResume(state: ControllerState, health: Health, drift: boolean, params: ControllerParams): boolean {
+  return (
+    troubled(health, drift) &&
+    state.factor < (state.keptUpAt ?? 0) * params.resumeAt &&
+    !health.failing &&
+    health.lateOf >= params.minSamples &&
+    health.lateShare <= params.driftQuietLate &&
+    (health.gradient ?? Number.POSITIVE_INFINITY) <= params.resumeQuietUnder
+  );
 }
 
 /**
@@ -599,7 +638,9 @@ function notAQueue(
   return (
     sinceMs >= params.driftQuietMs &&
     factor <= trying.factor * params.driftQuietDepth &&
-    trying.late <= trying.seen * params.driftQuietLate &&
+    trying.quietSinceMs !== null &&
+    nowMs - trying.quietSinceMs >= params.driftQuietMs &&
+    health.lateShare <= params.driftQuietLate &&
     steadyButSlow(trying, health, params)
   );
 }
@@ -664,9 +705,19 @@ export function observe(
     }
     return { state: { ...state, window, windowStartMs }, step: { kind: "gathering" } };
   }
-  // Cuts that did not make the origin faster while it kept up: its slowness is its calm. Measured again. Not while
-  // isolates found the origin crowded: their refusals, not the cuts, held its queue where it was.
-  const again = !((window.crowded ?? 0) > 0) && notAQueue(state.trying, health, state.factor, nowMs, params);
+  // Measured again: when cuts did not make the origin faster while it kept up (its slowness is its calm); or when the
+  // queue a kept-up level was learnt under has drained and nothing is late, yet the mean is still `calmMovedAt` × the
+  // calm latency (it moved: the service time grew). Not while isolates found the origin crowded (their refusals, not
+  // the cuts, held its queue where it was), nor from a mean at the cap isolates count answers to (it measures nothing).
+  const capped =
+    target.latencyMs !== undefined &&
+    health.meanMs !== null &&
+    health.meanMs >= CAPPED * busyCapOf(target.latencyMs, lateMsOf(state, params));
+  const again =
+    !((window.crowded ?? 0) > 0) &&
+    !capped &&
+    (notAQueue(state.trying, health, state.factor, nowMs, params) ||
+      ((health.gradient ?? 0) >= params.calmMovedAt && quietResume(state, health, state.drift, params)));
   const calm: Calm = again
     ? {
         ms: health.meanMs! + params.calmZ * health.errorMs,
@@ -761,11 +812,10 @@ function tryingAfter(
 ): Trying | null {
   if (kind === "raise" || !trouble || health.meanMs === null) return null;
   const cut = kind === "cut" ? 1 : 0;
-  const seen = health.lateOf;
-  const late = Math.round(health.lateShare * seen);
+  const quiet = health.lateShare <= params.driftQuietLate;
   if (trying === null || health.meanMs < trying.meanMs * params.driftKept) {
     const { meanMs, sent, kept } = health;
-    return { sinceMs: nowMs, windows: 1, cuts: cut, meanMs, sent, kept, seen, late, factor };
+    return { sinceMs: nowMs, windows: 1, cuts: cut, meanMs, sent, kept, quietSinceMs: quiet ? nowMs : null, factor };
   }
   return {
     sinceMs: trying.sinceMs,
@@ -774,8 +824,7 @@ function tryingAfter(
     meanMs: trying.meanMs,
     sent: trying.sent + health.sent,
     kept: trying.kept + health.kept,
-    seen: trying.seen + seen,
-    late: trying.late + late,
+    quietSinceMs: quiet ? (trying.quietSinceMs ?? nowMs) : null,
     factor: trying.factor,
   };
 }

@@ -169,6 +169,7 @@ function controlTarget(limit: number, target: ReportedTarget): ControlTarget {
     slowShare: slowShareOf(target),
     errorShare: target.errorShare,
     minFactor,
+    latencyMs: target.latencyMs,
     ...(priorities === undefined ? {} : { stages: stagesOf(priorities, limit, 1, minFactor) }),
   };
 }

@@ -160,6 +160,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     slowShare: slowShareOf(adaptive),
     errorShare: adaptive.errorShare,
     minFactor: adaptive.floor / adaptive.limit,
+    latencyMs: adaptive.latencyMs,
     ...(stages ? { stages } : {}),
   };
   const rule = adaptive && {
