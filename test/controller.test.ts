@@ -512,11 +512,13 @@ describe("once a queue has drained but the mean still says one stands, nothing l
 
   it("goes back to the level at once, and at 1.8 × the calm latency or more measures the calm latency again", () => {
     const seen = judged(drainedThen(100), at(0.4, { calm: calm(50) }));
-    expect(seen[3]!.step.kind).toBe("hold");
+    expect(seen[3]!.step.kind).toBe("raise");
+    expect(seen[3]!.state.factor).toBeCloseTo(0.36, 9);
     expect(seen[3]!.state.calm.ms).toBe(100);
-    // Against the new calm latency the next window is healthy: back to 0.9 × 0.4 at once.
+    // Against the new calm latency the next window is healthy, and the level was used: a raise by the room left.
     const next = judged([answers(100, 100)], seen[3]!.state);
-    expect(next[0]!.state.factor).toBeCloseTo(0.36, 9);
+    expect(next[0]!.step.kind).toBe("raise");
+    expect(next[0]!.state.factor).toBeCloseTo(0.36 * 1.15, 9);
   });
 
   it("under 1.8 × the calm latency goes back to the level and keeps the calm latency (a small queue the level drains)", () => {

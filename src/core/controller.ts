@@ -336,10 +336,8 @@ export type Health = {
   errorMs: number;
   /** `meanMs` over the calm latency; null without either. */
   gradient: number | null;
-  /** The share of answers, and of requests found still in flight, later than the late mark, without the worst keys'… */
+  /** The share of answers, and of requests found still in flight, later than the late mark, without the worst keys'. */
   lateShare: number;
-  /** …of this many. */
-  lateOf: number;
   /** A queue at the origin: late beyond `lateCut`, or the mean over `cutAt` × calm. */
   queue: boolean;
   /** A queue forming: the mean over `holdAt` × calm, or a queue. */
@@ -411,7 +409,6 @@ export function judge(
     errorMs,
     gradient,
     lateShare: lateOf === 0 ? 0 : (late + stuck) / lateOf,
-    lateOf,
     queue,
     forming: queue || (gradient ?? 0) > params.holdAt,
   };
@@ -595,7 +592,6 @@ function quietResume(state: ControllerState, health: Health, drift: boolean, par
     troubled(health, drift) &&
     state.factor < (state.keptUpAt ?? 0) * params.resumeAt &&
     !health.failing &&
-    health.lateOf >= params.minSamples &&
     health.lateShare <= params.driftQuietLate &&
     (health.gradient ?? Number.POSITIVE_INFINITY) <= params.resumeQuietUnder
   );
@@ -713,11 +709,10 @@ export function observe(
     target.latencyMs !== undefined &&
     health.meanMs !== null &&
     health.meanMs >= CAPPED * busyCapOf(target.latencyMs, lateMsOf(state, params));
-  const again =
-    !((window.crowded ?? 0) > 0) &&
-    !capped &&
-    (notAQueue(state.trying, health, state.factor, nowMs, params) ||
-      ((health.gradient ?? 0) >= params.calmMovedAt && quietResume(state, health, state.drift, params)));
+  const measurable = !((window.crowded ?? 0) > 0) && !capped;
+  const moved =
+    measurable && (health.gradient ?? 0) >= params.calmMovedAt && quietResume(state, health, state.drift, params);
+  const again = moved || (measurable && notAQueue(state.trying, health, state.factor, nowMs, params));
   const calm: Calm = again
     ? {
         ms: health.meanMs! + params.calmZ * health.errorMs,
@@ -734,10 +729,13 @@ export function observe(
   // Still slow once measured so: the target is one the origin cannot meet when calm. Until it can again.
   const drift = again ? health.breached && !health.failing : state.drift && !health.withinTarget;
   const from = state.factor;
-  // The window that measured the calm latency again was judged against the old one: nothing to decide on it.
-  const decided = again
-    ? { kind: "hold" as const, to: from }
-    : next(state, window, health, drift, target.stages, nowMs, params);
+  // The window that measured the calm latency again was judged against the old one: nothing to decide on it, but
+  // the level the origin kept up with when the calm latency moved (that the queue has drained is known either way).
+  const decided = moved
+    ? { kind: "raise" as const, to: (state.keptUpAt ?? 0) * params.resumeAt }
+    : again
+      ? { kind: "hold" as const, to: from }
+      : next(state, window, health, drift, target.stages, nowMs, params);
   const to = clamp(decided.to, target);
   const changed = to !== from;
   const mode: ControllerMode = !changed ? state.mode : to === 1 ? "full" : to < from ? "reducing" : "recovering";
