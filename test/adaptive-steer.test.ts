@@ -135,10 +135,11 @@ describe("the requests an isolate counts in flight at the origin", () => {
     const send = limiter([rule(id)]);
     const legitimate = uniqueIp();
     const statuses: number[] = [];
-    // The origin takes 50 ms for these: its calm latency stands well above a busy host's noise of a few ms,
-    // which a calm of a few ms would take for a queue forming.
+    // The origin takes 100 ms for these: its calm latency stands well above a busy host's noise, which a calm of a
+    // few ms would take for a queue forming (with 50 ms, CI at 1af0e7e, busy with other test files, found the
+    // attackers' echoes answered past the late mark of 150 ms after their last byte, and cut to 0.1).
     const ask = async (ip = legitimate) => {
-      const response = await send("/slow/50", { method: "POST", body: "{}", ...from(ip) });
+      const response = await send("/slow/100", { method: "POST", body: "{}", ...from(ip) });
       await response.arrayBuffer();
       if (ip === legitimate) statuses.push(response.status);
     };
