@@ -358,28 +358,49 @@ describe("a queue at the origin, seen before its answers breach the target", () 
   });
 });
 
+/**
+ * Windows judged one after another, a report every `everyMs` (1 s unless given), each followed 500 ms later by an
+ * empty one that closes its window (as isolates report while the factor stands): the states and steps after each,
+ * and when each was judged.
+ */
+function judged(
+  reports: HealthCounts[],
+  from: ControllerState,
+  {
+    params = {},
+    everyMs = 1_000,
+    against = target,
+  }: {
+    params?: Partial<ControllerParams>;
+    everyMs?: number;
+    against?: ControlTarget;
+  } = {},
+) {
+  const all = { ...CONTROLLER_PARAMS, ...params };
+  let state = from;
+  const seen: { state: ControllerState; step: ReturnType<typeof observe>["step"]; atMs: number }[] = [];
+  reports.forEach((report, i) => {
+    const atMs = T0 + i * everyMs;
+    const opened = observe(state, report, state.version, atMs, against, all);
+    const gathering = opened.step.kind === "gathering";
+    const judgedAt = gathering ? atMs + 500 : atMs;
+    const { state: next, step } = gathering
+      ? observe(opened.state, counts({}), state.version, judgedAt, against, all)
+      : opened;
+    state = { ...next, windowStartMs: null };
+    seen.push({ state, step, atMs: judgedAt });
+  });
+  return seen;
+}
+
 describe("an origin slower than the target while nothing queues (a baseline drift)", () => {
   /** Every answer slower than the 120 ms target (p99), none failing: the window's counts, its mean `meanMs`. */
   const slowAnswers = (meanMs: number, over: Partial<HealthCounts> = {}) =>
     answers(100, meanMs, { slow: 100, ...over });
 
   /** Windows every 500 ms from a calm of 50 ms at the configured limit: the states and steps after each, and when each was judged. */
-  function run(reports: HealthCounts[], from = at(1, { calm: calm(50), mode: "full" })) {
-    let state = from;
-    const seen: { state: ControllerState; step: ReturnType<typeof observe>["step"]; atMs: number }[] = [];
-    reports.forEach((report, i) => {
-      const atMs = T0 + i * 500;
-      const opened = observe(state, report, state.version, atMs, target);
-      const gathering = opened.step.kind === "gathering";
-      const judgedAt = gathering ? atMs + 500 : atMs;
-      const { state: next, step } = gathering
-        ? observe(opened.state, counts({}), state.version, judgedAt, target)
-        : opened;
-      state = { ...next, windowStartMs: null };
-      seen.push({ state, step, atMs: judgedAt });
-    });
-    return seen;
-  }
+  const run = (reports: HealthCounts[], from = at(1, { calm: calm(50), mode: "full" })) =>
+    judged(reports, from, { everyMs: 500 });
 
   it("cuts for 10 s, and when that did not make it faster while it kept up, measures its calm latency again and says so", () => {
     const seen = run(Array.from({ length: 30 }, () => slowAnswers(200)));
@@ -441,28 +462,6 @@ describe("an origin slower than the target while nothing queues (a baseline drif
 });
 
 /**
- * Windows judged one after another, each report followed 500 ms later by an empty one that closes its window (as
- * isolates report while the factor stands): the states and steps after each, and when each was judged.
- */
-function judged(reports: HealthCounts[], from: ControllerState, params: Partial<ControllerParams> = {}) {
-  const all = { ...CONTROLLER_PARAMS, ...params };
-  let state = from;
-  const seen: { state: ControllerState; step: ReturnType<typeof observe>["step"]; atMs: number }[] = [];
-  reports.forEach((report, i) => {
-    const atMs = T0 + i * 1_000;
-    const opened = observe(state, report, state.version, atMs, target, all);
-    const gathering = opened.step.kind === "gathering";
-    const judgedAt = gathering ? atMs + 500 : atMs;
-    const { state: next, step } = gathering
-      ? observe(opened.state, counts({}), state.version, judgedAt, target, all)
-      : opened;
-    state = { ...next, windowStartMs: null };
-    seen.push({ state, step, atMs: judgedAt });
-  });
-  return seen;
-}
-
-/**
  * A queue (300 ms against a calm 50 ms) at 0.4, the origin answering a quarter more than it is sent: its backlog
  * drains at 0.4, so the limit holds there. Then the origin answers a little less than it is sent: two cuts drain the
  * rest, deeper than 0.4 needed. Then the queue is gone.
@@ -484,7 +483,7 @@ describe("once a queue has drained: back to what the origin kept up with while i
     // The level is used once: the next raise is by the room left, as before.
     expect(seen[3]!.state.keptUpAt).toBeNull();
     // Without it (resumeAt 0), the limit climbs from the cuts by 15 % a window.
-    const without = judged(drained, at(0.4, { calm: calm(50) }), { resumeAt: 0 });
+    const without = judged(drained, at(0.4, { calm: calm(50) }), { params: { resumeAt: 0 } });
     expect(without[3]!.state.factor).toBeCloseTo(without[2]!.state.factor * 1.15, 9);
   });
 
@@ -543,25 +542,15 @@ describe("a mean at the cap isolates count answers to measures nothing", () => {
   const full = () => answers(100, 480, { slow: 100, late: 100 });
 
   it("is never taken for the origin's calm latency, after 10 s of it or any time", () => {
-    let state = at(0.5, { calm: calm(50) });
-    for (let i = 0; i < 40; i++) {
-      const atMs = T0 + i * 1_000;
-      const opened = observe(state, full(), state.version, atMs, capped);
-      state = observe(opened.state, counts({}), state.version, atMs + 500, capped).state;
-      state = { ...state, windowStartMs: null };
-      expect(state.calm.ms).toBe(50);
-      expect(state.drift).toBe(false);
-    }
+    const seen = judged(Array.from({ length: 40 }, full), at(0.5, { calm: calm(50) }), { against: capped });
+    expect(seen.map((s) => s.state.calm.ms)).toEqual(Array(40).fill(50));
+    expect(seen.some((s) => s.state.drift)).toBe(false);
   });
 
   it("under the cap, as before: the calm latency is measured again after 10 s", () => {
-    let state = at(0.5, { calm: calm(50) });
-    for (let i = 0; i < 40; i++) {
-      const atMs = T0 + i * 1_000;
-      const opened = observe(state, answers(100, 300, { slow: 100, late: 100 }), state.version, atMs, capped);
-      state = { ...observe(opened.state, counts({}), state.version, atMs + 500, capped).state, windowStartMs: null };
-    }
-    expect(state.calm.ms).toBe(300);
+    const under = Array.from({ length: 40 }, () => answers(100, 300, { slow: 100, late: 100 }));
+    const seen = judged(under, at(0.5, { calm: calm(50) }), { against: capped });
+    expect(seen.at(-1)!.state.calm.ms).toBe(300);
   });
 });
 
@@ -593,7 +582,7 @@ describe("a slower origin found sooner when the cuts went deep and nothing is la
   });
 
   it("waits the 10 s as before when the cuts were shallow", () => {
-    const seen = judged(doubled, start(), { driftQuietDepth: 0.1 });
+    const seen = judged(doubled, start(), { params: { driftQuietDepth: 0.1 } });
     const againAt = seen.findIndex((s) => s.state.calm.ms !== 50);
     expect(againAt === -1 || seen[againAt]!.atMs - seen[0]!.atMs >= 10_000).toBe(true);
   });
