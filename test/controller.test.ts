@@ -417,6 +417,12 @@ describe("an origin slower than the target while nothing queues (a baseline drif
     expect(seen.at(-1)!.state.drift).toBe(true);
   });
 
+  it("counts windows in which nothing new was sent (answers of requests sent before) as the origin keeping up", () => {
+    // Slow answers, the origin sent nothing new over the cuts: nothing grows or drains, as with answers to what it was sent.
+    const seen = run(Array.from({ length: 30 }, () => slowAnswers(200, { forwarded: 0 })));
+    expect(seen.some((s) => s.state.drift)).toBe(true);
+  });
+
   it("still cuts on errors, and on a queue against the new calm latency; and the drift ends when the target is met", () => {
     const drifted = run(Array.from({ length: 30 }, () => slowAnswers(200))).at(-1)!.state;
     expect(drifted.drift).toBe(true);

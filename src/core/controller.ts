@@ -649,12 +649,12 @@ function notAQueue(
  */
 function steadyButSlow(trying: Trying, health: Health, params: ControllerParams): boolean {
   const sent = trying.sent + health.sent;
-  const kept = trying.kept + health.kept;
+  const keepingUp = sent <= 0 ? 1 : (trying.kept + health.kept) / sent;
   return (
     health.meanMs !== null &&
     !health.failing &&
     health.meanMs >= trying.meanMs * params.driftKept &&
-    Math.abs(kept - sent) <= params.driftKeptUp * sent
+    Math.abs(keepingUp - 1) <= params.driftKeptUp
   );
 }
 
