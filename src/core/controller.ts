@@ -531,8 +531,6 @@ function next(
   const at = state.factor;
   // Slow answers without a queue cut nothing once the origin is known slower than the target when calm.
   const slowCuts = health.failing || (health.breached && !drift);
-  const resume = (state.keptUpAt ?? 0) * params.resumeAt;
-  if (quietResume(state, health, drift, params)) return { kind: "raise", to: resume };
   if (troubled(health, drift)) {
     // Cuts that did not make it faster while it kept up: no more until it is clear whether they can.
     const trying = state.trying;
@@ -574,8 +572,11 @@ function next(
     health.gradient > params.nearCalm;
   const raised = from * (near ? Math.min(by, params.raiseNear) : by);
   // The queue has drained: back to what the origin kept up with while it stood.
-  return { kind: "raise", to: Math.max(raised, resume) };
+  return { kind: "raise", to: Math.max(raised, resumeOf(state, params)) };
 }
+
+/** The factor the limit goes back to once a queue has drained: `resumeAt` of the kept-up level (0: none known). */
+const resumeOf = (state: ControllerState, params: ControllerParams): number => (state.keptUpAt ?? 0) * params.resumeAt;
 
 /**
  * Whether the queue the kept-up level was learnt under has drained, though
@@ -590,7 +591,7 @@ function next(
 function quietResume(state: ControllerState, health: Health, drift: boolean, params: ControllerParams): boolean {
   return (
     troubled(health, drift) &&
-    state.factor < (state.keptUpAt ?? 0) * params.resumeAt &&
+    state.factor < resumeOf(state, params) &&
     !health.failing &&
     health.lateShare <= params.driftQuietLate &&
     (health.gradient ?? Number.POSITIVE_INFINITY) <= params.resumeQuietUnder
@@ -710,8 +711,8 @@ export function observe(
     health.meanMs !== null &&
     health.meanMs >= CAPPED * busyCapOf(target.latencyMs, lateMsOf(state, params));
   const measurable = !((window.crowded ?? 0) > 0) && !capped;
-  const moved =
-    measurable && (health.gradient ?? 0) >= params.calmMovedAt && quietResume(state, health, state.drift, params);
+  const resuming = quietResume(state, health, state.drift, params);
+  const moved = measurable && resuming && (health.gradient ?? 0) >= params.calmMovedAt;
   const again = moved || (measurable && notAQueue(state.trying, health, state.factor, nowMs, params));
   const calm: Calm = again
     ? {
@@ -729,13 +730,14 @@ export function observe(
   // Still slow once measured so: the target is one the origin cannot meet when calm. Until it can again.
   const drift = again ? health.breached && !health.failing : state.drift && !health.withinTarget;
   const from = state.factor;
-  // The window that measured the calm latency again was judged against the old one: nothing to decide on it, but
-  // the level the origin kept up with when the calm latency moved (that the queue has drained is known either way).
-  const decided = moved
-    ? { kind: "raise" as const, to: (state.keptUpAt ?? 0) * params.resumeAt }
-    : again
-      ? { kind: "hold" as const, to: from }
-      : next(state, window, health, drift, target.stages, nowMs, params);
+  // The window that measured the calm latency again was judged against the old one: nothing to decide on it. But a
+  // drained queue goes back to the level the origin kept up with, the calm latency moved or not.
+  const decided =
+    resuming && (moved || !again)
+      ? { kind: "raise" as const, to: resumeOf(state, params) }
+      : again
+        ? { kind: "hold" as const, to: from }
+        : next(state, window, health, drift, target.stages, nowMs, params);
   const to = clamp(decided.to, target);
   const changed = to !== from;
   const mode: ControllerMode = !changed ? state.mode : to === 1 ? "full" : to < from ? "reducing" : "recovering";
