@@ -138,6 +138,32 @@ describe("an adaptive rule in front of a real origin", () => {
     });
   });
 
+  it("comes back though every client is over the reduced limit: an origin sent nothing is no evidence against it", async () => {
+    const id = uniqueRule("starved");
+    // A period of 10 minutes: a client's count stays over the reduced limit for as long as this test runs.
+    const send = limiter([
+      adaptiveRule(id, { period: "10m", adaptive: { latency: "100ms", percentile: 95, floor: 2 } }),
+    ]);
+    const clients = [uniqueIp(), uniqueIp(), uniqueIp(), uniqueIp()];
+    const startedAt = Date.now();
+    while (learned(id).factor === 1 && Date.now() - startedAt < 8_000) {
+      await Promise.all(clients.map((client) => burst(4, () => send("/slow/200", from(client)))));
+    }
+    const low = learned(id).factor;
+    expect(low).toBeLessThan(1);
+    // The same clients only, each over its reduced limit, against an origin that is fast again: the limit rises
+    // (by a probe a window) until they are admitted, and then on their answers.
+    const healthyAt = Date.now();
+    let admitted = 0;
+    while ((admitted < 8 || learned(id).factor < 2 * low) && Date.now() - healthyAt < 12_000) {
+      for (const client of clients) if ((await send("/x", from(client))).status === 200) admitted++;
+      await pause(20);
+    }
+    expect(admitted).toBeGreaterThanOrEqual(8);
+    expect(learned(id).factor).toBeGreaterThanOrEqual(2 * low);
+    expect((await controllerOf(id))!.mode).toBe("recovering");
+  });
+
   it.each([
     ["a fast 503", "/status/503", {}],
     ["a fast 500", "/status/500", {}],

@@ -217,6 +217,51 @@ describe("a window under the current factor", () => {
     expect(dropped.state.windowStartMs).toBeNull();
   });
 
+  it.each([
+    ["nothing forwarded, 40 refused by the reduction: doubled", counts({ shed: 40 }), "raise", 0.1],
+    [
+      "5 healthy answers, 40 refused: a probe of a tenth",
+      counts({ forwarded: 5, answered: 5, shed: 40 }),
+      "raise",
+      0.055,
+    ],
+    ["5 answers, 1 slow: gathered on", counts({ forwarded: 5, answered: 5, slow: 1, shed: 40 }), "gathering", 0.05],
+    ["5 answers, 1 failed: gathered on", counts({ forwarded: 5, answered: 5, errors: 1, shed: 40 }), "gathering", 0.05],
+    ["1 request late in flight: gathered on", counts({ forwarded: 1, stuck: 1, shed: 40 }), "gathering", 0.05],
+    ["a client gone after a slow wait: gathered on", counts({ gone: 1, goneSlow: 1, shed: 40 }), "gathering", 0.05],
+    ["only 10 refused: too few to say, gathered on", counts({ shed: 10 }), "gathering", 0.05],
+  ] as const)(
+    "a window with too few answers because the reduction refuses nearly everyone: %s",
+    (_, window, kind, to) => {
+      const { state, step } = decide(at(0.05, { calm: calm(50) }), window);
+      expect(step.kind).toBe(kind);
+      expect(state.factor).toBeCloseTo(to, 12);
+      if (kind === "raise") expect(state).toMatchObject({ mode: "recovering", version: 8, trying: null });
+    },
+  );
+
+  it("drops a thin window after 2 s while the reduction refuses plenty, so that a few answers from before do not hold the limit down", () => {
+    // 3 slow answers to requests forwarded before the cut, then only refusals: too few to judge, never starved.
+    let state = at(0.05, { calm: calm(50) });
+    const steps: string[] = [];
+    const reports = [
+      counts({ answered: 3, slow: 3, shed: 30 }),
+      ...Array.from({ length: 12 }, () => counts({ shed: 30 })),
+    ];
+    reports.forEach((report, i) => {
+      const seen = observe(state, report, state.version, T0 + i * 250, target);
+      steps.push(seen.step.kind);
+      state = seen.state;
+    });
+    // Gathered for 2 s, dropped, then a clean window of 500 ms: doubled.
+    expect(steps.slice(0, 10)).toEqual([...Array(8).fill("gathering"), "dropped", "gathering"]);
+    expect(steps.slice(10)).toEqual(["gathering", "raise", "gathering"]);
+    expect(state.factor).toBeCloseTo(0.1, 12);
+    // Without refusals to fill the next window soon, a thin window waits the 10 s as before.
+    const quiet = observe(at(0.05), counts({ answered: 3, slow: 3 }), 7, T0, target).state;
+    expect(observe(quiet, counts({ answered: 1 }), 7, T0 + 2_000, target).step.kind).toBe("gathering");
+  });
+
   it("ignores a report gathered under another version: it says nothing about the current factor", () => {
     const state = at(0.5);
     for (const version of [6, 8]) {

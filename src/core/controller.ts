@@ -78,6 +78,8 @@ export type ControllerParams = {
   minSamples: number;
   /** Counts gathered this long without reaching `minSamples` are dropped: too few, too old to judge by. */
   staleMs: number;
+  /** …this long, while the reduction refused at least `minSamples` and the origin is sent nothing: it is idle. */
+  thinStaleMs: number;
   /**
    * A breach while the origin answers successfully at least this share of
    * what is forwarded to it is its backlog draining: no cut.
@@ -178,6 +180,7 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   intervalMs: 500,
   minSamples: 20,
   staleMs: 10_000,
+  thinStaleMs: 2_000,
   drainingAt: 1.05,
   drainMs: 2_000,
   cutDeepest: 0.5,
@@ -695,8 +698,35 @@ export function observe(
     (long || onset) && window.answered + window.stuck >= params.minSamples
       ? judge(window, target, state.calm.ms, params)
       : null;
+  // Nothing reaches the origin: every client is over the reduced limit. An origin sent nothing cannot show it is
+  // healthy, so waiting for its answers would hold the limit down for as long as the clients keep sending.
+  if (health === null && long && state.factor < 1 && starved(window, params)) {
+    // Doubled while the origin is sent nothing at all (idle, it holds no queue to grow); a probe while a few go.
+    const by = window.forwarded === 0 && window.answered === 0 ? params.raiseIdle : params.raiseBinding;
+    const to = clamp(state.factor * by, target);
+    return {
+      state: {
+        ...state,
+        factor: to,
+        version: state.version + 1,
+        mode: to === 1 ? "full" : "recovering",
+        window: noCounts(),
+        windowStartMs: null,
+        changedAtMs: nowMs,
+        troubleAt: to >= 1 ? null : state.troubleAt,
+        trying: null,
+        // What the origin kept up with is not learnt again here, nor used: a judged window still goes back to it.
+        keptUpAt: to >= 1 ? null : (state.keptUpAt ?? null),
+      },
+      step: { kind: "raise", health: judge(window, target, state.calm.ms, params), from: state.factor, to },
+    };
+  }
   if (health === null || !(long || troubled(health, state.drift))) {
-    if (nowMs - windowStartMs >= params.staleMs) {
+    // Too few answers while the reduction refuses plenty and the origin is sent nothing now: a few old answers (to
+    // requests sent before the cut that refuses the rest) would keep the window from ever showing it starved.
+    const idle = counts.forwarded === 0 && counts.answered === 0 && counts.stuck === 0;
+    const thin = health === null && idle && window.shed >= params.minSamples;
+    if (nowMs - windowStartMs >= (thin ? params.thinStaleMs : params.staleMs)) {
       const dropped = { ...state, window: noCounts(), windowStartMs: null };
       return { state: dropped, step: { kind: "dropped", answered: window.answered } };
     }
@@ -761,6 +791,17 @@ export function observe(
     step: { kind: changed ? decided.kind : "hold", health, from, to },
   };
 }
+
+/**
+ * Whether a window too thin to judge is so because the reduction refused
+ * nearly everything: at least `minSamples` requests refused by it, fewer
+ * answers than that, and nothing in it against the origin (no slow, failed
+ * or late answer, no request late in flight, no client that left a slow one).
+ */
+const starved = (window: HealthCounts, params: ControllerParams): boolean =>
+  window.shed >= params.minSamples &&
+  window.answered + window.stuck < params.minSamples &&
+  window.slow + window.errors + window.late + window.stuck + window.goneSlow === 0;
 
 /**
  * The highest factor the origin kept up at after a judged window at `from`:
