@@ -240,6 +240,12 @@ describe("a window under the current factor", () => {
     },
   );
 
+  it("takes slow answers in such a window for nothing once the origin is known slower than the target when calm", () => {
+    const slowButCalm = counts({ forwarded: 5, answered: 5, slow: 5, shed: 40 });
+    expect(decide(at(0.05, { calm: calm(150), drift: true }), slowButCalm).step.kind).toBe("raise");
+    expect(decide(at(0.05, { calm: calm(150) }), slowButCalm).step.kind).toBe("gathering");
+  });
+
   it("drops a thin window after 2 s while the reduction refuses plenty, so that a few answers from before do not hold the limit down", () => {
     // 3 slow answers to requests forwarded before the cut, then only refusals: too few to judge, never starved.
     let state = at(0.05, { calm: calm(50) });

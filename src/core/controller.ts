@@ -700,7 +700,7 @@ export function observe(
       : null;
   // Nothing reaches the origin: every client is over the reduced limit. An origin sent nothing cannot show it is
   // healthy, so waiting for its answers would hold the limit down for as long as the clients keep sending.
-  if (health === null && long && state.factor < 1 && starved(window, params)) {
+  if (health === null && long && state.factor < 1 && starved(window, state.drift, params)) {
     // Doubled while the origin is sent nothing at all (idle, it holds no queue to grow); a probe while a few go.
     const by = window.forwarded === 0 && window.answered === 0 ? params.raiseIdle : params.raiseBinding;
     const to = clamp(state.factor * by, target);
@@ -796,12 +796,14 @@ export function observe(
  * Whether a window too thin to judge is so because the reduction refused
  * nearly everything: at least `minSamples` requests refused by it, fewer
  * answers than that, and nothing in it against the origin (no slow, failed
- * or late answer, no request late in flight, no client that left a slow one).
+ * or late answer, no request late in flight, no client that left a slow one;
+ * slow ones count for nothing once the origin is known slower than the
+ * target when calm: `drift`).
  */
-const starved = (window: HealthCounts, params: ControllerParams): boolean =>
+const starved = (window: HealthCounts, drift: boolean, params: ControllerParams): boolean =>
   window.shed >= params.minSamples &&
   window.answered + window.stuck < params.minSamples &&
-  window.slow + window.errors + window.late + window.stuck + window.goneSlow === 0;
+  (drift ? 0 : window.slow + window.goneSlow) + window.errors + window.late + window.stuck === 0;
 
 /**
  * The highest factor the origin kept up at after a judged window at `from`:
