@@ -289,6 +289,28 @@ describe("sheddable requests while the isolate's requests in flight crowd the or
     expect((await send("/x", from(client, SHEDDABLE))).status).toBe(429);
   });
 
+  it("is not made by one client holding slow requests at the origin: others' sheddable requests go on", async () => {
+    const id = uniqueRule("crowd-held");
+    const send = limiter([rule(id)]);
+    const reporter = await reporterOf(send, id);
+    const [first, second] = inFlight(reporter, 2);
+    reporter.ended(second!);
+    reporter.answered(200, 5, undefined, second!);
+    // One client holds 12 requests at the origin (the origin takes 15 s over them, say): 13 in flight, bound 8.
+    const held = Array.from({ length: 12 }, () => {
+      const f = newFlight("holder");
+      reporter.started(f, Date.now());
+      return f;
+    });
+    expect(reporter.crowd.flying).toBe(13);
+    const statuses = (await sequence(() => send("/x", from(uniqueIp(), SHEDDABLE)), 3)).map((r) => r.status);
+    expect(statuses).toEqual([200, 200, 200]);
+    for (const f of [...held, first!]) {
+      reporter.ended(f);
+      reporter.answered(200, 5, f.key, f);
+    }
+  });
+
   it("meets an admin reset: the crowd is no count, so a reset lifts nothing while it lasts, and the client's count is whole after it", async () => {
     const id = uniqueRule("crowd-reset");
     const send = limiter([rule(id)], { ADMIN_TOKEN: TOKEN });

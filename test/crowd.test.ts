@@ -114,6 +114,27 @@ describe("an isolate's crowd of requests at the origin", () => {
     expect(crowd.crowded(60)).toBe(false);
   });
 
+  it("counts one client's requests for at most half the bound: a client holding slow requests at the origin never crowds it alone", () => {
+    const crowd = new Crowd();
+    answeredBeside(crowd, 0);
+    expect(crowd.bound).toBe(8);
+    // One client holds 12 requests at the origin (answered in 15 s, say), and nothing else goes: they count as 4.
+    const held = Array.from({ length: 12 }, () => crowd.started("a"));
+    expect(crowd.flying).toBe(12);
+    expect(crowd.crowded(10)).toBe(false);
+    // Others beside them: 3 more is under the bound; the 4th crowds it. Or a second client holding as many.
+    for (const key of ["b", "c", "d"]) crowd.started(key);
+    expect(crowd.crowded(10)).toBe(false);
+    crowd.started("e");
+    expect(crowd.crowded(10)).toBe(true);
+    // Its requests answered (or its client gone, and the origin past them), they count no more.
+    for (const request of held) crowd.answered(request, false, 20);
+    expect(crowd.flying).toBe(4);
+    expect(crowd.crowded(20)).toBe(false);
+    for (const key of ["x", "y"]) for (let i = 0; i < 12; i++) crowd.started(key);
+    expect(crowd.crowded(30)).toBe(true);
+  });
+
   it("never counts fewer than none in flight", () => {
     const crowd = new Crowd();
     crowd.answered({ level: 1, seq: 1 }, true, 0);

@@ -12,6 +12,8 @@
  * surge of requests fills the origin's queue in less. Nothing is crowded
  * before the isolate has seen one answer within the target. A request
  * whose client left stays in the crowd until the origin has got to it.
+ * One client's requests count for at most half the bound, so that a client
+ * holding requests at the origin (slow ones it chose) never crowds it alone.
  * No I/O and no clock: test/crowd.test.ts drives it on plain numbers.
  */
 
@@ -23,10 +25,12 @@ export const CROWD = {
   minimum: 8,
   /** The most answered within the target is kept for this span and the next. */
   spanMs: 10_000,
+  /** One client's requests count for at most this share of the bound (rounded down, at least one): one alone never crowds it. */
+  perClient: 0.5,
 } as const;
 
 /** A request in the crowd: how many were in flight when it started, itself included, and its place in the order they started. */
-export type Start = { level: number; seq: number };
+export type Start = { level: number; seq: number; key?: string | undefined };
 
 export class Crowd {
   /**
@@ -38,15 +42,18 @@ export class Crowd {
   flying = 0;
   private seq = 0;
   /** Requests whose clients left before their answers, in the order they started, and when they left. */
-  private behind: { seq: number; atMs: number }[] = [];
+  private behind: { seq: number; atMs: number; key: string | undefined }[] = [];
+  /** The requests in the crowd of each client whose key is known. */
+  private readonly byKey = new Map<string, number>();
   /** The most in flight at a request's start, of those answered within the target: this span's, the one before's. */
   private most: [number, number] = [0, 0];
   private spanStartMs = Number.NEGATIVE_INFINITY;
   private learned = false;
 
   /** A request's last byte went on to the origin: its level and place. */
-  started(): Start {
-    return { level: ++this.flying, seq: ++this.seq };
+  started(key?: string): Start {
+    if (key !== undefined) this.byKey.set(key, (this.byKey.get(key) ?? 0) + 1);
+    return { level: ++this.flying, seq: ++this.seq, key };
   }
 
   /**
@@ -56,6 +63,7 @@ export class Crowd {
    */
   answered(request: Start, inTime: boolean, nowMs: number): void {
     this.flying = Math.max(0, this.flying - 1);
+    this.drop(request.key);
     const behind = this.behind;
     let gone = 0;
     while (gone < behind.length && behind[gone]!.seq < request.seq) gone++;
@@ -76,7 +84,7 @@ export class Crowd {
     const behind = this.behind;
     let at = behind.length;
     while (at > 0 && behind[at - 1]!.seq > request.seq) at--;
-    behind.splice(at, 0, { seq: request.seq, atMs: nowMs });
+    behind.splice(at, 0, { seq: request.seq, atMs: nowMs, key: request.key });
   }
 
   /** Whether one more request would crowd the origin at `nowMs`. */
@@ -87,7 +95,20 @@ export class Crowd {
     let expired = 0;
     while (expired < behind.length && nowMs - behind[expired]!.atMs >= CROWD.spanMs) expired++;
     if (expired > 0) this.leave(expired);
-    return this.flying >= this.bound;
+    const bound = this.bound;
+    if (this.flying < bound) return false;
+    const cap = Math.max(1, Math.floor(bound * CROWD.perClient));
+    let over = 0;
+    for (const held of this.byKey.values()) if (held > cap) over += held - cap;
+    return this.flying - over >= bound;
+  }
+
+  /** A request of client `key` is out of the crowd. */
+  private drop(key: string | undefined): void {
+    if (key === undefined) return;
+    const held = (this.byKey.get(key) ?? 0) - 1;
+    if (held > 0) this.byKey.set(key, held);
+    else this.byKey.delete(key);
   }
 
   /** The requests in flight from which the origin is crowded; Infinity before one was answered within the target. */
@@ -97,7 +118,7 @@ export class Crowd {
 
   /** The first `n` requests left behind are out of the crowd. */
   private leave(n: number): void {
-    this.behind.splice(0, n);
+    for (const gone of this.behind.splice(0, n)) this.drop(gone.key);
     this.flying = Math.max(0, this.flying - n);
   }
 

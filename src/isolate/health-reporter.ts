@@ -157,7 +157,7 @@ export class HealthReporter {
     flight.startMs = nowMs;
     flight.listed = true;
     flight.aloft = true;
-    const start = this.crowd.started();
+    const start = this.crowd.started(flight.key);
     flight.level = start.level;
     flight.seq = start.seq;
     flight.prev = this.newest;
