@@ -140,6 +140,46 @@ describe("an adaptive rule's controller object", () => {
     });
   });
 
+  it("under priorities, says the default priority's factor and limit, and each priority's, after eviction and in its log lines", async () => {
+    const rule = freshRule();
+    const lines: Record<string, unknown>[] = [];
+    for (const stream of ["log", "warn"] as const) {
+      vi.spyOn(console, stream).mockImplementation((line: unknown) => {
+        lines.push(JSON.parse(String(line)) as Record<string, unknown>);
+      });
+    }
+    const prioritized = { ...target, priorities: { critical: true, sheddable: true, reserve: 0 } };
+    at(T0);
+    // A cut of a tenth: the sheddable requests' stage is cut, the default ones' is whole.
+    const slowish = {
+      forwarded: 100,
+      answered: 100,
+      slow: 30,
+      busyMs: 100 * 50,
+      shed: 5,
+      byPriority: { default: [50, 0], sheddable: [50, 5] } as HealthCounts["byPriority"],
+    };
+    await stubOf(rule).reportHealth(report(rule, 0, slowish, { target: prioritized }));
+    at(T0 + 500);
+    const answer = (await stubOf(rule).reportHealth(report(rule, 0, {}, { target: prioritized }))) as FactorAnswer;
+    expect(answer.factors).toMatchObject({ critical: 1, default: 1 });
+    expect(answer.factors!.sheddable).toBeLessThan(1);
+    const before = await readController(env.RATE_LIMITER, rule, 0, 5_000);
+    if (!before.ok || before.value === null) throw new Error("no view");
+    expect(before.value.factor).toBe(answer.factors!.default);
+    expect(before.value.priorities).toBeDefined();
+    const changed = lines.find((l) => l.event === "adaptive_changed")!;
+    expect(changed).toMatchObject({ factor: answer.factors!.default, limit: answer.limit });
+    await evictDurableObject(stubOf(rule));
+    const after = await readController(env.RATE_LIMITER, rule, 0, 5_000);
+    if (!after.ok || after.value === null) throw new Error("no view");
+    expect({ factor: after.value.factor, limit: after.value.limit, priorities: after.value.priorities }).toEqual({
+      factor: before.value.factor,
+      limit: before.value.limit,
+      priorities: before.value.priorities,
+    });
+  });
+
   it("logs each change of its mode once, with the shares that made it", async () => {
     const rule = freshRule();
     const lines: Record<string, unknown>[] = [];

@@ -58,6 +58,7 @@ const SCHEMA = [
 
 /** Columns added since the tables were first made: an object made before has its table altered. */
 const ADDED_COLUMNS = [
+  ["controller", "target", "TEXT"],
   ["controller_history", "drift", "INTEGER NOT NULL DEFAULT 0"],
   ["controller_history", "priorities", "TEXT"],
 ] as const;
@@ -135,6 +136,16 @@ function cleanWorst(worst: unknown): KeyCounts[] {
   return worstFirst(keys);
 }
 
+/** A stored target, from its JSON; undefined when there is none or it does not parse. */
+function parseTarget(json: string | null): ReportedTarget | undefined {
+  if (json === null) return undefined;
+  try {
+    return JSON.parse(json) as ReportedTarget;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Whether a reported target and limit are ones the rule parser could have given. */
 function validTarget(limit: unknown, target: ReportedTarget | undefined): target is ReportedTarget {
   return (
@@ -200,8 +211,8 @@ export class ControllerBook {
       if (!columns.some((c) => c.name === column)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
     }
     const row = sql
-      .exec<{ factor: number; version: number; mode: string; configured: number }>(
-        "SELECT factor, version, mode, configured FROM controller WHERE rule = ?",
+      .exec<{ factor: number; version: number; mode: string; configured: number; target: string | null }>(
+        "SELECT factor, version, mode, configured, target FROM controller WHERE rule = ?",
         rule,
       )
       .toArray()[0];
@@ -209,6 +220,9 @@ export class ControllerBook {
       const mode = MODES.includes(row.mode as ControllerMode) ? (row.mode as ControllerMode) : "reducing";
       this.state = { ...initialState(), factor: row.factor, version: row.version, mode };
       this.configured = row.configured;
+      // The target it was stored under (a rule's priorities say what its factor means), until a report brings one.
+      const stored = parseTarget(row.target);
+      if (validTarget(row.configured, stored)) this.target = stored;
     }
     const last = sql.exec<{ at: number | null }>("SELECT MAX(at_ms) AS at FROM controller_history").toArray()[0];
     this.lastPointMs = last?.at ?? 0;
@@ -332,14 +346,15 @@ export class ControllerBook {
     const { factor, version, mode } = this.state;
     // The controller's own factor: under priorities, below each priority's (core/priorities.ts).
     this.sql.exec(
-      `INSERT INTO controller (rule, factor, version, mode, configured) VALUES (?, ?, ?, ?, ?)
+      `INSERT INTO controller (rule, factor, version, mode, configured, target) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT (rule) DO UPDATE SET factor = excluded.factor, version = excluded.version, mode = excluded.mode,
-       configured = excluded.configured`,
+       configured = excluded.configured, target = excluded.target`,
       this.rule,
       factor,
       version,
       mode,
       this.configured ?? 1,
+      this.target === null ? null : JSON.stringify(this.target),
     );
   }
 
@@ -373,7 +388,8 @@ export class ControllerBook {
    * one when it no longer is (`info`).
    */
   private logDrift(target: ReportedTarget): void {
-    const { factor, drift, calm } = this.state;
+    const { drift, calm } = this.state;
+    const factor = this.shownFactor();
     const configured = this.configured ?? 1;
     logEvent(
       {
@@ -393,7 +409,9 @@ export class ControllerBook {
 
   /** One log line per change of mode: what the controller now does, and what made it. */
   private logChange(before: ControllerState, step: Step): void {
-    const { factor, mode } = this.state;
+    const { mode } = this.state;
+    // Under priorities, the default priority's, as every other view of the rule says it.
+    const factor = this.shownFactor();
     const configured = this.configured ?? 1;
     const health =
       step.kind === "cut" || step.kind === "raise" || step.kind === "hold"
