@@ -263,6 +263,21 @@ describe("a window under the current factor", () => {
     expect(steps.slice(0, 10)).toEqual([...Array(8).fill("gathering"), "dropped", "gathering"]);
     expect(steps.slice(10)).toEqual(["gathering", "raise", "gathering"]);
     expect(state.factor).toBeCloseTo(0.1, 12);
+    // Not a window in which requests were sent since it began: their answers come in, from other isolates too, while
+    // one isolate reports only refusals. (An isolate's report of refusals alone used to drop it, over and over.) One
+    // slow answer keeps it from being starved: it is judged once 20 answers are in.
+    let slow = at(0.05, { calm: calm(50) });
+    const kinds: string[] = [];
+    for (let i = 0; i < 16; i++) {
+      const answers = counts({ forwarded: 3, answered: 3, slow: i === 0 ? 1 : 0, busyMs: 150, shed: 10 });
+      const report = i % 2 === 0 ? answers : counts({ shed: 30 });
+      const seen = observe(slow, report, slow.version, T0 + i * 250, target);
+      kinds.push(seen.step.kind);
+      slow = seen.state;
+    }
+    expect(kinds).not.toContain("dropped");
+    // Judged (over the target within chance: held); then a clean window, starved: raised.
+    expect(kinds.filter((kind) => kind !== "gathering")).toEqual(["hold", "raise"]);
     // Without refusals to fill the next window soon, a thin window waits the 10 s as before.
     const quiet = observe(at(0.05), counts({ answered: 3, slow: 3 }), 7, T0, target).state;
     expect(observe(quiet, counts({ answered: 1 }), 7, T0 + 2_000, target).step.kind).toBe("gathering");

@@ -78,7 +78,7 @@ export type ControllerParams = {
   minSamples: number;
   /** Counts gathered this long without reaching `minSamples` are dropped: too few, too old to judge by. */
   staleMs: number;
-  /** …this long, while the reduction refused at least `minSamples` and the origin is sent nothing: it is idle. */
+  /** …this long, while the reduction refused at least `minSamples` and nothing was sent to the origin in the window. */
   thinStaleMs: number;
   /**
    * A breach while the origin answers successfully at least this share of
@@ -722,10 +722,10 @@ export function observe(
     };
   }
   if (health === null || !(long || troubled(health, state.drift))) {
-    // Too few answers while the reduction refuses plenty and the origin is sent nothing now: a few old answers (to
-    // requests sent before the cut that refuses the rest) would keep the window from ever showing it starved.
-    const idle = counts.forwarded === 0 && counts.answered === 0 && counts.stuck === 0;
-    const thin = health === null && idle && window.shed >= params.minSamples;
+    // Too few answers while the reduction refuses plenty and nothing has been sent to the origin in the window: the
+    // few answers in it are to requests sent before (the cut that refuses the rest), and would keep the window from
+    // ever showing the origin starved.
+    const thin = health === null && window.forwarded === 0 && window.shed >= params.minSamples;
     if (nowMs - windowStartMs >= (thin ? params.thinStaleMs : params.staleMs)) {
       const dropped = { ...state, window: noCounts(), windowStartMs: null };
       return { state: dropped, step: { kind: "dropped", answered: window.answered } };
