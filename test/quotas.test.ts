@@ -173,16 +173,17 @@ describe("what a quota counts", () => {
     });
     const topUp = await admin("POST", "/credits", { rule: id, key }, { add: 500, note: "ticket 881" });
     expect(topUp.status).toBe(200);
+    // The 200 charged past the quota left nothing, not less: the top-up forgives them and leaves 500.
     expect(topUp.body).toMatchObject({
       before: { used: 1_200, remaining: 0 },
       used: 1_200,
-      credit: 500,
-      remaining: 300,
+      credit: 700,
+      remaining: 500,
     });
-    expect((await call(250)).status).toBe(200); // 1 450 of 1 500
-    expect((await call(50)).status).toBe(200); // admitted at 1 451, then charged to 1 500
+    expect((await call(450)).status).toBe(200); // 1 650 of 1 700
+    expect((await call(60)).status).toBe(200); // admitted at 1 651, then charged to 1 710
     expect((await call(1)).status).toBe(429);
-    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1_500, remaining: 0 });
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1_710, remaining: 0 });
   });
 
   it('counts only what the origin answered successfully with count = "successful"', async () => {
@@ -385,6 +386,79 @@ describe("credits from the admin API", () => {
     expect([await decide(0), await decide(1), await decide(2)]).toEqual([200, 200, 200]);
     expect(await decide(0)).toBe(429);
   });
+});
+
+describe("a credit acts on what the client has left, never below nothing", () => {
+  // A quota of 5 a day charged by the origin's cost; each state is how the client came to what it has left.
+  const states: Record<
+    string,
+    {
+      left: number;
+      reach: (call: (units: number) => Promise<number>, limit: (n: number) => Promise<void>) => Promise<void>;
+    }
+  > = {
+    "3 left": { left: 3, reach: async (call) => void (await call(1), await call(1)) },
+    "nothing left": {
+      left: 0,
+      reach: async (call) => {
+        for (let i = 0; i < 5; i++) await call(1);
+      },
+    },
+    "overdrawn by the origin's cost (8 charged against 5)": { left: 0, reach: async (call) => void (await call(8)) },
+    "overdrawn by a lower limit (4 used, then a limit of 2)": {
+      left: 0,
+      reach: async (call, limit) => {
+        for (let i = 0; i < 4; i++) await call(1);
+        await limit(2);
+      },
+    },
+  };
+  const changes: [Record<string, number>, (left: number) => number][] = [
+    [{ add: 2 }, (left) => left + 2],
+    [{ take: 10 }, () => 0],
+    [{ take: 1 }, (left) => Math.max(0, left - 1)],
+    [{ set: 0 }, () => 0],
+    [{ set: 4 }, () => 4],
+  ];
+  const cases = Object.entries(states).flatMap(([state, { left, reach }]) =>
+    changes.map(([change, after]) => [state, JSON.stringify(change), left, reach, change, after(left)] as const),
+  );
+
+  it.each(cases)(
+    "from %s, %s leaves what it says, and the client gets exactly that",
+    async (_, __, left, reach, change, expected) => {
+      const id = ruleId("clamped");
+      const { as, admin } = worker([perKey(id, { quota: 5, per: "day", cost_header: "x-tokens-used" })]);
+      at("2031-06-10T12:00:00Z");
+      const key = uniqueTag("clamped");
+      const call = async (units: number) => {
+        const res = await as(key, `/tokens/${units}`);
+        await res.arrayBuffer();
+        return res.status;
+      };
+      await reach(call, async (limit) => {
+        expect((await admin("PUT", "/overrides", { rule: id, key: `header:x-api-key=${key}` }, { limit })).status).toBe(
+          200,
+        );
+      });
+      const credited = await admin("POST", "/credits", { rule: id, key }, change);
+      expect(credited.status).toBe(200);
+      const { before, limit, used, credit, remaining } = credited.body as Record<string, number> & {
+        before: { remaining: number };
+      };
+      expect([before.remaining, remaining]).toEqual([left, expected]);
+      // What is left is the limit and the credit less what was used: the credit says what the change gave.
+      expect(limit + credit - used).toBe(expected);
+      expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({
+        used,
+        credit,
+        remaining: expected,
+      });
+      const statuses: number[] = [];
+      for (let i = 0; i <= expected; i++) statuses.push(await call(1));
+      expect(statuses).toEqual([...Array(expected).fill(200), 429]);
+    },
+  );
 });
 
 describe("an admin reset, a deny, unlimited and a new limit under a quota", () => {

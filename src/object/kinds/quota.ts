@@ -10,7 +10,11 @@
  * boundary found, the same for every client of a calendar (kept here, one
  * per calendar).
  *
- * A request fits while `used + cost ≤ limit + credit`. A refusal is
+ * A request fits while `used + cost ≤ limit + credit`. What is left,
+ * `limit + credit − used`, is shown at least 0, and a credit acts on what
+ * is shown: a period overdrawn (charged past its limit by the origin's
+ * cost, or under a lower limit) has nothing left, and a credit's `credit`
+ * forgives the overdraft before it adds. A refusal is
  * admissible again at the period's end, when `used` and `credit` start
  * from 0 (`Retry-After` that instant, plus the rule's `retry_jitter`
  * spread by client; `RateLimit`'s `t` the instant itself). Refusals are
@@ -260,15 +264,12 @@ export const quotaCounter: Counter<QuotaData> = {
     };
   },
 
+  // Every change acts on what is left, never below 0: an overdraft (the origin's cost, a lower limit) is forgiven by it.
   credit(data, change: Credit, nowMs, check) {
     const brought = bring(data, nowMs, quotaOf(check));
-    const credit =
-      "add" in change
-        ? brought.credit + change.add
-        : "take" in change
-          ? brought.credit - change.take
-          : change.set - check.limit + brought.used;
-    return { ...brought, credit };
+    const left = Math.max(0, check.limit + brought.credit - brought.used);
+    const after = "add" in change ? left + change.add : "take" in change ? Math.max(0, left - change.take) : change.set;
+    return { ...brought, credit: after - check.limit + brought.used };
   },
 
   encode: (data): Stored => ({
