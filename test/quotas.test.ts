@@ -351,6 +351,49 @@ describe("credits from the admin API", () => {
     expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1, credit: 0 });
   });
 
+  describe("counts a note in characters, whatever they are and however JSON spells them", () => {
+    const emoji = "\u{1F600}";
+    // Each body as sent: JSON.stringify keeps characters as themselves; "escaped" spells each as \\uXXXX.
+    const escaped = (text: string) =>
+      `{"add":1000000000,"note":"${text
+        .split("")
+        .map((unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`)
+        .join("")}"}`;
+    const tooLong = "note: must be at most 1000 characters; got 1001";
+    it.each([
+      ["1000 emoji", JSON.stringify({ add: 1, note: emoji.repeat(1_000) }), null],
+      ["1000 emoji, escaped (12 bytes each)", escaped(emoji.repeat(1_000)), null],
+      ["1000 accented letters, escaped", escaped("\u00e9".repeat(1_000)), null],
+      ["1001 emoji", JSON.stringify({ add: 1, note: emoji.repeat(1_001) }), tooLong],
+      ["1001 emoji, escaped", escaped(emoji.repeat(1_001)), tooLong],
+      ["1001 letters", JSON.stringify({ add: 1, note: "x".repeat(1_001) }), tooLong],
+      [
+        "a note of 1 MB",
+        JSON.stringify({ add: 1, note: "x".repeat(1 << 20) }),
+        /^the body is over \d+ bytes: .*a note of at most 1000 characters/,
+      ],
+      ["a number", JSON.stringify({ add: 1, note: 7 }), "note: must be a string; got 7"],
+    ])("%s", async (_, body, error) => {
+      const id = ruleId("noted");
+      const { as, send } = worker([perKey(id, { quota: 3, per: "day" })]);
+      const key = uniqueTag("noted");
+      await as(key);
+      const res = await send(`/__ratelimit/credits?${new URLSearchParams({ rule: id, key })}`, {
+        method: "POST",
+        headers: { ...bearer, "content-type": "application/json" },
+        body,
+      });
+      const answer = (await res.json()) as Record<string, unknown>;
+      if (error === null) {
+        expect(res.status).toBe(200);
+        expect(answer.note).toBe((JSON.parse(body) as { note: string }).note);
+      } else {
+        expect(res.status).toBe(400);
+        expect(answer.errors).toEqual([error instanceof RegExp ? expect.stringMatching(error) : error]);
+      }
+    });
+  });
+
   it("answers 400 for a rule that keeps no periods: a window, a concurrency rule", async () => {
     const rate = ruleId("not-quota");
     const places = ruleId("not-quota-either");
