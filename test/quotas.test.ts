@@ -431,6 +431,51 @@ describe("credits from the admin API", () => {
   });
 });
 
+describe("what is left under a cost above 1 is the same units on every path (r is remaining quota units)", () => {
+  it.each([
+    ["a calendar quota", { quota: 10, per: "day" }],
+    ["a sliding window", { limit: 10, period: "1h" }],
+    ["a token bucket", { limit: 10, period: "1h", burst: 10 }],
+  ])(
+    "%s of 10 at a cost of 3: 1 left after three requests, in the headers, the client's view and /status",
+    async (_, fields) => {
+      const id = ruleId("units-left");
+      const { as, admin } = worker([perKey(id, { ...fields, cost: 3 })], { CLIENT_LIMITS_PATH: "/rate_limit" });
+      at("2031-06-10T12:00:00Z");
+      const key = uniqueTag("units");
+      const view = async () => {
+        const res = await as(key, "/rate_limit");
+        return ((await res.json()) as { rules: { id: string; remaining: number }[] }).rules.find((r) => r.id === id);
+      };
+      const statuses = [];
+      for (let i = 0; i < 3; i++) statuses.push((await as(key)).status);
+      expect(statuses).toEqual([200, 200, 200]);
+      expect((await as(key, "/rate_limit")).status).toBe(200);
+      expect((await view())?.remaining).toBe(1);
+      expect((await admin("GET", "/status", { rule: id, key })).body).toMatchObject({ remaining: 1 });
+      // Refused (the request costs 3): what is left is still 1 unit, as the refusal's headers say too, and a remembered one.
+      for (let i = 0; i < 2; i++) {
+        const refused = await as(key);
+        expect(refused.status).toBe(429);
+        expect(refused.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=1;t=\\d+$`));
+        expect(refused.headers.get("x-ratelimit-remaining")).toBe("1");
+      }
+      expect((await view())?.remaining).toBe(1);
+    },
+  );
+
+  it("the quota's admission says 1 left too, and /credits", async () => {
+    const id = ruleId("units-left-quota");
+    const { as, admin } = worker([perKey(id, { quota: 10, per: "day", cost: 3 })]);
+    at("2031-06-10T12:00:00Z");
+    const key = uniqueTag("units");
+    await as(key);
+    await as(key);
+    expect((await as(key)).headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=1;`));
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 9, remaining: 1 });
+  });
+});
+
 describe("a credit acts on what the client has left, never below nothing", () => {
   // A quota of 5 a day charged by the origin's cost; each state is how the client came to what it has left.
   const states: Record<
@@ -440,7 +485,12 @@ describe("a credit acts on what the client has left, never below nothing", () =>
       reach: (call: (units: number) => Promise<number>, limit: (n: number) => Promise<void>) => Promise<void>;
     }
   > = {
-    "3 left": { left: 3, reach: async (call) => void (await call(1), await call(1)) },
+    "3 left": {
+      left: 3,
+      reach: async (call) => {
+        for (let i = 0; i < 2; i++) await call(1);
+      },
+    },
     "nothing left": {
       left: 0,
       reach: async (call) => {
@@ -486,8 +536,12 @@ describe("a credit acts on what the client has left, never below nothing", () =>
       });
       const credited = await admin("POST", "/credits", { rule: id, key }, change);
       expect(credited.status).toBe(200);
-      const { before, limit, used, credit, remaining } = credited.body as Record<string, number> & {
+      const { before, limit, used, credit, remaining } = credited.body as {
         before: { remaining: number };
+        limit: number;
+        used: number;
+        credit: number;
+        remaining: number;
       };
       expect([before.remaining, remaining]).toEqual([left, expected]);
       // What is left is the limit and the credit less what was used: the credit says what the change gave.

@@ -194,10 +194,11 @@ export const quotaCounter: Counter<QuotaData> = {
     const windowMs = data.endMs - data.startMs;
     if (!seen.allowed) {
       // The next period starts from nothing, and a rule's limit is never below its cost: admitted then.
+      // What is left is said in units, though less than the request's cost: `r` is remaining quota units.
       return {
         allowed: false,
         weighted: seen.weighted,
-        remaining: 0,
+        remaining: Math.max(0, check.limit + data.credit - data.used),
         retryAfterMs: toEndMs + jitterMs(data, quota),
         resetMs: toEndMs,
         windowMs,
