@@ -29,19 +29,28 @@ export type Reported = Policy & { verdict: RuleVerdict; nowMs: number; priority?
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
 /**
- * A policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it,
- * at `nowMs` for a quota whose window is not the same at every instant (a
- * verdict's own comes first); null for a quota that does not renew with time.
+ * A policy's window in milliseconds, as `RateLimit-Policy`'s `w` says it:
+ * under the policy's limit (the client's, for a kind whose window goes with
+ * its limit: a token bucket's depth), at `nowMs` for a quota whose window
+ * is not the same at every instant (a verdict's own comes first); null for
+ * a quota that does not renew with time.
  */
-export function windowSeconds(p: Policy | Reported, nowMs?: number): number | null {
+export function windowMsOf(p: Policy | Reported, nowMs?: number): number | null {
   if (p.quota.windowMs === undefined) return null;
   const at = nowMs ?? ("nowMs" in p ? p.nowMs : undefined);
-  const ms =
+  return (
     ("verdict" in p ? p.verdict.windowMs : undefined) ??
     p.windowMs ??
+    p.quota.windowFor?.(p.limit) ??
     (at === undefined ? undefined : p.quota.windowAt?.(at)) ??
-    p.quota.windowMs;
-  return Math.max(1, seconds(ms));
+    p.quota.windowMs
+  );
+}
+
+/** {@link windowMsOf} in whole seconds, rounded up, at least 1: `w` itself. */
+export function windowSeconds(p: Policy | Reported, nowMs?: number): number | null {
+  const ms = windowMsOf(p, nowMs);
+  return ms === null ? null : Math.max(1, seconds(ms));
 }
 
 /** The instant a rule's quota resets, to the second, as a problem's detail names it: `nowMs` + `t`. */
