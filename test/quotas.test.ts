@@ -108,6 +108,36 @@ describe("a calendar quota at its boundary", () => {
   });
 });
 
+describe("a quota's reset instant is its period's boundary, to the second, whatever the isolate's clock", () => {
+  const cases = [-7_300, -400, -1, 1, 400, 999, 61_000].flatMap((offsetMs) => [
+    ["calendar", offsetMs, {}, "2031-06-11T00:00:00Z"] as const,
+    ["first-request", offsetMs, { reset: "first-request" }, "2031-06-11T12:00:00Z"] as const,
+  ]);
+  it.each(cases)("%s periods, with the isolate's clock %i ms off the object's", async (_, offsetMs, fields, ends) => {
+    const id = ruleId("exact-reset");
+    const settings = settingsFor([perKey(id, { quota: 2, per: "day", ...fields })]);
+    const isolate = decider(settings, env.RATE_LIMITER, createIsolate({ clock: () => Date.now() + offsetMs }));
+    at("2031-06-10T12:00:00.300Z");
+    const key = uniqueTag("exact");
+    const resets: (string | null | undefined)[] = [];
+    for (let i = 0; i < 3; i++) {
+      vi.setSystemTime(Date.now() + 137);
+      const outcome = await isolate.run(requestFrom("203.0.113.9", "/api/x", { "x-api-key": key }));
+      resets.push(
+        outcome.kind === "allow"
+          ? outcome.headers["X-RateLimit-Reset"]
+          : outcome.response.headers.get("x-ratelimit-reset"),
+      );
+      if (outcome.kind === "refuse") {
+        const { detail } = (await outcome.response.json()) as { detail: string };
+        expect(detail).toContain(`resets ${ends.replace("Z", "+00:00")}`);
+      }
+    }
+    // Two admitted and one refused, each naming the boundary itself.
+    expect(resets).toEqual(Array(3).fill(String(Date.parse(ends) / 1000)));
+  });
+});
+
 describe("a quota beside a rate rule", () => {
   it("counts a request one of them refuses in neither, on one key", async () => {
     const quotaId = ruleId("q-day");

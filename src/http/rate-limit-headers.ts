@@ -53,8 +53,13 @@ export function windowSeconds(p: Policy | Reported, nowMs?: number): number | nu
   return ms === null ? null : Math.max(1, seconds(ms));
 }
 
-/** The instant a rule's quota resets, to the second, as a problem's detail names it: `nowMs` + `t`. */
-export const resetAtMs = (r: Reported): number => Math.round((r.nowMs + r.verdict.resetMs) / 1000) * 1000;
+/**
+ * The instant a rule's quota resets, to the second, as a problem's detail
+ * names it: the boundary itself where the verdict names one (a calendar
+ * quota's), else `nowMs` + `t`.
+ */
+export const resetAtMs = (r: Reported): number =>
+  r.verdict.resetAtMs ?? Math.round((r.nowMs + r.verdict.resetMs) / 1000) * 1000;
 
 /** A policy's quota `q`: its limit, or what its kind says the limit gives (a token bucket's burst). */
 export const quotaOf = (p: Policy): number => p.quota.quota?.(p.limit) ?? p.limit;
@@ -62,8 +67,12 @@ export const quotaOf = (p: Policy): number => p.quota.quota?.(p.limit) ?? p.limi
 /** Whole seconds until a rate rule's quota resets, as `RateLimit`'s `t` says it. */
 export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
 
-/** The Unix second at which a rate rule's quota resets, as `X-RateLimit-Reset` says it. */
-export const resetEpochSeconds = (r: Reported): number => seconds(r.nowMs + r.verdict.resetMs);
+/**
+ * The Unix second at which a rate rule's quota resets, as `X-RateLimit-Reset`
+ * says it: the boundary the verdict names (a calendar quota's, on the
+ * object's clock), else the caller's `nowMs` + `t`, rounded up.
+ */
+export const resetEpochSeconds = (r: Reported): number => seconds(r.verdict.resetAtMs ?? r.nowMs + r.verdict.resetMs);
 
 /**
  * `RateLimit-Policy`, listing every policy that applied: its quota `q`, its

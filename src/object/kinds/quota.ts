@@ -17,7 +17,8 @@
  * forgives the overdraft before it adds. A refusal is
  * admissible again at the period's end, when `used` and `credit` start
  * from 0 (`Retry-After` that instant, plus the rule's `retry_jitter`
- * spread by client; `RateLimit`'s `t` the instant itself). Refusals are
+ * spread by client; `RateLimit`'s `t` the instant itself, and
+ * `X-RateLimit-Reset` the boundary exactly, whatever the caller's clock). Refusals are
  * never answered by an isolate alone (`refusalsHold: false`) and nothing is
  * leased (`leaseEndsInMs` 0): a credit admits the next request at once
  * wherever it lands, and no unit counted ahead for an isolate that then
@@ -201,6 +202,7 @@ export const quotaCounter: Counter<QuotaData> = {
         remaining: Math.max(0, check.limit + data.credit - data.used),
         retryAfterMs: toEndMs + jitterMs(data, quota),
         resetMs: toEndMs,
+        resetAtMs: data.endMs,
         windowMs,
       };
     }
@@ -211,6 +213,7 @@ export const quotaCounter: Counter<QuotaData> = {
       remaining: Math.max(0, left),
       retryAfterMs: 0,
       resetMs: toEndMs,
+      resetAtMs: data.endMs,
       windowMs,
     };
   },
