@@ -336,6 +336,45 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
     });
   });
 
+  // 10 every 10 s in bursts of 5 (a depth of 5 s); each change gives the burst in proportion, never below one request.
+  it.each([
+    ["a tier of 1 (mini)", { tier: "mini" }, 1, 1, 10],
+    ["an override of 3", { limit: 3 }, 3, 1, 4],
+    ["an override of 1", { limit: 1 }, 1, 1, 10],
+    ["an override of 20", { limit: 20 }, 20, 10, 5],
+  ])(
+    "%s: q is its burst and w its depth, burst × period / limit, in the headers, the client's view and /status alike",
+    async (_, override, limit, burst, depthSeconds) => {
+      vi.useFakeTimers({ toFake: ["Date"] });
+      at(0);
+      const id = uniqueRule("depth");
+      const { send, admin } = worker([{ id, limit: 10, period: "10s", burst: 5, key: ["ip"] }], {
+        TIERS: { mini: { [id]: 1 } },
+        CLIENT_LIMITS_PATH: "/rate_limit",
+      });
+      const ip = uniqueIp();
+      expect((await admin("PUT", `/overrides?rule=${id}&key=${ip}`, override)).status).toBe(200);
+      at(1);
+      const policy = `"${id}";q=${burst};w=${depthSeconds}`;
+      const burstOf = async () => statuses(burst + 1, () => send("/x", from(ip)));
+      // The whole burst at once, and once w has passed, the whole of it again: the bucket is full after w.
+      expect(await burstOf()).toEqual([...Array(burst).fill(200), 429]);
+      expect((await send("/x", from(ip))).headers.get("ratelimit-policy")).toBe(policy);
+      const view = await send("/rate_limit", from(ip));
+      expect(((await view.json()) as { rules: unknown[] }).rules).toEqual([
+        expect.objectContaining({ id, limit: burst, windowSeconds: depthSeconds }),
+      ]);
+      expect((await admin("GET", `/status?rule=${id}&key=${ip}`)).body).toMatchObject({
+        limit,
+        periodMs: 10_000,
+        burst,
+        depthMs: Math.ceil((burst * 10_000) / limit),
+      });
+      at(1 + depthSeconds * 1_000);
+      expect(await burstOf()).toEqual([...Array(burst).fill(200), 429]);
+    },
+  );
+
   it("refuses a limit whose burst would pass 1 000 000 000, from the admin API and in TIERS", async () => {
     // 1 a second in bursts of 10⁹ (about 32 years of refill): 2 a second would be bursts of 2 × 10⁹.
     const id = uniqueRule("cap");

@@ -352,6 +352,43 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
   });
 });
 
+describe("an override's note is counted in characters, whatever they are and however JSON spells them", () => {
+  const { id, admin } = setup(2);
+  const emoji = "\u{1F600}";
+  // Each body as sent: JSON.stringify keeps characters as themselves; "escaped" spells each as \\uXXXX.
+  const escaped = (text: string) =>
+    `{"limit":5,"note":"${text
+      .split("")
+      .map((unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`)
+      .join("")}"}`;
+  it.each([
+    ["1000 emoji", JSON.stringify({ limit: 5, note: emoji.repeat(1_000) }), null],
+    ["1000 emoji, escaped", escaped(emoji.repeat(1_000)), null],
+    ["1000 accented letters, escaped", escaped("\u00e9".repeat(1_000)), null],
+    [
+      "1001 emoji",
+      JSON.stringify({ limit: 5, note: emoji.repeat(1_001) }),
+      'field "note": must be at most 1000 characters; got 1001',
+    ],
+    [
+      "1001 letters",
+      JSON.stringify({ limit: 5, note: "x".repeat(1_001) }),
+      'field "note": must be at most 1000 characters; got 1001',
+    ],
+  ])("%s", async (_, body, error) => {
+    const client = uniqueIp();
+    const res = await admin("PUT", `?rule=${id}&key=${client}`, body);
+    if (error === null) {
+      expect(res.status).toBe(200);
+      const { note } = JSON.parse(body) as { note: string };
+      expect((await admin("GET", `?rule=${id}&key=${client}`)).body).toMatchObject({ limit: 5, note });
+    } else {
+      expect(res.status).toBe(400);
+      expect(res.body.errors).toEqual([error]);
+    }
+  });
+});
+
 describe("a body past 8 MiB is refused with 413, counted in bytes, and read no further", () => {
   const MAX_BYTES = 8 * 1024 * 1024;
   const MiB = 1024 * 1024;

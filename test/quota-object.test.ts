@@ -85,8 +85,8 @@ describe("a calendar quota in its client's object", () => {
     const rule = quota({ quota: 10, per: "week", cost: 4 });
     const stub = freshObject();
     expect(await checks(stub, rule, 3)).toEqual([true, true, false]);
-    // A refusal leaves nothing a request could spend: remaining 0, as a window's refusal says.
-    expect((await stub.peek([rule])).verdicts[0]).toMatchObject({ weighted: 8, ruleAllows: false, remaining: 0 });
+    // A refusal says the units left, 2, though fewer than a request's cost (r is remaining quota units), as every kind's does.
+    expect((await stub.peek([rule])).verdicts[0]).toMatchObject({ weighted: 8, ruleAllows: false, remaining: 2 });
     expect((await stub.peek([{ ...rule, cost: 2 }])).verdicts[0]).toMatchObject({ ruleAllows: true, remaining: 2 });
   });
 

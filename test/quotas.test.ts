@@ -108,6 +108,36 @@ describe("a calendar quota at its boundary", () => {
   });
 });
 
+describe("a quota's reset instant is its period's boundary, to the second, whatever the isolate's clock", () => {
+  const cases = [-7_300, -400, -1, 1, 400, 999, 61_000].flatMap((offsetMs) => [
+    ["calendar", offsetMs, {}, "2031-06-11T00:00:00Z"] as const,
+    ["first-request", offsetMs, { reset: "first-request" }, "2031-06-11T12:00:00Z"] as const,
+  ]);
+  it.each(cases)("%s periods, with the isolate's clock %i ms off the object's", async (_, offsetMs, fields, ends) => {
+    const id = ruleId("exact-reset");
+    const settings = settingsFor([perKey(id, { quota: 2, per: "day", ...fields })]);
+    const isolate = decider(settings, env.RATE_LIMITER, createIsolate({ clock: () => Date.now() + offsetMs }));
+    at("2031-06-10T12:00:00.300Z");
+    const key = uniqueTag("exact");
+    const resets: (string | null | undefined)[] = [];
+    for (let i = 0; i < 3; i++) {
+      vi.setSystemTime(Date.now() + 137);
+      const outcome = await isolate.run(requestFrom("203.0.113.9", "/api/x", { "x-api-key": key }));
+      resets.push(
+        outcome.kind === "allow"
+          ? outcome.headers["X-RateLimit-Reset"]
+          : outcome.response.headers.get("x-ratelimit-reset"),
+      );
+      if (outcome.kind === "refuse") {
+        const { detail } = (await outcome.response.json()) as { detail: string };
+        expect(detail).toContain(`resets ${ends.replace("Z", "+00:00")}`);
+      }
+    }
+    // Two admitted and one refused, each naming the boundary itself.
+    expect(resets).toEqual(Array(3).fill(String(Date.parse(ends) / 1000)));
+  });
+});
+
 describe("a quota beside a rate rule", () => {
   it("counts a request one of them refuses in neither, on one key", async () => {
     const quotaId = ruleId("q-day");
@@ -173,16 +203,17 @@ describe("what a quota counts", () => {
     });
     const topUp = await admin("POST", "/credits", { rule: id, key }, { add: 500, note: "ticket 881" });
     expect(topUp.status).toBe(200);
+    // The 200 charged past the quota left nothing, not less: the top-up forgives them and leaves 500.
     expect(topUp.body).toMatchObject({
       before: { used: 1_200, remaining: 0 },
       used: 1_200,
-      credit: 500,
-      remaining: 300,
+      credit: 700,
+      remaining: 500,
     });
-    expect((await call(250)).status).toBe(200); // 1 450 of 1 500
-    expect((await call(50)).status).toBe(200); // admitted at 1 451, then charged to 1 500
+    expect((await call(450)).status).toBe(200); // 1 650 of 1 700
+    expect((await call(60)).status).toBe(200); // admitted at 1 651, then charged to 1 710
     expect((await call(1)).status).toBe(429);
-    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1_500, remaining: 0 });
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1_710, remaining: 0 });
   });
 
   it('counts only what the origin answered successfully with count = "successful"', async () => {
@@ -350,6 +381,49 @@ describe("credits from the admin API", () => {
     expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1, credit: 0 });
   });
 
+  describe("counts a note in characters, whatever they are and however JSON spells them", () => {
+    const emoji = "\u{1F600}";
+    // Each body as sent: JSON.stringify keeps characters as themselves; "escaped" spells each as \\uXXXX.
+    const escaped = (text: string) =>
+      `{"add":1000000000,"note":"${text
+        .split("")
+        .map((unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`)
+        .join("")}"}`;
+    const tooLong = "note: must be at most 1000 characters; got 1001";
+    it.each([
+      ["1000 emoji", JSON.stringify({ add: 1, note: emoji.repeat(1_000) }), null],
+      ["1000 emoji, escaped (12 bytes each)", escaped(emoji.repeat(1_000)), null],
+      ["1000 accented letters, escaped", escaped("\u00e9".repeat(1_000)), null],
+      ["1001 emoji", JSON.stringify({ add: 1, note: emoji.repeat(1_001) }), tooLong],
+      ["1001 emoji, escaped", escaped(emoji.repeat(1_001)), tooLong],
+      ["1001 letters", JSON.stringify({ add: 1, note: "x".repeat(1_001) }), tooLong],
+      [
+        "a note of 1 MB",
+        JSON.stringify({ add: 1, note: "x".repeat(1 << 20) }),
+        /^the body is over \d+ bytes: .*a note of at most 1000 characters/,
+      ],
+      ["a number", JSON.stringify({ add: 1, note: 7 }), "note: must be a string; got 7"],
+    ])("%s", async (_, body, error) => {
+      const id = ruleId("noted");
+      const { as, send } = worker([perKey(id, { quota: 3, per: "day" })]);
+      const key = uniqueTag("noted");
+      await as(key);
+      const res = await send(`/__ratelimit/credits?${new URLSearchParams({ rule: id, key })}`, {
+        method: "POST",
+        headers: { ...bearer, "content-type": "application/json" },
+        body,
+      });
+      const answer = (await res.json()) as Record<string, unknown>;
+      if (error === null) {
+        expect(res.status).toBe(200);
+        expect(answer.note).toBe((JSON.parse(body) as { note: string }).note);
+      } else {
+        expect(res.status).toBe(400);
+        expect(answer.errors).toEqual([error instanceof RegExp ? expect.stringMatching(error) : error]);
+      }
+    });
+  });
+
   it("answers 400 for a rule that keeps no periods: a window, a concurrency rule", async () => {
     const rate = ruleId("not-quota");
     const places = ruleId("not-quota-either");
@@ -385,6 +459,133 @@ describe("credits from the admin API", () => {
     expect([await decide(0), await decide(1), await decide(2)]).toEqual([200, 200, 200]);
     expect(await decide(0)).toBe(429);
   });
+});
+
+describe("what is left under a cost above 1 is the same units on every path (r is remaining quota units)", () => {
+  it.each([
+    ["a calendar quota", { quota: 10, per: "day" }],
+    ["a sliding window", { limit: 10, period: "1h" }],
+    ["a token bucket", { limit: 10, period: "1h", burst: 10 }],
+  ])(
+    "%s of 10 at a cost of 3: 1 left after three requests, in the headers, the client's view and /status",
+    async (_, fields) => {
+      const id = ruleId("units-left");
+      const { as, admin } = worker([perKey(id, { ...fields, cost: 3 })], { CLIENT_LIMITS_PATH: "/rate_limit" });
+      at("2031-06-10T12:00:00Z");
+      const key = uniqueTag("units");
+      const view = async () => {
+        const res = await as(key, "/rate_limit");
+        return ((await res.json()) as { rules: { id: string; remaining: number }[] }).rules.find((r) => r.id === id);
+      };
+      const statuses = [];
+      for (let i = 0; i < 3; i++) statuses.push((await as(key)).status);
+      expect(statuses).toEqual([200, 200, 200]);
+      expect((await as(key, "/rate_limit")).status).toBe(200);
+      expect((await view())?.remaining).toBe(1);
+      expect((await admin("GET", "/status", { rule: id, key })).body).toMatchObject({ remaining: 1 });
+      // Refused (the request costs 3): what is left is still 1 unit, as the refusal's headers say too, and a remembered one.
+      for (let i = 0; i < 2; i++) {
+        const refused = await as(key);
+        expect(refused.status).toBe(429);
+        expect(refused.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=1;t=\\d+$`));
+        expect(refused.headers.get("x-ratelimit-remaining")).toBe("1");
+      }
+      expect((await view())?.remaining).toBe(1);
+    },
+  );
+
+  it("the quota's admission says 1 left too, and /credits", async () => {
+    const id = ruleId("units-left-quota");
+    const { as, admin } = worker([perKey(id, { quota: 10, per: "day", cost: 3 })]);
+    at("2031-06-10T12:00:00Z");
+    const key = uniqueTag("units");
+    await as(key);
+    await as(key);
+    expect((await as(key)).headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=1;`));
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 9, remaining: 1 });
+  });
+});
+
+describe("a credit acts on what the client has left, never below nothing", () => {
+  // A quota of 5 a day charged by the origin's cost; each state is how the client came to what it has left.
+  const states: Record<
+    string,
+    {
+      left: number;
+      reach: (call: (units: number) => Promise<number>, limit: (n: number) => Promise<void>) => Promise<void>;
+    }
+  > = {
+    "3 left": {
+      left: 3,
+      reach: async (call) => {
+        for (let i = 0; i < 2; i++) await call(1);
+      },
+    },
+    "nothing left": {
+      left: 0,
+      reach: async (call) => {
+        for (let i = 0; i < 5; i++) await call(1);
+      },
+    },
+    "overdrawn by the origin's cost (8 charged against 5)": { left: 0, reach: async (call) => void (await call(8)) },
+    "overdrawn by a lower limit (4 used, then a limit of 2)": {
+      left: 0,
+      reach: async (call, limit) => {
+        for (let i = 0; i < 4; i++) await call(1);
+        await limit(2);
+      },
+    },
+  };
+  const changes: [Record<string, number>, (left: number) => number][] = [
+    [{ add: 2 }, (left) => left + 2],
+    [{ take: 10 }, () => 0],
+    [{ take: 1 }, (left) => Math.max(0, left - 1)],
+    [{ set: 0 }, () => 0],
+    [{ set: 4 }, () => 4],
+  ];
+  const cases = Object.entries(states).flatMap(([state, { left, reach }]) =>
+    changes.map(([change, after]) => [state, JSON.stringify(change), left, reach, change, after(left)] as const),
+  );
+
+  it.each(cases)(
+    "from %s, %s leaves what it says, and the client gets exactly that",
+    async (_, __, left, reach, change, expected) => {
+      const id = ruleId("clamped");
+      const { as, admin } = worker([perKey(id, { quota: 5, per: "day", cost_header: "x-tokens-used" })]);
+      at("2031-06-10T12:00:00Z");
+      const key = uniqueTag("clamped");
+      const call = async (units: number) => {
+        const res = await as(key, `/tokens/${units}`);
+        await res.arrayBuffer();
+        return res.status;
+      };
+      await reach(call, async (limit) => {
+        expect((await admin("PUT", "/overrides", { rule: id, key: `header:x-api-key=${key}` }, { limit })).status).toBe(
+          200,
+        );
+      });
+      const credited = await admin("POST", "/credits", { rule: id, key }, change);
+      expect(credited.status).toBe(200);
+      const { before, limit, used, credit, remaining } = credited.body as {
+        before: { remaining: number };
+        limit: number;
+        used: number;
+        credit: number;
+        remaining: number;
+      };
+      expect([before.remaining, remaining]).toEqual([left, expected]);
+      // What is left is the limit and the credit less what was used: the credit says what the change gave.
+      expect(limit + credit - used).toBe(expected);
+      expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({
+        used,
+        credit,
+        remaining: expected,
+      });
+      const statuses: number[] = [];
+      for (let i = 0; i <= expected; i++) statuses.push(await call(1));
+      expect(statuses).toEqual([...Array(expected).fill(200), 429]);
+    },
+  );
 });
 
 describe("an admin reset, a deny, unlimited and a new limit under a quota", () => {

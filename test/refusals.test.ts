@@ -47,11 +47,24 @@ describe("a key's known refusals", () => {
     expect(refusals.any).toBe(false); // a lapsed refusal is dropped when looked up
   });
 
-  it("keeps what applied to the client when it was refused", () => {
+  it("keeps what applied to the client when it was refused, and the units it had left (fewer than a request's cost)", () => {
     const refusals = new KnownRefusals();
-    const verdict: RuleVerdict = { ...refusedFor(4_000), limit: 5, override: "limit", tier: "gold", reduced: true };
+    const verdict: RuleVerdict = {
+      ...refusedFor(4_000),
+      remaining: 2,
+      limit: 5,
+      override: "limit",
+      tier: "gold",
+      reduced: true,
+    };
     refusals.remember(api, "object", 0, verdict, CAP_MS);
-    expect(refusals.get(api, 0)!.applied).toEqual({ limit: 5, override: "limit", tier: "gold", reduced: true });
+    expect(refusals.get(api, 0)!.applied).toEqual({
+      limit: 5,
+      override: "limit",
+      tier: "gold",
+      reduced: true,
+      remaining: 2,
+    });
   });
 
   it.each([

@@ -101,7 +101,7 @@ export type Decision =
       /** Whether the request was admitted and counted. */
       allowed: boolean;
       never: false;
-      /** Whole units still admissible now, at once: after this request when admitted; 0 when refused. */
+      /** Whole units the bucket holds now: after this request when admitted; when refused, fewer than its cost. */
       remaining: number;
       /** The exact wait in milliseconds until a request of this cost conforms, if nothing else is admitted meanwhile; 0 when admitted. */
       retryAfterMs: number;
@@ -303,12 +303,13 @@ export function describe(ev: Evaluation, nowMs: number, bucket: BucketLimit, cou
       resetMs: v.aheadMs + (v.ticks > 0 ? 1 : 0),
     };
   }
-  if (!ev.allowed) {
-    const wait = (earliestAdmission(ev.before, bucket, ev.cost, nowMs) as number) - nowMs;
-    return { allowed: false, never: false, remaining: 0, retryAfterMs: wait, resetMs: wait };
-  }
   const v = view(counted ? ev.state : ev.before, nowMs, scale);
   const remaining = bucket.burst - ceilRatio(v.aheadMs, scale.perMs, v.ticks, scale.unitTicks);
+  if (!ev.allowed) {
+    // What the bucket holds in units, though less than the request's cost: `r` is remaining quota units.
+    const wait = (earliestAdmission(ev.before, bucket, ev.cost, nowMs) as number) - nowMs;
+    return { allowed: false, never: false, remaining: Math.max(0, remaining), retryAfterMs: wait, resetMs: wait };
+  }
   return {
     allowed: counted,
     never: false,

@@ -39,6 +39,13 @@ export type Override = OverrideSetting & {
 };
 
 export const MAX_NOTE_CHARS = 1_000;
+
+/** A text's length in characters (Unicode code points), as a note's limit counts it: an emoji is one, not two. */
+export const charactersIn = (text: string): number => {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+};
 const TIER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
 /** The fields of an override's JSON (docs/per-client-limits.md documents each). */
@@ -142,8 +149,9 @@ function expiresOf(raw: unknown, nowMs: number): Result<number | null> {
 function noteOf(raw: unknown): Result<string> {
   if (raw === undefined || raw === null) return ok("");
   if (typeof raw !== "string") return fail(`field "note": must be a string; got ${show(raw)}`);
-  if (raw.length > MAX_NOTE_CHARS) {
-    return fail(`field "note": must be at most ${MAX_NOTE_CHARS} characters; got ${raw.length}`);
+  const length = charactersIn(raw);
+  if (length > MAX_NOTE_CHARS) {
+    return fail(`field "note": must be at most ${MAX_NOTE_CHARS} characters; got ${length}`);
   }
   return ok(raw);
 }

@@ -60,7 +60,11 @@ export type Decision = {
   allowed: boolean;
   /** The weighted count the request saw, before it was counted. */
   weighted: number;
-  /** Units still admissible now: `max(0, floor(limit − weighted − cost))` after an admission, 0 when rejected. */
+  /**
+   * Quota units left now (`RateLimit`'s `r`): `max(0, floor(limit − weighted − cost))`
+   * after an admission, `max(0, floor(limit − weighted))` otherwise (fewer
+   * than one request's cost when it is refused).
+   */
   remaining: number;
   /** Smallest wait in milliseconds after which a request would be admitted if nothing else is admitted meanwhile; 0 when admitted. */
   retryAfterMs: number;
@@ -292,14 +296,15 @@ export const msToBucketEnd = (nowMs: number, window: WindowLimit): number =>
  * rule checked with it, and is then not counted.
  */
 export function describe(ev: Evaluation, nowMs: number, window: WindowLimit, counted: boolean): Decision {
-  if (!ev.allowed) {
-    const wait = retryAfterMs(ev.state, nowMs, window);
-    return { allowed: false, weighted: ev.weighted, remaining: 0, retryAfterMs: wait, resetMs: wait };
-  }
   // floor(limit − weighted − c) = headroom − c − ceil(oldest × kept / periodMs), with headroom = limit − newer.
   const { oldest, kept, newer } = parts(ev.state, nowMs, window);
   const cost = counted ? (window.cost ?? 1) : 0;
   const left = window.limit - newer - cost - ceilProductQuotient(oldest, kept, window.periodMs);
+  if (!ev.allowed) {
+    // What is left in units, though less than the request's cost: `r` is remaining quota units.
+    const wait = retryAfterMs(ev.state, nowMs, window);
+    return { allowed: false, weighted: ev.weighted, remaining: Math.max(0, left), retryAfterMs: wait, resetMs: wait };
+  }
   return {
     allowed: counted,
     weighted: ev.weighted,

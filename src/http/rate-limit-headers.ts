@@ -29,23 +29,37 @@ export type Reported = Policy & { verdict: RuleVerdict; nowMs: number; priority?
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
 /**
- * A policy's window in whole seconds, as `RateLimit-Policy`'s `w` says it,
- * at `nowMs` for a quota whose window is not the same at every instant (a
- * verdict's own comes first); null for a quota that does not renew with time.
+ * A policy's window in milliseconds, as `RateLimit-Policy`'s `w` says it:
+ * under the policy's limit (the client's, for a kind whose window goes with
+ * its limit: a token bucket's depth), at `nowMs` for a quota whose window
+ * is not the same at every instant (a verdict's own comes first); null for
+ * a quota that does not renew with time.
  */
-export function windowSeconds(p: Policy | Reported, nowMs?: number): number | null {
+export function windowMsOf(p: Policy | Reported, nowMs?: number): number | null {
   if (p.quota.windowMs === undefined) return null;
   const at = nowMs ?? ("nowMs" in p ? p.nowMs : undefined);
-  const ms =
+  return (
     ("verdict" in p ? p.verdict.windowMs : undefined) ??
     p.windowMs ??
+    p.quota.windowFor?.(p.limit) ??
     (at === undefined ? undefined : p.quota.windowAt?.(at)) ??
-    p.quota.windowMs;
-  return Math.max(1, seconds(ms));
+    p.quota.windowMs
+  );
 }
 
-/** The instant a rule's quota resets, to the second, as a problem's detail names it: `nowMs` + `t`. */
-export const resetAtMs = (r: Reported): number => Math.round((r.nowMs + r.verdict.resetMs) / 1000) * 1000;
+/** {@link windowMsOf} in whole seconds, rounded up, at least 1: `w` itself. */
+export function windowSeconds(p: Policy | Reported, nowMs?: number): number | null {
+  const ms = windowMsOf(p, nowMs);
+  return ms === null ? null : Math.max(1, seconds(ms));
+}
+
+/**
+ * The instant a rule's quota resets, to the second, as a problem's detail
+ * names it: the boundary itself where the verdict names one (a calendar
+ * quota's), else `nowMs` + `t`.
+ */
+export const resetAtMs = (r: Reported): number =>
+  r.verdict.resetAtMs ?? Math.round((r.nowMs + r.verdict.resetMs) / 1000) * 1000;
 
 /** A policy's quota `q`: its limit, or what its kind says the limit gives (a token bucket's burst). */
 export const quotaOf = (p: Policy): number => p.quota.quota?.(p.limit) ?? p.limit;
@@ -53,8 +67,12 @@ export const quotaOf = (p: Policy): number => p.quota.quota?.(p.limit) ?? p.limi
 /** Whole seconds until a rate rule's quota resets, as `RateLimit`'s `t` says it. */
 export const resetSeconds = (r: Reported): number => seconds(r.verdict.resetMs);
 
-/** The Unix second at which a rate rule's quota resets, as `X-RateLimit-Reset` says it. */
-export const resetEpochSeconds = (r: Reported): number => seconds(r.nowMs + r.verdict.resetMs);
+/**
+ * The Unix second at which a rate rule's quota resets, as `X-RateLimit-Reset`
+ * says it: the boundary the verdict names (a calendar quota's, on the
+ * object's clock), else the caller's `nowMs` + `t`, rounded up.
+ */
+export const resetEpochSeconds = (r: Reported): number => seconds(r.verdict.resetAtMs ?? r.nowMs + r.verdict.resetMs);
 
 /**
  * `RateLimit-Policy`, listing every policy that applied: its quota `q`, its

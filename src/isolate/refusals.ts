@@ -40,7 +40,7 @@ export class KnownRefusals {
       this.entries?.delete(rule);
       return false;
     }
-    const { limit, override, tier, reduced, never } = verdict;
+    const { limit, override, tier, reduced, never, remaining } = verdict;
     this.entries ??= new Map();
     this.entries.set(
       rule,
@@ -50,6 +50,7 @@ export class KnownRefusals {
         tier,
         reduced,
         never,
+        remaining,
       }),
     );
     return true;

@@ -61,8 +61,8 @@ export type Landing =
 /** A call that failed, as the requests that waited for it share it. */
 export type Failure = Extract<Landing, { ok: false }>;
 
-/** The parts of a verdict that say what applied to the client. */
-export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier" | "reduced" | "never">;
+/** The parts of a verdict that say what applied to the client, and the quota units it had left (`r`). */
+export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier" | "reduced" | "never" | "remaining">;
 
 /** One refusal the isolate knows of, for one client key under one rule. */
 export class KnownRefusal {
@@ -75,7 +75,7 @@ export class KnownRefusal {
   readonly weighted: number;
   /** The key's object name (SHA-256 hex), for log lines. */
   readonly name: string;
-  /** What applied to this client when it was refused: the limit, and an override and its tier, if any. */
+  /** What applied to this client when it was refused: the limit, an override and its tier, if any, and the units left (fewer than a request's cost). */
   readonly applied: Applied;
 
   constructor(retryAtMs: number, untilMs: number, weighted: number, name: string, applied: Applied) {

@@ -97,6 +97,12 @@ export type RuleVerdict = Decision & {
    * every instant or for every client: the calendar period a quota is in.
    */
   windowMs?: number;
+  /**
+   * The instant the quota resets, Unix milliseconds on the object's clock,
+   * when it is a boundary every response names alike (a calendar quota's
+   * period end): the headers say it, not the caller's `now` + `resetMs`.
+   */
+  resetAtMs?: number;
   /** Whether this rule alone would admit the request. */
   ruleAllows: boolean;
   /** Where the request was counted, for a refund; null when it was not counted. */

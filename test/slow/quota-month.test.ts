@@ -135,7 +135,10 @@ describe("a month of traffic for 1,000 keys on three plans in three time zones",
         const limit = PLANS[key.plan]!.quota;
         if (event.kind === "credit") {
           await key.stub.credit(key.check, { add: event.units });
-          ledger(key, periodOf(key.zone, event.atMs)).credit += event.units;
+          // A credit adds to what is left, never below 0: a period the origin's charges overdrew is forgiven first.
+          const book = ledger(key, periodOf(key.zone, event.atMs));
+          const left = Math.max(0, limit + book.credit - book.used);
+          book.credit = left + event.units - limit + book.used;
           continue;
         }
         if (event.kind !== "request") {

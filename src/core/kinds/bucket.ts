@@ -10,7 +10,9 @@
  *
  * A tier, an override or an adaptive factor gives a bucket another limit,
  * and its burst follows in proportion ({@link burstFor}): the bucket's depth
- * in time, `burst × period / limit`, stays the rule's.
+ * in time, `burst × period / limit`, stays the rule's, rounded down with
+ * the burst, unless the burst would fall below one request's cost (then it
+ * is longer). `w` says the depth under the limit that applies.
  */
 import { describePeriod, formatDuration } from "../duration.ts";
 import { parseIntegerFrom1, parsePeriod } from "../fields.ts";
@@ -88,6 +90,14 @@ export function burstFor(bucket: BurstOf, limit: number): number {
   return Math.min(MAX_BURST, Math.max(Math.min(burst, bucket.cost ?? 1), scaled));
 }
 
+/**
+ * A bucket's depth in time under `limit`, with the burst that goes with it:
+ * the rule's own, or close to it (the burst is rounded down), or longer
+ * where the burst cannot go below one request's cost.
+ */
+const depthAt = (rule: BucketFields, limit: number): number =>
+  depthMs({ limit, periodMs: rule.periodMs, burst: burstFor(rule, limit) });
+
 /** The most limit a tier or an override may give a bucket: its burst then stays within {@link MAX_BURST}. */
 const mostLimit = (bucket: BurstOf): number =>
   Math.min(MAX_LIMIT, Math.floor((MAX_BURST * bucket.ownLimit) / bucket.burst));
@@ -123,6 +133,9 @@ export const bucketKind: RuleKind<BucketFields> = {
   quota: (rule: BucketFields): Quota => ({
     // The bucket's depth in time: a client that keeps to q per any w never empties it.
     windowMs: depthMs(rule),
+    windowFor: (limit) => depthAt(rule, limit),
+    periodMs: rule.periodMs,
+    shown: (limit) => ({ burst: burstFor(rule, limit), depthMs: depthAt(rule, limit) }),
     quota: (limit) => burstFor(rule, limit),
     words: (limit) =>
       `${limit} per ${describePeriod(rule.periodMs)}, in bursts of up to ${burstFor(rule, limit)} at once`,

@@ -41,6 +41,16 @@ export type Quota = {
    * that says its own (`windowMs`) comes first.
    */
   windowAt?(nowMs: number): number;
+  /**
+   * `w` under a limit, when it changes with the limit (a token bucket's
+   * depth, `burst × period / limit`, its burst following the limit);
+   * `windowMs` is then the rule's own.
+   */
+  windowFor?(limit: number): number;
+  /** The period `limit` is per, when it is not `w` (a token bucket's rate; its `w` is its depth). */
+  readonly periodMs?: number;
+  /** What the admin API's `/status` shows of the quota under `limit`, besides the limit and the period (a bucket's burst and depth). */
+  shown?(limit: number): Readonly<Record<string, number>>;
   /** `qu`: the quota's unit, when it is not requests. */
   readonly unit?: "concurrent-requests";
   /** `q` under a limit, when it is not the limit itself: a token bucket's burst. */

@@ -55,6 +55,8 @@ export interface Counter<D = unknown> {
   /**
    * The verdict's numbers for a request seen at `nowMs`, counted or not;
    * `windowMs` when `w` is the row's own (a calendar period's length);
+   * `resetAtMs` when the reset is a boundary every response names alike (a
+   * calendar period's end, on the object's clock);
    * `never` as {@link Seen} says.
    */
   describe(
@@ -62,7 +64,7 @@ export interface Counter<D = unknown> {
     nowMs: number,
     check: RuleCheck,
     counted: boolean,
-  ): Decision & { windowMs?: number; never?: true };
+  ): Decision & { windowMs?: number; resetAtMs?: number; never?: true };
   /** Where a count taken now goes (a receipt's `bucket`). */
   where(seen: D, check: RuleCheck): number;
   /** What a receipt keeps besides, to hand the count back: read from the row just after it went in (a receipt's `mark`). */

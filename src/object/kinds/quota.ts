@@ -10,10 +10,15 @@
  * boundary found, the same for every client of a calendar (kept here, one
  * per calendar).
  *
- * A request fits while `used + cost ≤ limit + credit`. A refusal is
+ * A request fits while `used + cost ≤ limit + credit`. What is left,
+ * `limit + credit − used`, is shown at least 0, and a credit acts on what
+ * is shown: a period overdrawn (charged past its limit by the origin's
+ * cost, or under a lower limit) has nothing left, and a credit's `credit`
+ * forgives the overdraft before it adds. A refusal is
  * admissible again at the period's end, when `used` and `credit` start
  * from 0 (`Retry-After` that instant, plus the rule's `retry_jitter`
- * spread by client; `RateLimit`'s `t` the instant itself). Refusals are
+ * spread by client; `RateLimit`'s `t` the instant itself, and
+ * `X-RateLimit-Reset` the boundary exactly, whatever the caller's clock). Refusals are
  * never answered by an isolate alone (`refusalsHold: false`) and nothing is
  * leased (`leaseEndsInMs` 0): a credit admits the next request at once
  * wherever it lands, and no unit counted ahead for an isolate that then
@@ -190,12 +195,14 @@ export const quotaCounter: Counter<QuotaData> = {
     const windowMs = data.endMs - data.startMs;
     if (!seen.allowed) {
       // The next period starts from nothing, and a rule's limit is never below its cost: admitted then.
+      // What is left is said in units, though less than the request's cost: `r` is remaining quota units.
       return {
         allowed: false,
         weighted: seen.weighted,
-        remaining: 0,
+        remaining: Math.max(0, check.limit + data.credit - data.used),
         retryAfterMs: toEndMs + jitterMs(data, quota),
         resetMs: toEndMs,
+        resetAtMs: data.endMs,
         windowMs,
       };
     }
@@ -206,6 +213,7 @@ export const quotaCounter: Counter<QuotaData> = {
       remaining: Math.max(0, left),
       retryAfterMs: 0,
       resetMs: toEndMs,
+      resetAtMs: data.endMs,
       windowMs,
     };
   },
@@ -260,15 +268,12 @@ export const quotaCounter: Counter<QuotaData> = {
     };
   },
 
+  // Every change acts on what is left, never below 0: an overdraft (the origin's cost, a lower limit) is forgiven by it.
   credit(data, change: Credit, nowMs, check) {
     const brought = bring(data, nowMs, quotaOf(check));
-    const credit =
-      "add" in change
-        ? brought.credit + change.add
-        : "take" in change
-          ? brought.credit - change.take
-          : change.set - check.limit + brought.used;
-    return { ...brought, credit };
+    const left = Math.max(0, check.limit + brought.credit - brought.used);
+    const after = "add" in change ? left + change.add : "take" in change ? Math.max(0, left - change.take) : change.set;
+    return { ...brought, credit: after - check.limit + brought.used };
   },
 
   encode: (data): Stored => ({

@@ -16,6 +16,7 @@
  * `hash=` names the client in place of `key=`, as for `/status`.
  */
 import { MAX_LIMIT } from "../../core/kinds/window.ts";
+import { charactersIn, MAX_NOTE_CHARS } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import { isCounted, type Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
@@ -39,9 +40,12 @@ export const NOT_A_QUOTA = "urn:edge-rate-limiter:not-a-quota";
 
 /** The fields a credit's body may have. */
 export const CREDIT_FIELDS = ["add", "take", "set", "note"] as const;
-const MAX_NOTE = 1_000;
-/** A credit's body is a few fields: anything longer is not one. */
-const MAX_BODY_BYTES = 4_096;
+/**
+ * A credit's body is a few fields and a note: the longest valid one spells
+ * each of the note's {@link MAX_NOTE_CHARS} characters as a JSON escaped
+ * surrogate pair (12 bytes each), 12 000 bytes; anything longer is not one.
+ */
+const MAX_BODY_BYTES = 16_384;
 
 /** What a credits request needs besides its URL: a status request's, and who is asking. */
 export type CreditsContext = Omit<StatusContext, "method"> & {
@@ -147,7 +151,11 @@ function notAQuota(rule: Rule): Response {
 /** The body as JSON, at most {@link MAX_BODY_BYTES}. */
 async function bodyOf(request: Request): Promise<Result<unknown>> {
   const text = await request.text();
-  if (text.length > MAX_BODY_BYTES) return fail(`the body is over ${MAX_BODY_BYTES} bytes; a credit is a few fields`);
+  if (new TextEncoder().encode(text).byteLength > MAX_BODY_BYTES) {
+    return fail(
+      `the body is over ${MAX_BODY_BYTES} bytes: a credit is a few fields and a note of at most ${MAX_NOTE_CHARS} characters`,
+    );
+  }
   try {
     return ok(JSON.parse(text) as unknown);
   } catch {
@@ -179,8 +187,9 @@ export function creditOf(body: unknown): Result<{ credit: Credit; note: string }
     }
   }
   const note = fields.note ?? "";
-  if (typeof note !== "string" || note.length > MAX_NOTE) {
-    errors.push(`note: must be a string of at most ${MAX_NOTE} characters; got ${show(note)}`);
+  if (typeof note !== "string") errors.push(`note: must be a string; got ${show(note)}`);
+  else if (charactersIn(note) > MAX_NOTE_CHARS) {
+    errors.push(`note: must be at most ${MAX_NOTE_CHARS} characters; got ${charactersIn(note)}`);
   }
   if (errors.length > 0) return fail(...errors);
   const name = given[0]!;

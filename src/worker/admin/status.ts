@@ -125,14 +125,17 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
   const peeked = await withDeadline(stub.peek([toRuleCheck(rule)]), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
   const verdict = peeked.value.verdicts[0]!;
+  // The limit this client has: the rule's, an override's or a tier's; null when an override lifts or denies.
+  const limit = verdict.limit ?? (verdict.override === undefined ? rule.limit : null);
   return json({
     ...about,
-    // The limit this client has: the rule's, an override's or a tier's; null when an override lifts or denies.
-    limit: verdict.limit ?? (verdict.override === undefined ? rule.limit : null),
+    limit,
     ...(verdict.override ? { override: verdict.override } : {}),
     ...(verdict.tier ? { tier: verdict.tier } : {}),
-    // The period this client is in, where its kind's is not the same at every instant (a calendar month).
-    periodMs: verdict.windowMs ?? rule.quota.windowMs,
+    // What the limit is per: the period this client is in, where its kind's is not the same at every instant (a
+    // calendar month); a token bucket's period (its rate is `limit` per `periodMs`), its burst and depth beside it.
+    periodMs: verdict.windowMs ?? rule.quota.periodMs ?? rule.quota.windowMs,
+    ...(limit === null ? {} : rule.quota.shown?.(limit)),
     weighted: verdict.weighted,
     allowed: verdict.ruleAllows,
     // While the rule's penalty (block_for) lasts: when it ends, by the object's clock.
