@@ -121,8 +121,8 @@ const SLASH = 47;
  * or proxy that read it so would be handed the admin token it carries.
  */
 export function readsUnder(path: string, prefix: string): boolean {
-  // Most paths hold nothing to decode or resolve: only their case can differ.
-  if (!/[%\\;.]/.test(path)) return isUnder(path.slice(0, prefix.length + 1).toLowerCase(), lowerCased(prefix));
+  // Most paths hold nothing to decode or resolve (a dot segment starts with "/."): only their case can differ.
+  if (!/[%\\;]|\/\./.test(path)) return isUnder(path.slice(0, prefix.length + 1).toLowerCase(), lowerCased(prefix));
   return isUnder(looseReading(path), lowerCased(prefix));
 }
 
