@@ -104,6 +104,97 @@ describe("authentication", () => {
   });
 });
 
+describe("the prefix, however a path spells it", () => {
+  const send = limiter([{ id: "r", limit: 100, period: "1m" }], { ADMIN_TOKEN: TOKEN });
+
+  // What the Worker does with a spelling, with the admin token sent: the admin API answers it (200 for /rules),
+  // it is refused (404) because some origin or proxy would read it as under the prefix, or it is an ordinary path.
+  it.each([
+    ["/__ratelimit/rules", "answered"],
+    ["//__ratelimit//rules", "answered"],
+    ["/%5f_ratelimit/rules", "answered"],
+    ["/%5F%5Fratelimit/rules", "answered"],
+    ["/x/../__ratelimit/rules", "answered"],
+    ["/__ratelimit/./rules", "answered"],
+    ["/x/%2e%2e/__ratelimit/rules", "answered"],
+    ["/__RATELIMIT/rules", "refused"],
+    ["/__RateLimit", "refused"],
+    ["/__ratelimit;x=1/rules", "refused"],
+    ["/__ratelimit;/rules", "refused"],
+    ["/x/..;/__ratelimit/rules", "refused"],
+    ["/x/%2e%2e;/__ratelimit/rules", "refused"],
+    ["/__ratelimit%2frules", "refused"],
+    ["/__ratelimit%2Frules", "refused"],
+    ["/%2f__ratelimit/rules", "refused"],
+    ["/x%2f..%2f__ratelimit/rules", "refused"],
+    ["/__ratelimit%5crules", "refused"],
+    ["/%255f_ratelimit/rules", "refused"],
+    ["/__ratelimit%253brules", "refused"],
+    ["/__ratelimit%3bx/rules", "refused"],
+    ["/__ratelimitx/rules", "proxied"],
+    ["/x/__ratelimit/rules", "proxied"],
+    ["/__ratelimit_/rules", "proxied"],
+    ["/__ratelimit%2erules", "proxied"],
+  ])("%s with the token: %s, never forwarded with it", async (path, expected) => {
+    for (const method of ["GET", "HEAD"]) {
+      const tag = uniqueTag("admin-spelling");
+      const res = await send(path, { method, ...from(uniqueIp(), { ...bearer(), "x-test-tag": tag }) });
+      const outcome =
+        res.headers.get("x-origin") === "test-origin" ? "forwarded" : res.status === 200 ? "answered" : res.status;
+      // /rules allows GET alone: HEAD is answered 405.
+      if (expected === "answered") expect(outcome, method).toBe(method === "GET" ? "answered" : 405);
+      else if (expected === "refused") expect(outcome, method).toBe(404);
+      // An ordinary path, but sent with the admin token: refused rather than forwarded with it.
+      else expect(outcome, method).toBe(403);
+      expect(await originHits(tag), method).toBe(0);
+    }
+  });
+
+  it("refuses a spelling the admin API does not answer with the same 404 without the token, and forwards nothing", async () => {
+    const tag = uniqueTag("admin-respelt");
+    const res = await send("/__RATELIMIT/rules", from(uniqueIp(), { "x-test-tag": tag }));
+    expect(res.status).toBe(404);
+    expect(res.headers.get("content-type")).toBe("application/problem+json");
+    expect(await res.json()).toEqual({
+      type: "about:blank",
+      title: "Not Found",
+      status: 404,
+      detail:
+        "This path reads as a path under the admin API's prefix once decoded or normalised, and is never forwarded to the origin; the admin API answers only /__ratelimit as written.",
+    });
+    expect(await originHits(tag)).toBe(0);
+  });
+
+  it("forwards an ordinary path sent without the admin token, or with another bearer token, with its Authorization", async () => {
+    for (const headers of [{}, bearer("another-token"), bearer(`${TOKEN}x`), bearer(TOKEN.toUpperCase())]) {
+      const tag = uniqueTag("admin-other-token");
+      const res = await send("/__ratelimitx/rules", from(uniqueIp(), { ...headers, "x-test-tag": tag }));
+      expect(res.headers.get("x-origin")).toBe("test-origin");
+      const echoed = (await res.json()) as { headers: [string, string][] };
+      expect(new Map(echoed.headers).get("authorization")).toBe((headers as { authorization?: string }).authorization);
+      expect(await originHits(tag)).toBe(1);
+    }
+  });
+
+  it("refuses an ordinary path sent with the admin token 403, uncounted, and forwards nothing", async () => {
+    const tag = uniqueTag("admin-token-leak");
+    const ip = uniqueIp();
+    const res = await send("/api/orders", from(ip, { authorization: `bearer  ${TOKEN} `, "x-test-tag": tag }));
+    expect(res.status).toBe(403);
+    expect(await res.json()).toEqual({
+      type: "about:blank",
+      title: "Forbidden",
+      status: 403,
+      detail:
+        "This request carries the admin token, which is never forwarded to the origin: send it only to the admin API, under /__ratelimit.",
+    });
+    expect(await originHits(tag)).toBe(0);
+    const next = await send("/api/orders", from(ip));
+    // The refused request was not counted: the next is the client's first.
+    expect(next.headers.get("ratelimit")).toMatch(/^"r";r=99;t=\d+$/);
+  });
+});
+
 describe("routes", () => {
   it("answers an unknown admin path 404 and a wrong method 405, neither proxied", async () => {
     const { admin } = withAdmin([{ id: "r", limit: 1, period: 1 }]);
@@ -126,8 +217,12 @@ describe("routes", () => {
     const { send, admin } = withAdmin([{ id: "r", limit: 10, period: "1m" }], { ADMIN_PREFIX: "/ops/limits" });
     expect((await admin("GET", "/ops/limits/rules")).status).toBe(200);
     const tag = uniqueTag("old-prefix");
-    const res = await send("/__ratelimit/rules", from(uniqueIp(), { ...bearer(), "x-test-tag": tag }));
+    const res = await send("/__ratelimit/rules", from(uniqueIp(), { "x-test-tag": tag }));
     expect(res.headers.get("x-origin")).toBe("test-origin");
+    expect(await originHits(tag)).toBe(1);
+    // Though never with the admin token in it, as no ordinary path is.
+    const withToken = await send("/__ratelimit/rules", from(uniqueIp(), { ...bearer(), "x-test-tag": tag }));
+    expect(withToken.status).toBe(403);
     expect(await originHits(tag)).toBe(1);
   });
 

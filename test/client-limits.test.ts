@@ -153,6 +153,39 @@ describe("a client reads its own limits", () => {
     expect((await limitsOf(await send(PATH, from(ip))))["cl-everything"]).toMatchObject({ remaining: 99 });
   });
 
+  // Spellings an origin or a proxy in front of it may read as the path, though the rules' matching path does not.
+  it.each([
+    "/v1%2frate_limit",
+    "/v1%2Frate_limit",
+    "/v1%5crate_limit",
+    "/%2fv1/rate_limit",
+    "/v1/rate%255flimit",
+    "/v1/rate_limit%3bx=1",
+    "/v1/x%2f..%2frate_limit",
+    "/V1%2FRATE_LIMIT/",
+  ])("answers %s, which some origin reads as its path, itself: never counted, never the origin", async (path) => {
+    const send = limiter([{ id: "cl-everything", limit: 100, period: "1m" }], { CLIENT_LIMITS_PATH: "/v1/rate_limit" });
+    const ip = uniqueIp();
+    const tag = uniqueTag("cl-loose");
+    const res = await send(path, from(ip, { "x-test-tag": tag }));
+    expect(res.headers.get("x-origin")).toBeNull();
+    expect(await originHits(tag)).toBe(0);
+    expect((await limitsOf(res))["cl-everything"]).toMatchObject({ remaining: 100 });
+  });
+
+  it.each(["/v1/rate_limit%2fx", "/v1/rate_limitx", "/v1%2frate_limit%2f..%2f..%2fother"])(
+    "counts and proxies %s, which no origin reads as its path",
+    async (path) => {
+      const send = limiter([{ id: "cl-everything", limit: 100, period: "1m" }], {
+        CLIENT_LIMITS_PATH: "/v1/rate_limit",
+      });
+      const tag = uniqueTag("cl-not-loose");
+      const res = await send(path, from(uniqueIp(), { "x-test-tag": tag }));
+      expect(res.headers.get("x-origin")).toBe("test-origin");
+      expect(await originHits(tag)).toBe(1);
+    },
+  );
+
   it("answers at its path under the admin API's prefix, without the admin token", async () => {
     const send = limiter([api], { CLIENT_LIMITS_PATH: "/__ratelimit/me", ADMIN_TOKEN: "cl-admin-token" });
     const limits = await limitsOf(await send("/__ratelimit/me", from(uniqueIp())));

@@ -274,6 +274,22 @@ describe('c.get("rateLimit"): the decision in your own handler', () => {
   });
 });
 
+describe("adminApi() in your own app", () => {
+  it("answers a path that only reads as under its prefix 404, so that none of your handlers gets it", async () => {
+    const token = "lib-admin-token";
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use("*", adminApi());
+    app.all("*", (c) => c.text("your handler"));
+    const vars = { ...env, ADMIN_TOKEN: token };
+    for (const path of ["/__RATELIMIT/rules", "/__ratelimit%2Frules", "/x/..;/__ratelimit/rules"]) {
+      const res = await app.request(path, { headers: { authorization: `Bearer ${token}` } }, vars);
+      expect(res.status, path).toBe(404);
+    }
+    const own = await app.request("/__ratelimitx/rules", { headers: { authorization: `Bearer ${token}` } }, vars);
+    expect(await own.text()).toBe("your handler");
+  });
+});
+
 describe('c.get("rateLimit") when the limiter turns a request away', () => {
   it("says a client an override denies was denied (403)", async () => {
     const token = "dec-admin-token";

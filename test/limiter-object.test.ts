@@ -6,9 +6,11 @@ import {
   runInDurableObject,
 } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { WindowCheck as RuleCheck } from "../src/object/protocol.ts";
+import type { RuleOf } from "../src/core/rules.ts";
+import { type WindowCheck as RuleCheck, type RuleVerdict, toRuleCheck } from "../src/object/protocol.ts";
 import type { RateLimiter } from "../src/object/rate-limiter.ts";
 import { env } from "./support/env.ts";
+import { settingsFor } from "./support/isolate.ts";
 
 const rule = (id: string, limit: number, periodMs = 60_000, over: Partial<RuleCheck> = {}): RuleCheck => ({
   id,
@@ -189,6 +191,103 @@ describe("one object per client key", () => {
     for (let i = 0; i < 4; i++) await stub.check([rule("changing", 10, 3_600_000)]);
     const after = await stub.peek([rule("changing", 10, 60_000)]);
     expect(after.verdicts[0]!.weighted).toBe(4);
+  });
+});
+
+/** A calendar quota as wrangler.toml writes it, as the Worker sends it to the object. */
+const quotaCheck = (id: string, quota: number) =>
+  toRuleCheck(settingsFor([{ id, quota, per: "month" }]).rules[0] as RuleOf<"quota">);
+
+describe("a decision's refusals are remembered together, or not at all", () => {
+  const start = Date.UTC(2031, 0, 1, 0, 0, 0, 100);
+  const holds = (verdicts: RuleVerdict[]) => verdicts.map((v) => [v.ruleAllows, v.holdsForMs]);
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  const fromStart = () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(start);
+  };
+
+  it("keeps each rule's own hold when every refusal holds until its wait is over", async () => {
+    fromStart();
+    const stub = freshObject();
+    const rules = [rule("hour", 1, 3_600_000), rule("minute", 1, 60_000)];
+    await stub.check(rules);
+    const { verdicts } = await stub.check(rules);
+    expect(verdicts.map((v) => v.ruleAllows)).toEqual([false, false]);
+    expect(verdicts.map((v) => v.holdsForMs)).toEqual(verdicts.map((v) => v.retryAfterMs));
+    expect(verdicts[0]!.holdsForMs).toBeGreaterThan(verdicts[1]!.holdsForMs);
+  });
+
+  it("remembers none when a quota refuses beside a rate rule", async () => {
+    fromStart();
+    const stub = freshObject();
+    const rules = [quotaCheck("month", 1), rule("hour", 1, 3_600_000)];
+    await stub.check(rules);
+    expect(holds((await stub.check(rules)).verdicts)).toEqual([
+      [false, 0],
+      [false, 0],
+    ]);
+  });
+
+  it("remembers none of a key with a quota, when only its rate rule refuses", async () => {
+    fromStart();
+    const stub = freshObject();
+    const rules = [quotaCheck("month", 100), rule("hour", 1, 3_600_000)];
+    await stub.check(rules);
+    expect(holds((await stub.check(rules)).verdicts)).toEqual([
+      [true, 0],
+      [false, 0],
+    ]);
+    expect(holds((await stub.peek(rules)).verdicts)).toEqual([
+      [true, 0],
+      [false, 0],
+    ]);
+  });
+
+  it("remembers none when one refusal rests on a count that may be handed back", async () => {
+    fromStart();
+    const stub = freshObject();
+    const rules = [rule("by-answer", 1, 3_600_000), rule("plain", 1, 3_600_000)];
+    await stub.check(rules, { refundableForMs: 100_000, refundableByRuleMs: [100_000, 2_000] });
+    vi.setSystemTime(start + 2_000);
+    expect(holds((await stub.check(rules)).verdicts)).toEqual([
+      [false, 0],
+      [false, 0],
+    ]);
+    expect(holds((await stub.peek(rules)).verdicts)).toEqual([
+      [false, 0],
+      [false, 0],
+    ]);
+  });
+
+  it("remembers none in a batch's refusal when one of its rules refuses on a count the batch may hand back", async () => {
+    fromStart();
+    const stub = freshObject();
+    const rules = [rule("by-answer", 2, 3_600_000), rule("plain", 2, 3_600_000)];
+    const result = await stub.check(rules, { batch: 3, refundableForMs: 100_000, refundableByRuleMs: [100_000, 0] });
+    expect(result.admitted).toBe(2);
+    expect(holds(result.refused!)).toEqual([
+      [false, 0],
+      [false, 0],
+    ]);
+  });
+
+  it("remembers every refusal only until a rule with a delay may hold the request instead", async () => {
+    fromStart();
+    const stub = freshObject();
+    const rules = [rule("hour", 1, 3_600_000), rule("delayed", 1, 10_000, { maxDelayMs: 4_000 })];
+    await stub.check(rules, { hold: true });
+    const { verdicts, held } = await stub.check(rules, { hold: true });
+    expect(held).toBeUndefined();
+    // The delayed rule's wait is within its delay (4 s) 4 s before it ends: then only the object can decide.
+    const delayedFor = verdicts[1]!.retryAfterMs - 4_000;
+    expect(delayedFor).toBeGreaterThan(0);
+    expect(holds(verdicts)).toEqual([
+      [false, delayedFor],
+      [false, delayedFor],
+    ]);
   });
 });
 

@@ -389,6 +389,70 @@ describe("an override's note is counted in characters, whatever they are and how
   });
 });
 
+describe("an override's limit out of range: the error states the rule's own range, and the value as sent", () => {
+  const send = limiter(
+    [
+      { id: "rng-window", limit: 10, period: "1m", path: "/w/*" },
+      { id: "rng-costly", limit: 100, period: "1m", cost: 5, path: "/c/*" },
+      { id: "rng-places", concurrency: 5, path: "/p/*" },
+      { id: "rng-bucket", limit: 10, period: "1h", burst: 20, path: "/b/*" },
+      { id: "rng-quota", quota: 100, per: "month", path: "/q/*" },
+    ],
+    { ADMIN_TOKEN: TOKEN },
+  );
+  const admin = async (method: string, route: string, body: string, type = "application/json") => {
+    const res = await send(`/__ratelimit/overrides${route}`, {
+      method,
+      headers: { ...auth, "content-type": type },
+      body,
+    });
+    return { status: res.status, body: (await res.json()) as { type: string; errors: string[] } };
+  };
+  const range = {
+    "rng-window": "from 1 to 1000000000",
+    "rng-costly": "from 5 to 1000000000",
+    "rng-places": "from 1 to 10000",
+    "rng-bucket": "from 1 to 500000000",
+    "rng-quota": "from 1 to 1000000000",
+  };
+
+  it.each(
+    Object.keys(range).flatMap((rule) => ["0", "-1", "2.5", '"100"', "null"].map((json) => [rule, json] as const)),
+  )('PUT under %s with {"limit": %s}', async (rule, json) => {
+    const res = await admin("PUT", `?rule=${rule}&key=${uniqueIp()}`, `{"limit": ${json}}`);
+    expect(res.status).toBe(400);
+    expect(res.body.type).toBe("urn:edge-rate-limiter:invalid-override");
+    expect(res.body.errors).toEqual([
+      `field "limit": must be an integer ${range[rule as keyof typeof range]}; got ${json}`,
+    ]);
+  });
+
+  it.each(
+    Object.keys(range).flatMap((rule) =>
+      ["abc", "12abc", "0x10", "1e3", "2.50", "-3", "0"].map((cell) => [rule, cell] as const),
+    ),
+  )("a CSV import under %s with limit %s", async (rule, cell) => {
+    const csv = `rule,key,limit\n${rule},${uniqueIp()},5\n${rule},${uniqueIp()},${cell}\n`;
+    const res = await admin("POST", "/import", csv, "text/csv");
+    expect(res.status).toBe(400);
+    const sent = cell === "0" ? "0" : JSON.stringify(cell);
+    expect(res.body.errors).toEqual([
+      `item 2: field "limit": must be an integer ${range[rule as keyof typeof range]}; got ${sent}`,
+    ]);
+  });
+
+  it("keeps the reason for a whole number out of the rule's range", async () => {
+    const key = uniqueIp();
+    expect((await admin("PUT", `?rule=rng-places&key=${key}`, '{"limit": 10001}')).body.errors).toEqual([
+      'field "limit": 10001 is above the most places rule "rng-places" may give a client (10000); must be at most 10000',
+    ]);
+    expect((await admin("PUT", `?rule=rng-costly&key=${key}`, '{"limit": 3}')).body.errors).toEqual([
+      'field "limit": 3 is below the cost of rule "rng-costly" (5), so no request of this client could ever be admitted; must be at least 5',
+    ]);
+    expect((await admin("POST", "/import", `rule,key,limit\nrng-window,${key}, 7 \n`, "text/csv")).status).toBe(200);
+  });
+});
+
 describe("a body past 8 MiB is refused with 413, counted in bytes, and read no further", () => {
   const MAX_BYTES = 8 * 1024 * 1024;
   const MiB = 1024 * 1024;

@@ -588,6 +588,36 @@ describe("a credit acts on what the client has left, never below nothing", () =>
   );
 });
 
+describe("a quota and a rate rule on one key, refusing together", () => {
+  it("names both in every refusal, in every isolate, with the longest wait: none is answered from a remembered refusal", async () => {
+    const [quotaId, bucketId] = [ruleId("bothq"), ruleId("bothb")];
+    const rules = [perKey(quotaId, { quota: 3, per: "day" }), perKey(bucketId, { limit: 10, period: "1h", burst: 2 })];
+    const settings = settingsFor(rules);
+    const isolates = [createIsolate(), createIsolate(), createIsolate()].map((isolate) =>
+      decider(settings, env.RATE_LIMITER, isolate),
+    );
+    const { admin } = worker(rules);
+    at("2031-06-10T12:00:00Z");
+    const key = uniqueTag("both");
+    const request = () => requestFrom("203.0.113.9", "/api/x", { "x-api-key": key });
+    const answer = async (i: number) => {
+      const outcome = await isolates[i]!.run(request());
+      if (outcome.kind === "allow") return "admitted";
+      const body = (await outcome.response.json()) as Record<string, unknown>;
+      return { retryAfter: Number(outcome.response.headers.get("retry-after")), violated: body["violated-policies"] };
+    };
+    expect([await answer(0), await answer(1)]).toEqual(["admitted", "admitted"]);
+    // The bucket is empty (its burst of 2 spent, one back every 6 minutes), and the quota too.
+    expect((await admin("POST", "/credits", { rule: quotaId, key }, { set: 0 })).status).toBe(200);
+    const first = await answer(0);
+    expect(first).toEqual({ retryAfter: expect.any(Number), violated: [quotaId, bucketId] });
+    // The quota's wait, to the end of the day (and its jitter), is the longer.
+    expect((first as { retryAfter: number }).retryAfter).toBeGreaterThan(11 * 3600);
+    for (let round = 0; round < 3; round++)
+      for (let i = 0; i < isolates.length; i++) expect(await answer(i), `isolate ${i}`).toEqual(first);
+  });
+});
+
 describe("an admin reset, a deny, unlimited and a new limit under a quota", () => {
   it("applies each to the very next request", async () => {
     const id = ruleId("lifecycle");

@@ -57,7 +57,12 @@ export type OverrideContext = {
   /** The tiers `TIERS` defines. */
   tiers: ReadonlySet<string>;
   by: string;
+  /** The rule overridden: a bad `limit`'s error states the range this rule allows. */
+  rule?: LimitedRule;
 };
+
+/** A rule, as far as what limit an override may give it. */
+type LimitedRule = RuleLimits & { id: string; kind: KindName };
 
 /**
  * An override from an operator's JSON: exactly one of `limit`, `tier`,
@@ -73,7 +78,7 @@ export function parseOverride(input: unknown, context: OverrideContext): Result<
   const errors = Object.keys(fields)
     .filter((name) => !(OVERRIDE_FIELDS as readonly string[]).includes(name))
     .map((name) => `field ${show(name)}: unknown; fields: ${OVERRIDE_FIELDS.join(", ")}`);
-  const setting = settingOf(fields, context.tiers);
+  const setting = settingOf(fields, context.tiers, context.rule);
   const expires = expiresOf(fields.expires, context.nowMs);
   const note = noteOf(fields.note);
   for (const result of [setting, expires, note]) if (!result.ok) errors.push(...result.errors);
@@ -87,7 +92,11 @@ export function parseOverride(input: unknown, context: OverrideContext): Result<
   });
 }
 
-function settingOf(fields: Record<string, unknown>, tiers: ReadonlySet<string>): Result<OverrideSetting> {
+function settingOf(
+  fields: Record<string, unknown>,
+  tiers: ReadonlySet<string>,
+  rule: LimitedRule | undefined,
+): Result<OverrideSetting> {
   const given = ["limit", "tier", "unlimited", "deny"].filter((name) => fields[name] !== undefined);
   if (given.length !== 1) {
     return fail(
@@ -96,8 +105,10 @@ function settingOf(fields: Record<string, unknown>, tiers: ReadonlySet<string>):
   }
   const { limit, tier, unlimited, deny } = fields;
   if (limit !== undefined) {
-    const parsed = parseIntegerFrom1(limit, MAX_LIMIT);
-    return parsed.ok ? ok({ kind: "limit", limit: parsed.value }) : fail(`field "limit": ${parsed.errors[0]}`);
+    // A whole number out of the rule's range is refused by limitOutOfRange, which says why.
+    if (parseIntegerFrom1(limit, MAX_LIMIT).ok) return ok({ kind: "limit", limit: limit as number });
+    const { min, max } = rule === undefined ? { min: 1, max: MAX_LIMIT } : limitRange(rule);
+    return fail(`field "limit": must be an integer from ${min} to ${max}; got ${show(limit)}`);
   }
   if (tier !== undefined) {
     if (typeof tier !== "string" || !tiers.has(tier)) {
@@ -214,6 +225,18 @@ export const overrideView = (o: Override) => ({
   updated: isoTime(o.updatedAtMs),
   by: o.by,
 });
+
+/**
+ * The limits an override may give `rule`: at least its cost (a request
+ * costing more would never fit), at most what its kind allows (a
+ * concurrency rule's places are 1 to 10000) and what its other fields allow
+ * (a bucket's burst grows with its limit).
+ */
+export function limitRange(rule: LimitedRule): { min: number; max: number } {
+  const kind = kindOf(rule);
+  const cap = kind.limitCap?.(rule);
+  return { min: Math.max(1, rule.cost ?? 1), max: Math.min(kind.maxLimit, cap?.max ?? kind.maxLimit) };
+}
 
 /**
  * Why `setting` cannot be a client's override of `rule`: the limit it gives

@@ -72,6 +72,37 @@ export function normalizePath(pathname: string): string {
     .replace(/\/{2,}/g, "/");
 }
 
+const anyEscape = /%([0-9A-Fa-f]{2})/g;
+
+/** How many times an escape is decoded: a proxy and an origin may each decode once more (`%255f` → `%5f` → `_`). */
+const DECODINGS = 3;
+
+/**
+ * The path as the most lenient server in front of or behind the Worker
+ * could read it: every escape decoded (`%2F` and `%5C` too), and again for
+ * a path encoded twice; `\` read as `/`; `;parameters` dropped from every
+ * segment; `.` and `..` segments resolved; lower-cased. A path reserved to
+ * the Worker (the admin API's prefix, the client-limits endpoint) is
+ * compared with this reading, so that no spelling of it reaches the origin.
+ * Never used to match rules: it reads more paths as one than any origin does.
+ */
+export function looseReading(pathname: string): string {
+  let path = pathname;
+  for (let i = 0; i < DECODINGS && path.includes("%"); i++) {
+    const decoded = path.replace(anyEscape, (_, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
+    if (decoded === path) break;
+    path = decoded;
+  }
+  const kept: string[] = [];
+  for (const segment of path.replaceAll("\\", "/").split("/")) {
+    const semicolon = segment.indexOf(";");
+    const name = semicolon < 0 ? segment : segment.slice(0, semicolon);
+    if (name === "..") kept.pop();
+    else if (name !== "" && name !== ".") kept.push(name);
+  }
+  return `/${kept.join("/")}`.toLowerCase();
+}
+
 /**
  * The path a rule's `path` globs count, from {@link normalizePath}'s result:
  * without `;parameters` in any segment (Tomcat and Spring strip them, so

@@ -324,6 +324,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (!first.allowed) {
       this.scheduleCleanup(); // a penalty started may keep a row past its counts
       if (options.hold) holdLess(rules, first.verdicts);
+      rememberedTogether(rules, rows, first.verdicts);
       const refusal = { nowMs, allowed: false, verdicts: first.verdicts };
       return batch > 1 ? { ...refusal, admitted: 0 } : refusal;
     }
@@ -339,7 +340,7 @@ export class RateLimiter extends DurableObject<unknown> {
     while (admitted < batch) {
       const next = this.decideOne(plans, rows, nowMs);
       if (!next.allowed) {
-        refused = next.verdicts;
+        refused = rememberedTogether(rules, rows, next.verdicts);
         break;
       }
       verdicts = next.verdicts;
@@ -860,12 +861,15 @@ export class RateLimiter extends DurableObject<unknown> {
   peek(rules: RuleCheck[]): CheckResult {
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
+    const rows: (Row | undefined)[] = [];
     const verdicts = rules.map((rule) => {
       const plan = checked(this.plans.plan(rule, nowMs), rule);
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = this.current(plan.rule, nowMs);
+      rows.push(row);
       return this.verdict(this.see(row, nowMs, plan.rule), nowMs, plan, row, false);
     });
+    rememberedTogether(rules, rows, verdicts);
     const allowed = verdicts.every((v, i) => v.ruleAllows || (!rules[i]!.enforce && v.override !== "deny"));
     return { nowMs, allowed, verdicts };
   }
@@ -1205,6 +1209,29 @@ function holdLess(rules: RuleCheck[], verdicts: RuleVerdict[]): void {
     const delayMs = rules[i]!.maxDelayMs;
     if (delayMs !== undefined) verdict.holdsForMs = Math.max(0, verdict.holdsForMs - delayMs);
   });
+}
+
+/**
+ * A decision's refusals are remembered by an isolate together, for as long
+ * as the shortest of them may be, or not at all: an isolate that answered
+ * from some of them would name only those rules, with only their waits
+ * (docs/responses.md: the longest wait, every rule named). None is when the
+ * key has a quota (a credit may lift it at any moment: docs/quotas.md), and
+ * none past the instant an enforcing rule's refusal stops holding before its
+ * wait is over: at once for one that never holds (on counts that may be
+ * handed back, behind held requests), when a held request may pass under a
+ * rule with a delay, or when an override ends. Returns `verdicts`, changed.
+ */
+function rememberedTogether(rules: RuleCheck[], rows: (Row | undefined)[], verdicts: RuleVerdict[]): RuleVerdict[] {
+  let holdsForMs = rows.some((row) => row?.counter.refusalsHold === false) ? 0 : Number.POSITIVE_INFINITY;
+  verdicts.forEach((verdict, i) => {
+    if (verdict.ruleAllows || !rules[i]!.enforce) return;
+    if (verdict.holdsForMs <= 0 || verdict.holdsForMs < verdict.retryAfterMs)
+      holdsForMs = Math.min(holdsForMs, Math.max(0, verdict.holdsForMs));
+  });
+  if (holdsForMs !== Number.POSITIVE_INFINITY)
+    for (const verdict of verdicts) verdict.holdsForMs = Math.min(verdict.holdsForMs, holdsForMs);
+  return verdicts;
 }
 
 /** What a receipt keeps of a count besides where it went, when the row's kind keeps anything: read from the row as it is now. */

@@ -9,7 +9,7 @@
  * Hono app, with the same answer the app would give: its routing costs
  * every request, and what it adds here is only those two.
  */
-import { Hono } from "hono";
+import { Hono, type MiddlewareHandler } from "hono";
 import type { Configuration } from "../config/configuration.ts";
 import { configurationFromEnv } from "../config/memo.ts";
 import { getOrCreate } from "../core/maps.ts";
@@ -23,7 +23,8 @@ import type { Outcome } from "../isolate/answers.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
 import type { Sink } from "../isolate/work.ts";
-import { adminApi, adminPath, adminPrefix, isUnder } from "./admin/api.ts";
+import { adminApi, adminPath, adminPrefix, isUnder, readsUnder } from "./admin/api.ts";
+import { bearerMatches, mayCarry, tokenNotForwarded } from "./admin/auth.ts";
 import { clientLimitsRoute, isClientLimitsPath } from "./client-limits.ts";
 import type { Env } from "./env.ts";
 import { rateLimit, waitUntilOf } from "./middleware.ts";
@@ -69,10 +70,26 @@ type Admission = Extract<Outcome, { kind: "allow" }>;
 
 const hono = new Hono<{ Bindings: Env }>();
 
+/**
+ * Refuses, before any rule counts it, a request the admin API did not take
+ * that carries its token: whatever path it names, the origin never gets the token.
+ */
+const adminTokenKept = (): MiddlewareHandler<{ Bindings: Env }> =>
+  async function adminTokenKeptMiddleware(c, next) {
+    const prefix = adminPrefix(c.env);
+    const token = c.env.ADMIN_TOKEN;
+    // An invalid prefix: the admin API has answered every request with the token already.
+    if (prefix === null || !prefix.ok || token === undefined) return next();
+    const authorization = c.req.header("authorization");
+    if (!mayCarry(authorization, token) || !(await bearerMatches(authorization, token))) return next();
+    return tokenNotForwarded(prefix.value);
+  };
+
 // First: the client-limits endpoint (CLIENT_LIMITS_PATH, off unless set) and the admin API's requests are never
-// counted by the user's rules, and never reach the origin.
+// counted by the user's rules, and never reach the origin; nor does the admin token.
 hono.use("*", clientLimitsRoute());
 hono.use("*", adminApi());
+hono.use("*", adminTokenKept());
 hono.use("*", rateLimit());
 
 hono.all("*", (c) => forwarded(c.req.raw, upstreamOf(c.env, configurationFromEnv(c.env))));
@@ -104,7 +121,8 @@ export const app = {
  * Decides and answers a request without the Hono app, as the app would:
  * the refusal, or the origin's answer finished by the decision. Left to the
  * app (undefined): HEAD (the app answers it with the GET's answer,
- * bodiless), the admin API's paths, the client-limits endpoint's path, and
+ * bodiless), the admin API's paths (and those that read as its, see
+ * `readsUnder`), a request that may carry its token, the client-limits endpoint's path, and
  * a Worker without its counters' binding, which the app answers with a 500
  * and logs. A decision that throws is answered as the app answers any
  * error: logged, and a plain 500. A configuration with errors is decided
@@ -122,7 +140,9 @@ function decideFirst(
   if (prefix !== null) {
     if (!prefix.ok) return undefined;
     const written = adminPath(request.url);
-    if (isUnder(written, prefix.value)) return undefined;
+    // The admin API's, however spelt, and whatever may carry its token: the app answers them.
+    if (isUnder(written, prefix.value) || readsUnder(written, prefix.value)) return undefined;
+    if (mayCarry(request.headers.get("authorization"), env.ADMIN_TOKEN!)) return undefined;
     path = pathAsWritten(written);
   }
   const config = configurationFromEnv(env);

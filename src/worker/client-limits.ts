@@ -20,7 +20,7 @@ import { hashKey } from "../core/keys.ts";
 import type { KindName } from "../core/kinds/kind.ts";
 import { windowQuota } from "../core/kinds/window.ts";
 import { LruMap } from "../core/lru.ts";
-import { pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
+import { looseReading, pathnameOf, type RequestPath, requestPath } from "../core/paths.ts";
 import { type Rule, ruleCoversClient } from "../core/rules.ts";
 import { check, emptyState, type WindowLimit, type WindowState } from "../core/sliding-window.ts";
 import { invalidConfigResponse, LIMITER_UNAVAILABLE, problemResponse, reportInvalidConfig } from "../http/problem.ts";
@@ -126,12 +126,19 @@ export const clientLimitsRoute = (): MiddlewareHandler<{ Bindings: Env }> =>
 
 /**
  * Whether a request's path is the endpoint's: matched as a case-insensitive
- * rule's `path` matches (core/paths.ts), so that no spelling of it
- * (`/Rate_Limit/`, `//rate_limit`, `/rate%5Flimit`, `/rate_limit;x`) goes
- * on to the rules and the origin.
+ * rule's `path` matches (core/paths.ts), or read as leniently as any origin
+ * or proxy might read it ({@link looseReading}: `%2F`, `%5C`, `%3B` and
+ * escapes encoded twice decoded), so that no spelling of it (`/Rate_Limit/`,
+ * `//rate_limit`, `/rate%5Flimit`, `/rate_limit;x`, `/v1%2Frate_limit`)
+ * goes on to the rules and the origin.
  */
-export const isClientLimitsPath = (path: RequestPath, settings: Settings): boolean =>
-  settings.clientLimitsPath !== null && path.matching(false) === settings.clientLimitsPath;
+export function isClientLimitsPath(path: RequestPath, settings: Settings): boolean {
+  const own = settings.clientLimitsPath;
+  if (own === null) return false;
+  if (path.matching(false) === own) return true;
+  // Only an escape left encoded can be read otherwise by an origin: the matching path has resolved the rest.
+  return path.written.includes("%") && looseReading(path.written) === own;
+}
 
 /** What an answer needs besides the request. */
 type AnswerContext = {

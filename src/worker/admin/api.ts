@@ -18,7 +18,7 @@ import type { MiddlewareHandler } from "hono";
 import { parseAdminPrefix } from "../../config/admin-prefix.ts";
 import { configurationFromEnv } from "../../config/memo.ts";
 import { getOrCreate } from "../../core/maps.ts";
-import { normalizePath, pathnameOf } from "../../core/paths.ts";
+import { looseReading, normalizePath, pathnameOf } from "../../core/paths.ts";
 import type { Result } from "../../core/result.ts";
 import { INVALID_CONFIG, problemResponse } from "../../http/problem.ts";
 import { defaultIsolate, type Isolate } from "../../isolate/isolate.ts";
@@ -61,7 +61,7 @@ export const adminApi = (options: AdminApiOptions = {}): MiddlewareHandler<{ Bin
     }
     const path = adminPath(c.req.url);
     const { value: prefix } = parsed;
-    if (!isUnder(path, prefix)) return next();
+    if (!isUnder(path, prefix)) return readsUnder(path, prefix) ? respelled(prefix) : next();
 
     // The dashboard's page, script and styles hold no data: the only paths answered without the token.
     const sub = path.slice(prefix.length);
@@ -112,6 +112,25 @@ export const isUnder = (path: string, prefix: string): boolean =>
   path.startsWith(prefix) && (path.length === prefix.length || path.charCodeAt(prefix.length) === SLASH);
 
 const SLASH = 47;
+
+/**
+ * Whether a path from {@link adminPath} that is not under the prefix would
+ * be read as under it by some server in front of or behind the Worker: in
+ * another case, with `;parameters`, `%2F` for a slash, `..;`, encoded twice
+ * ({@link looseReading}). Such a path is refused, never forwarded: an origin
+ * or proxy that read it so would be handed the admin token it carries.
+ */
+export function readsUnder(path: string, prefix: string): boolean {
+  // Most paths hold nothing to decode or resolve (a dot segment starts with "/."): only their case can differ.
+  if (!/[%\\;]|\/\./.test(path)) return isUnder(path.slice(0, prefix.length + 1).toLowerCase(), lowerCased(prefix));
+  return isUnder(looseReading(path), lowerCased(prefix));
+}
+
+let lastPrefix: { prefix: string; lower: string } | undefined;
+const lowerCased = (prefix: string): string => {
+  if (lastPrefix?.prefix !== prefix) lastPrefix = { prefix, lower: prefix.toLowerCase() };
+  return lastPrefix.lower;
+};
 
 /** An authorised request under the prefix. */
 type AdminRequest = {
@@ -191,6 +210,17 @@ const notFound = (prefix: string): Response =>
       `GET and POST ${prefix}/credits?rule=<id>&key=<client>, ` +
       `GET, PUT and DELETE ${prefix}/overrides?rule=<id>&key=<client>, GET ${prefix}/overrides, ` +
       `POST ${prefix}/overrides/import, GET ${prefix}/stats?minutes=<1-1440>, GET ${prefix}/metrics.`,
+  });
+
+/** The answer to a path that reads as under the prefix but is not spelt so ({@link readsUnder}). */
+const respelled = (prefix: string): Response =>
+  problemResponse({
+    type: "about:blank",
+    title: "Not Found",
+    status: 404,
+    detail:
+      "This path reads as a path under the admin API's prefix once decoded or normalised, and is never forwarded " +
+      `to the origin; the admin API answers only ${prefix} as written.`,
   });
 
 const methodNotAllowed = (path: string, allowed: readonly string[]): Response =>

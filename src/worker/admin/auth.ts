@@ -22,6 +22,25 @@ export async function bearerMatches(authorization: string | undefined, token: st
   return crypto.subtle.timingSafeEqual(a, b);
 }
 
+/**
+ * Whether `Authorization` may carry `Bearer <token>`: a bearer credential as
+ * long as the token. Cheap, and it tells nothing of the token but its
+ * length; {@link bearerMatches} says whether it does.
+ */
+export function mayCarry(authorization: string | null | undefined, token: string): boolean {
+  if (authorization == null || authorization.length < token.length + 7) return false;
+  return /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization)?.[1]?.length === token.length;
+}
+
+/** The answer to a request outside the admin API that carries its token: never forwarded to the origin with it. */
+export const tokenNotForwarded = (prefix: string): Response =>
+  problemResponse({
+    type: "about:blank",
+    title: "Forbidden",
+    status: 403,
+    detail: `This request carries the admin token, which is never forwarded to the origin: send it only to the admin API, under ${prefix}.`,
+  });
+
 /** How the log names who used a token: `token:` and the first 12 hex digits of its SHA-256, never the token. */
 export const tokenName = async (token: string): Promise<string> => `token:${keyHashPrefix(await hashKey(token))}`;
 

@@ -112,15 +112,16 @@ function ruleNamed(id: unknown, settings: Settings): Result<Rule> {
   return fail(id == null ? `rule: required; rules: ${known}` : `rule: no rule ${show(id)}; rules: ${known}`);
 }
 
-const overrideContext = (context: OverridesContext) => ({
+const overrideContext = (context: OverridesContext, rule: Rule) => ({
   nowMs: Date.now(),
   tiers: new Set(context.settings.tiers.keys()),
   by: context.by,
+  rule,
 });
 
 /** An override of `rule` from an operator's fields: valid, and giving a limit the rule can enforce (its cost at least; at most 10000 places). */
 function overrideOf(fields: unknown, rule: Rule, context: OverridesContext): Result<Override> {
-  const parsed = parseOverride(fields, overrideContext(context));
+  const parsed = parseOverride(fields, overrideContext(context, rule));
   if (!parsed.ok) return parsed;
   const outOfRange = limitOutOfRange(parsed.value, rule);
   return outOfRange === null ? parsed : fail(outOfRange);
@@ -286,7 +287,8 @@ function csvItems(text: string): Result<unknown[]> {
       header.forEach((name, i) => {
         const cell = cells[i]?.trim() ?? "";
         if (cell === "") return;
-        if (name === "limit") item[name] = Number(cell);
+        // A number only when it is written as one; anything else stays as sent, for the error to quote.
+        if (name === "limit" && /^\d+$/.test(cell)) item[name] = Number(cell);
         else if (name === "unlimited" || name === "deny" || name === "delete") {
           // A flag: true when it says so; false, no or 0 (as spreadsheets fill every column) is no flag at all.
           if (cell.toLowerCase() === "true") item[name] = true;
