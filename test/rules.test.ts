@@ -452,11 +452,15 @@ describe("matching", () => {
     expect(ruleMatches(rule({ path: normalized }), "GET", requestPath(raw))).toBe(true);
   });
 
-  it("keeps %2F encoded: /api%2Fx is one segment, not /api/x, so a rule for /api/* does not count it", () => {
-    // An encoded slash is data, not a separator (RFC 3986 §2.2); an origin that decodes it before routing
-    // would route this request to /api/x without the /api/* rule counting it.
+  it("keeps %2F encoded in the path as written, but a rule for /api/* counts /api%2Fx: an origin may route it there", () => {
+    // An encoded slash is data, not a separator (RFC 3986 §2.2), so `exclude` and the request forwarded keep it;
+    // but nginx decodes it before routing, and would serve /api%2Fx as /api/x: a rule counts it as that path.
     expect(normalizePath("/api%2Fx")).toBe("/api%2Fx");
-    expect(ruleMatches(rule({ path: "/api/*" }), "GET", requestPath("/api%2Fx"))).toBe(false);
+    for (const spelling of ["/api%2Fx", "/api%2fx", "/%2Fapi/x", "/%2fapi%2F%2Fx"]) {
+      expect(ruleMatches(rule({ path: "/api/*" }), "GET", requestPath(spelling)), spelling).toBe(true);
+    }
+    expect(ruleMatches(rule({ path: "/login" }), "POST", requestPath("/login%2F"))).toBe(true);
+    expect(ruleMatches(rule({ path: "/login" }), "POST", requestPath("/x%2F..%2Flogin"))).toBe(true);
   });
 });
 
@@ -475,7 +479,9 @@ describe("spelling a request differently counts it all the same", () => {
     ["/api/", "/api"],
     ["/", "/"],
     ["/;x", "/"],
-    ["/a%2Fb", "/a%2fb"],
+    ["/a%2Fb", "/a/b"],
+    ["/a%2f%2Fb%2F", "/a/b"],
+    ["/x%2F..%2Flogin", "/login"],
   ])("a rule counts %s as %s", (written, matching) => {
     expect(matchingPath(written, false)).toBe(matching);
   });

@@ -74,6 +74,7 @@ describe("a client cannot walk around its limit", () => {
 /**
  * Spellings an origin routes to the same handler: Express and Spring ignore a
  * trailing slash, Tomcat and Spring strip `;parameters`, Express ignores case,
+ * nginx decodes `%2F` before routing,
  * and every server answers HEAD with its GET handler. Each rule admits 2
  * requests an hour: a request is 429 when two before it were counted in its
  * bucket, 200 when they were not.
@@ -82,7 +83,17 @@ type SpellingCase = { case: string; rule: Record<string, unknown>; requests: str
 
 const login = { path: "/login", methods: ["POST"] };
 const spellingCases: SpellingCase[] = [
-  ...["/login/", "/login;jsessionid=x", "/LOGIN", "/Login/;a=b", "/;x/login", "/x/..;/login"].map(
+  ...[
+    "/login/",
+    "/login;jsessionid=x",
+    "/LOGIN",
+    "/Login/;a=b",
+    "/;x/login",
+    "/x/..;/login",
+    "/login%2F",
+    "/%2Flogin",
+    "/x%2F..%2Flogin",
+  ].map(
     (spelling): SpellingCase => ({
       case: `POST ${spelling} is counted with POST /login under the login rule`,
       rule: login,

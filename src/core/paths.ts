@@ -103,8 +103,12 @@ export function looseReading(pathname: string): string {
   return `/${kept.join("/")}`.toLowerCase();
 }
 
+const encodedSlash = /%2f/i;
+const encodedSlashes = /%2f/gi;
+
 /**
  * The path a rule's `path` globs count, from {@link normalizePath}'s result:
+ * an encoded slash (`%2F`) read as a slash, as nginx reads it before routing;
  * without `;parameters` in any segment (Tomcat and Spring strip them, so
  * `/a;x=1/b;y` is `/a/b`; a `.` or `..` segment that leaves is resolved, as
  * they do, so `/x/..;/login` is `/login`), without a trailing slash (Express
@@ -114,7 +118,10 @@ export function looseReading(pathname: string): string {
  */
 export function matchingPath(written: string, caseSensitive: boolean): string {
   let path = written;
-  if (path.includes(";")) {
+  // An encoded slash: nginx decodes it before routing, so `/api%2Fx` is served as `/api/x`. Counted as that.
+  const slashes = path.includes("%") && encodedSlash.test(path);
+  if (slashes) path = path.replace(encodedSlashes, "/");
+  if (slashes || path.includes(";")) {
     const kept: string[] = [];
     for (const segment of path.split("/")) {
       const semicolon = segment.indexOf(";");
