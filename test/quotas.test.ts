@@ -381,6 +381,31 @@ describe("credits from the admin API", () => {
     expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ used: 1, credit: 0 });
   });
 
+  it("reads no more of a credit's body than its cap: 100 MiB sent chunked is refused after 16 KiB or so", async () => {
+    const id = ruleId("huge-body");
+    const { as, send } = worker([perKey(id, { quota: 3, per: "day" })]);
+    const key = uniqueTag("huge-body");
+    await as(key);
+    const chunk = new TextEncoder().encode(" ".repeat(64 * 1024));
+    let pulled = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled === 1_600) return controller.close();
+        pulled++;
+        controller.enqueue(chunk);
+      },
+    });
+    const res = await send(`/__ratelimit/credits?${new URLSearchParams({ rule: id, key })}`, {
+      method: "POST",
+      headers: { ...bearer, "content-type": "application/json" },
+      body,
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { errors: string[] }).errors[0]).toMatch(/^the body is over 16384 bytes/);
+    // One chunk past the cap, and the one a stream makes ready before it is read.
+    expect(pulled).toBeLessThanOrEqual(3);
+  });
+
   describe("counts a note in characters, whatever they are and however JSON spells them", () => {
     const emoji = "\u{1F600}";
     // Each body as sent: JSON.stringify keeps characters as themselves; "escaped" spells each as \\uXXXX.

@@ -20,6 +20,7 @@ import { charactersIn, MAX_NOTE_CHARS } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import { isCounted, type Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
+import { textUpTo } from "../../http/body-text.ts";
 import { withDeadline } from "../../object/client.ts";
 import type { Credit, PeriodUsage, Usage } from "../../object/kinds/counter.ts";
 import { toRuleCheck } from "../../object/protocol.ts";
@@ -148,10 +149,10 @@ function notAQuota(rule: Rule): Response {
   });
 }
 
-/** The body as JSON, at most {@link MAX_BODY_BYTES}. */
+/** The body as JSON, at most {@link MAX_BODY_BYTES}, read no further. */
 async function bodyOf(request: Request): Promise<Result<unknown>> {
-  const text = await request.text();
-  if (new TextEncoder().encode(text).byteLength > MAX_BODY_BYTES) {
+  const text = await textUpTo(request, MAX_BODY_BYTES);
+  if (text === null) {
     return fail(
       `the body is over ${MAX_BODY_BYTES} bytes: a credit is a few fields and a note of at most ${MAX_NOTE_CHARS} characters`,
     );

@@ -19,6 +19,7 @@ import { limitOutOfRange, type Override, overrideView, parseOverride } from "../
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
+import { textUpTo } from "../../http/body-text.ts";
 import { problemResponse } from "../../http/problem.ts";
 import { forgetClient, type Isolate } from "../../isolate/isolate.ts";
 import { type Change, logChange, type OverrideRegistry, type RegistryEntry } from "../../object/registry.ts";
@@ -77,7 +78,7 @@ export async function overrides(
   }
   let override: Override | null = null;
   if (method === "PUT") {
-    const text = await textOf(request);
+    const text = await textUpTo(request, MAX_BODY_BYTES);
     if (text === null) return tooLarge();
     const body = jsonOf(text);
     if (!body.ok) return invalid(body.errors);
@@ -202,7 +203,7 @@ async function importOverrides(
   context: OverridesContext,
   stub: ReturnType<typeof registryOf>,
 ): Promise<Response> {
-  const text = await textOf(request);
+  const text = await textUpTo(request, MAX_BODY_BYTES);
   if (text === null) return tooLarge();
   const csv = (request.headers.get("content-type") ?? "").toLowerCase().startsWith("text/csv");
   const items = csv ? csvItems(text) : jsonItems(text);
@@ -324,31 +325,6 @@ function jsonOf(text: string): Result<unknown> {
     return ok(JSON.parse(text) as unknown);
   } catch (error) {
     return fail(`body: not valid JSON (${(error as Error).message})`);
-  }
-}
-
-/**
- * The body as UTF-8 text; null when it is over {@link MAX_BODY_BYTES} bytes.
- * A declared Content-Length over it is refused unread; a body without one
- * (sent chunked) is read until it ends or passes the limit, and no further.
- */
-async function textOf(request: Request): Promise<string | null> {
-  const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > MAX_BODY_BYTES) return null;
-  if (request.body === null) return "";
-  const reader = request.body.getReader();
-  const decoder = new TextDecoder();
-  let text = "";
-  let bytes = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return text + decoder.decode();
-    bytes += value.byteLength;
-    if (bytes > MAX_BODY_BYTES) {
-      await reader.cancel().catch(() => {});
-      return null;
-    }
-    text += decoder.decode(value, { stream: true });
   }
 }
 
