@@ -164,6 +164,24 @@ describe("an adaptive rule in front of a real origin", () => {
     expect((await controllerOf(id))!.mode).toBe("recovering");
   });
 
+  it("a hanging origin, before any answer taught the controller its calm latency: the requests late in flight cut the limit", async () => {
+    const id = uniqueRule("hanging");
+    const send = limiter([adaptiveRule(id, { adaptive: { latency: "100ms", floor: 2 } })]);
+    const startedAt = Date.now();
+    const pending: Promise<unknown>[] = [];
+    // Ten clients, each a request every 50 ms to an origin that answers none of them for 4 s: cut within 3 s.
+    while (learned(id).factor === 1 && Date.now() - startedAt < 3_000) {
+      for (let c = 0; c < 10; c++) {
+        pending.push(send("/slow/4000", from(`10.77.0.${c + 1}`)).catch(() => null));
+      }
+      await pause(50);
+    }
+    // Cut before any answer came back: by the requests found late in flight alone.
+    const cutBeforeAnswers = learned(id).factor;
+    await Promise.all(pending);
+    expect(cutBeforeAnswers).toBeLessThan(1);
+  });
+
   it.each([
     ["a fast 503", "/status/503", {}],
     ["a fast 500", "/status/500", {}],

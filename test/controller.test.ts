@@ -421,6 +421,9 @@ describe("a queue at the origin, seen before its answers breach the target", () 
     expect(decide(at(0.5, { calm: calm(1) }), answers(100, 37)).step.kind).toBe("cut");
     expect(lateMsOf(at(1, { calm: calm(1) }))).toBe(75);
     expect(lateMsOf(at(1))).toBeNull();
+    // No calm latency yet (a new controller, or one reloaded): the rule's latency target is the mark.
+    expect(lateMsOf(at(1), CONTROLLER_PARAMS, 100)).toBe(100);
+    expect(lateMsOf(at(1, { calm: calm(50) }), CONTROLLER_PARAMS, 100)).toBe(150);
   });
 });
 

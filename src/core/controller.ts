@@ -303,9 +303,17 @@ export const initialState = (): ControllerState => ({
   keptUpAt: null,
 });
 
-/** Answers, and requests still in flight, later than this are late; null while no calm latency is known. */
-export const lateMsOf = (state: ControllerState, params: ControllerParams = CONTROLLER_PARAMS): number | null =>
-  state.calm.ms === null ? null : Math.max(state.calm.ms, params.calmFloorMs) * params.lateOver;
+/**
+ * Answers, and requests still in flight, later than this are late: `lateOver` × the calm latency; while no calm
+ * latency is known (a new controller, or one reloaded), the rule's latency target `latencyMs`, so that an origin
+ * that answers nothing at all is seen from its first requests; null with neither.
+ */
+export const lateMsOf = (
+  state: ControllerState,
+  params: ControllerParams = CONTROLLER_PARAMS,
+  latencyMs?: number,
+): number | null =>
+  state.calm.ms === null ? (latencyMs ?? null) : Math.max(state.calm.ms, params.calmFloorMs) * params.lateOver;
 
 /** How the origin looked over a window: its shares, and whether each is over its target beyond chance. */
 export type Health = {
@@ -689,7 +697,7 @@ export function observe(
   }
   if (version !== state.version) return { state, step: { kind: "ignored" } };
   const windowStartMs = state.windowStartMs ?? nowMs;
-  const window = addCounts(state.window, againstMark(counts, lateMs, lateMsOf(state, params)));
+  const window = addCounts(state.window, againstMark(counts, lateMs, lateMsOf(state, params, target.latencyMs)));
   const long = nowMs - windowStartMs >= params.intervalMs;
   // At the configured limit, settled, a short window is judged at once when it shows trouble clearly: the onset.
   const onset =
@@ -739,7 +747,7 @@ export function observe(
   const capped =
     target.latencyMs !== undefined &&
     health.meanMs !== null &&
-    health.meanMs >= CAPPED * busyCapOf(target.latencyMs, lateMsOf(state, params));
+    health.meanMs >= CAPPED * busyCapOf(target.latencyMs, lateMsOf(state, params, target.latencyMs));
   const measurable = !((window.crowded ?? 0) > 0) && !capped;
   const resuming = quietResume(state, health, state.drift, params);
   const moved = measurable && resuming && (health.gradient ?? 0) >= params.calmMovedAt;

@@ -288,7 +288,7 @@ export class ControllerBook {
       mode,
       limit: scaledLimit(configured, factor),
       reportInMs: reportEveryMs(this.state),
-      lateMs: lateMsOf(this.state),
+      lateMs: lateMsOf(this.state, CONTROLLER_PARAMS, this.target?.latencyMs),
       drift: this.state.drift,
     };
   }

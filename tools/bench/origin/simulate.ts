@@ -228,7 +228,7 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
         mode: controller.mode,
         limit: scaledLimit(adaptive.limit, controller.factor),
         reportInMs: reportEveryMs(controller, params),
-        lateMs: lateMsOf(controller, params),
+        lateMs: lateMsOf(controller, params, adaptive.latencyMs),
         drift: controller.drift,
       };
       events.push(atMs + 2 * delayMs, () => isolate.reporter.landed(answer));
