@@ -180,6 +180,21 @@ describe("an adaptive rule's controller object", () => {
     });
   });
 
+  it("keeps its configured limit and target across eviction though its factor never changed", async () => {
+    const rule = freshRule();
+    const prioritized = { ...target, priorities: { critical: true, sheddable: true, reserve: 0 } };
+    at(T0);
+    await stubOf(rule).reportHealth(report(rule, 0, healthy, { target: prioritized }));
+    const loaded = await readController(env.RATE_LIMITER, rule, 0, 5_000);
+    if (!loaded.ok || loaded.value === null) throw new Error("no view");
+    expect(loaded.value).toMatchObject({ factor: 1, configured: 1000, limit: 1000 });
+    await evictDurableObject(stubOf(rule));
+    const reloaded = await readController(env.RATE_LIMITER, rule, 0, 5_000);
+    if (!reloaded.ok || reloaded.value === null) throw new Error("no view");
+    expect(reloaded.value).toMatchObject({ factor: 1, configured: 1000, limit: 1000 });
+    expect(reloaded.value.priorities).toEqual(loaded.value.priorities);
+  });
+
   it("logs each change of its mode once, with the shares that made it", async () => {
     const rule = freshRule();
     const lines: Record<string, unknown>[] = [];

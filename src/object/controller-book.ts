@@ -195,6 +195,8 @@ export class ControllerBook {
   /** The configured limit and target of the latest valid report; null before one. */
   private configured: number | null = null;
   private target: ReportedTarget | null = null;
+  /** The limit and target last stored, as JSON: a report that brings others stores them. */
+  private stored: string | null = null;
   /** Under a rule with priorities: what each forwarded and shed since the last history point. */
   private byPriority: PriorityCounts | undefined;
   /** Since the last history point: when it was, and the latencies reported since. */
@@ -222,7 +224,10 @@ export class ControllerBook {
       this.configured = row.configured;
       // The target it was stored under (a rule's priorities say what its factor means), until a report brings one.
       const stored = parseTarget(row.target);
-      if (validTarget(row.configured, stored)) this.target = stored;
+      if (validTarget(row.configured, stored)) {
+        this.target = stored;
+        this.stored = JSON.stringify([row.configured, stored]);
+      }
     }
     const last = sql.exec<{ at: number | null }>("SELECT MAX(at_ms) AS at FROM controller_history").toArray()[0];
     this.lastPointMs = last?.at ?? 0;
@@ -250,7 +255,13 @@ export class ControllerBook {
       );
       this.state = state;
       this.latency = addLatency(this.latency, Array.isArray(report.latency) ? report.latency : []);
-      if (state.factor !== before.factor || state.mode !== before.mode) this.store();
+      // Stored at a change of the factor, and whenever the rule's limit or target is new to the stored row: a
+      // controller reloaded after it was idle says what it was told, though its factor never moved.
+      const told = JSON.stringify([report.limit, report.target]);
+      if (state.factor !== before.factor || state.mode !== before.mode || told !== this.stored) {
+        this.store();
+        this.stored = told;
+      }
       if (state.mode !== before.mode) this.logChange(before, step);
       if (state.drift !== before.drift) this.logDrift(report.target);
       const changed = state.factor !== before.factor || state.drift !== before.drift;
