@@ -176,6 +176,22 @@ describe("the prefix, however a path spells it", () => {
     }
   });
 
+  it.each([
+    ["two Authorization values, the token in the second", `Bearer other, Bearer ${TOKEN}`],
+    ["another scheme", `Token ${TOKEN}`],
+    ["no scheme", TOKEN],
+    ["Basic, the token as the password", `Basic ${btoa(`x:${TOKEN}`)}`],
+    ["Basic, the token as the user", `Basic ${btoa(`${TOKEN}:`)}`],
+  ])(
+    "refuses an ordinary path whose Authorization carries the admin token in any form (%s): 403, forwarded nowhere",
+    async (_, authorization) => {
+      const tag = uniqueTag("admin-token-form");
+      const res = await send("/api/orders", from(uniqueIp(), { authorization, "x-test-tag": tag }));
+      expect(res.status).toBe(403);
+      expect(await originHits(tag)).toBe(0);
+    },
+  );
+
   it("refuses an ordinary path sent with the admin token 403, uncounted, and forwards nothing", async () => {
     const tag = uniqueTag("admin-token-leak");
     const ip = uniqueIp();

@@ -24,7 +24,7 @@ import { decide } from "../isolate/decide.ts";
 import { defaultIsolate } from "../isolate/isolate.ts";
 import type { Sink } from "../isolate/work.ts";
 import { adminApi, adminPath, adminPrefix, isUnder, readsUnder } from "./admin/api.ts";
-import { bearerMatches, mayCarry, tokenNotForwarded } from "./admin/auth.ts";
+import { carries, mayCarry, tokenNotForwarded } from "./admin/auth.ts";
 import { clientLimitsRoute, isClientLimitsPath } from "./client-limits.ts";
 import type { Env } from "./env.ts";
 import { rateLimit, waitUntilOf } from "./middleware.ts";
@@ -81,7 +81,7 @@ const adminTokenKept = (): MiddlewareHandler<{ Bindings: Env }> =>
     // An invalid prefix: the admin API has answered every request with the token already.
     if (prefix === null || !prefix.ok || token === undefined) return next();
     const authorization = c.req.header("authorization");
-    if (!mayCarry(authorization, token) || !(await bearerMatches(authorization, token))) return next();
+    if (!mayCarry(authorization, token) || !(await carries(authorization, token))) return next();
     return tokenNotForwarded(prefix.value);
   };
 

@@ -23,13 +23,48 @@ export async function bearerMatches(authorization: string | undefined, token: st
 }
 
 /**
- * Whether `Authorization` may carry `Bearer <token>`: a bearer credential as
+ * The parts of an `Authorization` value that could be the token, in any
+ * form a client might send it: every word of every credential (two headers
+ * arrive joined by a comma; a scheme other than Bearer, or none), and the
+ * user and password of a Basic one.
+ */
+function candidates(authorization: string): string[] {
+  const words = authorization.split(/[\s,]+/).filter((word) => word !== "");
+  const found = [...words];
+  words.forEach((word, i) => {
+    const next = words[i + 1];
+    if (next === undefined || word.toLowerCase() !== "basic") return;
+    try {
+      found.push(...atob(next).split(":"));
+    } catch {
+      // Not base64: no credentials in it.
+    }
+  });
+  return found;
+}
+
+/**
+ * Whether `Authorization` may carry the token, in any form: a part of it as
  * long as the token. Cheap, and it tells nothing of the token but its
- * length; {@link bearerMatches} says whether it does.
+ * length; {@link carries} says whether it does.
  */
 export function mayCarry(authorization: string | null | undefined, token: string): boolean {
-  if (authorization == null || authorization.length < token.length + 7) return false;
-  return /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization)?.[1]?.length === token.length;
+  if (authorization == null || authorization.length < token.length) return false;
+  return candidates(authorization).some((part) => part.length === token.length);
+}
+
+/**
+ * Whether `Authorization` carries the token in any form (see
+ * {@link candidates}), each part compared in constant time: a request that
+ * does is never forwarded to the origin with it.
+ */
+export async function carries(authorization: string | undefined, token: string): Promise<boolean> {
+  if (authorization === undefined) return false;
+  const wanted = await sha256(token);
+  for (const part of candidates(authorization)) {
+    if (part.length === token.length && crypto.subtle.timingSafeEqual(await sha256(part), wanted)) return true;
+  }
+  return false;
 }
 
 /** The answer to a request outside the admin API that carries its token: never forwarded to the origin with it. */
