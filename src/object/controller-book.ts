@@ -136,16 +136,6 @@ function cleanWorst(worst: unknown): KeyCounts[] {
   return worstFirst(keys);
 }
 
-/** A stored target, from its JSON; undefined when there is none or it does not parse. */
-function parseTarget(json: string | null): ReportedTarget | undefined {
-  if (json === null) return undefined;
-  try {
-    return JSON.parse(json) as ReportedTarget;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Whether a reported target and limit are ones the rule parser could have given. */
 function validTarget(limit: unknown, target: ReportedTarget | undefined): target is ReportedTarget {
   return (
@@ -223,7 +213,7 @@ export class ControllerBook {
       this.state = { ...initialState(), factor: row.factor, version: row.version, mode };
       this.configured = row.configured;
       // The target it was stored under (a rule's priorities say what its factor means), until a report brings one.
-      const stored = parseTarget(row.target);
+      const stored = parsed<ReportedTarget>(row.target) ?? undefined;
       if (validTarget(row.configured, stored)) {
         this.target = stored;
         this.stored = JSON.stringify([row.configured, stored]);
@@ -328,7 +318,7 @@ export class ControllerBook {
           latencyMs: p.latency_ms,
           drift: p.drift === 1,
         };
-        const priorities = parsePoint(p.priorities);
+        const priorities = parsed<PriorityPoint>(p.priorities);
         if (priorities !== null) point.priorities = priorities;
         return point;
       });
@@ -462,10 +452,11 @@ function pointOf(factors: Factors, counts: PriorityCounts | undefined): Priority
   return point;
 }
 
-function parsePoint(text: string | null): PriorityPoint | null {
+/** A column stored as JSON, parsed; null when it is empty or does not parse (checked by the caller where it must be). */
+function parsed<T>(text: string | null): T | null {
   if (text === null) return null;
   try {
-    return JSON.parse(text) as PriorityPoint;
+    return JSON.parse(text) as T;
   } catch {
     return null;
   }
