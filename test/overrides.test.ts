@@ -16,6 +16,7 @@ import { adminApi } from "../src/worker/admin/api.ts";
 import { adminKey } from "../src/worker/admin/key.ts";
 import type { Env } from "../src/worker/env.ts";
 import { rateLimit } from "../src/worker/middleware.ts";
+import { chunked, escapedJson } from "./support/bodies.ts";
 import { env } from "./support/env.ts";
 import { from, limiter, statuses, uniqueIp } from "./support/limiter.ts";
 import { bearer, keySet, type SigningKey, signingKey, tokenFor } from "./support/tokens.ts";
@@ -356,11 +357,7 @@ describe("an override's note is counted in characters, whatever they are and how
   const { id, admin } = setup(2);
   const emoji = "\u{1F600}";
   // Each body as sent: JSON.stringify keeps characters as themselves; "escaped" spells each as \\uXXXX.
-  const escaped = (text: string) =>
-    `{"limit":5,"note":"${text
-      .split("")
-      .map((unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`)
-      .join("")}"}`;
+  const escaped = (text: string) => `{"limit":5,"note":"${escapedJson(text)}"}`;
   it.each([
     ["1000 emoji", JSON.stringify({ limit: 5, note: emoji.repeat(1_000) }), null],
     ["1000 emoji, escaped", escaped(emoji.repeat(1_000)), null],
@@ -456,22 +453,6 @@ describe("an override's limit out of range: the error states the rule's own rang
 describe("a body past 8 MiB is refused with 413, counted in bytes, and read no further", () => {
   const MAX_BYTES = 8 * 1024 * 1024;
   const MiB = 1024 * 1024;
-  /**
-   * A body with no Content-Length (sent chunked): `count` chunks of `chunk`,
-   * each made only when the reader asks for it; `pulled()` says how many were.
-   */
-  function chunked(chunk: string, count: number) {
-    const bytes = new TextEncoder().encode(chunk);
-    let pulled = 0;
-    const body = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (pulled === count) return controller.close();
-        pulled++;
-        controller.enqueue(bytes);
-      },
-    });
-    return { body, pulled: () => pulled };
-  }
   /** 1 MiB of "é": 512 Ki characters, each 2 bytes in UTF-8. */
   const accents = "é".repeat(MiB / 2);
 

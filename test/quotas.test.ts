@@ -6,6 +6,7 @@
  * no alarm an object sets fires on its own.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { chunked, escapedJson } from "./support/bodies.ts";
 import { env } from "./support/env.ts";
 import { createIsolate, decider, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
 import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
@@ -386,15 +387,7 @@ describe("credits from the admin API", () => {
     const { as, send } = worker([perKey(id, { quota: 3, per: "day" })]);
     const key = uniqueTag("huge-body");
     await as(key);
-    const chunk = new TextEncoder().encode(" ".repeat(64 * 1024));
-    let pulled = 0;
-    const body = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (pulled === 1_600) return controller.close();
-        pulled++;
-        controller.enqueue(chunk);
-      },
-    });
+    const { body, pulled } = chunked(" ".repeat(64 * 1024), 1_600);
     const res = await send(`/__ratelimit/credits?${new URLSearchParams({ rule: id, key })}`, {
       method: "POST",
       headers: { ...bearer, "content-type": "application/json" },
@@ -403,17 +396,13 @@ describe("credits from the admin API", () => {
     expect(res.status).toBe(400);
     expect(((await res.json()) as { errors: string[] }).errors[0]).toMatch(/^the body is over 16384 bytes/);
     // One chunk past the cap, and the one a stream makes ready before it is read.
-    expect(pulled).toBeLessThanOrEqual(3);
+    expect(pulled()).toBeLessThanOrEqual(3);
   });
 
   describe("counts a note in characters, whatever they are and however JSON spells them", () => {
     const emoji = "\u{1F600}";
     // Each body as sent: JSON.stringify keeps characters as themselves; "escaped" spells each as \\uXXXX.
-    const escaped = (text: string) =>
-      `{"add":1000000000,"note":"${text
-        .split("")
-        .map((unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`)
-        .join("")}"}`;
+    const escaped = (text: string) => `{"add":1000000000,"note":"${escapedJson(text)}"}`;
     const tooLong = "note: must be at most 1000 characters; got 1001";
     it.each([
       ["1000 emoji", JSON.stringify({ add: 1, note: emoji.repeat(1_000) }), null],
