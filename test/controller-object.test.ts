@@ -52,6 +52,17 @@ const overloaded = { forwarded: 300, answered: 100, slow: 100, busyMs: 100 * 400
 /** All of it answered, in 50 ms. */
 const healthy = { forwarded: 100, answered: 100, busyMs: 100 * 50 };
 
+/** The log lines (info and warn) from now on, parsed, in order; not printed. */
+function loggedLines(): Record<string, unknown>[] {
+  const lines: Record<string, unknown>[] = [];
+  for (const stream of ["log", "warn"] as const) {
+    vi.spyOn(console, stream).mockImplementation((line: unknown) => {
+      lines.push(JSON.parse(String(line)) as Record<string, unknown>);
+    });
+  }
+  return lines;
+}
+
 /** Two reports 500 ms apart under `version`: enough for the controller to judge. */
 async function window(rule: string, version: number, over: Partial<HealthCounts>, startMs: number) {
   at(startMs);
@@ -142,12 +153,7 @@ describe("an adaptive rule's controller object", () => {
 
   it("under priorities, says the default priority's factor and limit, and each priority's, after eviction and in its log lines", async () => {
     const rule = freshRule();
-    const lines: Record<string, unknown>[] = [];
-    for (const stream of ["log", "warn"] as const) {
-      vi.spyOn(console, stream).mockImplementation((line: unknown) => {
-        lines.push(JSON.parse(String(line)) as Record<string, unknown>);
-      });
-    }
+    const lines = loggedLines();
     const prioritized = { ...target, priorities: { critical: true, sheddable: true, reserve: 0 } };
     at(T0);
     // A cut of a tenth: the sheddable requests' stage is cut, the default ones' is whole.
@@ -197,12 +203,7 @@ describe("an adaptive rule's controller object", () => {
 
   it("logs each change of its mode once, with the shares that made it", async () => {
     const rule = freshRule();
-    const lines: Record<string, unknown>[] = [];
-    for (const stream of ["log", "warn"] as const) {
-      vi.spyOn(console, stream).mockImplementation((line: unknown) => {
-        lines.push(JSON.parse(String(line)) as Record<string, unknown>);
-      });
-    }
+    const lines = loggedLines();
     await window(rule, 0, overloaded, T0); // full → reducing
     await window(rule, 1, overloaded, T0 + 1_000); // reducing, cut again: no line
     await window(rule, 2, { ...healthy, shed: 5 }, T0 + 2_000); // → recovering
@@ -305,12 +306,7 @@ describe("an adaptive rule's controller object", () => {
   });
   it("says when the origin is slower than the target while nothing queues: once in the log, in its view and history, and to isolates", async () => {
     const rule = freshRule();
-    const lines: Record<string, unknown>[] = [];
-    for (const stream of ["log", "warn"] as const) {
-      vi.spyOn(console, stream).mockImplementation((line: unknown) => {
-        lines.push(JSON.parse(String(line)) as Record<string, unknown>);
-      });
-    }
+    const lines = loggedLines();
     let answer = await window(rule, 0, healthy, T0); // calm: 50 ms
     // From now on every answer takes 400 ms (over the 250 ms target), the origin keeping up with all it is sent.
     const drifted = { forwarded: 100, answered: 100, slow: 100, busyMs: 100 * 400, shed: 5 };
