@@ -57,7 +57,7 @@ export function workersTestConfig(include: string[], exclude: string[] = []) {
       include,
       exclude: [...exclude, "node_modules/**"],
       globalSetup: ["test/support/global-setup.ts"],
-      setupFiles: ["test/support/logs.ts"],
+      setupFiles: ["test/support/logs.ts", "test/support/window-edge.ts"],
       // The default 5 s is a wall-clock limit: on two busy cores a long deterministic trace can take longer.
       testTimeout: 30_000,
       // Two test files at once on two cores: each spends most of its time starting its worker or waiting on I/O.

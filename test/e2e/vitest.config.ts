@@ -14,6 +14,8 @@ export default defineConfig({
     include: ["test/e2e/**/*.e2e.ts"],
     environment: "node",
     globalSetup: ["test/e2e/support/global-setup.ts"],
+    // Tests start clear of a minute's edge, where a window's count is weighted (test/support/window-edge.ts).
+    setupFiles: ["test/support/window-edge.ts"],
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 120_000,

@@ -16,6 +16,8 @@ export default defineConfig({
     include: ["test/edge/**/*.edge.ts"],
     environment: "node",
     globalSetup: ["test/edge/support/global-setup.ts"],
+    // Tests start clear of a minute's edge, where a window's count is weighted (test/support/window-edge.ts).
+    setupFiles: ["test/support/window-edge.ts"],
     fileParallelism: false,
     testTimeout: 120_000,
     hookTimeout: 180_000,
