@@ -9,19 +9,105 @@
  * project's own Node, whatever Node runs wrangler), which prints the
  * reports and exits 1 on an error, and wrangler then stops.
  *
+ * Which file: the one wrangler was given (`-c` / `--config`), read from the
+ * command line of the wrangler process that runs this, so that a copy of
+ * wrangler.toml under another name, deployed with
+ * `wrangler deploy -c production.toml`, is checked itself and not the
+ * file it was copied from. A file named as this command's argument is
+ * checked too. Where wrangler's command line cannot be read (no `/proc`
+ * and no `ps`), the argument or wrangler.toml, saying so.
+ *
  * Plain JavaScript, so that it starts on any Node in a few milliseconds:
  * `wrangler dev` runs it again on every change under src/.
  */
-import { spawnSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
+import { readFileSync, readlinkSync } from "node:fs";
+import { relative, resolve } from "node:path";
 
 if (process.env.WRANGLER_COMMAND === "dev" || process.env.WRANGLER_COMMAND === "types") process.exit(0);
 
-const run = spawnSync("npm", ["run", "--silent", "check-config", "--", "--deploy", ...process.argv.slice(2)], {
-  stdio: "inherit",
-  shell: process.platform === "win32",
-});
-if (run.error) {
-  console.error(`build-check: could not run npm run check-config: ${run.error.message}`);
-  process.exit(1);
+/** A process's parent, command line and working directory, from /proc (Linux) or `ps` and `lsof` (macOS, BSD); null when unreadable. */
+function processInfo(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8")
+      .split("\0")
+      .filter((arg) => arg !== "");
+    return { ppid, argv, cwd: readlinkSync(`/proc/${pid}/cwd`) };
+  } catch {
+    // No /proc: ps and lsof, where there are.
+  }
+  try {
+    const [ppid, ...args] = execFileSync("ps", ["-o", "ppid=,args=", "-p", String(pid)], { encoding: "utf8" })
+      .trim()
+      .split(/\s+/);
+    const lsof = execFileSync("lsof", ["-a", "-d", "cwd", "-p", String(pid), "-Fn"], { encoding: "utf8" });
+    const cwd = lsof
+      .split("\n")
+      .find((line) => line.startsWith("n"))
+      ?.slice(1);
+    return cwd === undefined ? null : { ppid: Number(ppid), argv: args, cwd };
+  } catch {
+    return null;
+  }
 }
-process.exit(run.status ?? 1);
+
+/** The value of `-c` / `--config` in a wrangler command line; undefined when it names none. */
+function configFlag(argv) {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === "-c" || arg === "--config") return argv[i + 1];
+    if (arg.startsWith("--config=")) return arg.slice("--config=".length);
+    if (arg.startsWith("-c=")) return arg.slice("-c=".length);
+  }
+  return undefined;
+}
+
+/**
+ * The config file the nearest wrangler process above this one was given, as
+ * a path from here; `{ found: false }` when no wrangler process is found,
+ * `{ found: true, file: undefined }` when it was given none.
+ */
+function wranglersConfig() {
+  let pid = process.ppid;
+  for (let depth = 0; depth < 8 && pid > 1; depth++) {
+    const info = processInfo(pid);
+    if (info === null) return { found: false };
+    const at = info.argv.findIndex((arg) => /(^|[\\/])wrangler(\.js|\.cjs|\.mjs)?$/.test(arg));
+    if (at >= 0) {
+      const flag = configFlag(info.argv.slice(at + 1));
+      return { found: true, file: flag === undefined ? undefined : relative(process.cwd(), resolve(info.cwd, flag)) };
+    }
+    pid = info.ppid;
+  }
+  return { found: false };
+}
+
+const named = process.argv[2];
+const wrangler = wranglersConfig();
+const files = [];
+if (named !== undefined) files.push(named);
+if (wrangler.found && wrangler.file !== undefined && !files.some((file) => resolve(file) === resolve(wrangler.file))) {
+  files.push(wrangler.file);
+}
+if (files.length === 0) files.push("wrangler.toml");
+if (!wrangler.found) {
+  console.error(
+    `build-check: could not read wrangler's command line to see which config it was given; checking ${files.join(" and ")}`,
+  );
+}
+
+let status = 0;
+for (const file of files) {
+  const run = spawnSync("npm", ["run", "--silent", "check-config", "--", "--deploy", file], {
+    stdio: "inherit",
+    shell: process.platform === "win32",
+  });
+  if (run.error) {
+    console.error(`build-check: could not run npm run check-config: ${run.error.message}`);
+    process.exit(1);
+  }
+  if (run.status !== 0) status = run.status ?? 1;
+}
+process.exit(status);

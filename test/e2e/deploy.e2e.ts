@@ -69,6 +69,47 @@ describe("a deploy refuses a configuration with an error, printing check-config'
     expect(existsSync(out)).toBe(false);
   });
 
+  it.each([
+    ["wrangler deploy -c production.toml", ["wrangler", "deploy", "-c", "production.toml"]],
+    ["wrangler deploy --config=production.toml", ["wrangler", "deploy", "--config=production.toml"]],
+    [
+      "wrangler versions upload --config production.toml",
+      ["wrangler", "versions", "upload", "--config", "production.toml"],
+    ],
+  ])("checks the file wrangler is given, not wrangler.toml: a broken copy under another name, %s", (_, args) => {
+    // A copy keeps the shipped `[build] command`, which names no file: the check reads wrangler's own command line.
+    const dir = project(SHIPPED);
+    writeFileSync(join(dir, "production.toml"), broken);
+    const out = join(dir, "out");
+    const { status, output } = run(dir, "npx", [...args, "--dry-run", "--outdir", out]);
+    expect(status, output).not.toBe(0);
+    expect(output).toContain(LOGIN_ERROR);
+    expect(output).toContain("check-config: not deploying: production.toml has errors (the top level)");
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("checks a file the build command names as well as the one wrangler is given", () => {
+    const named = SHIPPED.replace(
+      'command = "node tools/build-check.mjs"',
+      'command = "node tools/build-check.mjs wrangler.toml"',
+    );
+    expect(named).not.toBe(SHIPPED);
+    const dir = project(named);
+    writeFileSync(join(dir, "production.toml"), named.replace(LOGIN_LIMIT, "limit = 0"));
+    const { status, output } = run(dir, "npx", [
+      "wrangler",
+      "deploy",
+      "-c",
+      "production.toml",
+      "--dry-run",
+      "--outdir",
+      join(dir, "out"),
+    ]);
+    expect(status, output).not.toBe(0);
+    expect(output).toContain("wrangler.toml: 3 rules, 0 errors");
+    expect(output).toContain("check-config: not deploying: production.toml has errors (the top level)");
+  });
+
   it("names an error in an environment other than the top level, whichever is deployed", () => {
     const bindings = ["RATE_LIMITER RateLimiter", "OVERRIDES OverrideRegistry", "STATS StatsObject"].map((pair) => {
       const [name, className] = pair.split(" ");
