@@ -111,6 +111,41 @@ describe("onRefused: your answer over a limit", () => {
     expect(refused.headers.get("ratelimit")).toMatch(/;r=0;t=\d+$/);
   });
 
+  it.each([
+    ["legacy headers on (the default)", {}],
+    ["legacy headers off", { LEGACY_HEADERS: "false" }],
+  ])(
+    "carries every rate-limit header the limiter's own 429 carries, and that the decision lists: %s",
+    async (_, vars) => {
+      const limits = rule(1);
+      const ip = uniqueIp();
+      const own = appWith({ rules: limits });
+      const headers: Record<string, string>[] = [];
+      const custom = appWith({
+        rules: limits,
+        onRefused: (c) => {
+          headers.push({ ...c.get("rateLimit").headers });
+          return c.text("custom", 429);
+        },
+      });
+      await own(ip, {}, vars);
+      const refusedByLimiter = await own(ip, {}, vars);
+      const refusedByApp = await custom(ip, {}, vars);
+      expect([refusedByLimiter.status, refusedByApp.status, await refusedByApp.text()]).toEqual([429, 429, "custom"]);
+      const rateLimitHeaders = (response: Response) =>
+        [...response.headers.keys()].filter((name) =>
+          /^(retry-after|ratelimit|ratelimit-policy|x-ratelimit-.*)$/.test(name),
+        );
+      expect(rateLimitHeaders(refusedByApp)).toEqual(rateLimitHeaders(refusedByLimiter));
+      expect(rateLimitHeaders(refusedByApp).sort()).toEqual(
+        Object.keys(headers[0]!)
+          .map((n) => n.toLowerCase())
+          .sort(),
+      );
+      for (const [name, value] of Object.entries(headers[0]!)) expect(refusedByApp.headers.get(name), name).toBe(value);
+    },
+  );
+
   it("keeps a Retry-After the answer sets itself", async () => {
     const call = appWith({
       rules: rule(1),

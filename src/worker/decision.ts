@@ -132,8 +132,8 @@ function ruleLimit(r: Reported): RuleLimit {
   return { ...common, windowSeconds: w, resetSeconds: resetSeconds(r), resetEpochSeconds: resetEpochSeconds(r) };
 }
 
-/** The headers of a refusal that carry its limits. */
-const REFUSAL_HEADERS = [
+/** The headers of a refusal that carry its limits: the decision's `headers`, and what `onRefused`'s answer gets. */
+export const REFUSAL_HEADERS = [
   "RateLimit-Policy",
   "RateLimit",
   "X-RateLimit-Limit",

@@ -16,7 +16,7 @@ import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { Sink } from "../isolate/work.ts";
 import type { LimiterNamespace } from "../object/client.ts";
-import { decisionOf, type RateLimitDecision, skipped } from "./decision.ts";
+import { decisionOf, type RateLimitDecision, REFUSAL_HEADERS, skipped } from "./decision.ts";
 import { registerRules } from "./library-rules.ts";
 
 declare module "hono" {
@@ -215,7 +215,7 @@ async function refusedBy<E extends HonoEnv>(
   const retryAfterSeconds = Number(response.headers.get("retry-after"));
   const custom = await onRefused(c, { response, retryAfterSeconds });
   const missing: Record<string, string> = {};
-  for (const name of ["retry-after", "ratelimit", "ratelimit-policy"]) {
+  for (const name of REFUSAL_HEADERS) {
     const value = response.headers.get(name);
     if (value !== null && !custom.headers.has(name)) missing[name] = value;
   }
