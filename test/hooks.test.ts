@@ -176,6 +176,26 @@ describe("onRefused: your answer over a limit", () => {
   });
 });
 
+describe("a middleware given rules", () => {
+  it("is fixed by its options: it reads no variable, so LEGACY_HEADERS = false leaves its legacy headers on", async () => {
+    const call = appWith({ rules: rule(5) });
+    const fromVariables = appWith({});
+    const vars = { LEGACY_HEADERS: "false", RULES: [rule(5)] } as Partial<typeof env>;
+    const given = await call(uniqueIp(), {}, vars);
+    const read = await fromVariables(uniqueIp(), {}, vars);
+    expect([given.status, given.headers.has("x-ratelimit-limit"), given.headers.has("ratelimit")]).toEqual([
+      200,
+      true,
+      true,
+    ]);
+    expect([read.status, read.headers.has("x-ratelimit-limit"), read.headers.has("ratelimit")]).toEqual([
+      200,
+      false,
+      true,
+    ]);
+  });
+});
+
 describe("skip: requests the limiter does not see", () => {
   it("lets them through uncounted and without rate-limit headers, and counts the rest as before", async () => {
     const call = appWith({ rules: rule(2), skip: (c) => c.req.header("x-internal") === "yes" });
