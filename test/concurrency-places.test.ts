@@ -246,6 +246,23 @@ describe("a request that may wait for a place (max_delay)", () => {
       expect(await stub.peekPlaces("ai", waiting)).toMatchObject({ inUse: 0, waiting: 0, override: "deny" });
     });
 
+    it("a lower limit that expires: at its expiry the line gets the places it leaves free, as if it had been deleted then", async () => {
+      fakeClock(T0);
+      const stub = freshObject();
+      await stub.setOverride("ai", override({ kind: "limit", limit: 1, expiresAtMs: T0 + 200 }), 1);
+      expect((await stub.acquire("ai", waiting)).status).toBe("acquired");
+      const tickets = await acquireAll(stub, 2, waiting);
+      expect(tickets.map((t) => t.status)).toEqual(["queued", "queued"]);
+      const waits = tickets.map((t) => stub.awaitPlace(t.status === "queued" ? t.ticketId : ""));
+      await stub.renew([]); // calls arrive in order: both wait now
+      // Only Date is faked: the object's timer runs in real time, 200 ms from T0.
+      vi.setSystemTime(T0 + 200);
+      const late = new Promise<"still waiting">((done) => setTimeout(() => done("still waiting"), 1_500));
+      const answers = await Promise.race([Promise.all(waits), late]);
+      expect(answers).not.toBe("still waiting");
+      expect((answers as PlaceWait[]).map((a) => a.status)).toEqual(["acquired", "acquired"]);
+    });
+
     it("another rule's change leaves it waiting", async () => {
       const { stub, ids, waits, answered } = await lineOfTwo();
       await stub.setOverride("other", override({ kind: "unlimited" }), 1);

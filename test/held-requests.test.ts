@@ -477,6 +477,23 @@ describe("an admin change meets held requests (docs/per-client-limits.md, reques
     expect(again.held).toBeUndefined();
   });
 
+  it("a lower limit that expires: at its expiry they move up, as if it had been deleted then", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ limit: 10, maxDelayMs: 10_000 });
+    await stub.setOverride("smooth", override({ kind: "limit", limit: 1, expiresAtMs: T0 + 200 }), 1);
+    const results = await burst(stub, [rule], 5, false);
+    expect(results.map(outcome)).toEqual(["admitted", "held 1001", "held 2001", "held 3001", "held 4001"]);
+    const turns = results.slice(1).map((r) => stub.awaitTurn(r.held!.bookingId));
+    await stub.peek([rule]); // the claims have arrived
+    // Only Date is faked: the object's timer runs in real time, 200 ms from T0.
+    vi.setSystemTime(T0 + 200);
+    const late = new Promise<"still held">((done) => setTimeout(() => done("still held"), 1_500));
+    const answers = await Promise.race([Promise.all(turns), late]);
+    expect(answers).not.toBe("still held");
+    for (const answer of answers as TurnAnswer[]) expect(answer).toMatchObject({ status: "turn", atMs: T0 + 200 });
+  });
+
   it("another rule's change leaves them alone", async () => {
     const { stub, turns } = await fourHeld();
     vi.setSystemTime(T0 + 10);

@@ -284,6 +284,12 @@ export class PlaceBook {
     }
   }
 
+  /** Whether any request waits in line for a place. */
+  get anyWaiting(): boolean {
+    for (const line of this.lines.values()) if (line.tickets.length > 0) return true;
+    return false;
+  }
+
   /** When a line next changes by itself while requests wait in it, or null: the object's timer wakes then. */
   nextWakeMs(): number | null {
     let next: number | null = null;

@@ -172,6 +172,25 @@ export class PlanBook {
     }
   }
 
+  /** The rules whose override has expired by `nowMs` and is not yet purged. */
+  expired(nowMs: number): Set<string> {
+    const rules = new Set<string>();
+    for (const [rule, override] of this.overrides) {
+      if (override.expiresAtMs !== null && override.expiresAtMs <= nowMs) rules.add(rule);
+    }
+    return rules;
+  }
+
+  /** When the next override expires, after `nowMs`, or null when none will. */
+  nextExpiry(nowMs: number): number | null {
+    let next: number | null = null;
+    for (const override of this.overrides.values()) {
+      const at = override.expiresAtMs;
+      if (at !== null && at > nowMs) next = Math.min(next ?? at, at);
+    }
+    return next;
+  }
+
   /** When the last expiring override expires, or null when none will. */
   lastExpiry(): number | null {
     let latest: number | null = null;

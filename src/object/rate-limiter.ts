@@ -696,17 +696,41 @@ export class RateLimiter extends DurableObject<unknown> {
   /** The timer: turns that have come, places taken back, deadlines passed. */
   private onWake(): void {
     const nowMs = Date.now();
+    this.dropExpiredOverrides(nowMs);
     if (this.books.active) this.countTurnsDue(nowMs);
     this.places.serveAll(nowMs, newId);
     this.rearm(nowMs);
   }
 
-  /** Sets the one timer for the next turn or place change a caller awaits. */
+  /**
+   * Sets the one timer for the next turn or place change a caller awaits:
+   * the head of the held requests, a line's next change, and, while any
+   * request waits, the next override to expire (which plans them again).
+   */
   private rearm(nowMs: number): void {
-    const turn = this.books.nextWakeMs();
-    const place = this.places.nextWakeMs();
-    const next = turn === null ? place : place === null ? turn : Math.min(turn, place);
+    let next: number | null = null;
+    const waiting = this.books.anyAhead || this.places.anyWaiting;
+    for (const at of [
+      this.books.nextWakeMs(),
+      this.places.nextWakeMs(),
+      waiting ? this.plans.nextExpiry(nowMs) : null,
+    ]) {
+      if (at !== null) next = Math.min(next ?? at, at);
+    }
     this.wake.set(next, nowMs);
+  }
+
+  /**
+   * Drops the overrides past their expiry, and plans the requests waiting
+   * under their rules again, as a deletion does: an override ends on its own
+   * clock for the requests already waiting too (docs/per-client-limits.md).
+   */
+  private dropExpiredOverrides(nowMs: number): void {
+    const expired = this.plans.expired(nowMs);
+    if (expired.size === 0) return;
+    this.plans.purge(nowMs);
+    this.replanHeld(expired, nowMs);
+    for (const ruleId of expired) this.replanLine(ruleId, nowMs);
   }
 
   /**
@@ -1024,12 +1048,12 @@ export class RateLimiter extends DurableObject<unknown> {
       this.countTurnsDue(nowMs);
       this.books.purge(nowMs);
     }
+    this.dropExpiredOverrides(nowMs);
     this.places.serveAll(nowMs, newId);
     for (const [key, row] of this.rows) {
       if (nowMs < expiresAtMs(row) || this.books.heldIn(key) > 0) continue;
       this.forgetRow(key);
     }
-    this.plans.purge(nowMs);
     if (this.nothingLeft()) return this.clear();
     this.rearm(nowMs);
     this.alarmAtMs = this.lastExpiry();
