@@ -211,6 +211,25 @@ describe("a request that may wait for a place (max_delay)", () => {
       expect(answered).toEqual(["#1 acquired", "#2 acquired"]);
     });
 
+    it.each([
+      ["unlimited", { kind: "unlimited" }, { override: "unlimited", free: 3 }],
+      ["a raise to 6", { kind: "limit", limit: 6 }, { override: "limit", limit: 6, free: 1 }],
+    ])(
+      "%s: the place each gets says what applies to the client, as a place asked for after the change does",
+      async (_name, kind, terms) => {
+        const { stub, waits } = await lineOfTwo();
+        await stub.setOverride("ai", override(kind), 1);
+        const [first, second] = await Promise.all(waits);
+        const after = await stub.acquire("ai", waiting);
+        for (const answer of [first, second, after]) {
+          const { free, ...rest } = terms;
+          expect(answer).toMatchObject({ status: "acquired", ...rest });
+          expect(Number.isFinite((answer as PlaceAcquired).free)).toBe(true);
+        }
+        expect(second).toMatchObject({ free: terms.free });
+      },
+    );
+
     it("a raise to 4: the first gets a place at once, the second waits on", async () => {
       const { stub, ids, waits, answered } = await lineOfTwo();
       await stub.setOverride("ai", override({ kind: "limit", limit: 4 }), 1);

@@ -168,6 +168,8 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
         for (const a of waited) {
           expect(a.status).toBe(status);
           expect(a.atMs - changedAtMs).toBeLessThan(500);
+          // A rule lifted for the client has no RateLimit headers, on what waited under it too.
+          if (action === "unlimited") expect(`${a.policy} ${a.rateLimit}`).not.toContain(`"${id}"`);
         }
         // Those answered before the change went; of the waiting, only those that now go reach the origin.
         const went = answered.filter((a) => a.status === 200).length;

@@ -328,7 +328,10 @@ export class Gate {
     if (visit.gone) return this.end(visit, GONE);
     const { call, held } = at;
     if (answer !== null && answer !== "failed" && answer.status === "turn") {
-      return this.end(visit, { do: "done", end: { by: "turn", call, held, counted: answer.counted } });
+      return this.end(visit, {
+        do: "done",
+        end: { by: "turn", call: liftedIn(call, answer.lifted), held, counted: answer.counted },
+      });
     }
     if (answer !== null && answer !== "failed" && answer.status === "unknown") {
       visit.at = CALLING;
@@ -542,3 +545,15 @@ const answerStep = (settlement: Settlement): Step => ({ do: "done", end: { by: "
 
 /** The places a queued request waits for, when its answer says they are other than the rule's. */
 const limitOf = ({ limit }: { limit?: number }): { limit?: number } => (limit === undefined ? {} : { limit });
+
+/**
+ * A held request's call as its turn leaves it: a rule an `unlimited`
+ * override lifted while it was held reads as lifted, so that its answer
+ * carries no headers for that rule (as a request after the change).
+ */
+function liftedIn(call: AnsweredCall, lifted: readonly number[] | undefined): AnsweredCall {
+  if (lifted === undefined || lifted.length === 0) return call;
+  const { result } = call.outcome;
+  const verdicts = result.verdicts.map((v, j) => (lifted.includes(j) ? { ...v, override: "unlimited" as const } : v));
+  return { ...call, outcome: { ...call.outcome, result: { ...result, verdicts } } };
+}

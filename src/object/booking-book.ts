@@ -40,6 +40,8 @@ export type HeldBooking = Booking & {
    * again from it. Absent in bookings stored before it was kept.
    */
   checks?: RuleCheck[];
+  /** The rules (their indexes in the check) an `unlimited` override lifted while it was held; kept in memory only. */
+  lifted?: number[];
 };
 
 /**
@@ -240,7 +242,7 @@ export class BookingBook {
   counted(booking: HeldBooking, receipts: (Receipt | null)[], nowMs: number): void {
     booking.counted = receipts;
     this.sql.exec("UPDATE bookings SET counted = ? WHERE id = ?", JSON.stringify(receipts), booking.id);
-    this.waiting.answer(booking.id, { status: "turn", nowMs, atMs: booking.atMs, counted: receipts });
+    this.waiting.answer(booking.id, turnAnswerOf(booking, nowMs));
   }
 
   /**
@@ -353,6 +355,12 @@ export class BookingBook {
         this.withdraw(booking, nowMs);
         continue;
       }
+      planned.forEach((plan, k) => {
+        const slot = booking.slots[k];
+        if (plan === "unlimited" && slot !== undefined && !booking.lifted?.includes(slot)) {
+          booking.lifted = [...(booking.lifted ?? []), slot];
+        }
+      });
       this.recount(booking, (count, k) => {
         const plan = planned[k] as Exclude<Replanned, "deny"> | null | undefined;
         if (plan === null || plan === undefined) return count.window;
@@ -492,3 +500,12 @@ export class BookingBook {
     this.schemaReady = true;
   }
 }
+
+/** A booking's turn as its caller is answered: where its counts were taken, and the rules lifted while it was held. */
+export const turnAnswerOf = (booking: HeldBooking, nowMs: number): TurnAnswer => ({
+  status: "turn",
+  nowMs,
+  atMs: booking.atMs,
+  counted: booking.counted ?? [],
+  ...(booking.lifted?.length ? { lifted: booking.lifted } : {}),
+});

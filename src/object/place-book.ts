@@ -75,8 +75,12 @@ export class PlaceBook {
   private schemaReady = false;
   private lastSeq = 0;
 
-  constructor(sql: SqlStorage) {
+  /** A place given to a waiting request, in the terms that apply to its client when it is given (from its stored check). */
+  private readonly terms: (check: unknown, granted: PlaceAcquired, nowMs: number) => PlaceAcquired;
+
+  constructor(sql: SqlStorage, terms: (check: unknown, granted: PlaceAcquired, nowMs: number) => PlaceAcquired) {
     this.sql = sql;
+    this.terms = terms;
   }
 
   /** Reads the stored places (the object's constructor calls it when the tables exist); the line of tickets is dropped. */
@@ -152,11 +156,13 @@ export class PlaceBook {
     }
     const given = this.unclaimed.get(ticketId);
     if (given !== undefined) {
+      const check = this.checks.get(ticketId);
       this.unclaimed.delete(ticketId);
       this.checks.delete(ticketId);
       this.sql.exec("UPDATE places SET ticket = NULL WHERE id = ?", given.place.id);
       if (liveAt([given.place], nowMs).length === 0) return { status: "unknown", nowMs };
-      return acquired(given.place, given.free, nowMs);
+      const answer = acquired(given.place, given.free, nowMs);
+      return check === undefined ? answer : this.terms(check, answer, nowMs);
     }
     if (!this.ruleOf.has(ticketId)) return { status: "unknown", nowMs };
     return this.waiting.wait(ticketId);
@@ -350,8 +356,10 @@ export class PlaceBook {
   /** A place given to a ticket: to its caller if one awaits it, else kept for it. */
   private give(rule: string, { ticket, place, free }: Grant, nowMs: number): void {
     if (this.waiting.has(ticket.id)) {
+      const check = this.checks.get(ticket.id);
       this.checks.delete(ticket.id);
-      this.waiting.answer(ticket.id, acquired(place, free, nowMs));
+      const answer = acquired(place, free, nowMs);
+      this.waiting.answer(ticket.id, check === undefined ? answer : this.terms(check, answer, nowMs));
       return;
     }
     this.unclaimed.set(ticket.id, { rule, place, free });

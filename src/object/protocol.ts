@@ -187,7 +187,14 @@ export type Held = {
  * counted long ago).
  */
 export type TurnAnswer =
-  | { status: "turn"; nowMs: number; atMs: number; counted: (Receipt | null)[] }
+  | {
+      status: "turn";
+      nowMs: number;
+      atMs: number;
+      counted: (Receipt | null)[];
+      /** The rules (their indexes in the check) an `unlimited` override lifted while the request was held: no headers for them. */
+      lifted?: number[];
+    }
   | { status: "unknown"; nowMs: number };
 
 /**

@@ -27,7 +27,7 @@ import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import { NOTHING_LEFT_RETRY_MS } from "../core/priorities.ts";
 import type { Decision } from "../core/sliding-window.ts";
 import { logEvent } from "../observe/log.ts";
-import { BookingBook, type Replanned } from "./booking-book.ts";
+import { BookingBook, type Replanned, turnAnswerOf } from "./booking-book.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import type { Counter, Credit, Seen, Usage } from "./kinds/counter.ts";
@@ -48,6 +48,7 @@ import {
   type Lease,
   type LeaseRequest,
   NOWHERE,
+  type PlaceAcquired,
   type PlaceAnswer,
   type PlaceRequest,
   type PlacesNow,
@@ -163,7 +164,9 @@ export class RateLimiter extends DurableObject<unknown> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.books = new BookingBook(this.sql, countedUntilMs);
-    this.places = new PlaceBook(this.sql);
+    this.places = new PlaceBook(this.sql, (check, granted, nowMs) =>
+      grantedUnder(this.plans.plan(check as RuleCheck, nowMs), granted, check as RuleCheck),
+    );
     this.plans = new PlanBook(this.sql, ctx.id.name);
     // A fresh or cleaned-up object has no tables: reading them must not create one.
     const tables = new Set(
@@ -565,7 +568,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (booking === undefined) return { status: "unknown", nowMs };
     if (booking.counted !== null) {
       this.books.claim(bookingId);
-      return { status: "turn", nowMs, atMs: booking.atMs, counted: booking.counted };
+      return turnAnswerOf(booking, nowMs);
     }
     const answer = this.books.wait(bookingId);
     this.rearm(nowMs);
@@ -640,10 +643,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (answer.status === "queued" && own) return { ...answer, limit };
     if (answer.status === "refused" && plan.kind === "count") return { ...answer, ...tierOf(plan.rule, undefined) };
     if (answer.status !== "acquired") return answer;
-    if (plan.kind === "unlimited") return { ...answer, free: request.concurrency, override: "unlimited" };
-    const tier = tierOf(plan.rule, plan.override);
-    if (plan.override) return { ...answer, limit, override: plan.override.kind, ...tier };
-    return plan.configured !== undefined ? { ...answer, limit, ...tier } : { ...answer, ...tier };
+    return grantedUnder(plan, answer, check);
   }
 
   /**
@@ -1306,6 +1306,21 @@ function appliedTo(plan: Plan): { override?: OverrideSetting["kind"]; tier?: str
 }
 
 /** The tier whose limit a verdict applied: an override's, or else the one the request's token claimed. */
+/**
+ * A place given, in the terms of the plan that applies to the client when it
+ * is given: the places an override, a tier or a factor gives it, and, under
+ * `unlimited`, the rule's own number as what is free (nothing counts).
+ * Asked for at once, or given later to a request waiting in line.
+ */
+function grantedUnder(plan: Plan, answer: PlaceAcquired, check: RuleCheck): PlaceAcquired {
+  if (plan.kind === "deny") return answer;
+  if (plan.kind === "unlimited") return { ...answer, free: check.limit, override: "unlimited" };
+  const tier = tierOf(plan.rule, plan.override);
+  const limit = plan.rule.limit;
+  if (plan.override) return { ...answer, limit, override: plan.override.kind, ...tier };
+  return plan.configured !== undefined ? { ...answer, limit, ...tier } : { ...answer, ...tier };
+}
+
 function tierOf(rule: RuleCheck, override: Override | undefined): { tier?: string } {
   if (override === undefined) return rule.tier !== undefined ? { tier: rule.tier } : {};
   return override.kind === "tier" && rule.tiers?.[override.tier] !== undefined ? { tier: override.tier } : {};

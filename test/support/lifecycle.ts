@@ -12,7 +12,7 @@ import { from, type timedLimiter } from "./limiter.ts";
 export type Send = ReturnType<typeof timedLimiter>;
 
 /** A request's answer: its status, when it came (from the scenario's start), and whether the limiter held it. */
-export type Answer = { status: number; atMs: number; held: boolean };
+export type Answer = { status: number; atMs: number; held: boolean; policy: string | null; rateLimit: string | null };
 
 /** Requests of one client left waiting (held until their turns, or in line for a place), and what else runs beside them. */
 export type Waiting = {
@@ -78,10 +78,16 @@ async function answer(
   try {
     const { response } = await send(path, { ...from(ip, { "x-test-tag": tag }), signal });
     await response.arrayBuffer();
-    return { status: response.status, atMs: Date.now() - startedAt, held: response.headers.has("server-timing") };
+    return {
+      status: response.status,
+      atMs: Date.now() - startedAt,
+      held: response.headers.has("server-timing"),
+      policy: response.headers.get("ratelimit-policy"),
+      rateLimit: response.headers.get("ratelimit"),
+    };
   } catch {
     // Its client hung up, and the runtime let it go with no answer.
-    return { status: 0, atMs: Date.now() - startedAt, held: false };
+    return { status: 0, atMs: Date.now() - startedAt, held: false, policy: null, rateLimit: null };
   }
 }
 
