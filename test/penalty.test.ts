@@ -172,6 +172,46 @@ describe("the penalty lives in the client's object", () => {
     expect(await admin("GET")).not.toHaveProperty("blockedUntil");
   });
 
+  it("runs to its end under a raise, a tier or an override's deletion; unlimited takes it off while it lasts", async () => {
+    const token = "test-admin-token-penalty-0123456789";
+    const { send, ip, attempt } = loginClient({ ADMIN_TOKEN: token, TIERS: JSON.stringify({ pro: { login: 100 } }) });
+    const refusedAt = await exhaust(attempt);
+    const override = async (method: string, body?: unknown) => {
+      const res = await send(`/__ratelimit/overrides?rule=login&key=${ip}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      expect(res.status, await res.text()).toBe(200);
+    };
+    const seen: string[] = [];
+    const attemptAfter = async (name: string) => {
+      const { status, retryAfter } = await attempt();
+      seen.push(`${name} ${status} ${retryAfter ?? "-"}`);
+    };
+    at(refusedAt + MINUTE);
+    await override("PUT", { limit: 100 });
+    await attemptAfter("raise");
+    await override("PUT", { tier: "pro" });
+    await attemptAfter("tier");
+    await override("DELETE");
+    await attemptAfter("deleted");
+    await override("PUT", { unlimited: true });
+    await attemptAfter("unlimited");
+    await override("DELETE");
+    await attemptAfter("unlimited deleted");
+    at(refusedAt + PENALTY_MS);
+    await attemptAfter("at its end");
+    expect(seen).toEqual([
+      "raise 429 840",
+      "tier 429 840",
+      "deleted 429 840",
+      "unlimited 200 -",
+      "unlimited deleted 429 840",
+      "at its end 200 -",
+    ]);
+  });
+
   it("keeps the client's row while the penalty lasts, and the alarm deletes it after", async () => {
     const { attempt, ip } = loginClient();
     const refusedAt = await exhaust(attempt);
