@@ -159,12 +159,15 @@ describe("a token bucket, through the Worker", () => {
     // Twice: from the object, then from what the isolate remembers of its refusal.
     for (let i = 0; i < 2; i++) {
       const res = await send("/big", from(ip));
+      // No wait lifts it: no `t` (which would say "now"), no X-RateLimit-Reset, no Retry-After.
       expect(headersOf(res)).toEqual({
         status: 429,
         policy: `"${big}";q=20;w=2400`,
-        rateLimit: `"${big}";r=0;t=0`,
+        rateLimit: `"${big}";r=0`,
         retryAfter: null,
       });
+      expect(res.headers.get("x-ratelimit-reset")).toBeNull();
+      expect(res.headers.get("x-ratelimit-remaining")).toBe("0");
       const body = (await res.json()) as Record<string, unknown>;
       expect(body).not.toHaveProperty("retry_after");
       expect(body).toMatchObject({

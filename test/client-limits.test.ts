@@ -63,6 +63,29 @@ describe("the endpoint is off unless CLIENT_LIMITS_PATH is set", () => {
 });
 
 describe("a client reads its own limits", () => {
+  it("says never, with no reset, for a rule whose cost no wait admits (more than a token bucket's burst), as the headers do", async () => {
+    const rule = { id: "cl-never", path: "/big", limit: 30, period: "1h", burst: 20, cost: 25 };
+    const send = limiter([rule], on);
+    const ip = uniqueIp();
+    const refused = await send("/big", from(ip));
+    expect([refused.status, refused.headers.get("ratelimit"), refused.headers.get("x-ratelimit-reset")]).toEqual([
+      429,
+      '"cl-never";r=0',
+      null,
+    ]);
+    const limits = await limitsOf(await send(PATH, from(ip)));
+    expect(limits["cl-never"]).toEqual({
+      kind: "bucket",
+      id: "cl-never",
+      limit: 20,
+      remaining: 0,
+      allowed: false,
+      shed: false,
+      windowSeconds: 2400,
+      never: true,
+    });
+  });
+
   it("answers every rule the client is under: limit, remaining and reset, as the RateLimit headers state them", async () => {
     const send = limiter([api, login], on);
     const ip = uniqueIp();

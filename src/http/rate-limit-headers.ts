@@ -95,14 +95,21 @@ const policyEntry = (p: Policy, nowMs: number | undefined): string => {
  * window `t`, the seconds within which no more than `r` can be used (the
  * verdict's `resetMs`, rounded up; on a refusal the wait of `Retry-After`);
  * for a concurrency rule the places free, and no `t` (a place frees when a
- * request ends, not at a time the limiter knows).
+ * request ends, not at a time the limiter knows); no `t` either for a
+ * request that no wait would admit.
  * @see https://datatracker.ietf.org/doc/html/draft-ietf-httpapi-ratelimit-headers-11#section-4
  * @example `"api-per-ip";r=42;t=17`, `"completions";r=1`
  */
 export const rateLimit = (r: Reported): string =>
-  r.quota.windowMs === undefined
-    ? `"${r.id}";r=${r.verdict.remaining}`
-    : `"${r.id}";r=${r.verdict.remaining};t=${resetSeconds(r)}`;
+  hasReset(r) ? `"${r.id}";r=${r.verdict.remaining};t=${resetSeconds(r)}` : `"${r.id}";r=${r.verdict.remaining}`;
+
+/**
+ * Whether a verdict has a reset to name (`t`, `X-RateLimit-Reset`): not for
+ * requests in flight (a place frees when a request ends, at no time the
+ * limiter knows), nor for a request no wait would admit (it costs more than
+ * the rule ever admits at once): a `t` of 0 would tell its client "now".
+ */
+export const hasReset = (r: Reported): boolean => r.quota.windowMs !== undefined && r.verdict.never !== true;
 
 /**
  * The policy closest to its limit: a refusing one first (one that no wait
@@ -138,8 +145,8 @@ export function rateLimitHeaders(given: Policy[], decided: Reported[], legacy = 
   if (!closest) return policies.length > 0 ? { "RateLimit-Policy": rateLimitPolicy(policies) } : {};
   const policy = rateLimitPolicy(policies, closest.nowMs);
   if (!legacy) return { "RateLimit-Policy": policy, RateLimit: rateLimit(closest) };
-  if (closest.quota.windowMs === undefined) {
-    // A quota that does not renew with time (places free when requests end, at no time the limiter knows): no reset.
+  if (!hasReset(closest)) {
+    // Places free when requests end, at no time the limiter knows; a request no wait admits: no reset.
     return {
       "RateLimit-Policy": policy,
       RateLimit: rateLimit(closest),

@@ -10,6 +10,7 @@ import type { KindName } from "../core/kinds/kind.ts";
 import {
   closestToLimit,
   forThisClient,
+  hasReset,
   quotaOf,
   type Reported,
   resetEpochSeconds,
@@ -57,6 +58,12 @@ export type RuleLimit = RuleCommon & {
    * Absent for requests in flight.
    */
   resetSeconds?: number;
+  /**
+   * The request costs more than this rule ever admits at once: no wait
+   * admits it, and there is no reset to name (`resetSeconds` and
+   * `resetEpochSeconds` are absent, as `t` and `X-RateLimit-Reset` are).
+   */
+  never?: true;
   /** The same instant in Unix seconds (`X-RateLimit-Reset`); absent for requests in flight. */
   resetEpochSeconds?: number;
 };
@@ -129,6 +136,7 @@ function ruleLimit(r: Reported): RuleLimit {
   };
   const w = windowSeconds(r);
   if (w === null) return common;
+  if (!hasReset(r)) return { ...common, windowSeconds: w, never: true };
   return { ...common, windowSeconds: w, resetSeconds: resetSeconds(r), resetEpochSeconds: resetEpochSeconds(r) };
 }
 
