@@ -404,6 +404,30 @@ describe("what applies to the client now", () => {
     expect(rule.resetSeconds).toBeGreaterThan(595);
     expect(rule.resetSeconds).toBeLessThanOrEqual(600);
   });
+
+  it("for a client a lasting override denies (no expiry), says never, and names no reset", async () => {
+    const token = "cl-admin-token";
+    const send = limiter([api], { ...on, ADMIN_TOKEN: token });
+    const ip = uniqueIp();
+    const put = await send(`/__ratelimit/overrides?rule=cl-api&key=${ip}`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ deny: true }),
+    });
+    expect(put.status).toBe(200);
+    expect((await send("/api/orders", from(ip))).status).toBe(403);
+    const rule = (await limitsOf(await send(PATH, from(ip))))["cl-api"];
+    expect(rule).toEqual({
+      kind: "window",
+      id: "cl-api",
+      limit: 10,
+      remaining: 0,
+      allowed: false,
+      shed: false,
+      windowSeconds: 3600,
+      never: true,
+    });
+  });
 });
 
 describe("the endpoint is itself limited", () => {

@@ -1277,10 +1277,9 @@ function fixedVerdict(plan: Checked & { kind: "unlimited" | "deny" | "shed" }, n
     case "unlimited":
       return { ...uncounted(true, 0), override: "unlimited" };
     case "deny":
-      return {
-        ...uncounted(false, plan.expiresAtMs === null ? DENY_FOREVER_MS : plan.expiresAtMs - nowMs),
-        override: "deny",
-      };
+      // A lasting deny: no wait admits the client (only an operator's change), so it names no reset.
+      if (plan.expiresAtMs === null) return { ...uncounted(false, DENY_FOREVER_MS), override: "deny", never: true };
+      return { ...uncounted(false, plan.expiresAtMs - nowMs), override: "deny" };
     case "shed":
       // A reduction to nothing: 503, until a report can bring a raise; the limit that applied is 0.
       return { ...uncounted(false, NOTHING_LEFT_RETRY_MS), limit: 0, reduced: true };
