@@ -610,10 +610,36 @@ describe("check-config", () => {
     expect(parsed.ok ? [] : parsed.errors).toEqual([expect.stringContaining(`RULES[0] "b": ${message}`)]);
   });
 
+  it.each([
+    [
+      { quota: 10, per: "day", burst: 5 },
+      'field "burst": makes a rule a token bucket, and this one is a calendar quota (it has "quota", "per"): a rule is one kind; remove it',
+    ],
+    [
+      { limit: 10, period: "1s", burst: 5, concurrency: 2 },
+      'field "concurrency": makes a rule a concurrency rule, and this one is a token bucket (it has "limit", "period", "burst"): a rule is one kind; remove it',
+    ],
+    [
+      { concurrency: 2, quota: 10, per: "day" },
+      'field "concurrency": makes a rule a concurrency rule, and this one is a calendar quota (it has "quota", "per"): a rule is one kind; remove it',
+    ],
+    [
+      { limit: 10, period: "1s", burst: 5, quota: 10, per: "day" },
+      'field "quota": makes a rule a calendar quota, and this one is a token bucket (it has "limit", "period", "burst"): a rule is one kind; remove them ("quota", "per")',
+    ],
+  ])(
+    "refuses a rule marked as two kinds with one error, on the mark of the kind it has fewer fields of: %j",
+    (fields, error) => {
+      const parsed = parseRules([{ id: "b", ...fields }]);
+      const other = /makes a rule (a [a-z ]+?), and/.exec(error)![1];
+      expect(parsed.ok ? [] : parsed.errors).toEqual([`RULES[0] "b": ${error}, or make ${other} a rule of its own`]);
+    },
+  );
+
   it("refuses a burst on a concurrency rule", () => {
     const parsed = parseRules([{ id: "b", concurrency: 2, burst: 20 }]);
     expect(parsed.ok ? [] : parsed.errors).toEqual([
-      'RULES[0] "b": field "burst": does not apply to a concurrency rule, which counts requests in flight, each holding one place until it ends; remove it',
+      'RULES[0] "b": field "burst": makes a rule a token bucket, and this one is a concurrency rule (it has "concurrency"): a rule is one kind; remove it, or make a token bucket a rule of its own',
     ]);
   });
 });

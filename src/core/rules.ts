@@ -372,10 +372,34 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
  * is an error naming the field.
  */
 function kindOfFields(fields: Fields, take: Take): AnyKind {
+  // Marked as several kinds: the one the rule has most fields of (the first listed, on a tie); the others' marks are errors.
+  const has = (kind: AnyKind) => kind.fields.filter((field) => fields[field] !== undefined);
   const marked = kindsMarked(fields);
-  const kind = marked[0] ?? KINDS.window;
+  const kind =
+    marked.reduce<AnyKind | undefined>(
+      (best, k) => (best === undefined || has(k).length > has(best).length ? k : best),
+      undefined,
+    ) ?? KINDS.window;
+  const oneKind = new Set<string>();
+  for (const other of marked) {
+    if (other === kind) continue;
+    // One error, on its mark, for all of the other kind's fields that this kind does not have.
+    const theirs = has(other).filter((f) => !kind.fields.includes(f));
+    const mark = other.marks.find((f) => theirs.includes(f));
+    if (mark === undefined) continue;
+    for (const field of theirs) oneKind.add(field);
+    const ours = has(kind).filter((f) => !other.fields.includes(f));
+    const them = theirs.length === 1 ? "it" : `them (${theirs.map(show).join(", ")})`;
+    take(
+      mark,
+      fail(
+        `makes a rule ${KIND_NOUN[other.name]}, and this one is ${KIND_NOUN[kind.name]} (it has ${ours.map(show).join(", ")}): a rule is one kind; remove ${them}, or make ${KIND_NOUN[other.name]} a rule of its own`,
+      ),
+      null,
+    );
+  }
   for (const field of KIND_FIELDS) {
-    if (fields[field] === undefined || kind.fields.includes(field)) continue;
+    if (fields[field] === undefined || kind.fields.includes(field) || oneKind.has(field)) continue;
     take(field, fail(kind.foreignField?.(field) ?? kindsWith(field)[0]!.ownField(field)), null);
   }
   for (const [field, why] of Object.entries(kind.refuses ?? {})) {
@@ -383,6 +407,14 @@ function kindOfFields(fields: Fields, take: Take): AnyKind {
   }
   return kind;
 }
+
+/** Each kind as a message names it. */
+const KIND_NOUN: Record<AnyKind["name"], string> = {
+  window: "a sliding window",
+  concurrency: "a concurrency rule",
+  bucket: "a token bucket",
+  quota: "a calendar quota",
+};
 
 const isRuleField = (name: string): boolean => (RULE_FIELDS as readonly string[]).includes(name);
 
