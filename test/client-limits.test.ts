@@ -6,8 +6,12 @@
  */
 import { Hono } from "hono";
 import { beforeAll, describe, expect, it } from "vitest";
+import { ADMIN_PATHS } from "../src/config/admin-prefix.ts";
+import { readConfiguration } from "../src/config/configuration.ts";
 import { parseSettings } from "../src/config/settings.ts";
 import { type ClientLimits, clientLimits, type RuleInput, type RuleLimit, rateLimit } from "../src/lib.ts";
+import { ADMIN_ROUTES } from "../src/worker/admin/api.ts";
+import { DASHBOARD_PATHS } from "../src/worker/admin/dashboard.ts";
 import { CLIENT_LIMITS_RULE } from "../src/worker/client-limits.ts";
 import { hangObject } from "./support/chaos.ts";
 import { env } from "./support/env.ts";
@@ -213,6 +217,41 @@ describe("a client reads its own limits", () => {
     const send = limiter([api], { CLIENT_LIMITS_PATH: "/__ratelimit/me", ADMIN_TOKEN: "cl-admin-token" });
     const limits = await limitsOf(await send("/__ratelimit/me", from(uniqueIp())));
     expect(limits["cl-api"]).toMatchObject({ remaining: 10 });
+  });
+
+  it("knows every path the admin API answers: the dashboard's files and its routes", () => {
+    expect([...ADMIN_PATHS].sort()).toEqual([...DASHBOARD_PATHS, ...Object.keys(ADMIN_ROUTES)].sort());
+  });
+
+  it.each(ADMIN_PATHS.filter((rest) => rest !== "/"))(
+    "is refused at the admin API's path {prefix}%s, which it would hide: an error naming it, and the endpoint off",
+    (rest) => {
+      const path = `/__RateLimit${rest}`;
+      const { errors, settings } = readConfiguration({ CLIENT_LIMITS_PATH: path, ADMIN_PREFIX: "/__RateLimit" });
+      expect(errors).toEqual([
+        `CLIENT_LIMITS_PATH: "${path}" is a path of the admin API (${path}, the dashboard or a route), which it would hide, since it is answered first; the endpoint is off. Choose a path of its own, such as "/rate_limit" or "/__RateLimit/me"`,
+      ]);
+      expect(settings.clientLimitsPath).toBeNull();
+    },
+  );
+
+  it.each([
+    ["/__ratelimit", 200, "text/html; charset=utf-8"],
+    ["/__ratelimit/dashboard.js", 200, "text/javascript; charset=utf-8"],
+    // A configuration with an error: the admin API answers its token holders 500, naming it (docs/configuration.md).
+    ["/__ratelimit/rules", 500, "application/problem+json"],
+  ])("leaves %s to the admin API when CLIENT_LIMITS_PATH names it: %i, %s", async (path, status, type) => {
+    const token = "cl-admin-token";
+    const send = limiter([api], { CLIENT_LIMITS_PATH: path, ADMIN_TOKEN: token });
+    const res = await send(path, from(uniqueIp(), { authorization: `Bearer ${token}` }));
+    expect([res.status, res.headers.get("content-type")]).toEqual([status, type]);
+    const body = await res.text();
+    // Not the endpoint's answer, which lists the client's rules with what is left of each.
+    expect(body).not.toContain('"remaining"');
+    if (status === 500) {
+      expect(body).toContain(`CLIENT_LIMITS_PATH: \\"${path}\\" is a path of the admin API`);
+      expectErrorLogs("invalid_config");
+    }
   });
 
   it("answers 503 when the client's object cannot be read in time, and logs it", async () => {

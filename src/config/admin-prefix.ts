@@ -23,3 +23,37 @@ export function parseAdminPrefix(raw: unknown): Result<string> {
   }
   return ok(raw);
 }
+
+/**
+ * The paths the admin API answers after its prefix: the dashboard's files
+ * (`""` is the prefix itself) and its routes. `CLIENT_LIMITS_PATH` is
+ * answered first, so it must be none of them (test/admin.test.ts checks this
+ * list against the admin API's own).
+ */
+export const ADMIN_PATHS: readonly string[] = [
+  "",
+  "/",
+  "/dashboard.js",
+  "/dashboard.css",
+  "/uplot.js",
+  "/uplot.css",
+  "/favicon.svg",
+  "/rules",
+  "/status",
+  "/credits",
+  "/overrides",
+  "/overrides/import",
+  "/stats",
+  "/metrics",
+];
+
+/**
+ * The admin path `path` (as its requests' matching path reads: lower case)
+ * would hide under `prefix`, or null when it hides none.
+ */
+export function hiddenAdminPath(path: string, prefix: string): string | null {
+  const under = prefix.toLowerCase();
+  if (path !== under && !path.startsWith(`${under}/`)) return null;
+  const rest = path.slice(under.length);
+  return ADMIN_PATHS.includes(rest) ? `${prefix}${rest}` : null;
+}

@@ -10,7 +10,8 @@
  * checker (tools/check-config.ts) runs the same code.
  */
 import { fail, ok, type Result } from "../core/result.ts";
-import { parseAdminPrefix } from "./admin-prefix.ts";
+import { show } from "../core/show.ts";
+import { hiddenAdminPath, parseAdminPrefix } from "./admin-prefix.ts";
 import { type Origin, type OriginSecret, parseOrigin, parseOriginSecret } from "./origin.ts";
 import { readSettings, type Settings, type SettingsInput } from "./settings.ts";
 
@@ -51,17 +52,29 @@ export type Configuration = {
 
 /** Reads every variable of the configuration; an error in one never hides another's. */
 export function readConfiguration(input: ConfigInput): Configuration {
-  const { settings, errors } = readSettings(input);
+  const read = readSettings(input);
+  const { settings } = read;
+  const errors = [...read.errors];
   const origin = parseOrigin(input.ORIGIN_URL as string | undefined);
   const originSecret = parseOriginSecret(input.ORIGIN_SECRET, input.ORIGIN_SECRET_HEADER, settings.keyHeaders);
   const adminPrefix = parseAdminPrefix(input.ADMIN_PREFIX);
+  // The client-limits endpoint is answered before the admin API: at one of its paths it would hide it, so it is off.
+  const hidden =
+    settings.clientLimitsPath !== null && adminPrefix.ok
+      ? hiddenAdminPath(settings.clientLimitsPath, adminPrefix.value)
+      : null;
+  if (hidden !== null && adminPrefix.ok) {
+    errors.push(
+      `CLIENT_LIMITS_PATH: ${show(input.CLIENT_LIMITS_PATH)} is a path of the admin API (${hidden}, the dashboard or a route), which it would hide, since it is answered first; the endpoint is off. Choose a path of its own, such as "/rate_limit" or "${adminPrefix.value}/me"`,
+    );
+  }
   const secretSet = input.ORIGIN_SECRET !== undefined && input.ORIGIN_SECRET !== "";
   const forwarding: Result<Forwarding> =
     origin.ok && (originSecret.ok || !secretSet)
       ? ok({ origin: origin.value, secret: originSecret.ok ? originSecret.value : null })
       : fail(...errorsOf(origin), ...(secretSet ? errorsOf(originSecret) : []));
   return {
-    settings,
+    settings: hidden === null ? settings : { ...settings, clientLimitsPath: null },
     origin,
     originSecret,
     forwarding,
