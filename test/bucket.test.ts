@@ -324,6 +324,38 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
     expect(headersOf(refused)).toMatchObject({ status: 429, policy: `"${id}";q=10;w=7200`, retryAfter: "720" });
   });
 
+  it.each([
+    ["read by /status", "peek"],
+    ["refused, then restarted", "evict"],
+  ])(
+    "back from a raise, what was spent refills at the restored, lower rate from the change on, however it is %s",
+    async (_name, meanwhile) => {
+      vi.useFakeTimers({ toFake: ["Date"] });
+      at(0);
+      const id = uniqueRule(`lower-after-${meanwhile}`);
+      const { send, admin } = worker([tenAnHour(id)]);
+      const ip = uniqueIp();
+      expect((await admin("PUT", `/overrides?rule=${id}&key=${ip}`, { limit: 20 })).status).toBe(200);
+      at(1);
+      expect(await statuses(41, () => send("/x", from(ip)))).toEqual([...Array(40).fill(200), 429]);
+      expect((await admin("DELETE", `/overrides?rule=${id}&key=${ip}`)).status).toBe(200);
+      // 40 spent, at 10 an hour under a burst of 20: 21 must drip back, one every 360 s.
+      at(2);
+      const status = async () => (await admin("GET", `/status?rule=${id}&key=${ip}`)).body;
+      if (meanwhile === "peek") expect(await status()).toMatchObject({ allowed: false, retryAfterSeconds: 7560 });
+      else {
+        const refused = await send("/x", from(ip));
+        expect(headersOf(refused)).toMatchObject({ status: 429, retryAfter: "7560" });
+        await evictDurableObject(await objectForIp(ip));
+      }
+      // An hour later 10 have dripped back (not 20, as at the raised rate): 30 spent, 3 960 s to go.
+      at(2 + 3_600_000);
+      const later = await status();
+      expect(later).toMatchObject({ allowed: false, retryAfterSeconds: 3960 });
+      expect(later.weighted).toBeCloseTo(30, 3);
+    },
+  );
+
   it("a tier: pro = 30 an hour gives bursts of 60, by an override or by a token's tier_claim alike", async () => {
     vi.useFakeTimers({ toFake: ["Date"] });
     at(0);

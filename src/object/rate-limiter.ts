@@ -1088,7 +1088,16 @@ export class RateLimiter extends DurableObject<unknown> {
     const counter = counterOf(rule);
     const key = counter.rowOf(rule);
     const row = this.rows.get(key);
-    if (row) return row;
+    if (row) {
+      // Counted under another limit (an override, a tier, a factor changed): carried over once, from now, and kept so.
+      if (row.counter.carries?.(row.data, rule)) {
+        row.data = row.counter.see(row.data, nowMs, rule).data;
+        this.save(row);
+        // Held requests' tails were counted from the row as it was.
+        if (this.books.anyAhead && this.books.heldIn(key) > 0) this.books.invalidate();
+      }
+      return row;
+    }
     // The rule's layout changed (its period, its precision): the new row carries the old one's count and penalty.
     const previous = [...this.rows.values()].find((r) => r.id === rule.id);
     const fresh: Row = {

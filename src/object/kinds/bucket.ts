@@ -91,6 +91,8 @@ export const bucketCounter: Counter<BucketData> = {
     countedAtMs: nowMs,
   }),
 
+  carries: (data, check) => data.limit !== check.limit || data.periodMs !== periodOf(check),
+
   see(data, nowMs, check): Seen<BucketData> {
     const seen = reckoned(data, nowMs, check);
     const ev = evaluate(seen.state, nowMs, bucketOf(check));
