@@ -178,7 +178,15 @@ describe("a token bucket, through the Worker", () => {
     }
     // Nothing was spent: the bucket is full, and the client's other requests go on.
     const status = await admin("GET", `/status?rule=${big}&key=${ip}`);
-    expect(status.body).toMatchObject({ weighted: 0, allowed: false, remaining: 0 });
+    // No wait named: not "retry in 0 s".
+    expect(status.body).toMatchObject({
+      weighted: 0,
+      allowed: false,
+      remaining: 0,
+      never: true,
+      retryAfterSeconds: null,
+      resetSeconds: null,
+    });
     expect((await send("/small", from(ip))).status).toBe(200);
   });
 

@@ -96,7 +96,8 @@ const quantileText = (q: Quantile | null) =>
 const STATUS_WORDS: Record<string, RegExp> = {
   admitted: /^admitted now( · [1-9][\d,]* left)?( · override| · tier \S+)?$|^[\d,]+ of [\d,]+ in flight/,
   limit: /^at its limit now( · override| · tier \S+)?$/,
-  refused: /^refused now · retry in |^blocked until \d\d:\d\d:\d\d|^[\d,]+ of [\d,]+ in flight/,
+  refused:
+    /^refused now · retry in |^refused now · whatever the wait|^blocked until \d\d:\d\d:\d\d|^[\d,]+ of [\d,]+ in flight/,
   shadow: /^would refuse now · for |^[\d,]+ of [\d,]+ in flight/,
   unknown: /^unknown$/,
 };
@@ -595,6 +596,12 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     // Refused under a limit of 1 a minute, then 15 minutes out.
     const blocked = client("words-blocked");
     for (let i = 0; i < 3; i++) await send(`/dash-penalty/words/${i}`, from(uniqueIp(), blocked));
+    // A token bucket's client, refused once its burst of 2 is spent; and one whose every request costs more
+    // than its burst, which no wait admits.
+    const bucket = client("words-bucket");
+    for (let i = 0; i < 3; i++) await send(`/dash-bucket/words/${i}`, from(uniqueIp(), bucket));
+    const never = client("words-never");
+    for (let i = 0; i < 2; i++) await send(`/dash-never/words/${i}`, from(uniqueIp(), never));
     // The object answers "admitted, 0 left" only while an earlier window's count slides out (a weighted
     // count between limit − 1 and the limit), a moment no test can time: this client's answer is made so
     // from the object's real one, as the page would read it then.
@@ -605,6 +612,8 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
     const resetHash = await hashOf("e2e-dash-rate", reset);
     const blockedHash = await hashOf("e2e-dash-penalty", blocked);
     const edgeHash = await hashOf("e2e-dash-rate", edge);
+    const bucketHash = await hashOf("e2e-dash-bucket", bucket);
+    const neverHash = await hashOf("e2e-dash-never", never);
     await page.route("**/__ratelimit/status?*", async (route) => {
       const url = new URL(route.request().url());
       if (route.request().method() !== "GET" || !url.searchParams.get("hash")?.startsWith(edgeHash)) {
@@ -635,6 +644,16 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       expect(await atLimit.getAttribute("title")).toBe(
         "Sliding-window count 2.3 of 3: its next request is admitted, and the one after it refused.",
       );
+      // A token bucket in its own words: what of its burst is spent, and how fast it refills.
+      const spent = row("e2e-dash-bucket", bucketHash).locator(".status");
+      await expect
+        .poll(() => spent.getAttribute("title"), { timeout: 15_000 })
+        .toMatch(/^Token bucket: [12]\.\d of a burst of 2 spent, refilling 1 per 1 min\.$/);
+      // No wait admits it: no "retry in 0 s".
+      const refusedForGood = row("e2e-dash-never", neverHash).locator(".status");
+      await expect
+        .poll(() => refusedForGood.textContent(), { timeout: 15_000 })
+        .toBe("refused now · whatever the wait");
       // Every row on the page: the words and the colour agree, no "0 left" in green, no long decimals.
       await expect.poll(() => page.locator(".top-refused .status:text-is('…')").count(), { timeout: 15_000 }).toBe(0);
       const statuses = await page.locator(".top-refused .status").evaluateAll((all) =>

@@ -141,10 +141,15 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
     // While the rule's penalty (block_for) lasts: when it ends, by the object's clock.
     ...(verdict.penaltyMs ? { blockedUntil: new Date(peeked.value.nowMs + verdict.penaltyMs).toISOString() } : {}),
     remaining: verdict.remaining,
-    retryAfterSeconds: Math.ceil(verdict.retryAfterMs / 1000),
-    retryAfterMs: verdict.retryAfterMs,
-    resetSeconds: Math.ceil(verdict.resetMs / 1000),
-    resetMs: verdict.resetMs,
+    // No wait admits it (a cost above a token bucket's burst, a lasting deny): no wait is named.
+    ...(verdict.never
+      ? { never: true, retryAfterSeconds: null, retryAfterMs: null, resetSeconds: null, resetMs: null }
+      : {
+          retryAfterSeconds: Math.ceil(verdict.retryAfterMs / 1000),
+          retryAfterMs: verdict.retryAfterMs,
+          resetSeconds: Math.ceil(verdict.resetMs / 1000),
+          resetMs: verdict.resetMs,
+        }),
   });
 }
 

@@ -892,7 +892,11 @@
     const count = client.error > 0 ? `≤ ${fmt(client.count)}` : fmt(client.count);
     const status = el("span", {
       class: "status",
-      dataset: { shadow: rule.action === "log" ? "yes" : "", quota: rule.credits ? "yes" : "" },
+      dataset: {
+        shadow: rule.action === "log" ? "yes" : "",
+        quota: rule.credits ? "yes" : "",
+        bucket: rule.burst !== undefined ? "yes" : "",
+      },
     });
     paintStatus(status, state.statuses.get(id));
     const reset = actionButton({
@@ -948,6 +952,10 @@
     if (status.blockedUntil) {
       node.classList.add("refused");
       node.textContent = `blocked until ${time(new Date(status.blockedUntil))}${extra}`;
+    } else if (!status.allowed && status.never) {
+      // No wait admits it: a request costing more than a token bucket's burst, or a lasting deny.
+      node.classList.add(node.dataset.shadow ? "shadow" : "refused");
+      node.textContent = `${node.dataset.shadow ? "would refuse" : "refused"} now · whatever the wait${extra}`;
     } else if (!status.allowed && node.dataset.shadow) {
       // A shadow rule refuses nothing: this is what it would do, were it enforced.
       node.classList.add("shadow");
@@ -967,6 +975,10 @@
     }
     if (typeof status.weighted === "number" && typeof status.limit === "number" && node.dataset.quota) {
       node.title = `${fmt(status.weighted)} of ${fmt(status.limit)} used this period (credits taken off); it renews in ${duration(status.resetSeconds)}.`;
+    } else if (typeof status.weighted === "number" && typeof status.burst === "number" && node.dataset.bucket) {
+      node.title =
+        `Token bucket: ${tenth(status.weighted)} of a burst of ${fmt(status.burst)} spent, ` +
+        `refilling ${fmt(status.limit)} per ${duration(Math.round(status.periodMs / 1000))}.`;
     } else if (typeof status.weighted === "number" && typeof status.limit === "number") {
       node.title =
         `Sliding-window count ${tenth(status.weighted)} of ${fmt(status.limit)}` +
