@@ -292,6 +292,29 @@ describe("plans as tiers", () => {
 });
 
 describe("credits from the admin API", () => {
+  it("before a client's first request under periods from a first request, names no period: the credit carries to the one its first request starts", async () => {
+    const id = ruleId("from-first");
+    const { as, admin } = worker([perKey(id, { quota: 3, per: "month", reset: "first-request" })]);
+    const key = uniqueTag("newcomer");
+    at("2031-06-09T12:00:00Z");
+    const credited = await admin("POST", "/credits", { rule: id, key }, { add: 2 });
+    expect(credited.status).toBe(200);
+    expect(credited.body).toMatchObject({ quota: "3 per month", period: null, remaining: 5 });
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({ period: null, remaining: 5 });
+    // Its first request, 3 s later, starts its first period: the credit is in it, and the reset is a month from it.
+    vi.setSystemTime(Date.parse("2031-06-09T12:00:03Z"));
+    const first = await as(key);
+    expect(first.status).toBe(200);
+    expect(first.headers.get("x-ratelimit-reset")).toBe(String(Date.parse("2031-07-09T12:00:03Z") / 1000));
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({
+      quota: "3 per month, resets 2031-07-09T12:00:03+00:00",
+      period: { start: "2031-06-09T12:00:03.000Z", end: "2031-07-09T12:00:03.000Z" },
+      used: 1,
+      credit: 2,
+      remaining: 4,
+    });
+  });
+
   it("reads this period and the past ones, sets, adds to and takes from what is left, and logs each with who did it", async () => {
     const id = ruleId("credited");
     const { as, admin } = worker([perKey(id, { quota: 3, per: "day", timezone: "Europe/Berlin" })]);

@@ -99,7 +99,8 @@ type UsageView = {
   override?: string;
   tier?: string;
   quota: string;
-  period: { start: string; end: string };
+  /** null: periods from a first request, and none made yet. */
+  period: { start: string; end: string } | null;
   used: number;
   credit: number;
   remaining: number | null;
@@ -458,7 +459,9 @@ function usageText(view: UsageView): string {
   const lines = [
     `${view.rule} ${who}`,
     `  quota     ${view.limit === null ? "none" : view.quota}${applied}`,
-    `  period    ${timeText(view.period.start)} to ${timeText(view.period.end)}`,
+    view.period === null
+      ? "  period    starts at the client's next request (periods from its first request)"
+      : `  period    ${timeText(view.period.start)} to ${timeText(view.period.end)}`,
   ];
   if (view.change !== undefined && view.before !== undefined) {
     const [name, amount] = Object.entries(view.change)[0]!;

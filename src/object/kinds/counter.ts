@@ -33,6 +33,12 @@ export type Usage = PeriodUsage & {
   remaining: number;
   /** Earlier periods in which it used or was credited something, newest first, as far as they are kept. */
   past: PeriodUsage[];
+  /**
+   * Periods count from the client's first request, and it has made none:
+   * its first period starts with its next request (the bounds here are where
+   * it would fall now, for the arithmetic; nothing to show).
+   */
+  pending?: true;
 };
 
 /** A change to what a client has left this period: units added to it, taken from it, or what it is set to. */

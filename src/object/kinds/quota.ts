@@ -265,6 +265,7 @@ export const quotaCounter: Counter<QuotaData> = {
       limit: check.limit,
       remaining: Math.max(0, check.limit + brought.credit - brought.used),
       past: brought.past.map(usageOf),
+      ...(quotaOf(check).fromFirst !== undefined && brought.firstMs === null ? { pending: true as const } : {}),
     };
   },
 

@@ -134,8 +134,11 @@ function usageView(rule: Rule, usage: Usage, override: string | undefined, tier:
     ...(override === undefined ? {} : { override }),
     ...(tier === undefined ? {} : { tier }),
     // In the rule's own words and time zone: "100000 per month, resets 2031-12-01T00:00:00-05:00".
-    quota: rule.quota.words(usage.limit, usage.endMs),
-    period: { start: new Date(usage.startMs).toISOString(), end: new Date(usage.endMs).toISOString() },
+    quota: rule.quota.words(usage.limit, usage.pending ? undefined : usage.endMs),
+    // Periods from a first request, before it: the first starts with the client's next request, not yet known.
+    period: usage.pending
+      ? null
+      : { start: new Date(usage.startMs).toISOString(), end: new Date(usage.endMs).toISOString() },
     used: usage.used,
     credit: usage.credit,
     remaining: lifted ? null : usage.remaining,

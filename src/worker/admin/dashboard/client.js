@@ -1499,7 +1499,10 @@
           el("span", { class: "total muted", text: `credit ${signed(usage.credit)}` }),
           el("span", {
             class: "total muted",
-            text: `this period: ${isoText(usage.period.start)} to ${isoText(usage.period.end)}`,
+            text:
+              usage.period === null
+                ? "this period: starts at its next request"
+                : `this period: ${isoText(usage.period.start)} to ${isoText(usage.period.end)}`,
           }),
         ),
         past,
