@@ -1290,7 +1290,7 @@ describe("calendar quotas", () => {
     ]);
   });
 
-  it("reports the looser of two quotas in the same calendar on the same requests and key, and leaves a quota beside a window alone", () => {
+  it("reports the looser of two quotas in the same calendar on the same requests and key", () => {
     const rules = (b: Record<string, unknown>) => findings({ RULES: [quota({ id: "a" }), quota({ id: "b", ...b })] });
     expect(rules({ quota: 2000 })).toEqual([
       warning(
@@ -1299,6 +1299,24 @@ describe("calendar quotas", () => {
     ]);
     expect(rules({ timezone: "America/New_York" })).toEqual([]);
     expect(rules({ per: "day" })).toEqual([]);
+  });
+
+  it.each([
+    ["UTC", "Etc/UTC"],
+    ["Europe/Kyiv", "Europe/Kiev"],
+    ["America/New_York", "US/Eastern"],
+  ])("takes %s and %s for one calendar: two quotas in them are reported as in one", (a, b) => {
+    const pair = findings({
+      RULES: [quota({ id: "a", timezone: a }), quota({ id: "b", timezone: b, quota: 2000 })],
+    });
+    expect(pair).toEqual([
+      warning(
+        'RULES[0] "a" and RULES[1] "b": count the same requests with the same key in the same calendar periods, so RULES[1] "b", the looser, never refuses anything; remove it',
+      ),
+    ]);
+  });
+
+  it("leaves a quota beside a window alone", () => {
     expect(findings({ RULES: [quota({}), rule({ limit: 1000, period: "30d" })] })).toEqual([]);
   });
 });

@@ -77,6 +77,15 @@ export type QuotaLimit = {
 export const calendarKeyOf = (calendar: CalendarSpec, reset: QuotaReset): string =>
   `${reset}|${calendar.period}|${calendar.timeZone}|${calendar.anchor.month}-${calendar.anchor.day}|${calendar.anchor.timeMs}`;
 
+/** A time zone's canonical name, as the runtime's ICU gives it; the name as written if it gives none. */
+const canonicalZone = (timeZone: string): string => {
+  try {
+    return new Intl.DateTimeFormat("en-US", { timeZone }).resolvedOptions().timeZone;
+  } catch {
+    return timeZone;
+  }
+};
+
 const FIELDS = ["quota", "per", "timezone", "anchor", "reset", ...COUNTED_FIELDS, "retry_jitter"] as const;
 
 /** A period's usual length: `w` where no instant says which period it is. */
@@ -164,7 +173,9 @@ export const quotaKind: RuleKind<QuotaFields> = {
       : []),
   ],
 
-  measure: (rule: QuotaFields) => calendarKeyOf(rule.calendar, rule.reset),
+  // One zone under two names (Etc/UTC and UTC, Europe/Kiev and Europe/Kyiv) is one calendar.
+  measure: (rule: QuotaFields) =>
+    calendarKeyOf({ ...rule.calendar, timeZone: canonicalZone(rule.calendar.timeZone) }, rule.reset),
 
   overlap: (a, b, looser, same) =>
     same
