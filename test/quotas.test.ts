@@ -292,6 +292,18 @@ describe("plans as tiers", () => {
 });
 
 describe("credits from the admin API", () => {
+  it("shows a credit in what is left: q stays the plan's quota, r counts the credit (q=5, r=14 after a credit of 10 and one request)", async () => {
+    const id = ruleId("credit-headers");
+    const { as, admin } = worker([perKey(id, { quota: 5, per: "month" })]);
+    const key = uniqueTag("topped-up");
+    at("2031-06-09T12:00:00Z");
+    expect((await admin("POST", "/credits", { rule: id, key }, { add: 10 })).status).toBe(200);
+    const res = await as(key);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("ratelimit-policy")).toMatch(new RegExp(`^"${id}";q=5;w=\\d+$`));
+    expect(res.headers.get("ratelimit")).toMatch(new RegExp(`^"${id}";r=14;t=\\d+$`));
+  });
+
   it("before a client's first request under periods from a first request, names no period: the credit carries to the one its first request starts", async () => {
     const id = ruleId("from-first");
     const { as, admin } = worker([perKey(id, { quota: 3, per: "month", reset: "first-request" })]);
