@@ -364,6 +364,23 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
     },
   );
 
+  it("back from a raise that ran out on its own (expires), what was spent refills at the raised rate until the expiry and at the restored one after, though nothing reads it meanwhile", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    at(0);
+    const id = uniqueRule("lower-at-expiry");
+    const { send, admin } = worker([tenAnHour(id)]);
+    const ip = uniqueIp();
+    const expires = new Date(T0 + 600_000).toISOString();
+    expect((await admin("PUT", `/overrides?rule=${id}&key=${ip}`, { limit: 20, expires })).status).toBe(200);
+    at(1);
+    expect(await statuses(41, () => send("/x", from(ip)))).toEqual([...Array(40).fill(200), 429]);
+    // 40 spent; 10 minutes at 20 an hour until the expiry give back 3.33; then an hour at 10 gives back 10.
+    at(600_000 + 3_600_000);
+    const later = (await admin("GET", `/status?rule=${id}&key=${ip}`)).body;
+    expect(later.weighted).toBeCloseTo(40 - 20 / 6 - 10, 1);
+    expect(later).toMatchObject({ allowed: false });
+  });
+
   it("a tier: pro = 30 an hour gives bursts of 60, by an override or by a token's tier_claim alike", async () => {
     vi.useFakeTimers({ toFake: ["Date"] });
     at(0);

@@ -52,6 +52,8 @@ export class PlanBook {
   private readonly versions = new Map<string, number>();
   /** Overrides found below their rule's cost and logged, by rule id, change time and cost: each is logged once. */
   private readonly warnedBelowCost = new Set<string>();
+  /** When each rule's override last changed for this client, as this object saw it (in memory; lost on a restart). */
+  private readonly changedAt = new Map<string, number>();
 
   constructor(sql: SqlStorage, name: string | undefined) {
     this.sql = sql;
@@ -126,6 +128,7 @@ export class PlanBook {
     if (!this.newer(ruleId, version)) return false;
     this.store(ruleId, override, version);
     this.overrides.set(ruleId, override);
+    this.changedAt.set(ruleId, Date.now());
     return true;
   }
 
@@ -134,6 +137,7 @@ export class PlanBook {
     if (!this.newer(ruleId, version)) return false;
     this.store(ruleId, null, version);
     this.overrides.delete(ruleId);
+    this.changedAt.set(ruleId, Date.now());
     return true;
   }
 
@@ -168,8 +172,22 @@ export class PlanBook {
     for (const [rule, override] of this.overrides) {
       if (override.expiresAtMs === null || nowMs < override.expiresAtMs) continue;
       this.overrides.delete(rule);
+      this.changedAt.set(rule, override.expiresAtMs);
       this.sql.exec("UPDATE overrides SET value = NULL WHERE rule = ?", rule);
     }
+  }
+
+  /**
+   * When the limit a rule gives this client last changed by an override, at
+   * or before `nowMs`: set, deleted, or ended by its expiry (at that
+   * instant, whenever it is noticed); null when not known (none changed
+   * since the object started).
+   */
+  changedAtMs(ruleId: string, nowMs: number): number | null {
+    const override = this.overrides.get(ruleId);
+    if (override?.expiresAtMs != null && override.expiresAtMs <= nowMs) return override.expiresAtMs;
+    const at = this.changedAt.get(ruleId);
+    return at !== undefined && at <= nowMs ? at : null;
   }
 
   /** The rules whose override has expired by `nowMs` and is not yet purged. */

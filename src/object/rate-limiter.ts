@@ -1089,9 +1089,17 @@ export class RateLimiter extends DurableObject<unknown> {
     const key = counter.rowOf(rule);
     const row = this.rows.get(key);
     if (row) {
-      // Counted under another limit (an override, a tier, a factor changed): carried over once, from now, and kept so.
-      if (row.counter.carries?.(row.data, rule)) {
-        row.data = row.counter.see(row.data, nowMs, rule).data;
+      // Counted under another limit (an override, a tier, a factor changed): carried over once, and kept so. From
+      // the instant an override changed it (its expiry, if it ran out unseen), not after; else from now.
+      // (An optional call: for a kind that never carries, its arguments are never made.)
+      const carried = row.counter.carried?.(
+        row.data,
+        rule,
+        () => this.plans.changedAtMs(rule.id, nowMs) ?? nowMs,
+        nowMs,
+      );
+      if (carried !== undefined) {
+        row.data = carried;
         this.save(row);
         // Held requests' tails were counted from the row as it was.
         if (this.books.anyAhead && this.books.heldIn(key) > 0) this.books.invalidate();

@@ -91,7 +91,10 @@ export const bucketCounter: Counter<BucketData> = {
     countedAtMs: nowMs,
   }),
 
-  carries: (data, check) => data.limit !== check.limit || data.periodMs !== periodOf(check),
+  carried: (data, check, fromMs, nowMs) =>
+    data.limit === check.limit && data.periodMs === periodOf(check)
+      ? undefined
+      : reckoned(data, Math.min(nowMs, Math.max(fromMs(), data.countedAtMs)), check),
 
   see(data, nowMs, check): Seen<BucketData> {
     const seen = reckoned(data, nowMs, check);

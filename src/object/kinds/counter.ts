@@ -57,13 +57,15 @@ export interface Counter<D = unknown> {
   /** What a request at `nowMs` sees: whether it fits, the row brought to `nowMs`, and its count (for display). */
   see(data: D, nowMs: number, check: RuleCheck): Seen<D>;
   /**
-   * Whether a row counted under another limit than the check's is carried
-   * over to it when seen (a token bucket's spent units, refilled at the new
-   * rate from then on). The object then keeps and stores the row as carried
-   * at once: carried again from the stored row at each later read, the time
-   * between would refill at the old rate. Absent: rows are never carried.
+   * A row counted under another limit than the check's, carried over to it
+   * as of `fromMs()` (the instant the limit changed, when known; the row's last
+   * count and now bound it): a token bucket's spent units, refilled at the
+   * new rate from then on. Undefined when the row needs no carrying. The
+   * object keeps and stores the row as carried at once: carried again from
+   * the stored row at each later read, the time between would refill at the
+   * old rate. Absent: rows are never carried.
    */
-  carries?(data: D, check: RuleCheck): boolean;
+  carried?(data: D, check: RuleCheck, fromMs: () => number, nowMs: number): D | undefined;
   /** A row seen at `nowMs` with the request counted in it (`cost` units). */
   admit(seen: D, cost: number, check: RuleCheck, nowMs: number): D;
   /**
