@@ -97,7 +97,7 @@ const STATUS_WORDS: Record<string, RegExp> = {
   admitted: /^admitted now( · [1-9][\d,]* left)?( · override| · tier \S+)?$|^[\d,]+ of [\d,]+ in flight/,
   limit: /^at its limit now( · override| · tier \S+)?$/,
   refused:
-    /^refused now · retry in |^refused now · whatever the wait|^blocked until \d\d:\d\d:\d\d|^[\d,]+ of [\d,]+ in flight/,
+    /^refused now · retry in |^refused now · whatever the wait|^denied · override$|^blocked until \d\d:\d\d:\d\d|^[\d,]+ of [\d,]+ in flight/,
   shadow: /^would refuse now · for |^[\d,]+ of [\d,]+ in flight/,
   unknown: /^unknown$/,
 };
@@ -413,6 +413,17 @@ describe.skipIf(skipBrowser)("the dashboard in a browser", () => {
       const row = card.locator(`.top-refused tr[data-key="${keyHash}"]`);
       await row.waitFor({ state: "visible", timeout: 30_000 });
       await expect.poll(() => row.locator(".status").textContent(), { timeout: 20_000 }).toBe("1 of 1 in flight");
+      // Denied by an override: refused, in words and colour, not "0 of no limit" in green as under unlimited.
+      const query = `?rule=e2e-dash-one&key=${ip}`;
+      expect((await admin(`/overrides${query}`, "PUT", { deny: true })).status).toBe(200);
+      try {
+        await signIn();
+        const denied = card.locator(`.top-refused tr[data-key="${keyHash}"] .status`);
+        await expect.poll(() => denied.textContent(), { timeout: 20_000 }).toBe("denied · override");
+        expect(await denied.getAttribute("class")).toBe("status refused");
+      } finally {
+        expect((await admin(`/overrides${query}`, "DELETE")).status).toBe(200);
+      }
       // A concurrency rule counts no cost and says nothing of one ("counts undefined · cost undefined" before).
       expect(await card.locator(".rule-def").textContent()).toBe(
         "1 in flight at once · per ip · /dash-one/* · every method",

@@ -997,6 +997,13 @@
 
   /** A client's places under a concurrency rule: how many are in use, and how many requests wait for one. */
   function paintPlaces(node, status, extra) {
+    if (status.override === "deny") {
+      // Its places do not matter: every request is refused (403).
+      node.classList.add("refused");
+      node.textContent = `denied${extra}`;
+      node.title = "An override denies this client: every request it sends is refused with 403.";
+      return;
+    }
     const full = status.free !== null && status.free <= 0;
     node.classList.add(full ? (node.dataset.shadow ? "shadow" : "refused") : "admitted");
     const limit = status.limit === null ? "no limit" : fmt(status.limit);
