@@ -9,20 +9,21 @@
  * project's own Node, whatever Node runs wrangler), which prints the
  * reports and exits 1 on an error, and wrangler then stops.
  *
- * Which file: the one wrangler was given (`-c` / `--config`), read from the
- * command line of the wrangler process that runs this, so that a copy of
- * wrangler.toml under another name, deployed with
+ * Which file: the one wrangler was given (`-c` / `--c` / `--config`), read
+ * from the command line of the wrangler process that runs this, so that a
+ * copy of wrangler.toml under another name, deployed with
  * `wrangler deploy -c production.toml`, is checked itself and not the
- * file it was copied from. A file named as this command's argument is
- * checked too. Where wrangler's command line cannot be read (no `/proc`
+ * file it was copied from; given none, the one wrangler then reads (a
+ * redirect's, else `wrangler.json`, `wrangler.jsonc`, `wrangler.toml`, in
+ * its order). A file named as this command's argument is checked too. Where wrangler's command line cannot be read (no `/proc`
  * and no `ps`), the argument or wrangler.toml, saying so.
  *
  * Plain JavaScript, so that it starts on any Node in a few milliseconds:
  * `wrangler dev` runs it again on every change under src/.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { readFileSync, readlinkSync } from "node:fs";
-import { relative, resolve } from "node:path";
+import { existsSync, readFileSync, readlinkSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
 
 if (process.env.WRANGLER_COMMAND === "dev" || process.env.WRANGLER_COMMAND === "types") process.exit(0);
 
@@ -53,15 +54,34 @@ function processInfo(pid) {
   }
 }
 
-/** The value of `-c` / `--config` in a wrangler command line; undefined when it names none. */
+/** The value of `-c` / `--config` in a wrangler command line (any spelling its parser takes); undefined when it names none. */
 function configFlag(argv) {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
-    if (arg === "-c" || arg === "--config") return argv[i + 1];
-    if (arg.startsWith("--config=")) return arg.slice("--config=".length);
-    if (arg.startsWith("-c=")) return arg.slice("-c=".length);
+    if (arg === "-c" || arg === "--c" || arg === "--config") return argv[i + 1];
+    for (const flag of ["--config=", "--c=", "-c="]) if (arg.startsWith(flag)) return arg.slice(flag.length);
   }
   return undefined;
+}
+
+/**
+ * The file wrangler reads when it is given none, from its working directory
+ * `cwd`: the one a redirect names (`.wrangler/deploy/config.json`, which
+ * the Cloudflare Vite plugin writes), else the first of `wrangler.json`,
+ * `wrangler.jsonc` and `wrangler.toml` there, as wrangler prefers them.
+ */
+function defaultConfig(cwd) {
+  const redirect = join(cwd, ".wrangler", "deploy", "config.json");
+  if (existsSync(redirect)) {
+    try {
+      const { configPath } = JSON.parse(readFileSync(redirect, "utf8"));
+      if (typeof configPath === "string") return resolve(dirname(redirect), configPath);
+    } catch {
+      // Not a redirect wrangler would follow either: the files below.
+    }
+  }
+  const found = ["wrangler.json", "wrangler.jsonc", "wrangler.toml"].map((name) => join(cwd, name)).find(existsSync);
+  return found;
 }
 
 /**
@@ -77,7 +97,8 @@ function wranglersConfig() {
     const at = info.argv.findIndex((arg) => /(^|[\\/])wrangler(\.js|\.cjs|\.mjs)?$/.test(arg));
     if (at >= 0) {
       const flag = configFlag(info.argv.slice(at + 1));
-      return { found: true, file: flag === undefined ? undefined : relative(process.cwd(), resolve(info.cwd, flag)) };
+      const file = flag === undefined ? defaultConfig(info.cwd) : resolve(info.cwd, flag);
+      return { found: true, file: file === undefined ? undefined : relative(process.cwd(), file) };
     }
     pid = info.ppid;
   }

@@ -9,7 +9,16 @@
  * it is valid (test/invalid-config.test.ts has the rest).
  */
 import { type SpawnSyncReturns, spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -72,6 +81,7 @@ describe("a deploy refuses a configuration with an error, printing check-config'
   it.each([
     ["wrangler deploy -c production.toml", ["wrangler", "deploy", "-c", "production.toml"]],
     ["wrangler deploy --config=production.toml", ["wrangler", "deploy", "--config=production.toml"]],
+    ["wrangler deploy --c production.toml", ["wrangler", "deploy", "--c", "production.toml"]],
     [
       "wrangler versions upload --config production.toml",
       ["wrangler", "versions", "upload", "--config", "production.toml"],
@@ -84,6 +94,44 @@ describe("a deploy refuses a configuration with an error, printing check-config'
     const { status, output } = run(dir, "npx", [...args, "--dry-run", "--outdir", out]);
     expect(status, output).not.toBe(0);
     expect(output).toContain(LOGIN_ERROR);
+    expect(output).toContain("check-config: not deploying: production.toml has errors (the top level)");
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it.each([
+    ["a wrangler.json beside wrangler.toml, which wrangler prefers", "wrangler.json"],
+    ["a wrangler.jsonc beside wrangler.toml, which wrangler prefers", "wrangler.jsonc"],
+  ])("checks the file wrangler reads when it is given none: %s", (_, name) => {
+    const dir = project(SHIPPED);
+    const json = {
+      name: "edge-rate-limiter",
+      main: "src/index.ts",
+      compatibility_date: "2026-11-01",
+      build: { command: "node tools/build-check.mjs" },
+      vars: { ORIGIN_URL: "https://origin.example.com", RULES: [{ id: "login", limit: 0, period: "1m" }] },
+    };
+    // A .jsonc may have comments.
+    const comment = name.endsWith(".jsonc") ? `// ${name}\n` : "";
+    writeFileSync(join(dir, name), `${comment}${JSON.stringify(json, null, 2)}`);
+    const out = join(dir, "out");
+    const { status, output } = run(dir, "npx", ["wrangler", "deploy", "--dry-run", "--outdir", out]);
+    expect(status, output).not.toBe(0);
+    expect(output).toContain('error: RULES[0] "login": field "limit"');
+    expect(output).toContain(`check-config: not deploying: ${name} has errors`);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("checks the file a redirect names (.wrangler/deploy/config.json, as the Cloudflare Vite plugin writes it)", () => {
+    const dir = project(SHIPPED);
+    writeFileSync(join(dir, "production.toml"), broken);
+    mkdirSync(join(dir, ".wrangler", "deploy"), { recursive: true });
+    writeFileSync(
+      join(dir, ".wrangler", "deploy", "config.json"),
+      JSON.stringify({ configPath: "../../production.toml" }),
+    );
+    const out = join(dir, "out");
+    const { status, output } = run(dir, "npx", ["wrangler", "deploy", "--dry-run", "--outdir", out]);
+    expect(status, output).not.toBe(0);
     expect(output).toContain("check-config: not deploying: production.toml has errors (the top level)");
     expect(existsSync(out)).toBe(false);
   });
