@@ -292,6 +292,28 @@ describe("plans as tiers", () => {
 });
 
 describe("credits from the admin API", () => {
+  it("under periods from a first request, a first request refused (its credit taken to nothing before it) starts the period: its reset holds, and comes", async () => {
+    const id = ruleId("from-first-refused");
+    const { as, admin } = worker([perKey(id, { quota: 5, per: "month", reset: "first-request" })]);
+    const key = uniqueTag("emptied");
+    at("2031-06-09T12:00:00Z");
+    expect((await admin("POST", "/credits", { rule: id, key }, { take: 5 })).status).toBe(200);
+    vi.setSystemTime(Date.parse("2031-06-09T12:00:03Z"));
+    const first = await as(key);
+    const reset = String(Date.parse("2031-07-09T12:00:03Z") / 1000);
+    expect([first.status, first.headers.get("x-ratelimit-reset")]).toEqual([429, reset]);
+    // Later refusals name the same reset: the period started with the first request, refused or not.
+    vi.setSystemTime(Date.parse("2031-06-09T12:00:09Z"));
+    const again = await as(key);
+    expect([again.status, again.headers.get("x-ratelimit-reset")]).toEqual([429, reset]);
+    expect((await admin("GET", "/credits", { rule: id, key })).body).toMatchObject({
+      period: { start: "2031-06-09T12:00:03.000Z", end: "2031-07-09T12:00:03.000Z" },
+    });
+    // At its end, a new period: the whole quota.
+    vi.setSystemTime(Date.parse("2031-07-09T12:00:03Z"));
+    expect((await as(key)).status).toBe(200);
+  });
+
   it("shows a credit in what is left: q stays the plan's quota, r counts the credit (q=5, r=14 after a credit of 10 and one request)", async () => {
     const id = ruleId("credit-headers");
     const { as, admin } = worker([perKey(id, { quota: 5, per: "month" })]);

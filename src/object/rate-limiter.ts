@@ -398,7 +398,15 @@ export class RateLimiter extends DurableObject<unknown> {
       // A shadow rule counts now even where requests are held ahead: their tails must count it too.
       if (counted && this.books.anyAhead && this.books.heldIn(row.key) > 0) this.books.invalidate();
       row.data = counted ? row.counter.admit(ev.data, costOf(plan.rule), plan.rule, nowMs) : ev.data;
-      if (!ev.allowed) this.penalize(plan.rule, row, nowMs);
+      if (!ev.allowed) {
+        // Refused by this rule: what its kind keeps of a refusal, stored at once (refusals store nothing else).
+        const refused = plan.rule.enforce ? row.counter.refuse?.(row.data, plan.rule) : undefined;
+        if (refused !== undefined) {
+          row.data = refused;
+          this.save(row);
+        }
+        this.penalize(plan.rule, row, nowMs);
+      }
       return this.verdict(ev, nowMs, plan, row, counted);
     });
     return { allowed, verdicts };

@@ -69,6 +69,13 @@ export interface Counter<D = unknown> {
   /** A row seen at `nowMs` with the request counted in it (`cost` units). */
   admit(seen: D, cost: number, check: RuleCheck, nowMs: number): D;
   /**
+   * A row seen at `nowMs` as this rule's refusal of a request leaves it,
+   * when a refusal changes it (stored at once); undefined when it does not.
+   * A quota's periods from a first request start at the first request,
+   * refused or not. Absent: a refusal changes nothing.
+   */
+  refuse?(seen: D, check: RuleCheck): D | undefined;
+  /**
    * The verdict's numbers for a request seen at `nowMs`, counted or not;
    * `windowMs` when `w` is the row's own (a calendar period's length);
    * `resetAtMs` when the reset is a boundary every response names alike (a

@@ -257,6 +257,10 @@ export const quotaCounter: Counter<QuotaData> = {
 
   refundableUntilMs: (data) => data.endMs,
 
+  // A first request, refused (its credit taken before it), starts the periods counted from it, as an admitted one does.
+  refuse: (seen, check) =>
+    quotaOf(check).fromFirst !== undefined && seen.firstMs === null ? { ...seen, firstMs: seen.startMs } : undefined,
+
   usage(data, nowMs, check): Usage {
     const brought = bring(data, nowMs, quotaOf(check));
     return {
