@@ -175,6 +175,12 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
         const went = answered.filter((a) => a.status === 200).length;
         expect(answered.length - went).toBe(status === 200 ? 0 : waited.length);
         expect(await originHits(tag)).toBe(went);
+        if (action === "raise" || action === "tier") {
+          // Their headers state the limit that admitted them, as a request after the change is told it.
+          const { response } = await send(fixture.path(id), from(ip));
+          await response.arrayBuffer();
+          for (const a of waited) expect(a.policy).toBe(response.headers.get("ratelimit-policy"));
+        }
         await Promise.all(put.beside);
       },
     );

@@ -330,7 +330,7 @@ export class Gate {
     if (answer !== null && answer !== "failed" && answer.status === "turn") {
       return this.end(visit, {
         do: "done",
-        end: { by: "turn", call: liftedIn(call, answer.lifted), held, counted: answer.counted },
+        end: { by: "turn", call: asTurned(call, answer), held, counted: answer.counted },
       });
     }
     if (answer !== null && answer !== "failed" && answer.status === "unknown") {
@@ -547,13 +547,20 @@ const answerStep = (settlement: Settlement): Step => ({ do: "done", end: { by: "
 const limitOf = ({ limit }: { limit?: number }): { limit?: number } => (limit === undefined ? {} : { limit });
 
 /**
- * A held request's call as its turn leaves it: a rule an `unlimited`
- * override lifted while it was held reads as lifted, so that its answer
- * carries no headers for that rule (as a request after the change).
+ * A held request's call as its turn leaves it: planned again while held (an
+ * admin change), each rule's verdict is its admission at its turn, as the
+ * object says; and a rule an `unlimited` override lifted reads as lifted, so
+ * that its answer carries no headers for that rule (as a request after the
+ * change).
  */
-function liftedIn(call: AnsweredCall, lifted: readonly number[] | undefined): AnsweredCall {
-  if (lifted === undefined || lifted.length === 0) return call;
+function asTurned(call: AnsweredCall, turn: Extract<TurnAnswer, { status: "turn" }>): AnsweredCall {
+  const { lifted, verdicts: atTurn } = turn;
+  if ((lifted === undefined || lifted.length === 0) && atTurn === undefined) return call;
   const { result } = call.outcome;
-  const verdicts = result.verdicts.map((v, j) => (lifted.includes(j) ? { ...v, override: "unlimited" as const } : v));
+  const verdicts = result.verdicts.map((v, j) => {
+    if (lifted?.includes(j)) return { ...v, override: "unlimited" as const };
+    const fresh = atTurn?.[j];
+    return fresh === null || fresh === undefined ? v : { ...fresh, counted: v.counted };
+  });
   return { ...call, outcome: { ...call.outcome, result: { ...result, verdicts } } };
 }

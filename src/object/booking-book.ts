@@ -22,7 +22,7 @@ import {
   turnOf,
 } from "../core/bookings.ts";
 import { Callers } from "./callers.ts";
-import type { Receipt, Refund, RuleCheck, TurnAnswer } from "./protocol.ts";
+import type { Receipt, Refund, RuleCheck, RuleVerdict, TurnAnswer } from "./protocol.ts";
 
 /** A booking as stored: its counts, which rule of the check each was (`slots`), and, once counted, where. */
 export type HeldBooking = Booking & {
@@ -42,6 +42,10 @@ export type HeldBooking = Booking & {
   checks?: RuleCheck[];
   /** The rules (their indexes in the check) an `unlimited` override lifted while it was held; kept in memory only. */
   lifted?: number[];
+  /** Whether it was planned again while held (its admission at its turn is not the one it was told); in memory only. */
+  replanned?: true;
+  /** Its verdicts as its turn admitted it, once counted, when it was planned again; in memory only. */
+  verdicts?: (RuleVerdict | null)[];
 };
 
 /**
@@ -239,8 +243,9 @@ export class BookingBook {
   }
 
   /** Records where a booking's counts were taken, and answers the callers awaiting its turn. */
-  counted(booking: HeldBooking, receipts: (Receipt | null)[], nowMs: number): void {
+  counted(booking: HeldBooking, receipts: (Receipt | null)[], nowMs: number, verdicts?: (RuleVerdict | null)[]): void {
     booking.counted = receipts;
+    if (verdicts !== undefined) booking.verdicts = verdicts;
     this.sql.exec("UPDATE bookings SET counted = ? WHERE id = ?", JSON.stringify(receipts), booking.id);
     this.waiting.answer(booking.id, turnAnswerOf(booking, nowMs));
   }
@@ -393,6 +398,7 @@ export class BookingBook {
     windowOf: (count: BookedCount, k: number) => BookedCount["window"] | null,
   ): void {
     this.unqueue(booking);
+    booking.replanned = true;
     const keep: number[] = [];
     const counts: BookedCount[] = [];
     booking.counts.forEach((count, k) => {
@@ -508,4 +514,5 @@ export const turnAnswerOf = (booking: HeldBooking, nowMs: number): TurnAnswer =>
   atMs: booking.atMs,
   counted: booking.counted ?? [],
   ...(booking.lifted?.length ? { lifted: booking.lifted } : {}),
+  ...(booking.verdicts === undefined ? {} : { verdicts: booking.verdicts }),
 });

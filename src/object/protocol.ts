@@ -194,6 +194,12 @@ export type TurnAnswer =
       counted: (Receipt | null)[];
       /** The rules (their indexes in the check) an `unlimited` override lifted while the request was held: no headers for them. */
       lifted?: number[];
+      /**
+       * Of a request planned again while held (an admin change, a factor): each
+       * rule's verdict as its turn admitted it, by index in the check (null: as
+       * when it was held), for its headers.
+       */
+      verdicts?: (RuleVerdict | null)[];
     }
   | { status: "unknown"; nowMs: number };
 

@@ -528,9 +528,19 @@ export class RateLimiter extends DurableObject<unknown> {
     if (unclaimed.length > 0) this.refund(unclaimed);
     for (const booking of this.books.takeDue(nowMs)) {
       const receipts = new Array<Receipt | null>(booking.rules).fill(null);
+      // Planned again while held: its headers say its admission at its turn, under the plan that applies then.
+      const verdicts = booking.replanned ? new Array<RuleVerdict | null>(booking.rules).fill(null) : undefined;
       booking.counts.forEach((count, k) => {
         const check = count.window as RuleCheck;
         const row = this.rowFor(count, booking.atMs);
+        const original = booking.checks?.[k];
+        if (verdicts !== undefined && original !== undefined) {
+          const plan = checked(this.plans.plan(original, booking.atMs), original);
+          if (plan.kind === "count") {
+            const seen = row.counter.see(row.data, booking.atMs, plan.rule);
+            verdicts[booking.slots[k]!] = this.verdict(seen, booking.atMs, plan, row, true);
+          }
+        }
         row.data = row.counter.admitAt(row.data, check, booking.atMs);
         this.save(row);
         receipts[booking.slots[k]!] = {
@@ -540,7 +550,7 @@ export class RateLimiter extends DurableObject<unknown> {
           ...markOf(row),
         };
       });
-      this.books.counted(booking, receipts, nowMs);
+      this.books.counted(booking, receipts, nowMs, verdicts);
     }
   }
 
