@@ -6,6 +6,14 @@
  * what is due sets it again.
  */
 
+/**
+ * The longest delay a timer is given at once (2^31 − 1 ms, about 24.8 days):
+ * a runtime that takes delays as 32-bit integers would fire a longer one at
+ * once. An instant further ahead (an override expiring in years) is reached
+ * by waking then and setting the timer again: `fire` sets the next one.
+ */
+const LONGEST_DELAY_MS = 2 ** 31 - 1;
+
 export class Wake {
   private timer: ReturnType<typeof setTimeout> | undefined;
   private atMs: number | null = null;
@@ -30,7 +38,7 @@ export class Wake {
         this.atMs = null;
         this.fire();
       },
-      Math.max(0, atMs - nowMs),
+      Math.min(LONGEST_DELAY_MS, Math.max(0, atMs - nowMs)),
     );
   }
 
