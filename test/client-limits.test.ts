@@ -6,12 +6,11 @@
  */
 import { Hono } from "hono";
 import { beforeAll, describe, expect, it } from "vitest";
-import { ADMIN_PATHS } from "../src/config/admin-prefix.ts";
+import { ADMIN_PATHS, DASHBOARD_PATHS } from "../src/config/admin-prefix.ts";
 import { readConfiguration } from "../src/config/configuration.ts";
 import { parseSettings } from "../src/config/settings.ts";
 import { type ClientLimits, clientLimits, type RuleInput, type RuleLimit, rateLimit } from "../src/lib.ts";
 import { ADMIN_ROUTES } from "../src/worker/admin/api.ts";
-import { DASHBOARD_PATHS } from "../src/worker/admin/dashboard.ts";
 import { CLIENT_LIMITS_RULE } from "../src/worker/client-limits.ts";
 import { hangObject } from "./support/chaos.ts";
 import { env } from "./support/env.ts";

@@ -5,8 +5,9 @@
  * in a browser, is test/e2e/dashboard.e2e.ts.
  */
 import { describe, expect, it } from "vitest";
+import { DASHBOARD_PATHS } from "../src/config/admin-prefix.ts";
 import { LATENCY_BOUNDS_MS } from "../src/object/stats-protocol.ts";
-import { CONTENT_SECURITY_POLICY, DASHBOARD_PATHS } from "../src/worker/admin/dashboard.ts";
+import { CONTENT_SECURITY_POLICY } from "../src/worker/admin/dashboard.ts";
 import { latencyQuantile } from "../src/worker/admin/stats.ts";
 import { from, limiter, originHits, uniqueIp, uniqueTag } from "./support/limiter.ts";
 

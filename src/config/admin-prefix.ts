@@ -25,12 +25,11 @@ export function parseAdminPrefix(raw: unknown): Result<string> {
 }
 
 /**
- * The paths the admin API answers after its prefix: the dashboard's files
- * (`""` is the prefix itself) and its routes. `CLIENT_LIMITS_PATH` is
- * answered first, so it must be none of them (test/admin.test.ts checks this
- * list against the admin API's own).
+ * The dashboard's public paths, after the prefix: `""` is `{prefix}` itself.
+ * Every other path under the prefix needs the token (the worker's
+ * dashboard.ts serves them).
  */
-export const ADMIN_PATHS: readonly string[] = [
+export const DASHBOARD_PATHS = [
   "",
   "/",
   "/dashboard.js",
@@ -38,6 +37,16 @@ export const ADMIN_PATHS: readonly string[] = [
   "/uplot.js",
   "/uplot.css",
   "/favicon.svg",
+] as const;
+
+/**
+ * The paths the admin API answers after its prefix: the dashboard's files
+ * and its routes. `CLIENT_LIMITS_PATH` is answered first, so it must be none
+ * of them (test/client-limits.test.ts checks the routes against the admin
+ * API's own).
+ */
+export const ADMIN_PATHS: readonly string[] = [
+  ...DASHBOARD_PATHS,
   "/rules",
   "/status",
   "/credits",

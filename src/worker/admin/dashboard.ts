@@ -9,21 +9,8 @@
  * Nothing is fetched from anywhere else: uPlot, the chart library, is
  * embedded in the Worker (dashboard/assets.ts, written by dashboard/bundle.mjs).
  */
+import { DASHBOARD_PATHS } from "../../config/admin-prefix.ts";
 import { DASHBOARD_CSS, DASHBOARD_JS, UPLOT_CSS, UPLOT_JS } from "./dashboard/assets.ts";
-
-/**
- * The public paths, after the prefix: `""` is `{prefix}` itself. Every other
- * path under the prefix needs the token.
- */
-export const DASHBOARD_PATHS = [
-  "",
-  "/",
-  "/dashboard.js",
-  "/dashboard.css",
-  "/uplot.js",
-  "/uplot.css",
-  "/favicon.svg",
-] as const;
 
 const PUBLIC = new Set<string>(DASHBOARD_PATHS);
 
