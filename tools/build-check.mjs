@@ -80,8 +80,7 @@ function defaultConfig(cwd) {
       // Not a redirect wrangler would follow either: the files below.
     }
   }
-  const found = ["wrangler.json", "wrangler.jsonc", "wrangler.toml"].map((name) => join(cwd, name)).find(existsSync);
-  return found;
+  return ["wrangler.json", "wrangler.jsonc", "wrangler.toml"].map((name) => join(cwd, name)).find(existsSync);
 }
 
 /**

@@ -167,14 +167,17 @@ export class PlanBook {
     return this.overrides.size === 0;
   }
 
-  /** Drops the overrides past their expiry (their rows stay, with their versions). */
-  purge(nowMs: number): void {
+  /** Drops the overrides past their expiry (their rows stay, with their versions); the rules they were of. */
+  purge(nowMs: number): Set<string> {
+    const expired = new Set<string>();
     for (const [rule, override] of this.overrides) {
       if (override.expiresAtMs === null || nowMs < override.expiresAtMs) continue;
+      expired.add(rule);
       this.overrides.delete(rule);
       this.changedAt.set(rule, override.expiresAtMs);
       this.sql.exec("UPDATE overrides SET value = NULL WHERE rule = ?", rule);
     }
+    return expired;
   }
 
   /**
@@ -188,15 +191,6 @@ export class PlanBook {
     if (override?.expiresAtMs != null && override.expiresAtMs <= nowMs) return override.expiresAtMs;
     const at = this.changedAt.get(ruleId);
     return at !== undefined && at <= nowMs ? at : null;
-  }
-
-  /** The rules whose override has expired by `nowMs` and is not yet purged. */
-  expired(nowMs: number): Set<string> {
-    const rules = new Set<string>();
-    for (const [rule, override] of this.overrides) {
-      if (override.expiresAtMs !== null && override.expiresAtMs <= nowMs) rules.add(rule);
-    }
-    return rules;
   }
 
   /** When the next override expires, after `nowMs`, or null when none will. */

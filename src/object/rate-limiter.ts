@@ -744,9 +744,8 @@ export class RateLimiter extends DurableObject<unknown> {
    * clock for the requests already waiting too (docs/per-client-limits.md).
    */
   private dropExpiredOverrides(nowMs: number): void {
-    const expired = this.plans.expired(nowMs);
+    const expired = this.plans.purge(nowMs);
     if (expired.size === 0) return;
-    this.plans.purge(nowMs);
     this.replanHeld(expired, nowMs);
     for (const ruleId of expired) this.replanLine(ruleId, nowMs);
   }
@@ -1339,7 +1338,6 @@ function appliedTo(plan: Plan): { override?: OverrideSetting["kind"]; tier?: str
   return { ...(plan.override ? { override: plan.override.kind } : {}), ...tierOf(plan.rule, plan.override) };
 }
 
-/** The tier whose limit a verdict applied: an override's, or else the one the request's token claimed. */
 /**
  * A place given, in the terms of the plan that applies to the client when it
  * is given: the places an override, a tier or a factor gives it, and, under
@@ -1355,6 +1353,7 @@ function grantedUnder(plan: Plan, answer: PlaceAcquired, check: RuleCheck): Plac
   return plan.configured !== undefined ? { ...answer, limit, ...tier } : { ...answer, ...tier };
 }
 
+/** The tier whose limit a verdict applied: an override's, or else the one the request's token claimed. */
 function tierOf(rule: RuleCheck, override: Override | undefined): { tier?: string } {
   if (override === undefined) return rule.tier !== undefined ? { tier: rule.tier } : {};
   return override.kind === "tier" && rule.tiers?.[override.tier] !== undefined ? { tier: override.tier } : {};
