@@ -681,6 +681,14 @@ describe("check-config", () => {
       'field "concurrency": makes a rule a concurrency rule, and this one is a calendar quota (it has "quota", "per"): a rule is one kind; remove it',
     ],
     [
+      { limit: 10, period: "1m", quota: 100 },
+      'field "quota": makes a rule a calendar quota, and this one is a sliding window (it has "limit", "period"): a rule is one kind; remove it',
+    ],
+    [
+      { limit: 10, period: "1m", cost: 2, quota: 100, timezone: "UTC" },
+      'field "quota": makes a rule a calendar quota, and this one is a sliding window (it has "limit", "period"): a rule is one kind; remove them ("quota", "timezone")',
+    ],
+    [
       { limit: 10, period: "1s", burst: 5, quota: 10, per: "day" },
       'field "quota": makes a rule a calendar quota, and this one is a token bucket (it has "limit", "period", "burst"): a rule is one kind; remove them ("quota", "per")',
     ],

@@ -372,14 +372,19 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
  * is an error naming the field.
  */
 function kindOfFields(fields: Fields, take: Take): AnyKind {
-  // Marked as several kinds: the one the rule has most fields of (the first listed, on a tie); the others' marks are errors.
+  // Marked as several kinds, or as one beside a whole rule of the default kind: the one the rule is whole as
+  // (every required field there), a marked kind before the default, then the one it has most fields of (the
+  // first listed, on a tie). The others' marks are errors.
   const has = (kind: AnyKind) => kind.fields.filter((field) => fields[field] !== undefined);
+  const whole = (kind: AnyKind) => kind.required.every((field) => fields[field] !== undefined);
   const marked = kindsMarked(fields);
-  const kind =
-    marked.reduce<AnyKind | undefined>(
-      (best, k) => (best === undefined || has(k).length > has(best).length ? k : best),
-      undefined,
-    ) ?? KINDS.window;
+  const rank = (kind: AnyKind) => [whole(kind) ? 1 : 0, kind === KINDS.window ? 0 : 1, has(kind).length];
+  const before = (a: AnyKind, b: AnyKind) => {
+    const [x, y] = [rank(a), rank(b)];
+    const at = x.findIndex((value, i) => value !== y[i]);
+    return at >= 0 && x[at]! > y[at]!;
+  };
+  const kind = [...marked, KINDS.window].reduce((best, k) => (before(k, best) ? k : best));
   const oneKind = new Set<string>();
   for (const other of marked) {
     if (other === kind) continue;

@@ -107,6 +107,7 @@ export const bucketKind: RuleKind<BucketFields> = {
   protocol: "count",
   fields: FIELDS,
   marks: ["burst"],
+  required: ["limit", "period", "burst"],
   maxLimit: MAX_LIMIT,
   limitNoun: "requests",
   limitField: "limit",

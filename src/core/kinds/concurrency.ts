@@ -39,6 +39,7 @@ export const concurrencyKind: RuleKind<ConcurrencyFields> = {
   protocol: "place",
   fields: ["concurrency", "place_timeout"],
   marks: ["concurrency"],
+  required: ["concurrency"],
   maxLimit: MAX_CONCURRENCY,
   limitNoun: "places",
   limitField: "concurrency",

@@ -89,6 +89,8 @@ export interface RuleKind<Part extends KindFields = KindFields> {
   readonly fields: readonly string[];
   /** The fields whose presence makes a rule this kind (none: the default kind). */
   readonly marks: readonly string[];
+  /** The fields a rule of this kind cannot do without: with all of them, a rule is whole as this kind. */
+  readonly required: readonly string[];
   /** The most a limit of this kind may be, from a tier or an override too. */
   readonly maxLimit: number;
   /** The field that says its limit, as wrangler.toml writes it (for messages: "concurrency", "limit"). */

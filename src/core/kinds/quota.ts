@@ -101,6 +101,7 @@ export const quotaKind: RuleKind<QuotaFields> = {
   protocol: "count",
   fields: FIELDS,
   marks: ["quota"],
+  required: ["quota", "per"],
   maxLimit: MAX_LIMIT,
   limitNoun: "units",
   limitField: "quota",

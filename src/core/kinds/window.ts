@@ -40,6 +40,7 @@ export const windowKind: RuleKind<WindowFields> = {
   protocol: "count",
   fields: FIELDS,
   marks: [],
+  required: ["limit", "period"],
   maxLimit: MAX_LIMIT,
   limitNoun: "requests",
   limitField: "limit",
