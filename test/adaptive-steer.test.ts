@@ -129,6 +129,54 @@ describe.concurrent("clients that cannot move an adaptive rule's limit", () => {
   );
 });
 
+describe("an endpoint slow by nature, called by a few clients", () => {
+  /**
+   * `slowKeys` clients, each asking an endpoint that takes a second (over the 300 ms target, and ten times the
+   * others' answers) again and again, beside `fastKeys` clients each asking for 100 ms answers 4 times a second, for
+   * 4 s. The origin has no queue: its slow answers are the endpoint's, and only its callers see them.
+   */
+  async function slowEndpoint(slowKeys: number, fastKeys: number) {
+    const id = uniqueRule("slow-endpoint");
+    const send = limiter([rule(id)]);
+    const ask = async (ip: string, path: string) => {
+      const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const startedAt = Date.now();
+    const statuses: number[] = [];
+    const loop = (ip: string, path: string, pauseMs: number, into?: number[]) =>
+      (async () => {
+        while (Date.now() - startedAt < 4_000) {
+          const status = await ask(ip, path);
+          into?.push(status);
+          await pause(pauseMs);
+        }
+      })();
+    await Promise.all([
+      ...Array.from({ length: slowKeys }, () => loop(uniqueIp(), "/slow/1000", 100)),
+      ...Array.from({ length: fastKeys }, () => loop(uniqueIp(), "/slow/100", 150, statuses)),
+    ]);
+    return { factors: await factors(id), statuses };
+  }
+
+  // Eight and ten keys: more than the five worst a judgement leaves out, fewer than half of the clients.
+  it.each([8, 10])(
+    "%i keys beside twelve others: their slow answers are the endpoint's, the factor stays 1, and the others get only 200",
+    async (slowKeys) => {
+      const { factors, statuses } = await slowEndpoint(slowKeys, 12);
+      expect(factors).toEqual({ isolate: 1, controller: 1 });
+      expect(statuses.length).toBeGreaterThan(100);
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    },
+  );
+
+  it("called by most of the clients, it is the origin as they see it: the limit is cut", async () => {
+    const { factors } = await slowEndpoint(12, 4);
+    expect(factors.controller).toBeLessThan(1);
+  });
+});
+
 describe("the requests an isolate counts in flight at the origin", () => {
   it("are counted from their last byte: twenty clients trickling bodies over a second make no queue, and the factor stays 1", async () => {
     const id = uniqueRule("in-flight");

@@ -275,6 +275,21 @@ describe("an adaptive rule's controller object", () => {
     expect(answer).toMatchObject({ factor: 1, version: 0 });
   });
 
+  it("takes a report's clients and troubled keys only as whole counts within its own: a bad count hides no overloaded origin", async () => {
+    // Ninety of a hundred answers slow, all of them from ten keys the report calls troubled.
+    const slowMostly = { forwarded: 300, answered: 100, slow: 90, busyMs: 90 * 400 + 10 * 50, shed: 50 };
+    const troubled = { keys: 10, answered: 90, slow: 90, errors: 0, late: 0, busyMs: 90 * 400, stuck: 0, busySq: 0 };
+    for (const [clients, keys] of [
+      [1e300, 10], // not a whole count: no clients counted, so no few of them
+      [100, Number.NaN],
+      [100, -10],
+    ]) {
+      const rule = freshRule();
+      const answer = await window(rule, 0, { ...slowMostly, clients, troubled: { ...troubled, keys: keys! } }, T0);
+      expect(answer.factor).toBeLessThan(1);
+    }
+  });
+
   it("counts nothing of a report for another rule, and logs it: each rule has its own controller", async () => {
     const rule = freshRule();
     await window(rule, 0, overloaded, T0);

@@ -166,6 +166,75 @@ describe("a window under the current factor", () => {
     expect(health.slowShare).toBeCloseTo(1 / 110, 12);
   });
 
+  /**
+   * `slowKeys` clients whose 4 answers each took 2 s (slow, late, mostly bad), beside `fastKeys` clients with 6
+   * answers each in `fastMs`, as an isolate that counts its clients reports them: the worst keys (16 at most), the
+   * clients, and the mostly-bad keys with their counts added up.
+   */
+  const slowEndpoint = (slowKeys: number, fastKeys: number, fastMs = 50): HealthCounts => {
+    const slow = slowKeys * 4;
+    const fast = fastKeys * 6;
+    return counts({
+      forwarded: slow + fast,
+      answered: slow + fast,
+      slow,
+      late: slow,
+      busyMs: slow * 400 + fast * fastMs, // each slow answer counts at most four times the 100 ms target
+      busySq: slow * 400 ** 2 + fast * fastMs ** 2,
+      worst: Array.from(
+        { length: Math.min(16, slowKeys) },
+        (_, i): KeyCounts => [`s${i}`, 4, 4, 0, 4, 1600, 0, 4 * 400 ** 2],
+      ),
+      clients: slowKeys + fastKeys,
+      troubled: {
+        keys: slowKeys,
+        answered: slow,
+        slow,
+        errors: 0,
+        late: slow,
+        busyMs: slow * 400,
+        stuck: 0,
+        busySq: slow * 400 ** 2,
+      },
+    });
+  };
+
+  it.each([
+    ["six clients of twenty", 6, 14, "raise"],
+    ["nine of twenty", 9, 11, "raise"],
+    ["twenty of sixty, more than a report names", 20, 40, "raise"],
+    ["ten of twenty: not fewer than half", 10, 10, "cut"],
+    ["fifteen of twenty", 15, 5, "cut"],
+  ] as const)(
+    "judges without the clients whose answers were mostly slow while they are fewer than half of them: %s (%i slow, %i fast) is a %s",
+    (_, slowKeys, fastKeys, kind) => {
+      const { step } = decide(at(0.5, { calm: calm(50) }), slowEndpoint(slowKeys, fastKeys));
+      expect(step.kind).toBe(kind);
+      if (kind === "raise") expect(step).toMatchObject({ health: { leftOut: slowKeys, slowShare: 0, queue: false } });
+    },
+  );
+
+  it("judges with them when the others slowed too: a queue slows every client", () => {
+    // The fourteen others' answers at 70 ms against a calm of 50: over 1.2 × calm, a queue forming.
+    expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 70)).step.kind).toBe("cut");
+    // At 55 ms, within it: the six are left out.
+    expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 55)).step.kind).toBe("raise");
+  });
+
+  it("judges a lone client whole, and a report without the clients counted as before", () => {
+    const lone = counts({
+      forwarded: 40,
+      answered: 40,
+      slow: 40,
+      worst: [["a", 40, 40, 0, 0, 0, 0, 0]],
+      clients: 1,
+      troubled: { keys: 1, answered: 40, slow: 40, errors: 0, late: 0, busyMs: 0, stuck: 0, busySq: 0 },
+    });
+    expect(decide(at(1), lone).step.kind).toBe("cut");
+    const { clients: _, troubled: __, ...unCounted } = slowEndpoint(6, 14);
+    expect(decide(at(0.5, { calm: calm(50) }), unCounted).step.kind).toBe("cut");
+  });
+
   it("counts a client gone before its answer as neither success nor failure", () => {
     // 100 forwarded, 40 of whose clients hung up early: the origin answered the other 60, fast. No breach,
     // and it kept up with all it was left to answer.

@@ -210,6 +210,48 @@ describe("an isolate's reporter of one adaptive rule", () => {
     expect(counts.worst).toHaveLength(16);
   });
 
+  it("counts the clients it answered, and adds up those whose answers were mostly bad, with all their answers", () => {
+    const reporter = new HealthReporter(rule);
+    for (let i = 0; i < 3; i++) reporter.answered(200, 5, "fast");
+    reporter.answered(200, 500, "slow"); // all slow: mostly bad
+    reporter.answered(200, 500, "slow");
+    reporter.answered(200, 5, "once"); // one slow answer in three: not mostly bad
+    reporter.answered(200, 5, "once");
+    reporter.answered(200, 500, "once");
+    reporter.answered(503, 5, "failing"); // a failure in one: mostly bad
+    reporter.answered(200, 5); // a key not known: a client not counted
+    const { counts } = reporter.due(0)!;
+    expect(counts.clients).toBe(4);
+    expect(counts.troubled).toEqual({
+      keys: 2,
+      answered: 3,
+      slow: 2,
+      errors: 1,
+      late: 0,
+      busyMs: 800,
+      stuck: 0,
+      busySq: 2 * 400 * 400,
+    });
+    // The next report starts afresh.
+    reporter.landed(answer());
+    reporter.answered(200, 5, "fast");
+    expect(reporter.due(5_000)!.counts).toMatchObject({ clients: 1 });
+    expect(reporter.due(5_000)).toBeNull();
+  });
+
+  it("counts at most 1024 clients between reports, and keeps a failed report's clients and troubled keys", () => {
+    const reporter = new HealthReporter(rule);
+    for (let i = 0; i < 2_000; i++) reporter.answered(200, 5, `k${i}`);
+    reporter.answered(503, 5, "k0");
+    reporter.answered(503, 5, "k0");
+    const first = reporter.due(0)!.counts;
+    expect(first.clients).toBe(1024);
+    expect(first.troubled).toMatchObject({ keys: 1, errors: 2 });
+    reporter.failed(10);
+    reporter.answered(503, 5, "x");
+    expect(reporter.due(5_000)!.counts).toMatchObject({ clients: 1025, troubled: { keys: 2, errors: 3 } });
+  });
+
   it("keeps a failed report's worst keys: they go with the next, merged with the keys counted since", () => {
     const reporter = new HealthReporter(rule);
     reporter.answered(503, 5, "a");

@@ -124,6 +124,13 @@ export type ControllerParams = {
    */
   leaveOut: number;
   /**
+   * Keys whose answers were mostly slow, failed or late, when they are fewer
+   * than this share of the clients, are left out instead, all of them, if
+   * that leaves less trouble than leaving out the `leaveOut` worst: a slow
+   * endpoint slows the clients that call it, a queue slows every client.
+   */
+  fewClients: number;
+  /**
    * How far over its allowed share a count must be to be a breach, in
    * standard deviations of a binomial count at that share: a few slow
    * requests among few answers are chance, not an unhealthy origin.
@@ -197,6 +204,7 @@ export const CONTROLLER_PARAMS: ControllerParams = {
   resumeQuietUnder: 2.5,
   calmMovedAt: 1.8,
   leaveOut: 5,
+  fewClients: 0.5,
   z: 2,
   calmPeriodMs: 60_000,
   calmFloorMs: 25,
@@ -387,7 +395,7 @@ export function judge(
   calmMs: number | null = null,
   params: ControllerParams = CONTROLLER_PARAMS,
 ): Health {
-  const { answered: n, slow, errors, late, busyMs, busySq, stuck, leftOut } = withoutWorst(window, params.leaveOut);
+  const { answered: n, slow, errors, late, busyMs, busySq, stuck, leftOut } = withoutFew(window, params, calmMs);
   const { z } = params;
   // Sent to the origin, as far as the origin's health goes: not the requests whose clients left before the
   // origin could be late (they say nothing of it); the ones that left after it was (goneSlow) it did not keep up with.
@@ -423,6 +431,42 @@ export function judge(
     queue,
     forming: queue || (gradient ?? 0) > params.holdAt,
   };
+}
+
+type Evidence = ReturnType<typeof withoutWorst>;
+
+/** What an evidence holds against the origin: its slow, failed and late answers and requests found late. */
+const badIn = (e: Evidence): number => e.slow + e.errors + e.late + e.stuck;
+
+/**
+ * The window's evidence without the few clients that saw trouble the rest
+ * did not: without the `leaveOut` worst keys, or, when the keys whose
+ * answers were mostly bad are fewer than `fewClients` of the clients,
+ * without all of them, whichever leaves less trouble. A queue at the origin
+ * slows every client, so its trouble outlasts both.
+ */
+export function withoutFew(window: HealthCounts, params: ControllerParams, calmMs: number | null = null): Evidence {
+  const worst = withoutWorst(window, params.leaveOut);
+  const t = window.troubled;
+  if (t === undefined || t.keys === 0 || t.keys >= (window.clients ?? 0) * params.fewClients) return worst;
+  const left: Evidence = {
+    answered: Math.max(0, window.answered - t.answered),
+    slow: Math.max(0, window.slow - t.slow),
+    errors: Math.max(0, window.errors - t.errors),
+    late: Math.max(0, window.late - t.late),
+    busyMs: Math.max(0, window.busyMs - t.busyMs),
+    busySq: Math.max(0, window.busySq - t.busySq),
+    stuck: Math.max(0, window.stuck - t.stuck),
+    leftOut: t.keys,
+  };
+  if (left.answered + left.stuck <= 0) return worst;
+  // The others slowed too (their mean over the calm latency, as a queue forming makes it): not a few clients' trouble.
+  const m = left.answered - left.errors;
+  const slowed =
+    calmMs !== null &&
+    m >= params.meanSamples &&
+    left.busyMs / m > params.holdAt * Math.max(calmMs, params.calmFloorMs);
+  return !slowed && badIn(left) < badIn(worst) ? left : worst;
 }
 
 /**
@@ -843,7 +887,8 @@ function againstMark(counts: HealthCounts, countedMs: number | null, markMs: num
   const same = countedMs !== null && markMs !== null && Math.abs(countedMs - markMs) <= markMs / 10;
   if (same || (counts.late === 0 && counts.stuck === 0)) return counts;
   const worst = counts.worst?.map((k): KeyCounts => [k[0], k[1], k[2], k[3], 0, k[5], 0, k[7]]);
-  return { ...counts, late: 0, stuck: 0, ...(worst === undefined ? {} : { worst }) };
+  const troubled = counts.troubled && { ...counts.troubled, late: 0, stuck: 0 };
+  return { ...counts, late: 0, stuck: 0, ...(worst === undefined ? {} : { worst }), ...(troubled ? { troubled } : {}) };
 }
 
 /**

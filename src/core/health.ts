@@ -244,6 +244,20 @@ export type HealthCounts = {
    */
   worst?: KeyCounts[];
   /**
+   * The client keys that had an answer (or a request found late in flight),
+   * counted in each report (a key in two reports, or two isolates, counts
+   * twice, as its trouble does in {@link troubled}); absent from an isolate
+   * that does not count them.
+   */
+  clients?: number;
+  /**
+   * The keys among them whose answers were mostly slow, failed or late, and
+   * their counts added up, counted the same way. A few clients with mostly
+   * bad answers beside many with good ones are not an unhealthy origin (a
+   * queue slows every client); the controller can judge without them.
+   */
+  troubled?: Troubled;
+  /**
    * Under a rule with priorities: per priority, the requests forwarded and
    * the requests shed (refused only because of the reduction). The
    * controller moves the stage of a priority with neither at once, and
@@ -284,6 +298,51 @@ export type KeyCounts = [
   stuck: number,
   busySq: number,
 ];
+
+/**
+ * Keys whose answers were mostly slow, failed or late: how many, and their
+ * answers, slow, failed and late ones, busy time, requests found late in
+ * flight and the squares of their busy time, added up.
+ */
+export type Troubled = {
+  keys: number;
+  answered: number;
+  slow: number;
+  errors: number;
+  late: number;
+  busyMs: number;
+  stuck: number;
+  busySq: number;
+};
+
+/** No troubled keys. */
+export const noTroubled = (): Troubled => ({
+  keys: 0,
+  answered: 0,
+  slow: 0,
+  errors: 0,
+  late: 0,
+  busyMs: 0,
+  stuck: 0,
+  busySq: 0,
+});
+
+/** Two sets of troubled keys' counts added up; undefined when both are. */
+export function addTroubled(a?: Troubled, b?: Troubled): Troubled | undefined {
+  if (a === undefined) return b === undefined ? undefined : { ...b };
+  if (b === undefined) return { ...a };
+  const sum = { ...a };
+  for (const field of Object.keys(sum) as (keyof Troubled)[]) sum[field] += b[field];
+  return sum;
+}
+
+/**
+ * Whether a key's answers were mostly slow, failed or late: more than half
+ * of its answers (`answered`, all it had, not only those since its first
+ * bad one) and of its requests found late in flight.
+ */
+export const mostlyBad = (k: KeyCounts, answered: number): boolean =>
+  2 * (Math.max(k[2], k[3], k[4]) + k[6]) > answered + k[6];
 
 /** The most client keys a report, or a controller's window, keeps counts of. */
 export const MAX_WORST_KEYS = 16;
@@ -336,6 +395,9 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
   if (a.crowded !== undefined || b.crowded !== undefined) sum.crowded = (a.crowded ?? 0) + (b.crowded ?? 0);
   const worst = mergeWorst(a.worst, b.worst);
   if (worst.length > 0) sum.worst = worst;
+  if (a.clients !== undefined || b.clients !== undefined) sum.clients = (a.clients ?? 0) + (b.clients ?? 0);
+  const troubled = addTroubled(a.troubled, b.troubled);
+  if (troubled !== undefined) sum.troubled = troubled;
   const byPriority = addPriorityCounts(a.byPriority, b.byPriority);
   if (byPriority !== undefined) sum.byPriority = byPriority;
   return sum;

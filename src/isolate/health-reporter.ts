@@ -11,6 +11,7 @@
 import { CONTROLLER_PARAMS, type ControlTarget, urgent } from "../core/controller.ts";
 import {
   addCounts,
+  addTroubled,
   busyCapOf,
   type HealthCounts,
   type HealthTarget,
@@ -19,6 +20,7 @@ import {
   type LatencyPairs,
   latencyBucketOf,
   mergeWorst,
+  mostlyBad,
   noCounts,
   noKeyCounts,
   outcomeOf,
@@ -40,6 +42,13 @@ export const REPORT_FAILURE_LOG_EVERY_MS = 60_000;
  * with fast answers takes none of the room.
  */
 export const MAX_KEYS_COUNTED = 64;
+
+/**
+ * The most client keys a reporter counts answers of between reports: past
+ * it, further keys are not counted among the clients (which can only make a
+ * few clients' trouble look like more of them).
+ */
+export const MAX_CLIENTS_COUNTED = 1024;
 
 /** What the reporter needs of its rule: its id, its configured limit (or concurrency), and its target. */
 export type ReportedRule = { id: string; limit: number; adaptive: HealthTarget };
@@ -102,6 +111,8 @@ export class HealthReporter {
   private counts: HealthCounts = noCounts();
   /** Per client key that had a slow, failed or late answer since the last report: its answers since then. */
   private keys = new Map<string, KeyCounts>();
+  /** Each client key's answers since the last report: how many clients there were, and how much of each one's was bad. */
+  private answers = new Map<string, number>();
   /** Requests in flight not found late yet, oldest first. */
   private oldest: Flight | null = null;
   private newest: Flight | null = null;
@@ -246,6 +257,9 @@ export class HealthReporter {
 
   /** One answer of a client key: kept once the key has had a slow, failed or late one. */
   private countKey(key: string, slow: boolean, error: boolean, late: boolean, busyMs: number): void {
+    const answers = this.answers.get(key);
+    if (answers !== undefined) this.answers.set(key, answers + 1);
+    else if (this.answers.size < MAX_CLIENTS_COUNTED) this.answers.set(key, 1);
     const counts = this.keyCounts(key, slow || error || late);
     if (counts === undefined) return;
     counts[1]++;
@@ -319,8 +333,10 @@ export class HealthReporter {
     // A failed report's worst keys came back into the counts: merged with those counted since.
     const worst = mergeWorst(counts.worst, worstFirst([...this.keys.values()]));
     if (worst.length > 0) counts.worst = worst;
+    this.spread(counts);
     this.counts = noCounts();
     this.keys = new Map();
+    this.answers = new Map();
     this.lastSentMs = nowMs;
     this.sending = { counts, latency, version: this.version };
     const { id, limit } = this.rule;
@@ -333,6 +349,33 @@ export class HealthReporter {
       ...(latency.length > 0 ? { latency } : {}),
       lateMs: this.lateMs,
     };
+  }
+
+  /**
+   * Adds to `counts` the client keys since the last report, and those of
+   * them whose answers were mostly bad with their counts (a key found only
+   * late in flight is a client too).
+   */
+  private spread(counts: HealthCounts): void {
+    let clients = this.answers.size;
+    let troubled = counts.troubled;
+    for (const [key, k] of this.keys) {
+      const answered = this.answers.get(key);
+      if (answered === undefined) clients++;
+      if (!mostlyBad(k, answered ?? 0)) continue;
+      troubled = addTroubled(troubled, {
+        keys: 1,
+        answered: k[1],
+        slow: k[2],
+        errors: k[3],
+        late: k[4],
+        busyMs: k[5],
+        stuck: k[6],
+        busySq: k[7],
+      });
+    }
+    if (clients > 0 || counts.clients !== undefined) counts.clients = (counts.clients ?? 0) + clients;
+    if (troubled !== undefined) counts.troubled = troubled;
   }
 
   /** Whether a report is on its way. */
@@ -361,6 +404,7 @@ export class HealthReporter {
     // Counts gathered under the old factor are no evidence about the new one: the controller would ignore them.
     this.counts = noCounts();
     this.keys = new Map();
+    this.answers = new Map();
     this.latency.fill(0);
     this.latencyCount = 0;
     return { changed: true, fell: answer.factor < from, from, to: answer.factor };

@@ -31,6 +31,7 @@ import {
   planPriorities,
   type ReportedTarget,
   slowShareOf,
+  type Troubled,
   worstFirst,
 } from "../core/health.ts";
 import { type Factors, factorsAt, PRIORITIES, type Priority, stagesOf } from "../core/priorities.ts";
@@ -97,7 +98,27 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   if (worst.length > 0) clean.worst = worst;
   const byPriority = cleanPriorityCounts(c.byPriority);
   if (byPriority !== undefined) clean.byPriority = byPriority;
+  if (c.clients !== undefined) clean.clients = count(c.clients);
+  const troubled = cleanTroubled(c.troubled, clean);
+  if (troubled !== undefined) clean.troubled = troubled;
   return clean;
+}
+
+/** A report's troubled keys: whole counts, none more than the report's own (they are part of it). */
+function cleanTroubled(t: unknown, whole: HealthCounts): Troubled | undefined {
+  if (typeof t !== "object" || t === null) return undefined;
+  const c = t as Partial<Record<keyof Troubled, unknown>>;
+  const answered = Math.min(whole.answered, count(c.answered));
+  return {
+    keys: Math.min(whole.clients ?? 0, count(c.keys)),
+    answered,
+    slow: Math.min(answered, whole.slow, count(c.slow)),
+    errors: Math.min(answered, whole.errors, count(c.errors)),
+    late: Math.min(answered, whole.late, count(c.late)),
+    busyMs: Math.min(whole.busyMs, amount(c.busyMs)),
+    stuck: Math.min(whole.stuck, count(c.stuck)),
+    busySq: Math.min(whole.busySq, amount(c.busySq)),
+  };
 }
 
 /** A report's counts per priority: whole counts of the three priorities only. */
