@@ -160,6 +160,12 @@ describe("client keys", () => {
     ["sid=abc; theme=dark", "sid", "abc"],
     ["theme=dark;sid=abc", "sid", "abc"],
     ['sid="quoted"', "sid", "quoted"],
+    ["sid=%61bc", "sid", "abc"],
+    ['sid="%61b%63"', "sid", "abc"],
+    ["sid=caf%C3%A9%20au%20lait", "sid", "café au lait"],
+    ["sid=100%25", "sid", "100%"],
+    ["sid=50%", "sid", "50%"], // not an escape: as it is, as the origin's parser leaves it
+    ["sid=%FF", "sid", "%FF"], // not UTF-8: the same
     ["xsid=abc", "sid", null],
     [null, "sid", null],
   ])("reads cookie from %o", (header, name, value) => {

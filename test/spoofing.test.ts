@@ -64,6 +64,23 @@ describe("a client cannot walk around its limit", () => {
     expect(result).toEqual([200, 200, 429, 429]);
   });
 
+  // An origin reads a cookie's value percent-decoded (the `cookie` package, which Express's cookie-parser uses, and
+  // most frameworks), and a query parameter's too: so does the key, or each spelling would be a fresh count.
+  it.each([
+    ["a cookie", "cookie:sid", (v: string) => ({ cookie: `theme=dark; sid=${v}` }), ""],
+    ["a query parameter", "query:k", () => ({}), "?k="],
+  ])("spelling %s's value with percent-escapes does not escape its count", async (_, source, headers, query) => {
+    const send = limiter([{ id: "spelled", limit: 2, period: "1m", key: [source] }]);
+    const value = uniqueTag("abc");
+    const at = (i: number) => `%${value.charCodeAt(i).toString(16).toUpperCase()}`;
+    const spellings = [value, value, `${at(0)}${value.slice(1)}`, `${value.slice(0, 2)}${at(2)}${value.slice(3)}`];
+    const result = await statuses(4, () => {
+      const spelled = spellings.shift()!;
+      return send(`/x${query}${query ? spelled : ""}`, from(uniqueIp(), headers(spelled)));
+    });
+    expect(result).toEqual([200, 200, 429, 429]);
+  });
+
   it("a 100 KB header value as the key is hashed, not refused, and still counted", async () => {
     const send = limiter([{ id: "huge", limit: 1, period: "1m", key: ["header:x-api-key"] }]);
     const key = `${uniqueTag("huge")}${"k".repeat(100_000)}`;

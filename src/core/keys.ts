@@ -124,14 +124,24 @@ export async function hashKey(canonical: string): Promise<string> {
   return hex;
 }
 
-/** The value of cookie `name` in a `Cookie` header, or null. */
+/** A value with its percent-escapes decoded, as an origin decodes a cookie's; as it is when they are not UTF-8. */
+function percentDecoded(value: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    return value;
+  }
+}
+
+/** The value of cookie `name` in a `Cookie` header, unquoted and percent-decoded as an origin reads it, or null. */
 export function readCookie(header: string | null, name: string): string | null {
   if (header === null) return null;
   for (const pair of header.split(";")) {
     const eq = pair.indexOf("=");
     if (eq < 0 || pair.slice(0, eq).trim() !== name) continue;
-    const value = pair.slice(eq + 1).trim();
-    return value.length >= 2 && value.startsWith('"') && value.endsWith('"') ? value.slice(1, -1) : value;
+    const raw = pair.slice(eq + 1).trim();
+    const value = raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"') ? raw.slice(1, -1) : raw;
+    return value.includes("%") ? percentDecoded(value) : value;
   }
   return null;
 }
