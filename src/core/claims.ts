@@ -4,10 +4,12 @@
  * and what counts as a value there.
  */
 
+import { atMostCharacters } from "./text.ts";
+
 /** A verified token's payload. */
 export type Claims = Readonly<Record<string, unknown>>;
 
-/** The longest claim value a key takes; a longer one is treated as missing rather than hashed into a key. */
+/** The longest claim value a key takes, in characters (code points: an emoji is one); a longer one is treated as missing rather than hashed into a key. */
 export const MAX_CLAIM_LENGTH = 1024;
 
 /**
@@ -23,6 +25,6 @@ export function claimAt(claims: Claims, path: string): string | null {
     if (typeof value !== "object" || value === null || Array.isArray(value) || !Object.hasOwn(value, name)) return null;
     value = (value as Record<string, unknown>)[name];
   }
-  if (typeof value === "string") return value.length <= MAX_CLAIM_LENGTH ? value : null;
+  if (typeof value === "string") return atMostCharacters(value, MAX_CLAIM_LENGTH) ? value : null;
   return Number.isSafeInteger(value) ? String(value) : null;
 }

@@ -15,6 +15,7 @@ import { kindOf } from "./kinds/registry.ts";
 import { MAX_LIMIT } from "./kinds/window.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
+import { charactersIn } from "./text.ts";
 
 /** What an override does to its rule, for its client. */
 export type OverrideSetting =
@@ -40,12 +41,6 @@ export type Override = OverrideSetting & {
 
 export const MAX_NOTE_CHARS = 1_000;
 
-/** A text's length in characters (Unicode code points), as a note's limit counts it: an emoji is one, not two. */
-export const charactersIn = (text: string): number => {
-  let n = 0;
-  for (const _ of text) n++;
-  return n;
-};
 const TIER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
 /** The fields of an override's JSON (docs/per-client-limits.md documents each). */

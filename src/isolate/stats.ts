@@ -9,6 +9,7 @@
  */
 import { SpaceSaving } from "../core/heavy-hitters.ts";
 import type { Rule } from "../core/rules.ts";
+import { atMostCharacters, firstCharacters } from "../core/text.ts";
 import { withDeadline } from "../object/client.ts";
 import type { StatsObject } from "../object/stats.ts";
 import {
@@ -172,7 +173,7 @@ const decoder = new TextDecoder();
  * client and flush, with `STATS_RAW_KEYS` only.
  */
 function bounded(key: string): string {
-  const kept = key.length <= MAX_CLIENT_CHARS ? key : `${key.slice(0, MAX_CLIENT_CHARS - 1)}…`;
+  const kept = atMostCharacters(key, MAX_CLIENT_CHARS) ? key : `${firstCharacters(key, MAX_CLIENT_CHARS - 1)}…`;
   return decoder.decode(encoder.encode(kept));
 }
 

@@ -7,6 +7,7 @@
  */
 import { keyParams } from "../core/keys.ts";
 import type { Rule } from "../core/rules.ts";
+import { atMostCharacters, firstCharacters } from "../core/text.ts";
 import { costOf } from "../object/protocol.ts";
 import type { StatsOutcome } from "../object/stats-protocol.ts";
 import { keyHashPrefix } from "../observe/log.ts";
@@ -117,4 +118,5 @@ export function asWritten(canonical: string): string {
   }
 }
 
-const cut = (value: string): string => (value.length > MAX_VALUE_CHARS ? `${value.slice(0, MAX_VALUE_CHARS)}…` : value);
+const cut = (value: string): string =>
+  atMostCharacters(value, MAX_VALUE_CHARS) ? value : `${firstCharacters(value, MAX_VALUE_CHARS)}…`;

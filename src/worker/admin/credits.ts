@@ -16,10 +16,11 @@
  * `hash=` names the client in place of `key=`, as for `/status`.
  */
 import { MAX_LIMIT } from "../../core/kinds/window.ts";
-import { charactersIn, MAX_NOTE_CHARS } from "../../core/overrides.ts";
+import { MAX_NOTE_CHARS } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import { isCounted, type Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
+import { charactersIn } from "../../core/text.ts";
 import { textUpTo } from "../../http/body-text.ts";
 import { withDeadline } from "../../object/client.ts";
 import type { Credit, PeriodUsage, Usage } from "../../object/kinds/counter.ts";
