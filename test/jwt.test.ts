@@ -410,6 +410,44 @@ describe("network facts from request.cf", () => {
 });
 
 describe("the admin API names a client by its claim", () => {
+  it("reads the client under the tier its last request's token claimed, as that request was decided", async () => {
+    const ADMIN = "admin-token-jwt-test-51c9";
+    const window = { id: `tiered-${crypto.randomUUID().slice(0, 8)}`, limit: 2, period: "1h", key: ["jwt:sub|ip"] };
+    const places = { id: `${window.id}-c`, concurrency: 1, key: ["jwt:sub|ip"] };
+    const send = limiter([window, places], {
+      ...inline(),
+      ADMIN_TOKEN: ADMIN,
+      JWT: { issuer: ISSUER, audience: AUDIENCE, tier_claim: "plan" },
+      TIERS: { pro: { [window.id]: 4, [places.id]: 3 } },
+    } as never);
+    const sub = user();
+    const call = async (plan?: string) => {
+      const token = await valid(keys.RS256, sub, plan === undefined ? {} : { plan });
+      const response = await send("/api", { headers: { "cf-connecting-ip": uniqueIp(), ...bearer(token) } });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const status = async (rule: string) => {
+      const query = `rule=${rule}&key=${encodeURIComponent(`jwt:sub=${sub}`)}`;
+      return (await (await send(`/__ratelimit/status?${query}`, { headers: bearer(ADMIN) })).json()) as Record<
+        string,
+        unknown
+      >;
+    };
+    expect(await call("pro")).toBe(200);
+    expect(await status(window.id)).toMatchObject({ limit: 4, tier: "pro", remaining: 3, allowed: true });
+    expect(await status(places.id)).toMatchObject({ limit: 3, inUse: 0, free: 3 });
+    // A token without the claim: the rule's own limits, for that request and for the reads after it.
+    expect(await call()).toBe(200);
+    const own = await status(window.id);
+    expect(own).toMatchObject({ limit: 2, remaining: 0, allowed: false });
+    expect(own).not.toHaveProperty("tier");
+    expect(await status(places.id)).toMatchObject({ limit: 1 });
+    // And the claim again: its tier's.
+    expect(await call("pro")).toBe(200);
+    expect(await status(window.id)).toMatchObject({ limit: 4, tier: "pro", remaining: 1, allowed: true });
+  });
+
   it("status and reset with key=jwt:sub=<value> reach the user's own counter", async () => {
     const ADMIN = "admin-token-jwt-test-51c9";
     const rule = perUser(`admin-${crypto.randomUUID().slice(0, 8)}`, 2);

@@ -28,6 +28,7 @@ import { NOTHING_LEFT_RETRY_MS } from "../core/priorities.ts";
 import type { Decision } from "../core/sliding-window.ts";
 import { logEvent } from "../observe/log.ts";
 import { BookingBook, type Replanned, turnAnswerOf } from "./booking-book.ts";
+import { ClaimedTiers } from "./claimed-tiers.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
 import type { Counter, Credit, Seen, Usage } from "./kinds/counter.ts";
@@ -90,6 +91,14 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS counters (
   kind TEXT NOT NULL DEFAULT 'window'
 )`;
 
+/**
+ * How a read without a request sees the client: `lastTier`, under the tier
+ * its last request's token claimed (an admin read, which has no token); by
+ * default, as the check says (the client's own view, made with its token).
+ * A quota's usage and credits are admin reads: always under it.
+ */
+export type Read = { lastTier?: boolean };
+
 /** What `usage` answers: the client's usage (null for a kind that keeps no periods), and what applied to it. */
 export type UsageAnswer = { nowMs: number; usage: Usage | null; override?: OverrideSetting["kind"]; tier?: string };
 
@@ -141,6 +150,8 @@ export class RateLimiter extends DurableObject<unknown> {
 
   /** This client's overrides, and how each rule applies to it now (its override, then its factor). */
   private readonly plans: PlanBook;
+  /** The tier each rule's last request claimed, for the admin API's reads, which carry no token. */
+  private readonly claimed: ClaimedTiers;
 
   /** Held requests' bookings. */
   private readonly books: BookingBook;
@@ -168,6 +179,7 @@ export class RateLimiter extends DurableObject<unknown> {
       grantedUnder(this.plans.plan(check as RuleCheck, nowMs), granted, check as RuleCheck),
     );
     this.plans = new PlanBook(this.sql, ctx.id.name);
+    this.claimed = new ClaimedTiers(this.sql);
     // A fresh or cleaned-up object has no tables: reading them must not create one.
     const tables = new Set(
       this.sql
@@ -179,6 +191,7 @@ export class RateLimiter extends DurableObject<unknown> {
     if (tables.has("bookings")) this.books.load(Date.now());
     if (tables.has("places")) this.places.load();
     if (tables.has("overrides")) this.plans.load();
+    if (tables.has("claimed_tiers")) this.claimed.load();
     if (!tables.has("counters")) {
       this.alarmAtMs = this.lastExpiry();
       return;
@@ -315,6 +328,7 @@ export class RateLimiter extends DurableObject<unknown> {
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
     this.followRaises(rules, nowMs);
+    for (const rule of rules) this.claimed.saw(rule.id, rule.tier);
     const plans = rules.map((rule) => checked(this.plans.plan(rule, nowMs), rule));
     const rows = plans.map((plan) => (plan.kind === "count" ? this.current(plan.rule, nowMs) : undefined));
     const batch = Math.max(1, Math.floor(options.batch ?? 1));
@@ -627,6 +641,7 @@ export class RateLimiter extends DurableObject<unknown> {
   acquire(ruleId: string, request: PlaceRequest): PlaceAnswer {
     const nowMs = Date.now();
     const check = placeCheck(ruleId, request);
+    this.claimed.saw(ruleId, request.tier);
     this.followFactor(check, nowMs);
     const plan = this.plans.plan(check, nowMs);
     if (plan.kind === "deny") return { status: "refused", nowMs, free: 0, inUse: 0, override: "deny" };
@@ -669,9 +684,10 @@ export class RateLimiter extends DurableObject<unknown> {
    * one: how many its override (or tier) gives it (null when an override
    * lifts or denies the rule), how many are held, and how many requests wait.
    */
-  peekPlaces(ruleId: string, request: PlaceRequest): PlacesNow {
+  peekPlaces(ruleId: string, request: PlaceRequest, read: Read = {}): PlacesNow {
     const nowMs = Date.now();
-    const plan = this.plans.plan(placeCheck(ruleId, request), nowMs);
+    const check = placeCheck(ruleId, request);
+    const plan = this.plans.plan(read.lastTier ? this.claimed.applied(check) : check, nowMs);
     const { inUse, waiting } = this.places.peek(ruleId, nowMs);
     if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
     const limit = plan.rule.limit;
@@ -858,8 +874,9 @@ export class RateLimiter extends DurableObject<unknown> {
    * and earlier ones as far as the row keeps them; `usage` null for a kind
    * that keeps none, and `limit` null when an override lifts or denies the rule.
    */
-  usage(rule: RuleCheck): UsageAnswer {
+  usage(asked: RuleCheck): UsageAnswer {
     const nowMs = Date.now();
+    const rule = this.claimed.applied(asked);
     const counter = counterOf(rule);
     if (counter.usage === undefined) return { nowMs, usage: null };
     if (this.books.active) this.countTurnsDue(nowMs);
@@ -876,8 +893,9 @@ export class RateLimiter extends DurableObject<unknown> {
    * requests held ahead move up where it leaves room. `before` and `after`
    * null for a kind that keeps no periods (nothing is changed).
    */
-  credit(rule: RuleCheck, change: Credit): CreditAnswer {
+  credit(asked: RuleCheck, change: Credit): CreditAnswer {
     const nowMs = Date.now();
+    const rule = this.claimed.applied(asked);
     const counter = counterOf(rule);
     if (counter.usage === undefined || counter.credit === undefined) return { nowMs, before: null, after: null };
     if (this.books.active) this.countTurnsDue(nowMs);
@@ -899,11 +917,12 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /** What a request now would see, without counting it. */
-  peek(rules: RuleCheck[]): CheckResult {
+  peek(rules: RuleCheck[], read: Read = {}): CheckResult {
     const nowMs = Date.now();
     if (this.books.active) this.countTurnsDue(nowMs);
     const rows: (Row | undefined)[] = [];
-    const verdicts = rules.map((rule) => {
+    const verdicts = rules.map((asked) => {
+      const rule = read.lastTier ? this.claimed.applied(asked) : asked;
       const plan = checked(this.plans.plan(rule, nowMs), rule);
       if (plan.kind !== "count") return fixedVerdict(plan, nowMs);
       const row = this.current(plan.rule, nowMs);
@@ -1214,6 +1233,7 @@ export class RateLimiter extends DurableObject<unknown> {
     this.wake.set(null, nowMs);
     this.rows.clear();
     this.plans.clear();
+    this.claimed.clear();
     this.refundsDue.clear();
     this.tentativePenalties.clear();
     this.schemaReady = false;

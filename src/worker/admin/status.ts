@@ -122,11 +122,11 @@ async function reset({ rule, name, canonical, stub, about }: Client, { settings,
 async function peek(client: Client, timeoutMs: number): Promise<Response> {
   const { rule, stub, about } = client;
   if (!isCounted(rule)) return peekPlaces(client, rule, timeoutMs);
-  const peeked = await withDeadline(stub.peek([toRuleCheck(rule)]), timeoutMs);
+  const peeked = await withDeadline(stub.peek([toRuleCheck(rule)], { lastTier: true }), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
   const verdict = peeked.value.verdicts[0]!;
   // The limit this client has: the rule's, an override's or a tier's; null when an override lifts or denies.
-  const limit = verdict.limit ?? (verdict.override === undefined ? rule.limit : null);
+  const limit = verdict.limit ?? (verdict.override !== undefined ? null : tierLimit(rule, verdict.tier));
   return json({
     ...about,
     limit,
@@ -153,9 +153,13 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
   });
 }
 
+/** The limit a rule gives a client in `tier` (the one its last request's token claimed), or its own. */
+const tierLimit = (rule: Rule, tier: string | undefined): number =>
+  (tier === undefined ? undefined : rule.tiers?.[tier]) ?? rule.limit;
+
 /** A concurrency rule's places for the client: how many it has, how many are held, how many requests wait. */
 async function peekPlaces({ stub, about }: Client, rule: PlacedRule, timeoutMs: number): Promise<Response> {
-  const peeked = await withDeadline(stub.peekPlaces(rule.id, toPlaceRequest(rule)), timeoutMs);
+  const peeked = await withDeadline(stub.peekPlaces(rule.id, toPlaceRequest(rule), { lastTier: true }), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
   const { limit, inUse, waiting, override } = peeked.value;
   return json({
