@@ -11,7 +11,7 @@ import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate } from "../src/isolate/gate.ts";
 import type { LimiterNamespace } from "../src/object/client.ts";
 import type { CheckOptions, WindowCheck as RuleCheck } from "../src/object/protocol.ts";
-import { flakyNamespace, scriptedNamespace } from "./support/chaos.ts";
+import { flakyNamespace, scriptedNamespace, slowNamespace } from "./support/chaos.ts";
 import { countedNamespace } from "./support/counting.ts";
 import { env } from "./support/env.ts";
 import { createIsolate, decider, objectAlone, requestFrom, settingsFor, statusOf } from "./support/isolate.ts";
@@ -434,7 +434,7 @@ describe("a request whose client hangs up while it waits, and which goes on runn
     expect(calls.options[1]?.batch).toBeUndefined();
   });
 
-  it("the waiter that sent the batch, gone while its call is on its way: what the batch admitted for it is written off, and it is not served too", async () => {
+  it("the waiter that sent the batch, gone while its call is on its way: what the batch admitted for it is given back, and it is not served too", async () => {
     const settings = settingsFor([{ id: "gone-sender", limit: 100, period: "1h", precision: 60, strict: true }], 1_000);
     const { ns, hold, arrived } = gatedNamespace();
     const isolate = createIsolate();
@@ -456,19 +456,54 @@ describe("a request whose client hangs up while it waits, and which goes on runn
     const served = outcomes.filter((outcome) => outcome.kind === "allow").length;
     const writtenOff = Object.values(isolate.counters.writtenOff).reduce((a, b) => a + b, 0);
     const held = [...isolate.keys.digests()].reduce((n, digest) => n + isolate.keys.heldUnits(digest), 0);
+    // The object counts only the two requests served (and what this isolate holds ahead of its next ones).
     expect({ served, writtenOff, stored: await storedTotal(ip) }).toEqual({
       served: 2,
-      writtenOff: 1,
-      stored: 3 + held,
+      writtenOff: 0,
+      stored: 2 + held,
     });
   });
+});
+
+describe("an object slower than the timeout, under a rule that fails closed", () => {
+  // A refused request is not counted: the 503 of on_error = "closed" means it was not served, so what the object
+  // counts for it when it answers late goes back, whether it called alone or in a batch.
+  it.each([
+    [1, "every call", 300, 0],
+    [5, "every call", 300, 0],
+    [20, "every call", 300, 0],
+    // The first call answers at once; the rest wait for it, then go in one batch, whose call is late.
+    [20, "every call but the first", 0, 1],
+  ])(
+    "%i requests at once, %s answered past the timeout: those refused with 503 leave nothing counted",
+    async (n, _, firstMs, served) => {
+      const settings = settingsFor(
+        [{ id: "closed-slow", limit: 10, period: "1h", precision: 60, on_error: "closed" }],
+        200,
+      );
+      const isolate = createIsolate();
+      const slow = slowNamespace((call) => (call === 1 ? firstMs : 300));
+      const { run, background } = decider(settings, slow.ns, isolate);
+      const ip = uniqueIp();
+      const outcomes = await Promise.all(Array.from({ length: n }, () => run(requestFrom(ip))));
+      const statuses = outcomes.map(statusOf);
+      expect(statuses.filter((s) => s === 503).length).toBe(n - served);
+      await sleep(1_000); // the late answers, and what goes back for them
+      await background.settled();
+      await sleep(500);
+      await background.settled();
+      const held = [...isolate.keys.digests()].reduce((units, digest) => units + isolate.keys.heldUnits(digest), 0);
+      expect(await storedTotal(ip)).toBe(served + held);
+      expect(expectErrorLogs("limiter_unavailable").length).toBeGreaterThan(0);
+    },
+  );
 });
 
 describe("a key whose calls are slow: its next call is waited for longer before it is presumed lost", () => {
   it("waits four times the key's last call, or twice the wait of a call presumed lost, up to the timeout", () => {
     // One gate per key (and rule set), all timed by the isolate's calls.
     const times = new CallTimes();
-    const gateOf = () => new Gate([], times, new IsolateCounters());
+    const gateOf = () => new Gate([], times, { counters: new IsolateCounters(), handBack: () => undefined });
     const [slow, quick, lostKey] = [gateOf(), gateOf(), gateOf()];
     // Before any call has landed, a call is presumed lost after 4 × 50 ms.
     const first = slow.depart(0, 1_000);

@@ -11,7 +11,7 @@ import { IsolateCounters } from "../src/isolate/counters.ts";
 import { CallTimes } from "../src/isolate/flight.ts";
 import { Gate, type PlaceStep, type Step, Visit } from "../src/isolate/gate.ts";
 import type { KeyCall, Settlement } from "../src/isolate/vocabulary.ts";
-import type { CheckResult, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
+import type { CheckResult, Refund, RuleVerdict, TurnAnswer } from "../src/object/protocol.ts";
 import { counted, settingsFor } from "./support/isolate.ts";
 
 const TIMEOUT_MS = 1_000;
@@ -20,9 +20,19 @@ const STALE_MS = 200;
 
 const rules = counted(settingsFor([{ id: "gate", limit: 10, period: "1m" }]).rules);
 
-function setUp() {
-  const counters = new IsolateCounters();
-  return { gate: new Gate(rules, new CallTimes(), counters), counters };
+/** Where the gate's batches send what they give back, and count what they write off: kept for the test to read. */
+function newHost() {
+  const handed: { name: string; refunds: Refund[] }[] = [];
+  return {
+    counters: new IsolateCounters(),
+    handed,
+    handBack: (name: string, refunds: Refund[]) => handed.push({ name, refunds }),
+  };
+}
+
+function setUp(gateRules = rules) {
+  const host = newHost();
+  return { gate: new Gate(gateRules, new CallTimes(), host), counters: host.counters, host };
 }
 
 /** A request at the gate, and how often a landing woke it. */
@@ -134,7 +144,7 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     gate.woke(c.visit, 40);
     // The call admits two of the three: a and b.
     const call = answered(batchResult(2));
-    a.visit.batch!.answered(call, rules, new IsolateCounters());
+    a.visit.batch!.answered(call, rules, newHost());
     gate.land(sealed.flight, LANDED, 60);
     expect([b.woken.times, c.woken.times]).toEqual([2, 2]);
     expect(allowedBy(gate.sent(a.visit, call, 60))).toBe(true);
@@ -157,7 +167,7 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     const sealed = gate.sendBatch(a.visit, 20, TIMEOUT_MS);
     gate.woke(b.visit, 20);
     const call = answered({ nowMs: 0, allowed: true, verdicts: [verdict(true)] });
-    a.visit.batch!.answered(call, rules, new IsolateCounters());
+    a.visit.batch!.answered(call, rules, newHost());
     gate.land(sealed.flight, LANDED, 30);
     expect(allowedBy(gate.sent(a.visit, call, 30))).toBe(true);
     expect(gate.woke(b.visit, 30)).toEqual({ do: "call" });
@@ -216,8 +226,8 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     expect(gate.sendBatch(stays.visit, 40, TIMEOUT_MS).size).toBe(1);
   });
 
-  it("a client that hangs up once its batch was sent: what the batch admits for it is written off, once", () => {
-    const { gate, counters } = setUp();
+  it("a client that hangs up once its batch was sent: what the batch admits for it is given back to the object, once", () => {
+    const { gate, counters, host } = setUp();
     const first = gate.depart(0, TIMEOUT_MS);
     const [sender, gone] = [arrive(1_000), arrive(1_000)];
     gate.enter(sender.visit, 10);
@@ -229,17 +239,18 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     gate.woke(gone.visit, 20); // reading
     gate.hangUp(gone.visit);
     const call = answered(batchResult(2));
-    sender.visit.batch!.answered(call, rules, counters);
-    sender.visit.batch!.writeOffAbandoned(rules, counters);
+    sender.visit.batch!.answered(call, rules, host);
+    sender.visit.batch!.writeOffAbandoned(rules, host);
     gate.land(sealed.flight, LANDED, 30);
-    expect(counters.writtenOff["batch abandoned"]).toBe(1);
+    expect(counters.writtenOff["batch abandoned"]).toBe(0);
+    expect(host.handed).toEqual([{ name: "object", refunds: [{ receipt: verdict(true).counted, count: 1 }] }]);
     expect(gone.woken.times).toBe(1); // by the first landing only
     expect(endOf(gate.woke(gone.visit, 1_000))).toEqual({ by: "gone" });
     expect(allowedBy(gate.sent(sender.visit, call, 30))).toBe(true);
   });
 
   it("a batch whose sender leaves (its own deadline came first): the sender runs out, the others read their answers, and what was admitted for the sender is written off", () => {
-    const { gate, counters } = setUp();
+    const { gate, counters, host } = setUp();
     const first = gate.depart(0, TIMEOUT_MS);
     const [sender, other] = [arrive(100), arrive(1_000)];
     gate.enter(sender.visit, 10);
@@ -252,14 +263,14 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     const ranOut = endOf(gate.sent(sender.visit, "timeout", 100));
     expect(ranOut).toMatchObject({ by: "ran out", ticket: { slot: 0, abandoned: true } });
     const call = answered(batchResult(2));
-    other.visit.batch!.answered(call, rules, counters);
+    other.visit.batch!.answered(call, rules, host);
     gate.land(sealed.flight, LANDED, 150);
     expect(counters.writtenOff["batch abandoned"]).toBe(1);
     expect(allowedBy(gate.woke(other.visit, 150))).toBe(true);
   });
 
-  it("a late answer: a batch's call that timed out decides later; a request that went on reads its own slot, and every admission is written off", async () => {
-    const { gate, counters } = setUp();
+  it("a late answer: a batch's call that timed out decides later; a request that went on reads its own slot and stays counted, and one that asked again is given back", async () => {
+    const { gate, counters, host } = setUp();
     const first = gate.depart(0, TIMEOUT_MS);
     const [sender, other] = [arrive(100), arrive(1_000)];
     gate.enter(sender.visit, 10);
@@ -282,17 +293,18 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
       outcome: { ok: false, reason: "timeout", message: "no decision within 1000ms", attempts: 1, late },
     };
     const batch = sender.visit.batch!;
-    batch.answered(timedOut, rules, counters);
+    batch.answered(timedOut, rules, host);
     const forSender = batch.lateAnswer(ranOut.end.ticket!, 2 * TIMEOUT_MS);
     gate.land(sealed.flight, { ok: false, reason: "timeout", message: "late", attempts: 1, name: "object" }, 1_020);
     // The other request took the call's timeout as its own: it stops waiting for the batch, and looks again.
     expect(gate.woke(other.visit, 1_020)).toEqual({ do: "call" });
     expect(other.visit.ticket?.abandoned).toBe(true);
-    const decided = batch.lateDecision(sealed.size, late, rules, counters);
+    const decided = batch.lateDecision(sealed.size, late, rules, host);
     answer(batchResult(2));
     await decided;
     expect((await forSender)?.allowed).toBe(true);
-    expect(counters.writtenOff["batch abandoned"]).toBe(2);
+    expect(counters.writtenOff["batch abandoned"]).toBe(1);
+    expect(host.handed).toEqual([{ name: "object", refunds: [{ receipt: verdict(true).counted, count: 1 }] }]);
   });
 
   it("reading a batch whose call is presumed lost: stops waiting (what it admits is written off) and looks again; past its deadline it runs out", () => {
@@ -346,7 +358,7 @@ const heldCall = (waitMs: number, nowMs = 5_000): KeyCall => ({
 
 /** A request at a rate gate whose rule holds, calling alone; its call answered at `nowMs`, booked `waitMs` ahead. */
 function heldAt(waitMs: number, nowMs: number) {
-  const gate = new Gate(smoothRules, new CallTimes(), new IsolateCounters());
+  const gate = new Gate(smoothRules, new CallTimes(), newHost());
   const { visit, woken } = arrive(nowMs + TIMEOUT_MS, { batching: false });
   expect(gate.enter(visit, nowMs - 10)).toEqual({ do: "call" });
   const step = gate.called(visit, heldCall(waitMs), nowMs);
@@ -411,7 +423,7 @@ describe("held: a wait with no call, until the turn the object booked", () => {
   });
 
   it("a client that hangs up while its call is on its way: when the call comes back held, the booking goes back", () => {
-    const gate = new Gate(smoothRules, new CallTimes(), new IsolateCounters());
+    const gate = new Gate(smoothRules, new CallTimes(), newHost());
     const { visit } = arrive(TIMEOUT_MS, { batching: false });
     gate.enter(visit, 0);
     expect(gate.hangUp(visit)).toBeNull(); // nothing booked yet
@@ -439,7 +451,7 @@ describe("held: a wait with no call, until the turn the object booked", () => {
 
 /** A request asking for a place under a concurrency rule of 3, at a gate of its own. */
 function asking(marginMs = TIMEOUT_MS) {
-  const gate = new Gate(capRules, new CallTimes(), new IsolateCounters());
+  const gate = new Gate(capRules, new CallTimes(), newHost());
   const { visit, woken } = arrive(TIMEOUT_MS, { batching: false });
   visit.marginMs = marginMs;
   expect(gate.enterPlace(visit)).toEqual({ do: "acquire" });

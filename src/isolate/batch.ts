@@ -9,9 +9,9 @@
  * sends them.
  */
 import type { CountedRule } from "../core/rules.ts";
-import { type CheckResult, costOf } from "../object/protocol.ts";
-import type { IsolateCounters } from "./counters.ts";
+import { type CheckResult, costOf, type Refund } from "../object/protocol.ts";
 import type { Flight } from "./flight.ts";
+import type { LeaseHost } from "./held-leases.ts";
 import type { KeyCall, Settlement } from "./vocabulary.ts";
 
 /** A request's place in a batch, as the request reads it. Only its batch changes it. */
@@ -22,8 +22,15 @@ export type Ticket = {
   readonly slot: number | null;
   /** True once it left the batch before it was sent: something else decided it. */
   readonly left: boolean;
-  /** True once it stopped waiting for the batch it was sent with: an admission counted for it is written off. */
+  /** True once it stopped waiting for the batch it was sent with: an admission counted for it is not its. */
   readonly abandoned: boolean;
+  /**
+   * True once it is known the request is not served on what the batch admits
+   * for it (its client hung up, it asked again, or it was refused): that
+   * admission goes back to the object. Otherwise (it went on without its
+   * answer) an admission counted for it stays counted, and is written off.
+   */
+  readonly givenBack: boolean;
 };
 
 /** A ticket as its batch changes it. */
@@ -51,8 +58,15 @@ export class Batch {
   /** How to wake each request that went on without its answer and waits for it, to settle by its response. */
   private readonly lateWaiters = new Set<() => void>();
 
+  /** Whether a request of the batch that runs out waiting for it is refused (`on_error = "closed"`). */
+  private readonly failsClosed: boolean;
+
+  constructor(failsClosed = false) {
+    this.failsClosed = failsClosed;
+  }
+
   join(refundableMs: number): Ticket {
-    const place: Place = { refundableMs, slot: null, left: false, abandoned: false };
+    const place: Place = { refundableMs, slot: null, left: false, abandoned: false, givenBack: false };
     this.places.push(place);
     return place;
   }
@@ -63,9 +77,17 @@ export class Batch {
     if (place.slot === null) place.left = true;
   }
 
-  /** The ticket's request stopped waiting for the batch it was sent with: what it admits for it is written off. */
-  abandon(ticket: Ticket): void {
-    (ticket as Place).abandoned = true;
+  /**
+   * The ticket's request stopped waiting for the batch it was sent with.
+   * What the batch admits for it goes back to the object when the request is
+   * not served on it: `again` (it asks the object again), or its rules fail
+   * closed (it is refused); otherwise (it went on without its answer) it is
+   * written off, and stays counted.
+   */
+  abandon(ticket: Ticket, again = false): void {
+    const place = ticket as Place;
+    place.abandoned = true;
+    if (again || this.failsClosed) place.givenBack = true;
   }
 
   /**
@@ -76,7 +98,7 @@ export class Batch {
    */
   hangUp(ticket: Ticket): void {
     this.leave(ticket);
-    if (ticket.slot !== null && this.call === null) this.abandon(ticket);
+    if (ticket.slot !== null && this.call === null) this.abandon(ticket, true);
   }
 
   /**
@@ -107,26 +129,43 @@ export class Batch {
    * answers from it, with what it admitted for those that stopped waiting
    * written off.
    */
-  answered(call: KeyCall, rules: CountedRule[], counters: IsolateCounters): void {
+  answered(call: KeyCall, rules: CountedRule[], host: LeaseHost): void {
     this.call = call;
-    this.writeOffAbandoned(rules, counters);
+    this.writeOffAbandoned(rules, host);
     if (call.outcome.ok || call.outcome.late === undefined)
       this.decided(call.outcome.ok ? call.outcome.result : undefined);
   }
 
-  /** Admissions the batch counted for requests that had stopped waiting for it: nobody spends them. */
-  writeOffAbandoned(rules: CountedRule[], counters: IsolateCounters): void {
+  /** Admissions the batch counted for requests that had stopped waiting for it: given back, or written off. */
+  writeOffAbandoned(rules: CountedRule[], host: LeaseHost): void {
     const outcome = this.call?.outcome;
     if (!outcome?.ok) return;
-    this.writeOffSlots(outcome.result, this.abandonedSlots(), rules, counters);
+    this.writeOffSlots(outcome.result, this.abandonedSlots(), rules, host);
   }
 
-  /** Writes off what `result` admitted for these slots of the batch, each once. */
-  private writeOffSlots(result: CheckResult, slots: number[], rules: CountedRule[], counters: IsolateCounters): void {
+  /**
+   * What `result` admitted for these slots of the batch, each once: given
+   * back to the object for a request not served on it, written off (and
+   * counted) for one that went on without it.
+   */
+  private writeOffSlots(result: CheckResult, slots: number[], rules: CountedRule[], host: LeaseHost): void {
     const admitted = result.admitted ?? (result.allowed ? 1 : 0);
     const lost = slots.filter((slot) => slot < admitted && !this.writtenOff.has(slot));
     for (const slot of lost) this.writtenOff.add(slot);
-    counters.writeOff("batch abandoned", lost.length * rules.reduce((n, rule) => n + costOf(rule), 0));
+    const back = lost.filter((slot) => this.failsClosed || this.placeAt(slot)?.givenBack === true).length;
+    const perRequest = rules.reduce((n, rule) => n + costOf(rule), 0);
+    host.counters.writeOff("batch abandoned", (lost.length - back) * perRequest);
+    const name = this.call?.name;
+    if (back === 0 || name === undefined) return;
+    const refunds = result.verdicts.flatMap((v, j): Refund[] =>
+      v.counted ? [{ receipt: v.counted, count: back * costOf(rules[j]!) }] : [],
+    );
+    if (refunds.length > 0) host.handBack(name, refunds);
+  }
+
+  /** The place given `slot` when the batch was sent. */
+  private placeAt(slot: number): Place | undefined {
+    return this.places.find((place) => place.slot === slot);
   }
 
   /**
@@ -140,12 +179,12 @@ export class Batch {
     size: number,
     late: Promise<CheckResult | undefined>,
     rules: CountedRule[],
-    counters: IsolateCounters,
+    host: LeaseHost,
   ): Promise<void> {
     const result = await late;
     if (result) {
       const slots = Array.from({ length: size }, (_, slot) => slot);
-      this.writeOffSlots(result, slots, rules, counters);
+      this.writeOffSlots(result, slots, rules, host);
     }
     this.decided(result);
   }

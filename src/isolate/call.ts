@@ -166,7 +166,7 @@ export async function callObject(
   }
   const call = { name, outcome, sentAtMs };
   if (!caller.alone) {
-    caller.batch.answered(call, group.rules, ctx.isolate.counters);
+    caller.batch.answered(call, group.rules, ctx.isolate.keys);
     watchLateBatch(caller.batch, size, outcome, group.rules, ctx);
   }
   if (flight !== null) {

@@ -145,7 +145,9 @@ export function watchLateBatch(
   effects: Effects,
 ): void {
   const late = outcome.ok ? undefined : outcome.late;
-  if (late) effects.work.add(batch.lateDecision(size, late, rules, effects.isolate.counters));
+  // What it admits for requests it did not serve goes back to the object with the isolate's next returns.
+  if (late)
+    effects.work.add(batch.lateDecision(size, late, rules, effects.isolate.keys).then(() => sendOutbox(effects)));
 }
 
 /** Settles, in the background, what a call's late answer says, once it says it. */

@@ -51,8 +51,8 @@ import type {
   TurnAnswer,
 } from "../object/protocol.ts";
 import { answerOf, Batch, type Ticket } from "./batch.ts";
-import type { IsolateCounters } from "./counters.ts";
 import { type CallTimes, Flight, STALE_AFTER_TYPICAL } from "./flight.ts";
+import type { LeaseHost } from "./held-leases.ts";
 import type { AnsweredCall, Cancel, Failure, KeyCall, Landing, Settlement } from "./vocabulary.ts";
 
 /** What a request at a rate rule set's gate does next. */
@@ -181,7 +181,10 @@ export class Gate {
   /** The rule set this gate is for. */
   readonly rules: Rule[];
   private readonly times: CallTimes;
-  private readonly counters: IsolateCounters;
+  /** Where what a batch admitted for a request it did not serve goes: back to the object, or written off. */
+  private readonly host: LeaseHost;
+  /** Whether a request of this gate that runs out waiting is refused (a rule fails closed). */
+  private readonly failsClosed: boolean;
   /** The call in flight, until it lands or is presumed lost. */
   private flight: Flight | null = null;
   /** The requests that wait for {@link flight} and go to the object together once it lands, unless it decides them. */
@@ -196,10 +199,11 @@ export class Gate {
    */
   private patienceMs = 0;
 
-  constructor(rules: Rule[], times: CallTimes, counters: IsolateCounters) {
+  constructor(rules: Rule[], times: CallTimes, host: LeaseHost) {
     this.rules = rules;
     this.times = times;
-    this.counters = counters;
+    this.host = host;
+    this.failsClosed = rules.some((rule) => rule.action === "block" && rule.onError === "closed");
   }
 
   // The call in flight.
@@ -443,7 +447,7 @@ export class Gate {
       return CALL;
     }
     if (visit.batching) {
-      if (this.next === null) this.next = new Batch();
+      if (this.next === null) this.next = new Batch(this.failsClosed);
       const batch = this.next;
       visit.batch = batch;
       visit.ticket = batch.join(visit.refundableMs);
@@ -498,15 +502,16 @@ export class Gate {
     if (!landing.ok && landing.reason !== "timeout")
       return this.end(visit, { do: "done", end: { by: "failure", failure: landing } });
     // It ended without an answer in its caller's time: look again.
-    this.abandon(visit);
+    this.abandon(visit, true);
     return this.look(visit, nowMs);
   }
 
   /** The request stopped waiting for a flight that has not landed. */
   private gaveUp(visit: Visit, nowMs: number): Step {
     if (visit.at.at === "reading") {
-      this.abandon(visit);
-      if (nowMs < visit.deadlineMs) return this.look(visit, nowMs); // the batch's call is presumed lost
+      const again = nowMs < visit.deadlineMs;
+      this.abandon(visit, again);
+      if (again) return this.look(visit, nowMs); // the batch's call is presumed lost
       const { batch, ticket } = visit;
       return this.end(visit, { do: "done", end: { by: "ran out", batch: batch!, ticket: ticket! } });
     }
@@ -523,11 +528,15 @@ export class Gate {
     if (visit.ticket !== null) visit.batch!.leave(visit.ticket);
   }
 
-  /** The request stops waiting for the batch it was sent with: what it admits for it is written off. */
-  private abandon(visit: Visit): void {
-    visit.batch!.abandon(visit.ticket!);
+  /**
+   * The request stops waiting for the batch it was sent with, to ask again
+   * (`again`) or to run out: what it admits for it is given back, or written
+   * off (see {@link Batch.abandon}).
+   */
+  private abandon(visit: Visit, again = false): void {
+    visit.batch!.abandon(visit.ticket!, again);
     // If the call answered already; else the call does when it does.
-    visit.batch!.writeOffAbandoned(this.rules as CountedRule[], this.counters);
+    visit.batch!.writeOffAbandoned(this.rules as CountedRule[], this.host);
   }
 
   /** Ends a request whose client hung up, with what it had that must be handed back. */

@@ -104,7 +104,7 @@ export class KeyState {
   gate(rules: Rule[]): Gate {
     this.gates ??= [];
     for (const gate of this.gates) if (sameRules(gate.rules, rules)) return gate;
-    const gate = new Gate(rules, this.host.times, this.host.counters);
+    const gate = new Gate(rules, this.host.times, this.host);
     this.gates.push(gate);
     return gate;
   }

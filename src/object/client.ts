@@ -63,7 +63,7 @@ export async function checkKey(
       // A retry does not return lease units again: the failed attempt may have taken them back already.
       const sent = attempts === 1 ? options : { ...options, returns: undefined };
       const tried = await attempt(stubFor(ns, check.name), check, sent, decision.expired);
-      if (tried.kind === "timeout") return timedOut(tried.call, check.timeoutMs, attempts);
+      if (tried.kind === "timeout") return timedOut(tried.call, check, attempts);
       if (tried.kind === "answer") {
         const { result } = tried;
         return firstError === undefined
@@ -102,12 +102,19 @@ async function attempt(
   }
 }
 
-/** A call past its deadline; what it answers within one more timeout is still read (see `late`). */
-function timedOut(call: Promise<CheckResult>, timeoutMs: number, attempts: number): LimiterOutcome {
-  // Watched for one more timeout at most: a call that never ends must not hold the isolate.
+/**
+ * A call past its deadline; what it answers within two timeouts of when it
+ * was sent is still read (see `late`): as long as for a call sent with its
+ * request's whole time left, however little was left when it was sent (a
+ * request that waited for another's call first), so that what the object
+ * counts for a request then refused can still be taken back.
+ */
+function timedOut(call: Promise<CheckResult>, check: KeyCheck, attempts: number): LimiterOutcome {
+  const { timeoutMs, leftMs } = check;
+  // Watched for a bounded time: a call that never ends must not hold the isolate.
   const late = Promise.race([
     call.catch(() => undefined),
-    new Promise<undefined>((resolve) => setTimeout(resolve, timeoutMs)),
+    new Promise<undefined>((resolve) => setTimeout(resolve, Math.max(timeoutMs, 2 * timeoutMs - leftMs))),
   ]);
   return { ok: false, reason: "timeout", message: `no decision within ${timeoutMs}ms`, attempts, late };
 }

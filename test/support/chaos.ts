@@ -177,3 +177,27 @@ export function scriptedNamespace(script: Script[]) {
   };
   return { ns, calls };
 }
+
+/**
+ * A namespace whose calls reach the real object late: by `ms`, or by `ms(n)` for the n-th call (1, 2, …): an
+ * object slower than the decision's timeout.
+ */
+export function slowNamespace(ms: number | ((call: number) => number)) {
+  let calls = 0;
+  const ns: LimiterNamespace = {
+    idFromName: (name) => env.RATE_LIMITER.idFromName(name),
+    get: (id) => {
+      const real = env.RATE_LIMITER.get(id);
+      return {
+        check: async (rules: RuleCheck[], options?: CheckOptions) => {
+          const delayMs = typeof ms === "number" ? ms : ms(++calls);
+          await new Promise((resolve) => setTimeout(resolve, delayMs));
+          return real.check(rules, options);
+        },
+        peek: (rules: RuleCheck[]) => real.peek(rules),
+        refund: (refunds: Parameters<typeof real.refund>[0]) => real.refund(refunds),
+      } as unknown as ReturnType<LimiterNamespace["get"]>;
+    },
+  };
+  return { ns };
+}
