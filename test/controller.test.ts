@@ -215,10 +215,11 @@ describe("a window under the current factor", () => {
   );
 
   it("judges with them when the others slowed too: a queue slows every client", () => {
-    // The fourteen others' answers at 70 ms against a calm of 50: over 1.2 × calm, a queue forming.
-    expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 70)).step.kind).toBe("cut");
-    // At 55 ms, within it: the six are left out.
+    // The fourteen others' answers at 75 ms against a calm of 50: over 1.4 × calm, a queue.
+    expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 75)).step.kind).toBe("cut");
+    // At 65 ms, within it (a host's noise, or a queue only forming): the six are left out, and the others judged.
     expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 55)).step.kind).toBe("raise");
+    expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 65)).step.kind).toBe("hold");
   });
 
   it("judges a lone client whole, and a report without the clients counted as before", () => {

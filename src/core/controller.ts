@@ -126,8 +126,9 @@ export type ControllerParams = {
   /**
    * Keys whose answers were mostly slow, failed or late, when they are fewer
    * than this share of the clients, are left out instead, all of them, if
-   * that leaves less trouble than leaving out the `leaveOut` worst: a slow
-   * endpoint slows the clients that call it, a queue slows every client.
+   * that leaves less trouble than leaving out the `leaveOut` worst, and the
+   * others' mean is within `cutAt` × the calm latency: a slow endpoint slows
+   * the clients that call it, a queue slows every client.
    */
   fewClients: number;
   /**
@@ -460,12 +461,10 @@ export function withoutFew(window: HealthCounts, params: ControllerParams, calmM
     leftOut: t.keys,
   };
   if (left.answered + left.stuck <= 0) return worst;
-  // The others slowed too (their mean over the calm latency, as a queue forming makes it): not a few clients' trouble.
+  // The others slowed too (their mean over `cutAt` × the calm latency, as a queue makes it): not a few clients' trouble.
   const m = left.answered - left.errors;
   const slowed =
-    calmMs !== null &&
-    m >= params.meanSamples &&
-    left.busyMs / m > params.holdAt * Math.max(calmMs, params.calmFloorMs);
+    calmMs !== null && m >= params.meanSamples && left.busyMs / m > params.cutAt * Math.max(calmMs, params.calmFloorMs);
   return !slowed && badIn(left) < badIn(worst) ? left : worst;
 }
 
