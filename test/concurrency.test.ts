@@ -114,10 +114,11 @@ describe("a concurrency rule's place", () => {
     await waiting;
   });
 
-  it("is freed when the origin cannot be reached (502)", async () => {
+  // A HEAD's answer has no body to send: the Worker's own 502 for it must free the place as the answer goes.
+  it.each(["GET", "HEAD"])("is freed when the origin cannot be reached (502), for a %s", async (method) => {
     const { send, settledInUse } = worker(ONE, { ORIGIN_URL: downOriginUrl() });
     const ip = uniqueIp();
-    const res = await send("/stream/0", from(ip));
+    const res = await send("/stream/0", { method, ...from(ip) });
     expect(res.status).toBe(502);
     await res.arrayBuffer();
     await expectOriginDownReports(1);

@@ -13,6 +13,7 @@ export const ORIGIN_UNREACHABLE = "urn:edge-rate-limiter:origin-unreachable";
 export const INVALID_CONFIG = "urn:edge-rate-limiter:invalid-config";
 export const DENIED = "urn:edge-rate-limiter:denied";
 export const LOOP_DETECTED = "urn:edge-rate-limiter:loop-detected";
+export const BODY_NOT_FORWARDED = "urn:edge-rate-limiter:body-not-forwarded";
 
 export type Problem = { type: string; title: string; status: number; detail: string } & Record<string, unknown>;
 

@@ -6,7 +6,7 @@
 
 import type { Origin, OriginSecret } from "../config/origin.ts";
 import { logEvent } from "../observe/log.ts";
-import { ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
+import { BODY_NOT_FORWARDED, ORIGIN_UNREACHABLE, problemResponse } from "./problem.ts";
 import { clientClosedRequest } from "./refusals.ts";
 import { HOP_HEADER } from "./upstream.ts";
 
@@ -98,6 +98,24 @@ export type ForwardOptions = {
   /** Whether the client broke its body off: then a failed fetch is the client's doing, not an unreachable origin. */
   broke?: () => boolean;
 };
+
+/**
+ * The answer to a GET or HEAD that carries a body, which a Worker's `fetch`
+ * cannot send on: a 400 naming why, before any rule counts it (the request
+ * is the client's to fix, and never reaches the origin); null for any other
+ * request. Without it, the failed forward was a 502 "origin unreachable",
+ * which an adaptive rule took for the origin failing.
+ */
+export function bodyNotForwarded(request: Request): Response | null {
+  const { method } = request;
+  if ((method !== "GET" && method !== "HEAD") || request.body === null) return null;
+  return problemResponse({
+    type: BODY_NOT_FORWARDED,
+    title: "Bad Request",
+    status: 400,
+    detail: `A ${method} request with a body cannot be forwarded to the origin: send the body with POST, or leave it out.`,
+  });
+}
 
 /**
  * Forwards `request` upstream and returns its response, or a 502 problem

@@ -211,7 +211,8 @@ export class HealthWatch {
    */
   body(request: Request): ReadableStream<Uint8Array> | null {
     const { body } = request;
-    if (body === null) {
+    // A GET or a HEAD is forwarded without a body (fetch takes none): in flight from now.
+    if (body === null || request.method === "GET" || request.method === "HEAD") {
       this.inFlight();
       return null;
     }

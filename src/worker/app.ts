@@ -16,7 +16,7 @@ import { getOrCreate } from "../core/maps.ts";
 import { pathAsWritten, type RequestPath } from "../core/paths.ts";
 import { fail, ok, type Result } from "../core/result.ts";
 import { invalidConfigResponse, reportInvalidConfig } from "../http/problem.ts";
-import { type ForwardOptions, forward, type Upstream } from "../http/proxy.ts";
+import { bodyNotForwarded, type ForwardOptions, forward, type Upstream } from "../http/proxy.ts";
 import { withHeaders } from "../http/set-headers.ts";
 import { hasPassed, loopDetected } from "../http/upstream.ts";
 import type { Outcome } from "../isolate/answers.ts";
@@ -113,7 +113,7 @@ export const app = {
     // A request this deployment forwarded, back again: forwarding it once more would never end.
     const mark = markOf(env);
     if (mark !== undefined && hasPassed(request.headers, mark)) return loopDetected(request.url, Date.now());
-    return decideFirst(request, env, ctx) ?? hono.fetch(request, env, ctx);
+    return bodyNotForwarded(request) ?? decideFirst(request, env, ctx) ?? hono.fetch(request, env, ctx);
   },
 };
 

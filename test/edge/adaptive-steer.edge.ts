@@ -27,14 +27,17 @@ const ATTACKS = [
   { path: "reset-1", attackers: 1, how: "reset" },
   { path: "reset-5", attackers: 5, how: "reset" },
 ] as const;
-const RULES: RuleInput[] = ATTACKS.map(({ path }) => ({
+const adaptiveRule = (path: string): RuleInput => ({
   id: `steer-${path}`,
   path: `/${path}/*`,
   limit: LIMIT,
   period: "1m",
   key: ["ip"],
   adaptive: { latency: "300ms", percentile: 99, errors: "5%" },
-}));
+});
+/** Clients that send a GET with a body, which a Worker's fetch cannot forward (it was a 502, an origin failure). */
+const GET_WITH_BODY = "get-body";
+const RULES: RuleInput[] = [...ATTACKS.map(({ path }) => adaptiveRule(path)), adaptiveRule(GET_WITH_BODY)];
 
 let edge: Edge;
 beforeAll(async () => {
@@ -103,5 +106,52 @@ describe("clients that cannot move an adaptive rule's limit, over real sockets",
       expect(mine.filter((r) => r.status !== 200).map((r) => r.status)).toEqual([]);
       expect(mine.map(quotaOf).filter((q) => q !== LIMIT)).toEqual([]);
     }
+  });
+});
+
+/** A GET with a 2-byte body on a raw socket (no client library sends one): the status line it gets back. */
+function getWithBody(url: string, path: string, ip: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    let answer = "";
+    const socket = connect(Number(port), hostname, () => {
+      socket.write(
+        `GET ${path} HTTP/1.1\r\nhost: steer.test\r\ncf-connecting-ip: ${ip}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}`,
+      );
+    });
+    socket.on("data", (chunk) => {
+      answer += chunk.toString();
+    });
+    socket.on("error", () => resolve(answer.split("\r\n")[0] ?? ""));
+    socket.on("close", () => resolve(answer.split("\r\n")[0] ?? ""));
+    socket.setTimeout(10_000, () => socket.destroy());
+  });
+}
+
+describe("clients that send what the Worker cannot forward", () => {
+  it("six keys, each a GET with a body every 300 ms: 400 at the edge, and the legitimate client gets only 200 at the configured limit", async () => {
+    const driver = edge.driver(10_000);
+    const startedAt = Date.now();
+    const lines: string[] = [];
+    const attacking = Array.from({ length: 6 }, async (_, i) => {
+      for (let round = 0; Date.now() - startedAt < 5_000; round++) {
+        lines.push(await getWithBody(edge.urls[(round + i) % ISOLATES]!, `/${GET_WITH_BODY}/x`, `10.88.0.${i + 1}`));
+        await sleep(300);
+      }
+    });
+    const records: RequestRecord[] = [];
+    const legitimate = (async () => {
+      for (let i = 0; Date.now() - startedAt < 6_000; i++) {
+        records.push(
+          await driver.send(i % ISOLATES, "10.89.0.1", { method: "POST", path: `/${GET_WITH_BODY}/x` }).done,
+        );
+        await sleep(250);
+      }
+    })();
+    await Promise.all([...attacking, legitimate]);
+    expect(lines.length).toBeGreaterThan(30);
+    expect(new Set(lines)).toEqual(new Set(["HTTP/1.1 400 Bad Request"]));
+    expect(records.filter((r) => r.status !== 200).map((r) => r.status)).toEqual([]);
+    expect(records.map(quotaOf).filter((q) => q !== LIMIT)).toEqual([]);
   });
 });
