@@ -15,6 +15,7 @@ import type { CountedRule } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { withHeaders, withoutHeaders } from "../http/set-headers.ts";
 import { untilSent } from "../http/until-sent.ts";
+import { contentLengthOf, passedOn } from "../http/upload.ts";
 import { HealthWatch, type ReportContext } from "./adaptive.ts";
 import { type AfterContext, type AfterResponse, afterResponse } from "./after-response.ts";
 import { type HeldPlace, holdPlaces, type InFlight } from "./effects.ts";
@@ -60,6 +61,8 @@ export class AfterAnswer {
   private settle: AfterResponse | undefined;
   /** Its response is on its way: from then on its end, not the request's signal, says when the client went. */
   private answering = false;
+  /** Its client broke its upload off (watched for a rule that counts by the response, when no adaptive rule watches). */
+  private brokeUpload = false;
 
   constructor(parts: AfterParts) {
     this.parts = parts;
@@ -95,7 +98,7 @@ export class AfterAnswer {
         this.inFlight?.end("hung up");
       });
     }
-    if (watched === undefined) return undefined;
+    if (watched === undefined) return settles === undefined ? undefined : this.watchUpload(request);
     const health = new HealthWatch(watched.reporters, context, watched.keyOf);
     this.health = health;
     // Its client hanging up before the origin's headers is neither a success nor a failure of the origin.
@@ -105,7 +108,25 @@ export class AfterAnswer {
 
   /** Whether the client broke its upload off: a failed forward is then the client's doing, not the origin's. */
   get broke(): boolean {
-    return this.health?.broke ?? false;
+    return this.brokeUpload || (this.health?.broke ?? false);
+  }
+
+  /**
+   * The request's body passed on, watched for its client breaking it off,
+   * under a rule that counts by the response: a broken upload is the
+   * client's hang-up, which keeps its count, not an origin's failure, which
+   * `count` may give back. Undefined (forwarded as it is) without a body.
+   */
+  private watchUpload(request: Request): ReadableStream<Uint8Array> | undefined {
+    const { body, method } = request;
+    if (body === null || method === "GET" || method === "HEAD") return undefined;
+    return passedOn(body, contentLengthOf(request.headers), {
+      piece: () => undefined,
+      ended: () => undefined,
+      broke: () => {
+        this.brokeUpload = true;
+      },
+    });
   }
 
   /**
@@ -142,7 +163,8 @@ export class AfterAnswer {
   }
 
   private finish(response: Response): Response {
-    if (this.settle === undefined) return withHeaders(response, this.parts.headers);
+    // A client that broke its upload off hung up: its counts stay as they are, whatever `count` says of the status.
+    if (this.settle === undefined || this.broke) return withHeaders(response, this.parts.headers);
     const changes = this.settle({ status: response.status, headers: response.headers });
     const stripped = changes.strip.some((name) => response.headers.has(name))
       ? withoutHeaders(response, changes.strip)
