@@ -11,6 +11,7 @@
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
+import { WebSocketServer } from "ws";
 
 export const TAG_HEADER = "x-edge-tag";
 
@@ -33,6 +34,8 @@ export type CountingOrigin = {
   openNow: (key: string) => number;
   /** Per client key, every `/stream/` answer opening (+1) and closing (−1), in order, with the count after it. */
   openings: (key: string) => { atMs: number; tag: string; change: 1 | -1; open: number }[];
+  /** Per client key, the WebSockets the origin upgraded (`/ws/<ms>`) that are open now. */
+  webSocketsOpen: (key: string) => number;
   close: () => Promise<void>;
 };
 
@@ -91,6 +94,21 @@ export async function startOrigin(): Promise<CountingOrigin> {
       }, delayMs);
     });
   });
+  // `/ws/<ms>`: a WebSocket handshake the origin answers with its 101 that long after it came (if its connection is
+  // still open then); each socket upgraded is counted open, per client key, until it closes.
+  const upgrader = new WebSocketServer({ noServer: true });
+  const webSockets = new Map<string, number>();
+  server.on("upgrade", (req, socket, head) => {
+    const key = String(req.headers["cf-connecting-ip"] ?? "");
+    const delayMs = Number(/^\/ws\/(\d+)/.exec(req.url ?? "")?.[1] ?? 0);
+    setTimeout(() => {
+      if (socket.destroyed) return;
+      upgrader.handleUpgrade(req, socket, head, (ws) => {
+        webSockets.set(key, (webSockets.get(key) ?? 0) + 1);
+        ws.on("close", () => webSockets.set(key, (webSockets.get(key) ?? 1) - 1));
+      });
+    }, delayMs);
+  });
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
@@ -102,8 +120,11 @@ export async function startOrigin(): Promise<CountingOrigin> {
     maxOpen: (key) => maxOpen.get(key) ?? 0,
     openNow: (key) => open.get(key) ?? 0,
     openings: (key) => [...(openings.get(key) ?? [])],
+    webSocketsOpen: (key) => webSockets.get(key) ?? 0,
     close: () =>
       new Promise<void>((done) => {
+        for (const ws of upgrader.clients) ws.terminate();
+        upgrader.close();
         server.close(() => done());
         server.closeAllConnections();
       }),
