@@ -7,7 +7,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import { downOriginUrl, from, limiter, uniqueIp } from "./support/limiter.ts";
-import { expectErrorLogs, expectOriginDownReports } from "./support/logs.ts";
+import { expectErrorLogs, expectOriginDownReports, expectRuntimeReports } from "./support/logs.ts";
 
 const TOKEN = "concurrency-test-admin-token";
 
@@ -124,6 +124,20 @@ describe("a concurrency rule's place", () => {
     await expectOriginDownReports(1);
     expectErrorLogs("origin_unreachable");
     expect(await settledInUse("cap", ip, 0)).toBe(0);
+  });
+
+  it("is freed once the origin fails mid-body, before its client sees the cut: a client that asks again at once is admitted", async () => {
+    const { send } = worker(ONE);
+    const ip = uniqueIp();
+    const statuses: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const res = await send("/stream/20?reset", from(ip));
+      statuses.push(res.status);
+      await res.text().catch(() => "cut");
+    }
+    expect(statuses).toEqual(Array(10).fill(200));
+    // The runtime reports each body the origin broke off, though the Worker handles it.
+    expect(await expectRuntimeReports("error reading a body from connection", "all")).toBeGreaterThan(0);
   });
 
   it("refused, gives back what the request's rate rules counted for it", async () => {

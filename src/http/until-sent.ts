@@ -16,8 +16,8 @@
  * little CPU each).
  */
 
-/** How a response ended: sent in full, cut short (the client hung up, or the origin failed mid-body), or closed (a WebSocket). */
-export type Ending = "sent" | "cut short" | "closed";
+/** How a response ended: sent in full, cut short by its client (it hung up), failed (the origin, mid-body), or closed (a WebSocket). */
+export type Ending = "sent" | "cut short" | "failed" | "closed";
 
 /**
  * `response`, whose end `ended` is told of, once: at once for a response
@@ -48,7 +48,8 @@ export function untilSent(response: Response, ended: (how: Ending) => void, clos
         try {
           read = await reader.read();
         } catch (error) {
-          tell("cut short");
+          // The origin failed mid-body: it knows, so what it held may go at once, before the client sees the cut.
+          tell("failed");
           controller.error(error);
           return;
         }

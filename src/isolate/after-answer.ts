@@ -14,11 +14,11 @@
 import type { CountedRule } from "../core/rules.ts";
 import type { Policy, Reported } from "../http/rate-limit-headers.ts";
 import { withHeaders, withoutHeaders } from "../http/set-headers.ts";
-import { untilSent } from "../http/until-sent.ts";
+import { type Ending, untilSent } from "../http/until-sent.ts";
 import { contentLengthOf, passedOn } from "../http/upload.ts";
 import { HealthWatch, type ReportContext } from "./adaptive.ts";
 import { type AfterContext, type AfterResponse, afterResponse } from "./after-response.ts";
-import { type HeldPlace, holdPlaces, type InFlight } from "./effects.ts";
+import { type EndedBy, type HeldPlace, holdPlaces, type InFlight } from "./effects.ts";
 import type { HealthReporter } from "./health-reporter.ts";
 import type { Part } from "./vocabulary.ts";
 import type { Sink } from "./work.ts";
@@ -51,6 +51,14 @@ function bodilessForHead(response: Response, request: Request | null): Response 
   response.body.cancel().catch(() => undefined);
   return new Response(null, response);
 }
+
+/** How a request in flight ended, as its response's end says: a client cut short hung up; a failed body is the origin's. */
+const ENDED_BY: Record<Ending, EndedBy> = {
+  sent: "sent",
+  closed: "closed",
+  "cut short": "hung up",
+  failed: "origin failed",
+};
 
 export class AfterAnswer {
   private readonly parts: AfterParts;
@@ -141,11 +149,7 @@ export class AfterAnswer {
     if (inFlight === undefined) return finished;
     this.answering = true;
     const origin = this.origin;
-    return untilSent(
-      finished,
-      (how) => inFlight.end(how === "sent" ? "sent" : how === "closed" ? "closed" : "hung up"),
-      origin && (() => origin.abort()),
-    );
+    return untilSent(finished, (how) => inFlight.end(ENDED_BY[how]), origin && (() => origin.abort()));
   }
 
   /** No answer: the origin could not be reached, or the handler threw. Its places go back. */

@@ -61,7 +61,9 @@ export function startOrigin(
       res.writeHead(200, { "content-type": "text/plain" });
       res.write("first\n");
       setTimeout(() => {
-        if (!res.destroyed) res.end("last\n");
+        // `?reset`: the origin fails mid-body, its connection reset before the last part.
+        if (url.searchParams.has("reset")) res.socket?.resetAndDestroy();
+        else if (!res.destroyed) res.end("last\n");
       }, Number(stream[1]));
       return;
     }
