@@ -214,3 +214,49 @@ describe("skip: requests the limiter does not see", () => {
     expect(await statuses([call(ip), call(ip), call(ip)])).toEqual([200, 200, 200]);
   });
 });
+
+describe("two rateLimit() stacked: one for the whole app, one for a route", () => {
+  /** `outer` on every path, `inner` on `/inner/*` only; limits far below what a lease is given for, so each count is the object's. */
+  function stacked(
+    outerLimit: number,
+    innerLimit: number,
+    innerOptions: Partial<Parameters<typeof rateLimit<AppEnv>>[0]> = {},
+  ) {
+    const [outer, inner] = [rule(outerLimit), rule(innerLimit)];
+    const app = new Hono<AppEnv>();
+    app.use(rateLimit<AppEnv>({ isolate: createIsolate(), rules: outer }));
+    app.get("/inner/*", rateLimit<AppEnv>({ isolate: createIsolate(), rules: inner, ...innerOptions }), (c) =>
+      c.text("ok"),
+    );
+    app.get("/plain", (c) => c.text("ok"));
+    const call = (path: string, ip: string) => app.request(path, { headers: { "cf-connecting-ip": ip } }, env);
+    return { call, outer, inner };
+  }
+
+  it("a request the route's limiter refuses counts against the app's for nothing, and its 429 says the route's rule refused it", async () => {
+    const { call, outer, inner } = stacked(10, 3);
+    const ip = uniqueIp();
+    const answers: Response[] = [];
+    for (let i = 0; i < 8; i++) answers.push(await call("/inner/x", ip));
+    expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 429, 429, 429, 429, 429]);
+    const refusal = answers[3]!;
+    expect(refusal.headers.get("ratelimit")).toBe(`"${inner.id}";r=0;t=${refusal.headers.get("retry-after")}`);
+    expect(refusal.headers.get("ratelimit-policy")).toBe(`"${inner.id}";q=3;w=60, "${outer.id}";q=10;w=60`);
+    expect(((await refusal.json()) as { "violated-policies": string[] })["violated-policies"]).toEqual([inner.id]);
+    // The app's limit of 10 spent only by the 3 served: 7 more go, then 429.
+    const plain: number[] = [];
+    for (let i = 0; i < 8; i++) plain.push((await call("/plain", ip)).status);
+    expect(plain).toEqual([200, 200, 200, 200, 200, 200, 200, 429]);
+  });
+
+  it("so it does when the route's refusal is your onRefused's", async () => {
+    const { call } = stacked(5, 1, { onRefused: (c) => c.json({ slow: "down" }, 429) });
+    const ip = uniqueIp();
+    const answers: number[] = [];
+    for (let i = 0; i < 6; i++) answers.push((await call("/inner/x", ip)).status);
+    expect(answers).toEqual([200, 429, 429, 429, 429, 429]);
+    const plain: number[] = [];
+    for (let i = 0; i < 5; i++) plain.push((await call("/plain", ip)).status);
+    expect(plain).toEqual([200, 200, 200, 200, 429]);
+  });
+});

@@ -152,6 +152,17 @@ export class AfterAnswer {
     return untilSent(finished, (how) => inFlight.end(ENDED_BY[how]), origin && (() => origin.abort()));
   }
 
+  /**
+   * Refused after all, by something behind the decision (another
+   * `rateLimit()`): the handler never ran, so the adaptive rules hear
+   * nothing of it, nothing is settled by its status (its counts go back,
+   * see `turnedAway`), and its places go back as its answer goes.
+   */
+  refusedAfter(): void {
+    this.health?.gone();
+    this.inFlight?.end("sent");
+  }
+
   /** No answer: the origin could not be reached, or the handler threw. Its places go back. */
   failed(): void {
     this.tell(0);

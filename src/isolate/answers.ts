@@ -23,9 +23,10 @@ import { KEY_PREFIX_LENGTH, noteDecision } from "./adaptive.ts";
 import { AfterAnswer, type AnswerContext } from "./after-answer.ts";
 import { settlesAfter } from "./after-response.ts";
 import type { ClientKeys } from "./client-keys.ts";
-import type { Effects, HeldPlace } from "./effects.ts";
+import { type Effects, giveBackAll, type HeldPlace } from "./effects.ts";
 import { knownReport, logKnown } from "./reports.ts";
 import { nameOf, type Part, type RuleRefusal } from "./vocabulary.ts";
+import type { Sink } from "./work.ts";
 
 export type Outcome =
   /**
@@ -45,6 +46,8 @@ export type Outcome =
         reading?: Reading;
         /** How long the limiter held the request before it went on, in milliseconds; absent when it did not. */
         heldMs?: number;
+        /** What it counted, to give back if it is refused after all (see {@link turnedAway}); absent when nothing was. */
+        counted?: { parts: readonly Part<CountedRule>[]; context: AnswerContext & Effects };
       }
     /**
      * Answer this instead (429, or 503 from a rule that fails closed); the
@@ -82,7 +85,7 @@ export function allowed(
   const watched = noteDecision(headers.reports, true, context);
   const settles = settlesAfter(counted);
   if (heldMs === undefined && places === undefined && watched === undefined && !settles) {
-    return { kind: "allow", headers: now, reading: headers };
+    return { kind: "allow", headers: now, reading: headers, counted: { parts: counted, context } };
   }
   const timing = heldMs === undefined ? undefined : serverTiming(heldMs);
   const all = timing === undefined ? now : { ...now, "Server-Timing": timing };
@@ -97,9 +100,26 @@ export function allowed(
       ? {}
       : { watched: { reporters: watched, keyOf: (ruleId) => clientKeyOf(ruleId, parts) } }),
   });
-  const outcome: Extract<Outcome, { kind: "allow" }> = { kind: "allow", headers: all, reading: headers, after };
+  const outcome: Extract<Outcome, { kind: "allow" }> = {
+    kind: "allow",
+    headers: all,
+    reading: headers,
+    after,
+    counted: { parts: counted, context },
+  };
   if (heldMs !== undefined) outcome.heldMs = heldMs;
   return outcome;
+}
+
+/**
+ * An admitted request refused after all, by something after the decision
+ * (another `rateLimit()` behind this one): what it counted goes back, with
+ * `sink` taking the work, as for a request turned away.
+ */
+export function turnedAway(outcome: Extract<Outcome, { kind: "allow" }>, sink: Sink): void {
+  const counted = outcome.counted;
+  if (counted === undefined || counted.parts.length === 0) return;
+  giveBackAll(counted.parts, { ...counted.context, work: sink });
 }
 
 /**

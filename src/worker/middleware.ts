@@ -10,6 +10,7 @@ import { parseSettings, type Settings, type SettingsInput } from "../config/sett
 import type { RuleInput } from "../core/rules.ts";
 import { invalidConfigResponse, reportInvalidConfig } from "../http/problem.ts";
 import { withHeaders } from "../http/set-headers.ts";
+import { type Outcome, turnedAway } from "../isolate/answers.ts";
 import { decide } from "../isolate/decide.ts";
 import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { StatsNamespace } from "../isolate/stats.ts";
@@ -152,7 +153,8 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
     if (decided.pending !== undefined) sink.add(decided.pending);
     const outcome = decided instanceof Promise ? await decided : decided;
     // Before the handler (or onRefused) runs, so that it can show the client what is left.
-    c.set("rateLimit", decisionOf(outcome));
+    const decision = decisionOf(outcome);
+    c.set("rateLimit", decision);
     if (outcome.kind === "refuse") {
       const { response } = outcome;
       return onRefused !== undefined && response.status === 429 ? refusedBy(onRefused, c, response) : response;
@@ -160,6 +162,7 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
     const { after } = outcome;
     if (after === undefined) {
       await next();
+      if (refusedBehind(c, decision)) return refusedAfter(c, outcome, sink);
       respond(c, withHeaders(c.res, outcome.headers));
       return;
     }
@@ -173,9 +176,37 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       after.failed();
       throw error;
     }
+    if (refusedBehind(c, decision)) {
+      after.refusedAfter();
+      return refusedAfter(c, outcome, sink);
+    }
     respond(c, after.answered(c.res));
   };
 };
+
+/**
+ * Whether another `rateLimit()` behind this one refused the request: the
+ * decision it left is not this one's, and not an admission.
+ */
+function refusedBehind(c: Context, mine: RateLimitDecision): boolean {
+  const last = c.get("rateLimit");
+  return last !== mine && last !== undefined && last.outcome !== "allowed" && last.outcome !== "skipped";
+}
+
+/**
+ * A request this middleware admitted and another behind it refused: a
+ * refused request is not counted, so what this one counted goes back. The
+ * refusal keeps its own `RateLimit` (the rule that refused it is the
+ * closest to its limit); this middleware's policies join its
+ * `RateLimit-Policy`, which lists every rule that decided the request.
+ */
+function refusedAfter(c: Context, outcome: Extract<Outcome, { kind: "allow" }>, sink: Sink): void {
+  turnedAway(outcome, sink);
+  const ours = outcome.headers["RateLimit-Policy"];
+  if (ours === undefined) return;
+  const theirs = c.res.headers.get("ratelimit-policy");
+  respond(c, withHeaders(c.res, { "RateLimit-Policy": theirs === null ? ours : `${theirs}, ${ours}` }));
+}
 
 /** Makes `response`, made from `c.res`, the answer. */
 function respond(c: Context, response: Response): void {
