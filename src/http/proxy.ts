@@ -109,6 +109,8 @@ export type ForwardOptions = {
 export function bodyNotForwarded(request: Request): Response | null {
   const { method } = request;
   if ((method !== "GET" && method !== "HEAD") || request.body === null) return null;
+  // An empty body declared (`Content-Length: 0`, as some clients send on every request) is no body: forwarded without.
+  if (request.headers.get("content-length")?.trim() === "0") return null;
   return problemResponse({
     type: BODY_NOT_FORWARDED,
     title: "Bad Request",
@@ -125,6 +127,8 @@ export function bodyNotForwarded(request: Request): Response | null {
  */
 export async function forward(request: Request, upstream: Upstream, options: ForwardOptions = {}): Promise<Response> {
   const webSocket = isWebSocketUpgrade(request.headers);
+  // A GET or HEAD goes without a body: fetch takes none (one that had bytes was answered 400, see bodyNotForwarded).
+  const bodiless = request.method === "GET" || request.method === "HEAD";
   const target = originUrl(request.url, upstream.origin);
   const headers = stripHopByHop(request.headers, webSocket, upstream.keyHeaders ?? NONE);
   // Appended: after the marks of the deployments it passed through before, comma-separated.
@@ -135,7 +139,7 @@ export async function forward(request: Request, upstream: Upstream, options: For
     response = await fetch(target, {
       method: request.method,
       headers,
-      body: options.body === undefined ? request.body : options.body,
+      body: bodiless ? null : options.body === undefined ? request.body : options.body,
       redirect: "manual",
       signal: options.signal ?? null,
     });

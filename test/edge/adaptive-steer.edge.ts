@@ -109,14 +109,14 @@ describe("clients that cannot move an adaptive rule's limit, over real sockets",
   });
 });
 
-/** A GET with a 2-byte body on a raw socket (no client library sends one): the status line it gets back. */
-function getWithBody(url: string, path: string, ip: string): Promise<string> {
+/** A GET with a body of `bytes` (2: `{}`) on a raw socket (no client library sends one): the status line it gets back. */
+function getWithBody(url: string, path: string, ip: string, bytes: 0 | 2 = 2): Promise<string> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve) => {
     let answer = "";
     const socket = connect(Number(port), hostname, () => {
       socket.write(
-        `GET ${path} HTTP/1.1\r\nhost: steer.test\r\ncf-connecting-ip: ${ip}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}`,
+        `GET ${path} HTTP/1.1\r\nhost: steer.test\r\ncf-connecting-ip: ${ip}\r\ncontent-length: ${bytes}\r\nconnection: close\r\n\r\n${bytes === 2 ? "{}" : ""}`,
       );
     });
     socket.on("data", (chunk) => {
@@ -153,5 +153,9 @@ describe("clients that send what the Worker cannot forward", () => {
     expect(new Set(lines)).toEqual(new Set(["HTTP/1.1 400 Bad Request"]));
     expect(records.filter((r) => r.status !== 200).map((r) => r.status)).toEqual([]);
     expect(records.map(quotaOf).filter((q) => q !== LIMIT)).toEqual([]);
+  });
+
+  it("a GET that declares an empty body (Content-Length: 0, as some clients send) is forwarded as any GET", async () => {
+    expect(await getWithBody(edge.urls[0]!, `/${GET_WITH_BODY}/x`, "10.88.1.1", 0)).toBe("HTTP/1.1 200 OK");
   });
 });
