@@ -329,8 +329,40 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
     at(1);
     expect(await statuses(7, () => send("/x", from(ip)))).toEqual([...Array(6).fill(200), 429]);
     const refused = await send("/x", from(ip));
-    expect(headersOf(refused)).toMatchObject({ status: 429, policy: `"${id}";q=10;w=7200`, retryAfter: "720" });
+    // One unit at 720 s, less the refill the lease taken at 0 forgoes until its end: 225 s (a 32nd of the old
+    // depth, 7 200 s), carried as the time it is, not as units at the lower rate (450 s).
+    expect(headersOf(refused)).toMatchObject({ status: 429, policy: `"${id}";q=10;w=7200`, retryAfter: "495" });
   });
+
+  it.each([
+    ["deleted", null],
+    ["lowered to 1", { limit: 1 }],
+  ])(
+    "a far higher limit %s after one request: the lease taken under it holds the client back for its forgone refill's time at most, not for hours",
+    async (_name, after) => {
+      vi.useFakeTimers({ toFake: ["Date"] });
+      at(0);
+      const id = uniqueRule("far");
+      // 10 every 10 s, bursts of 20; under an override of 1 000 000 every 10 s, a lease's units are counted at its
+      // end, 0.625 s on (a 32nd of the 20 s depth): 62 500 units' refill at that rate, 17 hours' at 1 a second.
+      const { send, admin } = worker([tenAnHour(id, { period: "10s" })]);
+      const ip = uniqueIp();
+      expect((await admin("PUT", `/overrides?rule=${id}&key=${ip}`, { limit: 1_000_000 })).status).toBe(200);
+      at(1);
+      expect((await send("/x", from(ip))).status).toBe(200);
+      const change =
+        after === null
+          ? await admin("DELETE", `/overrides?rule=${id}&key=${ip}`)
+          : await admin("PUT", `/overrides?rule=${id}&key=${ip}`, after);
+      expect(change.status).toBe(200);
+      at(2);
+      // The lease's units go back with the next request's call; what is left to wait is the lease's own time.
+      const next = await send("/x", from(ip));
+      expect(next.status).toBe(200);
+      const status = (await admin("GET", `/status?rule=${id}&key=${ip}`)).body as { retryAfterSeconds: number };
+      expect(status.retryAfterSeconds).toBeLessThanOrEqual(after === null ? 0 : 20);
+    },
+  );
 
   it.each([
     ["read by /status", "peek"],
@@ -347,20 +379,22 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
       at(1);
       expect(await statuses(41, () => send("/x", from(ip)))).toEqual([...Array(40).fill(200), 429]);
       expect((await admin("DELETE", `/overrides?rule=${id}&key=${ip}`)).status).toBe(200);
-      // 40 spent, at 10 an hour under a burst of 20: 21 must drip back, one every 360 s.
+      // 40 spent, at 10 an hour under a burst of 20: 21 must drip back, one every 360 s (7 560 s), less the refill
+      // the lease taken under the raise forgoes until its end, 225 s, carried as that time (not as 450 s).
       at(2);
       const status = async () => (await admin("GET", `/status?rule=${id}&key=${ip}`)).body;
-      if (meanwhile === "peek") expect(await status()).toMatchObject({ allowed: false, retryAfterSeconds: 7560 });
+      if (meanwhile === "peek") expect(await status()).toMatchObject({ allowed: false, retryAfterSeconds: 7335 });
       else {
         const refused = await send("/x", from(ip));
-        expect(headersOf(refused)).toMatchObject({ status: 429, retryAfter: "7560" });
+        expect(headersOf(refused)).toMatchObject({ status: 429, retryAfter: "7335" });
         await evictDurableObject(await objectForIp(ip));
       }
-      // An hour later 10 have dripped back (not 20, as at the raised rate): 30 spent, 3 960 s to go.
+      // An hour later 10 have dripped back (not 20, as at the raised rate): 30 spent, 3 960 s to go, less the
+      // lease's 225 s (a 360 s unit's 0.625 less spent).
       at(2 + 3_600_000);
       const later = await status();
-      expect(later).toMatchObject({ allowed: false, retryAfterSeconds: 3960 });
-      expect(later.weighted).toBeCloseTo(30, 3);
+      expect(later).toMatchObject({ allowed: false, retryAfterSeconds: 3735 });
+      expect(later.weighted).toBeCloseTo(30 - 225 / 360, 3);
     },
   );
 

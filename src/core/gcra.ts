@@ -368,6 +368,27 @@ export function giveBack(
 }
 
 /**
+ * Hands back `units` counted under another rate, since carried over to this
+ * one ({@link carry} keeps what is spent in units): they go back as units at
+ * this rate, no more than what is ahead of `sinceMs` (at least now, and the
+ * latest instant counts went in at: a lease's end). The charge's receipt is
+ * in the old scale, so its own bound does not hold here; this one does: the
+ * bucket is never made fuller than full at `sinceMs`, and units an isolate
+ * hands back were counted, and never spent.
+ */
+export function giveBackCarried(state: BucketState, bucket: BucketLimit, units: number, sinceMs: number): BucketState {
+  const { perMs, unitTicks } = scaleOf(bucket);
+  if (state.perMs !== perMs) return state;
+  const n = BigInt(perMs);
+  const ahead = (BigInt(state.tatMs) - BigInt(sinceMs)) * n + BigInt(state.ticks);
+  const wanted = BigInt(units) * BigInt(unitTicks);
+  const take = ahead <= 0n ? 0n : ahead < wanted ? ahead : wanted;
+  if (take === 0n) return state;
+  const tat = BigInt(state.tatMs) * n + BigInt(state.ticks) - take;
+  return { tatMs: Number(tat / n), ticks: Number(tat % n), perMs };
+}
+
+/**
  * The state counted under `from` as `to`, another rate, reads it at `nowMs`
  * (a tier, an override or an adaptive factor gave the client another limit,
  * or the rule another period): what is spent and not yet refilled is kept in

@@ -23,6 +23,7 @@ import {
   fullFromMs,
   fullState,
   giveBack,
+  giveBackCarried,
 } from "../../core/gcra.ts";
 import { type BucketCheck, type BurstOf, burstFor } from "../../core/kinds/bucket.ts";
 import { type CheckOf, costOf, type RuleCheck } from "../protocol.ts";
@@ -65,12 +66,24 @@ const bucketOf = (check: RuleCheck): BucketLimit => ({
 /** The rate a row's state is counted under (what gcra reads of a bucket for its scale; the burst plays no part there). */
 const rateOf = (data: BucketData): BucketLimit => ({ limit: data.limit, periodMs: data.periodMs, burst: 1 });
 
-/** The row as a check at `nowMs` reads it: carried over to the check's rate if it was counted under another. */
+/**
+ * The row as a check at `nowMs` reads it: carried over to the check's rate if it was counted under another. What
+ * is spent is carried in units, refilled at the new rate. The refill a lease forgoes until its end (its units are
+ * counted there, `countedAtMs`) is carried so too, but never as more time than it is: at a far lower rate, a
+ * lease's second carried as units would have lasted hours.
+ */
 function reckoned(data: BucketData, nowMs: number, check: RuleCheck): BucketData {
   if (data.limit === check.limit && data.periodMs === periodOf(check)) return data;
-  const state = carry(data.state, nowMs, rateOf(data), bucketOf(check));
+  const to = bucketOf(check);
+  const asUnits = carry(data.state, nowMs, rateOf(data), to);
+  const state =
+    data.countedAtMs <= nowMs ? asUnits : earlier(asUnits, carry(data.state, data.countedAtMs, rateOf(data), to));
   return { ...data, state, limit: check.limit, periodMs: periodOf(check) };
 }
+
+/** The state that refills first: of two, the one whose TAT is earlier. */
+const earlier = (a: BucketState, b: BucketState): BucketState =>
+  a.tatMs < b.tatMs || (a.tatMs === b.tatMs && a.ticks / a.perMs <= b.ticks / b.perMs) ? a : b;
 
 /** Units spent and not yet refilled at `nowMs`, for display: what is ahead of now, in units. */
 function spentUnits(data: BucketData, nowMs: number): number {
@@ -156,8 +169,12 @@ export const bucketCounter: Counter<BucketData> = {
 
   takeBack(data, receipt, units, nowMs) {
     const mark = receipt.mark;
-    // A count made under another rate (the row was carried over since) is not handed back.
-    if (mark === undefined || mark[4] !== data.limit || mark[5] !== data.periodMs) return null;
+    if (mark === undefined) return null;
+    // A count made under another rate (the row was carried over since, in units): handed back in units at this one.
+    if (mark[4] !== data.limit || mark[5] !== data.periodMs) {
+      const state = giveBackCarried(data.state, rateOf(data), units, Math.max(nowMs, data.countedAtMs));
+      return state === data.state ? null : { ...data, state };
+    }
     const [tatMs, ticks, perMs, givenBackMs] = mark as [number, number, number, number];
     const back = giveBack(
       data.state,
