@@ -941,8 +941,23 @@ describe("every admin change clears what the isolate that served it remembers of
       expect(await served.run(20, client)).toEqual(Array(20).fill(200));
       expect(served.leased(client)).toBeGreaterThan(0); // units that count nowhere, spent without asking
       expect((await change(served, client, null)).status).toBe(200);
-      expect(served.leased(client)).toBe(0);
+      // Its lease is no longer spent: its units go back with the next call (they count nowhere).
       expect(await served.run(5, client)).toEqual([200, 200, 429, 429, 429]);
+      expect(served.leased(client)).toBe(0);
+    },
+  );
+
+  it.each(routes.flatMap(([route, change]) => clientKinds.map(([who, kind]) => ({ route, who, kind, change }))))(
+    "$route, $who: a raise spent from a lease, then a lower limit still above what was spent: the next request is admitted",
+    async ({ kind, change }) => {
+      const served = oneIsolate(2, kind);
+      const client = await kind.client();
+      expect((await change(served, client, { limit: 1_000 })).status).toBe(200);
+      expect(await served.run(30, client)).toEqual(Array(30).fill(200));
+      expect(served.leased(client)).toBeGreaterThan(0);
+      // 30 counted; the lease's unspent units go back with the next call, not charged to the client.
+      expect((await change(served, client, { limit: 40 })).status).toBe(200);
+      expect(await served.run(10, client)).toEqual(Array(10).fill(200));
     },
   );
 

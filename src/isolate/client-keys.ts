@@ -133,6 +133,12 @@ export class ClientKeys implements KeyHost {
     for (const rule of rules) state.forget(rule, nowMs);
   }
 
+  /** The key's override changed under these rules (see `KeyState.overridden`). */
+  overridden(digest: string, rules: Rule[], nowMs: number): void {
+    const state = this.use(digest, nowMs);
+    for (const rule of rules) state.overridden(rule, nowMs);
+  }
+
   /**
    * An adaptive rule's factor changed: every key's leases and known
    * refusals under the rule go at once (see `KeyState.dropRule`).

@@ -124,6 +124,16 @@ export function forgetClient(isolate: Isolate, rule: Rule, canonical: string): v
 }
 
 /**
+ * A client's override under a rule changed: what this isolate remembers of
+ * it under the rule goes at once, as in {@link forgetClient}, but its counts
+ * stay, so the unspent units of its lease go back to its object (with its
+ * next call) rather than being written off.
+ */
+export function overrideChanged(isolate: Isolate, rule: Rule, canonical: string): void {
+  isolate.keys.overridden(isolate.digest(canonical), variantsOf(rule), isolate.clock());
+}
+
+/**
  * What {@link forgetClient} does, for a client known by its object's name:
  * the isolate's digest of it is found through a live refusal it remembers
  * under the rule (or a tier of it), which records the name. Whether it was

@@ -66,14 +66,25 @@ export class KeyState {
   }
 
   /**
-   * After an admin reset of this key under `rule`, or an override change,
-   * at `nowMs`: its refusal goes; its lease counted in rows that are gone,
-   * so its units are written off, and so are those of a lease a call sent
-   * before now brings later; a refusal such a call brings is not kept.
+   * After an admin reset of this key under `rule`, at `nowMs`: its refusal
+   * goes; its lease counted in rows that are gone, so its units are written
+   * off, and so are those of a lease a call sent before now brings later; a
+   * refusal such a call brings is not kept.
    */
   forget(rule: Rule, nowMs: number): void {
     this.refusals.forget(rule, nowMs);
     if (isCounted(rule)) this.leases.forget(rule);
+  }
+
+  /**
+   * After a change of this key's override under `rule` (its counts stay):
+   * its refusal goes, as in {@link forget}; its lease, given under the old
+   * limit, stops being spent, and its unspent units are owed back with the
+   * key's next call, which the object decides under the new one.
+   */
+  overridden(rule: Rule, nowMs: number): void {
+    this.refusals.forget(rule, nowMs);
+    if (isCounted(rule)) this.leases.retire(rule);
   }
 
   /**

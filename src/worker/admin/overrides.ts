@@ -21,7 +21,7 @@ import type { Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { textUpTo } from "../../http/body-text.ts";
 import { problemResponse } from "../../http/problem.ts";
-import { forgetClient, type Isolate } from "../../isolate/isolate.ts";
+import { type Isolate, overrideChanged } from "../../isolate/isolate.ts";
 import { type Change, logChange, type OverrideRegistry, type RegistryEntry } from "../../object/registry.ts";
 import { keyHashPrefix, logEvent } from "../../observe/log.ts";
 import { adminKey } from "./key.ts";
@@ -134,7 +134,7 @@ function overrideOf(fields: unknown, rule: Rule, context: OverridesContext): Res
  * isolates' refusals lapse within their cap (10 s by default).
  */
 function forgetHere({ isolate }: OverridesContext, rule: Rule, key: string): void {
-  forgetClient(isolate, rule, key);
+  overrideChanged(isolate, rule, key);
 }
 
 async function listOverrides(url: URL, settings: Settings, stub: ReturnType<typeof registryOf>): Promise<Response> {
