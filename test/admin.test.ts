@@ -166,7 +166,7 @@ describe("the prefix, however a path spells it", () => {
   });
 
   it("forwards an ordinary path sent without the admin token, or with another bearer token, with its Authorization", async () => {
-    for (const headers of [{}, bearer("another-token"), bearer(`${TOKEN}x`), bearer(TOKEN.toUpperCase())]) {
+    for (const headers of [{}, bearer("another-token"), bearer(TOKEN.slice(1)), bearer(TOKEN.toUpperCase())]) {
       const tag = uniqueTag("admin-other-token");
       const res = await send("/__ratelimitx/rules", from(uniqueIp(), { ...headers, "x-test-tag": tag }));
       expect(res.headers.get("x-origin")).toBe("test-origin");
@@ -182,6 +182,16 @@ describe("the prefix, however a path spells it", () => {
     ["no scheme", TOKEN],
     ["Basic, the token as the password", `Basic ${btoa(`x:${TOKEN}`)}`],
     ["Basic, the token as the user", `Basic ${btoa(`${TOKEN}:`)}`],
+    // Inside a word: quoted, as a parameter, with punctuation stuck to it.
+    ["Digest, the token as a quoted username", `Digest username="${TOKEN}"`],
+    ["Digest, the token as a bare username", `Digest username=${TOKEN}`],
+    ["Bearer, the token quoted", `Bearer "${TOKEN}"`],
+    ["Bearer, the token in single quotes", `Bearer '${TOKEN}'`],
+    ["Bearer, the token and a semicolon", `Bearer ${TOKEN};`],
+    ["Bearer, the token and a parameter", `Bearer ${TOKEN};x=1`],
+    ["Bearer, the token and a full stop", `Bearer ${TOKEN}.`],
+    ["Bearer, the token as a parameter", `Bearer token=${TOKEN}`],
+    ["Bearer, the token with more after it", `Bearer ${TOKEN}x`],
   ])(
     "refuses an ordinary path whose Authorization carries the admin token in any form (%s): 403, forwarded nowhere",
     async (_, authorization) => {

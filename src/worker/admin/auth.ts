@@ -23,19 +23,17 @@ export async function bearerMatches(authorization: string | undefined, token: st
 }
 
 /**
- * The parts of an `Authorization` value that could be the token, in any
- * form a client might send it: every word of every credential (two headers
- * arrive joined by a comma; a scheme other than Bearer, or none), and the
- * user and password of a Basic one.
+ * The user and password of every Basic credential in an `Authorization`
+ * value (two headers arrive joined by a comma), which only decoding shows.
  */
-function candidates(authorization: string): string[] {
-  const words = authorization.split(/[\s,]+/).filter((word) => word !== "");
-  const found = [...words];
+function basicCredentials(authorization: string): string[] {
+  const words = authorization.split(/[\s,]+/);
+  const found: string[] = [];
   words.forEach((word, i) => {
     const next = words[i + 1];
     if (next === undefined || word.toLowerCase() !== "basic") return;
     try {
-      found.push(...atob(next).split(":"));
+      found.push(atob(next));
     } catch {
       // Not base64: no credentials in it.
     }
@@ -44,39 +42,30 @@ function candidates(authorization: string): string[] {
 }
 
 /**
- * Whether `Authorization` may carry the token, in any form: a word of it as
- * long as the token, or a Basic credential. Cheap, and it tells nothing of
- * the token but its length; {@link carries} says whether it does.
+ * Whether `Authorization` may carry the token, in any form: the token
+ * anywhere in it, or a Basic credential. Cheap; {@link carries} says
+ * whether it does.
  */
 export function mayCarry(authorization: string | null | undefined, token: string): boolean {
   if (authorization == null || authorization.length < token.length) return false;
-  // Scanned in place (most requests with an Authorization carry an API key, not the token): a word as long as
-  // the token, or a Basic credential, whose user and password only decoding shows.
-  WORD.lastIndex = 0;
-  for (let word = WORD.exec(authorization); word !== null; word = WORD.exec(authorization)) {
-    if (word[0].length === token.length || word[0].toLowerCase() === "basic") return true;
-  }
-  return false;
+  return authorization.includes(token) || BASIC.test(authorization);
 }
 
-const WORD = /[^\s,]+/g;
-
-/** The token's digest, made once per isolate (and again if the token changes). */
-let tokenDigest: { token: string; digest: ArrayBuffer } | undefined;
+const BASIC = /(^|[\s,])basic[\s]/i;
 
 /**
- * Whether `Authorization` carries the token in any form (see
- * {@link candidates}), each part compared in constant time: a request that
- * does is never forwarded to the origin with it.
+ * Whether `Authorization` carries the token in any form: anywhere in its
+ * value (as a Bearer credential, under another scheme or none, quoted, as
+ * a parameter, with punctuation stuck to it; two headers arrive joined by
+ * a comma), or in the user or password of a Basic credential. A request
+ * that does is never forwarded to the origin with it. (Its answer says
+ * only whether the whole token is there, so a search that stops at the
+ * first difference tells nothing of it a guess could build on.)
  */
 export async function carries(authorization: string | undefined, token: string): Promise<boolean> {
-  if (authorization === undefined) return false;
-  if (tokenDigest?.token !== token) tokenDigest = { token, digest: await sha256(token) };
-  const wanted = tokenDigest.digest;
-  for (const part of candidates(authorization)) {
-    if (part.length === token.length && crypto.subtle.timingSafeEqual(await sha256(part), wanted)) return true;
-  }
-  return false;
+  if (authorization === undefined || authorization.length < token.length) return false;
+  if (authorization.includes(token)) return true;
+  return basicCredentials(authorization).some((credential) => credential.includes(token));
 }
 
 /** The answer to a request outside the admin API that carries its token: never forwarded to the origin with it. */
