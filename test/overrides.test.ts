@@ -159,6 +159,29 @@ describe("expiry", () => {
     expect(after.status).toBe(429); // the rule's 1 again, with 3 counted
     expect(after.headers.get("ratelimit-policy")).toMatch(/;q=1;w=60$/);
   });
+
+  it("ends a far higher limit at its expiry though the isolate holds a lease under it: no lease outlives the override", async () => {
+    const { set, api, run } = setup(5);
+    const client = uniqueIp();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
+    vi.setSystemTime(start);
+    expect((await set(client, { limit: 1_000_000_000, expires: start + 3_000 })).status).toBe(200);
+    vi.setSystemTime(start + 1); // a lease from a call sent at the instant of a change is written off as sent before it
+    // Far below the limit: the isolate is leased units, spent without asking.
+    expect(await run(2, client)).toEqual([200, 200]);
+    vi.setSystemTime(start + 3_000);
+    const statuses: number[] = [];
+    const policies = new Set<string | null>();
+    for (let i = 0; i < 6; i++) {
+      const res = await api(client);
+      statuses.push(res.status);
+      policies.add(res.headers.get("ratelimit-policy")?.replace(/^"[^"]*"/, "") ?? null);
+    }
+    // The rule's 5 a minute, with the 2 counted under the override: 3 more, then refused; all under q=5.
+    expect(statuses).toEqual([200, 200, 200, 429, 429, 429]);
+    expect(policies).toEqual(new Set([";q=5;w=60"]));
+  });
 });
 
 describe("concurrency", () => {

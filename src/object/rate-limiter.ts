@@ -846,7 +846,15 @@ export class RateLimiter extends DurableObject<unknown> {
     }
     // Under an adaptive rule, no longer than an isolate takes to learn a cut: units leased before it go unspent.
     const longest = rules.some((rule) => rule.factor !== undefined) ? ADAPTIVE_LEASE_MAX_MS : LEASE_MAX_MS;
-    const expiresInMs = Math.min(longest, ...rules.map((rule) => counterOf(rule).leaseEndsInMs(nowMs, rule)));
+    // Nor past an override's own end: units leased under it would be spent under the limit it gave.
+    const overridden = plans.map((plan) =>
+      plan.kind === "count" && plan.override?.expiresAtMs != null ? plan.override.expiresAtMs - nowMs : longest,
+    );
+    const expiresInMs = Math.min(
+      longest,
+      ...overridden,
+      ...rules.map((rule) => counterOf(rule).leaseEndsInMs(nowMs, rule)),
+    );
     if (expiresInMs <= 0) return undefined; // a kind that leases nothing (a quota)
     // No more than the caller saw lately, and less when the lease ends sooner than that demand was seen in:
     // units leased to an isolate that does not spend them are counted against the key everywhere.
