@@ -436,13 +436,15 @@ describe("the admin API names a client by its claim", () => {
     };
     expect(await call("pro")).toBe(200);
     expect(await status(window.id)).toMatchObject({ limit: 4, tier: "pro", remaining: 3, allowed: true });
-    expect(await status(places.id)).toMatchObject({ limit: 3, inUse: 0, free: 3 });
+    expect(await status(places.id)).toMatchObject({ limit: 3, tier: "pro", inUse: 0, free: 3 });
     // A token without the claim: the rule's own limits, for that request and for the reads after it.
     expect(await call()).toBe(200);
     const own = await status(window.id);
     expect(own).toMatchObject({ limit: 2, remaining: 0, allowed: false });
     expect(own).not.toHaveProperty("tier");
-    expect(await status(places.id)).toMatchObject({ limit: 1 });
+    const ownPlaces = await status(places.id);
+    expect(ownPlaces).toMatchObject({ limit: 1 });
+    expect(ownPlaces).not.toHaveProperty("tier");
     // And the claim again: its tier's.
     expect(await call("pro")).toBe(200);
     expect(await status(window.id)).toMatchObject({ limit: 4, tier: "pro", remaining: 1, allowed: true });

@@ -297,6 +297,8 @@ export type PlacesNow = {
   /** Requests waiting for a place. */
   waiting: number;
   override?: OverrideSetting["kind"];
+  /** The tier whose limit `limit` is (an override's, or a token's `tier_claim`), when one is. */
+  tier?: string;
 };
 
 /** What `renew` answers: each place still held, to its new expiry; and the ids not held (released, or taken back). */

@@ -691,7 +691,8 @@ export class RateLimiter extends DurableObject<unknown> {
     const { inUse, waiting } = this.places.peek(ruleId, nowMs);
     if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
     const limit = plan.rule.limit;
-    return { nowMs, limit, inUse, waiting, ...(plan.override ? { override: plan.override.kind } : {}) };
+    const override = plan.override ? { override: plan.override.kind } : {};
+    return { nowMs, limit, inUse, waiting, ...override, ...tierOf(plan.rule, plan.override) };
   }
 
   /** Answers a ticket with a place when one frees (first come, first served), or refused at its deadline; unknown if no such ticket. */
