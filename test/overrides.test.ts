@@ -567,6 +567,11 @@ describe("every time the API accepts round-trips through its listing", () => {
     ["1e300", 1e300, /field "expires": must be at most 2099-12-31T23:59:59.999Z/],
     ["a fraction of a millisecond", NOW + 0.5, /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
     ["a date that is not ISO 8601", "12/31/2099", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+    // Days their months do not have: Date.parse moves them on (2030-02-30 to March 2) rather than refusing them.
+    ["February 30", "2030-02-30T00:00:00Z", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+    ["February 29 of a common year", "2031-02-29", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+    ["April 31", "2030-04-31T12:00:00+02:00", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
+    ["day 00", "2030-05-00", /field "expires": must be an ISO 8601 time .* or Unix milliseconds/],
   ];
 
   /** A CSV cell for a value: an integer as its digits (as a spreadsheet writes it), anything else as text. */

@@ -134,10 +134,23 @@ export const MAX_EXPIRES_MS = Date.UTC(2099, 11, 31, 23, 59, 59, 999);
  */
 const ISO_TIME = /^(\d{4}|[+-]\d{6})-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?)?$/;
 
+/**
+ * Whether an ISO 8601 text names a day its month has: `Date.parse` moves
+ * 2030-02-30 to March 2 rather than refusing it.
+ */
+function realDay(text: string): boolean {
+  const [, year, month, day] = /^([+-]?\d+)-(\d{2})-(\d{2})/.exec(text) ?? [];
+  const y = Number(year);
+  const m = Number(month);
+  const d = Number(day);
+  if (m < 1 || m > 12 || d < 1) return false;
+  return d <= new Date(Date.UTC(y, m, 0)).getUTCDate();
+}
+
 function expiresOf(raw: unknown, nowMs: number): Result<number | null> {
   if (raw === undefined || raw === null) return ok(null);
-  const ms =
-    typeof raw === "number" ? raw : typeof raw === "string" && ISO_TIME.test(raw) ? Date.parse(raw) : Number.NaN;
+  const iso = typeof raw === "string" && ISO_TIME.test(raw) && realDay(raw);
+  const ms = typeof raw === "number" ? raw : iso ? Date.parse(raw as string) : Number.NaN;
   if (!Number.isInteger(ms)) {
     return fail(
       `field "expires": must be an ISO 8601 time (such as "2030-01-31T00:00:00Z") or Unix milliseconds; got ${show(raw)}`,
