@@ -128,7 +128,11 @@ export class AfterAnswer {
   private watchUpload(request: Request): ReadableStream<Uint8Array> | undefined {
     const { body, method } = request;
     if (body === null || method === "GET" || method === "HEAD") return undefined;
-    return passedOn(body, contentLengthOf(request.headers), {
+    // Only a body of declared length: the runtime ends a chunked body broken off before its last chunk as if it
+    // were whole, which passed on would reach the origin as complete (forwarded as it is, the origin sees it fail).
+    const length = contentLengthOf(request.headers);
+    if (length === null) return undefined;
+    return passedOn(body, length, {
       piece: () => undefined,
       ended: () => undefined,
       broke: () => {
