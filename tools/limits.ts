@@ -368,8 +368,27 @@ const numeric = (text: string): number | string => (/^\d+$/.test(text) ? Number(
 // --- Output ------------------------------------------------------------------
 
 function print(options: Options, json: unknown, text: () => string): void {
-  console.log(options.json ? JSON.stringify(json, null, 2) : text());
+  console.log(options.json ? JSON.stringify(json, null, 2) : printable(text()));
 }
+
+/**
+ * Text for a terminal: a note or a key may hold anything a client or an
+ * operator sent, and control characters (an ESC starting a colour or a
+ * cursor move), bidirectional overrides and lone surrogates are shown as
+ * `\u{…}` escapes rather than acted on. Line breaks are the output's own.
+ */
+const printable = (text: string): string =>
+  text.replace(UNPRINTABLE, (c) => `\\u{${c.codePointAt(0)!.toString(16).padStart(4, "0")}}`);
+
+/** Control characters (but the line break), bidirectional marks and overrides, and surrogates without their pair. */
+const UNPRINTABLE = new RegExp(
+  [
+    "[\\u0000-\\u0009\\u000b-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]",
+    "[\\ud800-\\udbff](?![\\udc00-\\udfff])",
+    "(?<![\\ud800-\\udbff])[\\udc00-\\udfff]",
+  ].join("|"),
+  "g",
+);
 
 /** A client key as it would be written on the command line: `header:x-api-key=abc`. */
 const keyText = (key: Key): string =>

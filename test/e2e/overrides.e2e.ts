@@ -98,6 +98,21 @@ describe("per-client overrides, set with the limits CLI", () => {
     expect(row).toMatch(new RegExp(`^${RULE}\\s+${client.arg}\\s+tier plus\\s+never\\s+applied$`));
   });
 
+  it("prints a note's control characters and bidirectional overrides escaped, never to the terminal as they are", async () => {
+    const client = newClient("noted");
+    const note = "paid\u001b[31m late\u202e\u0007";
+    const set = await limitsOk("set", RULE, client.arg, "--tier", TIER, "--note", note);
+    const got = await limitsOk("get", RULE, client.arg);
+    const listed = await limitsOk("list", "--rule", RULE, "--all");
+    // Nothing a terminal acts on but the line breaks.
+    const raw = (out: string) => [...out].filter((c) => (c < " " && c !== "\n") || c === "\u202e");
+    for (const out of [set, got, listed]) expect(raw(out)).toEqual([]);
+    for (const out of [got, listed]) expect(out).toContain("\\u{001b}[31m");
+    // In JSON, the note as it was stored.
+    const json = JSON.parse(await limitsOk("get", RULE, client.arg, "--json")) as { note: string };
+    expect(json.note).toBe(note);
+  });
+
   it("restores the rule's limit once the override is deleted", async () => {
     const client = newClient("deleted");
     await limitsOk("set", RULE, client.arg, "--tier", TIER);
