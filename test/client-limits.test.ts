@@ -466,6 +466,25 @@ describe("what applies to the client now", () => {
       never: true,
     });
   });
+
+  it("for a client a lasting override denies under a concurrency rule, says never too", async () => {
+    const token = "cl-admin-token";
+    const send = limiter([{ id: "cl-denied-places", concurrency: 2 }], { ...on, ADMIN_TOKEN: token });
+    const ip = uniqueIp();
+    const put = await send(`/__ratelimit/overrides?rule=cl-denied-places&key=${ip}`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ deny: true }),
+    });
+    expect(put.status).toBe(200);
+    expect((await send("/x", from(ip))).status).toBe(403);
+    const rule = (await limitsOf(await send(PATH, from(ip))))["cl-denied-places"];
+    expect(rule).toMatchObject({ kind: "concurrency", remaining: 0, allowed: false, never: true });
+    const status = await send(`/__ratelimit/status?rule=cl-denied-places&key=${ip}`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(await status.json()).toMatchObject({ override: "deny", limit: null, never: true });
+  });
 });
 
 describe("the endpoint is itself limited", () => {

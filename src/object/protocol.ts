@@ -299,6 +299,8 @@ export type PlacesNow = {
   override?: OverrideSetting["kind"];
   /** The tier whose limit `limit` is (an override's, or a token's `tier_claim`), when one is. */
   tier?: string;
+  /** An override denies the client with no expiry: no wait gives it a place. */
+  never?: true;
 };
 
 /** What `renew` answers: each place still held, to its new expiry; and the ids not held (released, or taken back). */

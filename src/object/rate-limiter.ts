@@ -689,7 +689,10 @@ export class RateLimiter extends DurableObject<unknown> {
     const check = placeCheck(ruleId, request);
     const plan = this.plans.plan(read.lastTier ? this.claimed.applied(check) : check, nowMs);
     const { inUse, waiting } = this.places.peek(ruleId, nowMs);
-    if (plan.kind !== "count") return { nowMs, limit: null, inUse, waiting, override: plan.kind };
+    if (plan.kind !== "count") {
+      const never = plan.kind === "deny" && plan.expiresAtMs === null ? { never: true as const } : {};
+      return { nowMs, limit: null, inUse, waiting, override: plan.kind, ...never };
+    }
     const limit = plan.rule.limit;
     const override = plan.override ? { override: plan.override.kind } : {};
     return { nowMs, limit, inUse, waiting, ...override, ...tierOf(plan.rule, plan.override) };

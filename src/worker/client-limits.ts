@@ -258,7 +258,7 @@ async function readGroup(
   for (const [i, answer] of placed.entries()) {
     if (answer === undefined) continue;
     if (!answer.ok) return { ok: false, name, message: answer.message };
-    const { limit, inUse, override } = answer.value;
+    const { limit, inUse, override, never } = answer.value;
     const free = limit === null ? 0 : Math.max(0, limit - inUse);
     const verdict: RuleVerdict = {
       allowed: free > 0,
@@ -271,6 +271,7 @@ async function readGroup(
       holdsForMs: 0,
       ...(limit !== null && limit !== places[i]!.limit ? { limit } : {}),
       ...(override !== undefined ? { override } : {}),
+      ...(never ? { never } : {}),
     };
     reports.push(reported(places[i]!, verdict, nowMs));
   }

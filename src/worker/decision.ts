@@ -135,7 +135,7 @@ function ruleLimit(r: Reported): RuleLimit {
     shed: r.verdict.reduced === true,
   };
   const w = windowSeconds(r);
-  if (w === null) return common;
+  if (w === null) return r.verdict.never ? { ...common, never: true } : common;
   if (!hasReset(r)) return { ...common, windowSeconds: w, never: true };
   return { ...common, windowSeconds: w, resetSeconds: resetSeconds(r), resetEpochSeconds: resetEpochSeconds(r) };
 }

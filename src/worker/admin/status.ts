@@ -161,12 +161,13 @@ const tierLimit = (rule: Rule, tier: string | undefined): number =>
 async function peekPlaces({ stub, about }: Client, rule: PlacedRule, timeoutMs: number): Promise<Response> {
   const peeked = await withDeadline(stub.peekPlaces(rule.id, toPlaceRequest(rule), { lastTier: true }), timeoutMs);
   if (!peeked.ok) return unavailable(about, peeked.message);
-  const { limit, inUse, waiting, override, tier } = peeked.value;
+  const { limit, inUse, waiting, override, tier, never } = peeked.value;
   return json({
     ...about,
     limit,
     ...(override ? { override } : {}),
     ...(tier ? { tier } : {}),
+    ...(never ? { never } : {}),
     placeTimeoutMs: rule.placeTimeoutMs,
     inUse,
     free: limit === null ? null : Math.max(0, limit - inUse),
