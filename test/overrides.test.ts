@@ -370,6 +370,43 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
     expect((await admin("GET", `?rule=${id}`)).body.overrides).toEqual([]);
   });
 
+  // Input an import cannot read one way only: refused whole, naming the line or item, and nothing changes.
+  it.each([
+    [
+      "a deletion with a setting beside it",
+      [{ key: "ip", limit: 7, delete: true }],
+      'item 1: delete: true deletes the override; remove "limit", or "delete"',
+    ],
+    ["a CSV column named twice", "rule,key,limit,limit\n{id},{ip},5,6\n", 'body: CSV columns named twice: "limit"'],
+    [
+      "a CSV row with more cells than columns",
+      "rule,key,limit\n{id},{ip},5,extra\n",
+      "line 2: 4 cells, and the header names 3 columns",
+    ],
+    ["a CSV quote never closed", 'rule,key,note\n{id},{ip},"open\n', "line 2: a quote opened here is never closed"],
+  ])("rejects %s", async (_, body, error) => {
+    const ip = uniqueIp();
+    const sent =
+      typeof body === "string"
+        ? await admin("POST", "/import", body.replaceAll("{id}", id).replaceAll("{ip}", ip), "text/csv")
+        : await admin(
+            "POST",
+            "/import",
+            body.map((item) => ({ rule: id, ...item, key: ip })),
+          );
+    expect(sent.status).toBe(400);
+    expect(sent.body.errors).toEqual([error]);
+    expect((await admin("GET", `?rule=${id}&key=${ip}`)).body.override).toBeNull();
+  });
+
+  it("reads a CSV note that holds a line break, quoted as RFC 4180 has it", async () => {
+    const ip = uniqueIp();
+    const csv = `rule,key,limit,note\n${id},${ip},5,"first line\nsecond line"\n`;
+    expect((await admin("POST", "/import", csv, "text/csv")).status).toBe(200);
+    expect((await admin("GET", `?rule=${id}&key=${ip}`)).body).toMatchObject({ note: "first line\nsecond line" });
+    expect((await admin("DELETE", `?rule=${id}&key=${ip}`)).status).toBe(200);
+  });
+
   it("left the client on the rule's own limit throughout", async () => {
     expect(await run(3, client)).toEqual([200, 200, 429]);
     expect((await set(client, { limit: 3 })).status).toBe(200);

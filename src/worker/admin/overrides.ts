@@ -248,7 +248,14 @@ async function changeOf(
     change: { rule: rule.value.id, key: key.value, name, override },
     rule: rule.value,
   });
-  if (remove === true) return ok(change(null));
+  if (remove === true) {
+    // A deletion with a setting beside it says two things at once: which one is meant is not for the import to guess.
+    const beside = Object.keys(fields).filter((name) => fields[name] !== undefined);
+    if (beside.length > 0) {
+      return fail(`delete: true deletes the override; remove ${beside.map((n) => show(n)).join(", ")}, or "delete"`);
+    }
+    return ok(change(null));
+  }
   const override = overrideOf(fields, rule.value, context);
   return override.ok ? ok(change(override.value)) : override;
 }
@@ -275,17 +282,36 @@ export const IMPORT_COLUMNS = [
   "delete",
 ] as const;
 
-/** CSV with a header line; quoted fields may hold commas and doubled quotes. Empty cells are absent fields. */
+/**
+ * CSV (RFC 4180) with a header line: quoted fields may hold commas, doubled
+ * quotes and line breaks. Empty cells are absent fields. A column named
+ * twice, a row with more cells than the header, or a quote left open is
+ * an error naming its line.
+ */
 function csvItems(text: string): Result<unknown[]> {
-  const lines = text.split(/\r?\n/).filter((line) => line.trim() !== "");
-  const [header, ...rows] = lines.map(csvCells);
+  const records = csvRecords(text);
+  if (!records.ok) return records;
+  const lines = records.value.filter(({ cells }) => cells.some((cell) => cell.trim() !== ""));
+  const [header, ...rows] = lines;
   if (header === undefined) return fail("body: an empty CSV; the first line names the columns");
-  const unknown = header.filter((name) => !(IMPORT_COLUMNS as readonly string[]).includes(name));
+  const names = header.cells.map((name) => name.trim());
+  const unknown = names.filter((name) => !(IMPORT_COLUMNS as readonly string[]).includes(name));
   if (unknown.length > 0) return fail(`body: unknown CSV columns ${unknown.map((n) => show(n)).join(", ")}`);
+  const twice = names.filter((name, i) => names.indexOf(name) !== i);
+  if (twice.length > 0)
+    return fail(`body: CSV columns named twice: ${[...new Set(twice)].map((n) => show(n)).join(", ")}`);
+  const long = rows.filter(({ cells }) => cells.length > names.length);
+  if (long.length > 0) {
+    return fail(
+      ...long.map(
+        ({ line, cells }) => `line ${line}: ${cells.length} cells, and the header names ${names.length} columns`,
+      ),
+    );
+  }
   return ok(
-    rows.map((cells) => {
+    rows.map(({ cells }) => {
       const item: Record<string, unknown> = {};
-      header.forEach((name, i) => {
+      names.forEach((name, i) => {
         const cell = cells[i]?.trim() ?? "";
         if (cell === "") return;
         // A number only when it is written as one; anything else stays as sent, for the error to quote.
@@ -301,23 +327,48 @@ function csvItems(text: string): Result<unknown[]> {
   );
 }
 
-function csvCells(line: string): string[] {
-  const cells: string[] = [];
+/** The records of a CSV text, each with the line it starts on; a quote left open is an error naming that line. */
+function csvRecords(text: string): Result<{ line: number; cells: string[] }[]> {
+  const records: { line: number; cells: string[] }[] = [];
+  let cells: string[] = [];
   let cell = "";
   let quoted = false;
-  for (let i = 0; i < line.length; i++) {
-    const c = line[i];
-    if (quoted && c === '"' && line[i + 1] === '"') {
-      cell += '"';
-      i++;
-    } else if (c === '"') quoted = !quoted;
-    else if (c === "," && !quoted) {
+  let line = 1;
+  let startLine = 1;
+  let quotedAt = 0;
+  const endRecord = () => {
+    cells.push(cell);
+    records.push({ line: startLine, cells });
+    cells = [];
+    cell = "";
+    startLine = line;
+  };
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') {
+        cell += '"';
+        i++;
+      } else if (c === '"') quoted = false;
+      else {
+        if (c === "\n") line++;
+        cell += c;
+      }
+    } else if (c === '"') {
+      quoted = true;
+      quotedAt = line;
+    } else if (c === ",") {
       cells.push(cell);
       cell = "";
+    } else if (c === "\n" || c === "\r") {
+      if (c === "\r" && text[i + 1] === "\n") i++;
+      line++;
+      endRecord();
     } else cell += c;
   }
-  cells.push(cell);
-  return cells;
+  if (quoted) return fail(`line ${quotedAt}: a quote opened here is never closed`);
+  if (cell !== "" || cells.length > 0) endRecord();
+  return ok(records);
 }
 
 function jsonOf(text: string): Result<unknown> {
