@@ -384,6 +384,14 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
       "line 2: 4 cells, and the header names 3 columns",
     ],
     ["a CSV quote never closed", 'rule,key,note\n{id},{ip},"open\n', "line 2: a quote opened here is never closed"],
+    [
+      "one client twice",
+      [
+        { key: "ip", limit: 7 },
+        { key: "ip", limit: 8 },
+      ],
+      'item 2: names the same client under "{id}" as item 1',
+    ],
   ])("rejects %s", async (_, body, error) => {
     const ip = uniqueIp();
     const sent =
@@ -395,7 +403,7 @@ describe("bad input gets a 400 that names the field, and changes nothing", () =>
             body.map((item) => ({ rule: id, ...item, key: ip })),
           );
     expect(sent.status).toBe(400);
-    expect(sent.body.errors).toEqual([error]);
+    expect(sent.body.errors).toEqual([error.replace("{id}", id)]);
     expect((await admin("GET", `?rule=${id}&key=${ip}`)).body.override).toBeNull();
   });
 

@@ -211,10 +211,20 @@ async function importOverrides(
   const changes: { change: Change; rule: Rule }[] = [];
   const errors: string[] = [];
   const settings = context.settings;
+  // Each client once per rule: two items for one would leave it to their order, and an import run again would
+  // report each time what it changed.
+  const first = new Map<string, number>();
   for (const [i, item] of items.value.entries()) {
     const change = await changeOf(item, context, settings);
-    if (change.ok) changes.push(change.value);
-    else errors.push(...change.errors.map((error) => `item ${i + 1}: ${error}`));
+    if (!change.ok) {
+      errors.push(...change.errors.map((error) => `item ${i + 1}: ${error}`));
+      continue;
+    }
+    const { rule, name } = change.value.change;
+    const earlier = first.get(`${rule}|${name}`);
+    if (earlier !== undefined) errors.push(`item ${i + 1}: names the same client under "${rule}" as item ${earlier}`);
+    else first.set(`${rule}|${name}`, i + 1);
+    changes.push(change.value);
   }
   if (errors.length > 0) return invalid(errors);
   const report = await stub.importMany(
