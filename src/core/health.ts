@@ -315,18 +315,6 @@ export type Troubled = {
   busySq: number;
 };
 
-/** No troubled keys. */
-export const noTroubled = (): Troubled => ({
-  keys: 0,
-  answered: 0,
-  slow: 0,
-  errors: 0,
-  late: 0,
-  busyMs: 0,
-  stuck: 0,
-  busySq: 0,
-});
-
 /** Two sets of troubled keys' counts added up; undefined when both are. */
 export function addTroubled(a?: Troubled, b?: Troubled): Troubled | undefined {
   if (a === undefined) return b === undefined ? undefined : { ...b };
