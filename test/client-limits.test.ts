@@ -38,6 +38,14 @@ async function limitsOf(res: Response): Promise<Record<string, ClientLimits["rul
 const api = { id: "cl-api", path: "/api/*", limit: 10, period: "1h" };
 const login = { id: "cl-login", path: "/login", methods: ["POST"], limit: 5, period: "1m" };
 
+/** PUTs `override` for the client at `ip` under `rule`, with the admin token these tests set. */
+const putOverride = (send: ReturnType<typeof limiter>, rule: string, ip: string, override: unknown) =>
+  send(`/__ratelimit/overrides?rule=${rule}&key=${ip}`, {
+    method: "PUT",
+    headers: { authorization: "Bearer cl-admin-token", "content-type": "application/json" },
+    body: JSON.stringify(override),
+  });
+
 describe("the endpoint is off unless CLIENT_LIMITS_PATH is set", () => {
   it("proxies and counts its path like any other while unset", async () => {
     const send = limiter([{ id: "cl-all", limit: 10, period: "1m" }]);
@@ -303,12 +311,7 @@ describe("never another client's data, nor a rule the client is not under", () =
     ];
     const send = limiter(rules, { ...on, ADMIN_TOKEN: token });
     const ip = uniqueIp();
-    const put = await send(`/__ratelimit/overrides?rule=cl-lifted&key=${ip}`, {
-      method: "PUT",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ unlimited: true }),
-    });
-    expect(put.status).toBe(200);
+    expect((await putOverride(send, "cl-lifted", ip, { unlimited: true })).status).toBe(200);
     expect(Object.keys(await limitsOf(await send(PATH, from(ip))))).toEqual(["cl-api"]);
     // A partner's address is under its rule.
     expect(Object.keys(await limitsOf(await send(PATH, from("192.0.2.17"))))).toEqual([
@@ -430,12 +433,7 @@ describe("what applies to the client now", () => {
     const send = limiter([api], { ...on, ADMIN_TOKEN: token });
     const ip = uniqueIp();
     const until = new Date(Date.now() + 600_000).toISOString();
-    const put = await send(`/__ratelimit/overrides?rule=cl-api&key=${ip}`, {
-      method: "PUT",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ deny: true, expires: until }),
-    });
-    expect(put.status).toBe(200);
+    expect((await putOverride(send, "cl-api", ip, { deny: true, expires: until })).status).toBe(200);
     expect((await send("/api/orders", from(ip))).status).toBe(403);
     const rule = (await limitsOf(await send(PATH, from(ip))))["cl-api"] as Required<RuleLimit>;
     expect(rule).toMatchObject({ remaining: 0, allowed: false });
@@ -447,12 +445,7 @@ describe("what applies to the client now", () => {
     const token = "cl-admin-token";
     const send = limiter([api], { ...on, ADMIN_TOKEN: token });
     const ip = uniqueIp();
-    const put = await send(`/__ratelimit/overrides?rule=cl-api&key=${ip}`, {
-      method: "PUT",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ deny: true }),
-    });
-    expect(put.status).toBe(200);
+    expect((await putOverride(send, "cl-api", ip, { deny: true })).status).toBe(200);
     expect((await send("/api/orders", from(ip))).status).toBe(403);
     const rule = (await limitsOf(await send(PATH, from(ip))))["cl-api"];
     expect(rule).toEqual({
@@ -471,12 +464,7 @@ describe("what applies to the client now", () => {
     const token = "cl-admin-token";
     const send = limiter([{ id: "cl-denied-places", concurrency: 2 }], { ...on, ADMIN_TOKEN: token });
     const ip = uniqueIp();
-    const put = await send(`/__ratelimit/overrides?rule=cl-denied-places&key=${ip}`, {
-      method: "PUT",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ deny: true }),
-    });
-    expect(put.status).toBe(200);
+    expect((await putOverride(send, "cl-denied-places", ip, { deny: true })).status).toBe(200);
     expect((await send("/x", from(ip))).status).toBe(403);
     const rule = (await limitsOf(await send(PATH, from(ip))))["cl-denied-places"];
     expect(rule).toMatchObject({ kind: "concurrency", remaining: 0, allowed: false, never: true });
