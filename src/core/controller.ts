@@ -434,7 +434,30 @@ export function judge(
   };
 }
 
-type Evidence = ReturnType<typeof withoutWorst>;
+/** A window's answers and their slow, failed and late counts, busy time and late requests, as a judgement reads them. */
+type Evidence = {
+  answered: number;
+  slow: number;
+  errors: number;
+  late: number;
+  busyMs: number;
+  busySq: number;
+  stuck: number;
+  /** How many client keys' counts were taken out of it. */
+  leftOut: number;
+};
+
+/** Each count at least 0: what is taken out may be counted a little apart from the whole (reports of isolates). */
+const atLeastZero = (e: Evidence): Evidence => ({
+  answered: Math.max(0, e.answered),
+  slow: Math.max(0, e.slow),
+  errors: Math.max(0, e.errors),
+  late: Math.max(0, e.late),
+  busyMs: Math.max(0, e.busyMs),
+  busySq: Math.max(0, e.busySq),
+  stuck: Math.max(0, e.stuck),
+  leftOut: e.leftOut,
+});
 
 /** What an evidence holds against the origin: its slow, failed and late answers and requests found late. */
 const badIn = (e: Evidence): number => e.slow + e.errors + e.late + e.stuck;
@@ -450,16 +473,16 @@ export function withoutFew(window: HealthCounts, params: ControllerParams, calmM
   const worst = withoutWorst(window, params.leaveOut);
   const t = window.troubled;
   if (t === undefined || t.keys === 0 || t.keys >= (window.clients ?? 0) * params.fewClients) return worst;
-  const left: Evidence = {
-    answered: Math.max(0, window.answered - t.answered),
-    slow: Math.max(0, window.slow - t.slow),
-    errors: Math.max(0, window.errors - t.errors),
-    late: Math.max(0, window.late - t.late),
-    busyMs: Math.max(0, window.busyMs - t.busyMs),
-    busySq: Math.max(0, window.busySq - t.busySq),
-    stuck: Math.max(0, window.stuck - t.stuck),
+  const left = atLeastZero({
+    answered: window.answered - t.answered,
+    slow: window.slow - t.slow,
+    errors: window.errors - t.errors,
+    late: window.late - t.late,
+    busyMs: window.busyMs - t.busyMs,
+    busySq: window.busySq - t.busySq,
+    stuck: window.stuck - t.stuck,
     leftOut: t.keys,
-  };
+  });
   if (left.answered + left.stuck <= 0) return worst;
   // The others slowed too (their mean over `cutAt` × the calm latency, as a queue makes it): not a few clients' trouble.
   const m = left.answered - left.errors;
@@ -474,21 +497,9 @@ export function withoutFew(window: HealthCounts, params: ControllerParams, calmM
  * of them; the whole window's when nothing is left without them (those
  * clients are all the traffic there is).
  */
-export function withoutWorst(
-  window: HealthCounts,
-  k: number,
-): {
-  answered: number;
-  slow: number;
-  errors: number;
-  late: number;
-  busyMs: number;
-  busySq: number;
-  stuck: number;
-  leftOut: number;
-} {
+export function withoutWorst(window: HealthCounts, k: number): Evidence {
   const { answered, slow, errors, late, busyMs, busySq, stuck } = window;
-  const whole = { answered, slow, errors, late, busyMs, busySq, stuck, leftOut: 0 };
+  const whole: Evidence = { answered, slow, errors, late, busyMs, busySq, stuck, leftOut: 0 };
   const worst = window.worst;
   if (k <= 0 || worst === undefined || worst.length === 0) return whole;
   const left = { ...whole };
@@ -504,16 +515,7 @@ export function withoutWorst(
     left.leftOut++;
   }
   if (left.answered + left.stuck <= 0) return whole;
-  return {
-    answered: Math.max(0, left.answered),
-    slow: Math.max(0, left.slow),
-    errors: Math.max(0, left.errors),
-    late: Math.max(0, left.late),
-    busyMs: Math.max(0, left.busyMs),
-    busySq: Math.max(0, left.busySq),
-    stuck: Math.max(0, left.stuck),
-    leftOut: left.leftOut,
-  };
+  return atLeastZero(left);
 }
 
 const clamp = (factor: number, target: ControlTarget): number =>
