@@ -12,6 +12,7 @@
  * | refused | the next request goes | the next is 403 | the next goes | the next goes | the next is still refused |
  * | held | go at once, counted nowhere; the next request on empty counters | 403 at once, the origin untouched | go at once | move up, in order, before any later request | keep the turns they were given |
  * | in line | a place at once (the places are freed) | 403 at once, the origin untouched | a place at once | a place at once, as room allows | wait until in use is below the new limit |
+ * | admitted | finishes; its end frees nothing twice | finishes; the next is 403 | finishes | finishes | finishes; the next is refused |
  *
  * And a client that hangs up: before its request is decided, it is counted
  * nowhere; while it waits, it is let go at once and the others go on; while
@@ -138,6 +139,57 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
       await pause(300);
       const { statuses, beside } = await fixture.fill(send, ip, id);
       expect(statuses).toEqual(fixture.hungUp === "counted" ? [200, 429] : [200, 200]);
+      await Promise.all(beside);
+    });
+  });
+
+  describe.concurrent("a request admitted and in flight, when an admin change comes", () => {
+    it.each([
+      ["reset", 200],
+      ["deny", 403],
+      ["unlimited", 200],
+      ["raise", 200],
+      ["tier", 200],
+      ["lower", 429],
+    ] as [Action, number][])("%s: it finishes, whole, and the next request is %i", async (action, status) => {
+      const id = uniqueRule(`${kind}-admitted-${action}`);
+      const { send, admin } = worker(fixture.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const tag = uniqueTag(id);
+      // One request admitted, its answer 1.5 s on; the client has room for one more, so that a change shows in the next.
+      const inFlight = send(fixture.slow(id, 1_500), from(ip, { "x-test-tag": tag })).then(async ({ response }) => ({
+        status: response.status,
+        body: await response.text(),
+      }));
+      await pause(300);
+      await act(admin, action, id, ip);
+      const next = await send(fixture.path(id), from(ip, { "x-test-tag": tag }));
+      await next.response.arrayBuffer();
+      expect(next.response.status).toBe(status);
+      // A change refuses what comes after it; it never cuts what is on its way.
+      const first = await inFlight;
+      expect(first.status).toBe(200);
+      expect(first.body).toMatch(/"slow":true|^first\nlast\n$/);
+      expect(await originHits(tag)).toBe(status === 200 ? 2 : 1);
+    });
+
+    if (fixture.hungUp !== "freed") return;
+
+    it("reset, then it ends: its end frees nothing twice, so the places the reset left stay the new requests'", async () => {
+      const id = uniqueRule(`${kind}-admitted-reset-end`);
+      const { send, admin } = worker(fixture.rule(id) as Record<string, unknown>);
+      const ip = uniqueIp();
+      const old = send(fixture.slow(id, 800), from(ip)).then(({ response }) => response.text());
+      await pause(300);
+      await act(admin, "reset", id, ip);
+      // The reset freed every place: two new streams take both, and outlast the old one.
+      const { statuses, beside } = await fixture.fill(send, ip, id);
+      expect(statuses).toEqual([200, 200]);
+      await old;
+      await pause(300);
+      const { response } = await send(fixture.path(id), from(ip));
+      await response.arrayBuffer();
+      expect(response.status).toBe(429);
       await Promise.all(beside);
     });
   });

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import { describe, expect, it } from "vitest";
+import { describe, expect, inject, it } from "vitest";
 import WebSocket from "ws";
 import { limiterUrl, originHits, send, uniqueIp, uniqueTag } from "./support/client.ts";
 
@@ -121,5 +121,34 @@ describe("WebSockets through the limiter", () => {
     }
     expect(third).not.toBeNull();
     await third!.close();
+  });
+
+  it("finishes an open WebSocket its client is denied meanwhile, and refuses the client's next upgrade with 403", async () => {
+    const ip = uniqueIp();
+    const tag = uniqueTag("ws-deny");
+    const socket = await connect("/ws-one/echo", { "cf-connecting-ip": ip, "x-test-tag": tag });
+    expect((await socket.next()).data.toString("utf8")).toBe("hello from the origin");
+    const admin = (method: string) =>
+      send(`/__ratelimit/overrides?rule=e2e-ws-one&key=${ip}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${inject("adminToken")}`,
+          "content-type": "application/json",
+          "cf-connecting-ip": uniqueIp(),
+        },
+        ...(method === "PUT" ? { body: JSON.stringify({ deny: true }) } : {}),
+      });
+    expect((await admin("PUT")).status).toBe(200);
+    // A deny refuses what comes after it; it does not cut what is on its way (docs/lifecycle.md, "admitted").
+    socket.ws.send("after the deny");
+    expect((await socket.next()).data.toString("utf8")).toBe("after the deny");
+    const next = await connect("/ws-one/echo", { "cf-connecting-ip": ip, "x-test-tag": tag }).then(
+      () => "opened",
+      (error: Error) => error.message,
+    );
+    expect(next).toBe("upgrade refused with 403");
+    expect(await socket.close()).toBe(1000);
+    expect(await originHits(tag)).toBe(1);
+    expect((await admin("DELETE")).status).toBe(200);
   });
 });
