@@ -895,7 +895,6 @@
       dataset: {
         shadow: rule.action === "log" ? "yes" : "",
         quota: rule.credits ? "yes" : "",
-        bucket: rule.burst !== undefined ? "yes" : "",
       },
     });
     paintStatus(status, state.statuses.get(id));
@@ -975,7 +974,7 @@
     }
     if (typeof status.weighted === "number" && typeof status.limit === "number" && node.dataset.quota) {
       node.title = `${fmt(status.weighted)} of ${fmt(status.limit)} used this period (credits taken off); it renews in ${duration(status.resetSeconds)}.`;
-    } else if (typeof status.weighted === "number" && typeof status.burst === "number" && node.dataset.bucket) {
+    } else if (typeof status.weighted === "number" && typeof status.burst === "number") {
       node.title =
         `Token bucket: ${tenth(status.weighted)} of a burst of ${fmt(status.burst)} spent, ` +
         `refilling ${fmt(status.limit)} per ${duration(Math.round(status.periodMs / 1000))}.`;
