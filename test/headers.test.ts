@@ -170,16 +170,27 @@ describe("the fields, parsed as RFC 9651 Structured Fields", () => {
     return res;
   };
 
-  it("are Lists of String items with Integer q, w, r and t, and a String qu, on admissions, refusals and places", async () => {
+  it("are Lists of String items with Integer q, w, r and t, and a String qu, on admissions, refusals and places, for every kind", async () => {
     const rates = limiter([
-      { id: "per-minute", limit: 3, period: "1m" },
-      { id: "per-hour", limit: 1000, period: "1h" },
+      { id: "per-minute", path: "/api/*", limit: 3, period: "1m" },
+      { id: "per-hour", path: "/api/*", limit: 1000, period: "1h" },
       { id: "streams", path: "/stream/*", concurrency: 1 },
+      { id: "bucket", path: "/bucket/*", limit: 10, period: "1s", burst: 2 },
+      { id: "too-big", path: "/big/*", limit: 10, period: "1s", burst: 2, cost: 5 },
+      { id: "monthly", path: "/quota/*", quota: 2, per: "month", timezone: "America/New_York" },
     ]);
     const ip = uniqueIp();
     for (let i = 0; i < 4; i++) await fields(await rates("/api/x", from(ip))).arrayBuffer();
     await fields(await rates("/stream/0", from(uniqueIp()))).arrayBuffer();
-    expect(sent.length).toBeGreaterThanOrEqual(9);
+    // A bucket's burst, then its refusal; a request no wait admits (no t); a quota to its end and past it.
+    const statuses: number[] = [];
+    for (const path of ["/bucket/x", "/bucket/x", "/bucket/x", "/big/x", "/quota/x", "/quota/x", "/quota/x"]) {
+      const res = fields(await rates(path, from(ip)));
+      statuses.push(res.status);
+      await res.arrayBuffer();
+    }
+    expect(statuses).toEqual([200, 200, 429, 429, 200, 200, 429]);
+    expect(sent.length).toBeGreaterThanOrEqual(23);
     for (const value of sent) {
       const list = parseList(value);
       expect(serializeList(list)).toBe(value);
