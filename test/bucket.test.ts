@@ -13,7 +13,7 @@
  * is exact; the held requests' run on the real clock.
  */
 import { evictDurableObject, runDurableObjectAlarm } from "cloudflare:test";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { checkConfig } from "../src/config/check.ts";
 import { parseSettings } from "../src/config/settings.ts";
 import { type BucketLimit, check, fullState } from "../src/core/gcra.ts";
@@ -28,6 +28,7 @@ import { from, limiter, originHits, statuses, timedLimiter, uniqueIp, uniqueTag 
 import { expectErrorLogs } from "./support/logs.ts";
 import { objectForIp, storedRows } from "./support/objects.ts";
 import { randomGenerator } from "./support/random.ts";
+import { bearer, keySet, type SigningKey, signingKey, tokenFor } from "./support/tokens.ts";
 
 /** An instant in 2031, on the faked clock. */
 const T0 = Date.UTC(2031, 0, 1, 0, 0, 0);
@@ -507,6 +508,175 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
     // Without the factor, the same 10 spent leave 10 of 20.
     const { factor: _, ...whole } = ruleCheck;
     expect((await stub.check([whole])).verdicts[0]).toMatchObject({ ruleAllows: true, remaining: 9 });
+  });
+});
+
+/**
+ * A tier or an override may give one client a burst of its own with its
+ * limit (`{"limit": 10, "burst": 50}`, `pro = { limit = 10, burst = 50 }`):
+ * its bucket is then that deep, whatever the rule's burst; an adaptive
+ * factor scales it in proportion, as it does the rule's.
+ */
+describe("a tier or an override gives a client a burst of its own", () => {
+  const ISSUER = "https://auth.example.test/";
+  let key: SigningKey;
+  beforeAll(async () => {
+    key = await signingKey("ES256");
+  });
+
+  // 10 an hour in bursts of 20 for everyone; 10 an hour in bursts of 50 for this client: a depth of 5 hours.
+  it.each([
+    ["an override of limit 10, burst 50", "override"],
+    ["a tier pro = { limit = 10, burst = 50 }, by an override", "tier"],
+    ["the same tier, by a token's tier_claim", "claim"],
+  ])("%s: 50 at once, then one every 360 s; the headers, the client's view and /status say so", async (_, way) => {
+    const id = uniqueRule(`own-burst-${way}`);
+    const { send, admin } = worker([tenAnHour(id, { key: ["jwt:sub|ip"] })], {
+      TIERS: { pro: { [id]: { limit: 10, burst: 50 } } },
+      CLIENT_LIMITS_PATH: "/rate_limit",
+      JWT: { issuer: ISSUER, audience: "api", tier_claim: "plan" },
+      JWT_JWKS: JSON.stringify(keySet(key)),
+    });
+    const ip = uniqueIp();
+    const sub = `user-${crypto.randomUUID()}`;
+    const claimed = way === "claim" ? bearer(await tokenFor(key, { sub, iss: ISSUER, aud: "api", plan: "pro" })) : {};
+    const clientKey = way === "claim" ? `jwt:sub=${sub}` : `ip=${ip}`;
+    if (way !== "claim") {
+      const body = way === "tier" ? { tier: "pro" } : { limit: 10, burst: 50 };
+      expect((await admin("PUT", `/overrides?rule=${id}&key=${clientKey}`, body)).status).toBe(200);
+    }
+    const request = () => send("/x", from(ip, claimed));
+    expect(await statuses(51, request)).toEqual([...Array(50).fill(200), 429]);
+    const refused = await request();
+    expect(headersOf(refused)).toMatchObject({ status: 429, policy: `"${id}";q=50;w=18000`, retryAfter: "360" });
+    const view = await send("/rate_limit", from(ip, claimed));
+    expect(((await view.json()) as { rules: unknown[] }).rules).toEqual([
+      expect.objectContaining({ id, limit: 50, windowSeconds: 18_000, remaining: 0 }),
+    ]);
+    expect((await admin("GET", `/status?rule=${id}&key=${clientKey}`)).body).toMatchObject({
+      limit: 10,
+      periodMs: 3_600_000,
+      burst: 50,
+      depthMs: 18_000_000,
+      allowed: false,
+    });
+  });
+
+  it("shows the burst it gives: GET of the override, the list, an import's JSON and CSV, and the tiers of GET /rules", async () => {
+    const id = uniqueRule("own-burst-shown");
+    const { admin, send } = worker([tenAnHour(id)], { TIERS: { pro: { [id]: { limit: 30, burst: 90 } } } });
+    const [a, b, c] = [uniqueIp(), uniqueIp(), uniqueIp()];
+    expect((await admin("PUT", `/overrides?rule=${id}&key=ip=${a}`, { limit: 5, burst: 7 })).status).toBe(200);
+    expect((await admin("GET", `/overrides?rule=${id}&key=ip=${a}`)).body).toMatchObject({ limit: 5, burst: 7 });
+    const imported = await admin("POST", "/overrides/import", [{ rule: id, key: `ip=${b}`, limit: 6, burst: 8 }]);
+    expect(imported.status).toBe(200);
+    const csv = await send("/__ratelimit/overrides/import", {
+      method: "POST",
+      headers: { ...auth, "content-type": "text/csv" },
+      body: `rule,key,limit,burst\n${id},ip=${c},4,9\n`,
+    });
+    expect(csv.status).toBe(200);
+    const listed = (await admin("GET", `/overrides?rule=${id}`)).body.overrides as Record<string, unknown>[];
+    expect(
+      listed.map(({ limit, burst }) => ({ limit, burst })).sort((x, y) => Number(x.limit) - Number(y.limit)),
+    ).toEqual([
+      { limit: 4, burst: 9 },
+      { limit: 5, burst: 7 },
+      { limit: 6, burst: 8 },
+    ]);
+    expect((await admin("GET", "/rules")).body.tiers).toEqual({ pro: { [id]: { limit: 30, burst: 90 } } });
+    // And the client is counted under it: 9 at once.
+    expect(await statuses(10, () => send("/x", from(c)))).toEqual([...Array(9).fill(200), 429]);
+  });
+
+  it.each([
+    ["a burst without a limit", tenAnHour, { burst: 50 }, 'field \\"burst\\": goes with \\"limit\\"'],
+    [
+      "a burst for a rule that is no bucket",
+      (id: string) => ({ id, limit: 10, period: "1h", key: ["ip"] }),
+      { limit: 10, burst: 50 },
+      'field \\"burst\\": only a bucket rule gives a client one',
+    ],
+    ["a burst of 0", tenAnHour, { limit: 10, burst: 0 }, 'field \\"burst\\": must be an integer from 1'],
+    ["a burst of 2.5", tenAnHour, { limit: 10, burst: 2.5 }, 'field \\"burst\\": must be an integer from 1'],
+    [
+      "a burst below the rule's cost",
+      (id: string) => tenAnHour(id, { cost: 5 }),
+      { limit: 10, burst: 4 },
+      'field \\"burst\\": 4 is below the rule\'s cost (5)',
+    ],
+    [
+      "a burst that takes more than 100 years to refill",
+      tenAnHour,
+      { limit: 10, burst: 9_000_000 },
+      "in more than 100 years",
+    ],
+    ["a burst beside a tier", tenAnHour, { tier: "pro", burst: 50 }, 'field \\"burst\\": goes with \\"limit\\"'],
+  ])("refuses %s: 400, naming the field, and nothing is set", async (_, rule, body, says) => {
+    const id = uniqueRule("own-burst-bad");
+    const { admin } = worker([rule(id)], { TIERS: { pro: { [id]: 20 } } });
+    const ip = uniqueIp();
+    const refused = await admin("PUT", `/overrides?rule=${id}&key=ip=${ip}`, body);
+    expect(refused.status).toBe(400);
+    expect(JSON.stringify(refused.body)).toContain(says);
+    const stored = await admin("GET", `/overrides?rule=${id}&key=ip=${ip}`);
+    expect(stored.body).not.toHaveProperty("limit");
+    expect(stored.body).not.toHaveProperty("burst");
+  });
+
+  it.each([
+    ["an unknown field", { limit: 10, bust: 50 }, 'TIERS.pro.ID: unknown field "bust"'],
+    ["a burst of 0", { limit: 10, burst: 0 }, 'TIERS.pro.ID: field "burst": must be an integer from 1'],
+    ["a table without a limit", { burst: 50 }, 'TIERS.pro.ID: field "limit": must be an integer from 1'],
+  ])("refuses %s in TIERS, naming the tier, the rule and the field", (_, value, says) => {
+    const id = uniqueRule("own-burst-tiers");
+    const settings = parseSettings({ RULES: [tenAnHour(id)], TIERS: { pro: { [id]: value } } });
+    expect(settings.ok ? [] : settings.errors.join("\n")).toContain(says.replace("ID", id));
+  });
+
+  it("refuses a burst in TIERS for a rule that is no bucket, in the settings and check-config alike", () => {
+    const rule = { id: uniqueRule("own-burst-window"), limit: 10, period: "1h" };
+    const vars = { RULES: [rule], TIERS: { pro: { [rule.id]: { limit: 20, burst: 40 } } } };
+    const says = `TIERS.pro.${rule.id}: field "burst": only a bucket rule takes it, and rule "${rule.id}" is a window rule`;
+    const settings = parseSettings(vars);
+    expect(settings.ok ? [] : settings.errors).toEqual([says]);
+    expect(checkConfig({ vars }).findings.filter((f) => f.level === "error")).toEqual([
+      { level: "error", message: says },
+    ]);
+  });
+
+  it("check-config: a tier of the rule's own rate with a deeper bucket is no tier that changes nothing", () => {
+    const rule = tenAnHour(uniqueRule("own-burst-same"));
+    const warned = (value: unknown) =>
+      checkConfig({ vars: { RULES: [rule], TIERS: { pro: { [rule.id]: value } } } }).findings.map((f) => f.message);
+    expect(warned(10).join("\n")).toContain("so the tier changes nothing for it");
+    expect(warned({ limit: 10, burst: 50 }).join("\n")).not.toContain("changes nothing");
+  });
+
+  it("an adaptive factor of 0.5 halves the client's own burst too: 10 an hour in bursts of 50 become 5 in bursts of 25", async () => {
+    const stub = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`bucket-own-factor-${Date.now()}`));
+    const ruleCheck: RuleCheck = {
+      id: "own-factor",
+      kind: "bucket",
+      limit: 10,
+      periodMs: 3_600_000,
+      burst: 20,
+      ownLimit: 10,
+      precision: 1,
+      strict: false,
+      enforce: true,
+      factor: 0.5,
+    };
+    const own = { burst: 50, ownLimit: 10 };
+    await stub.setOverride(
+      "own-factor",
+      { kind: "limit", limit: 10, own, expiresAtMs: null, note: "", updatedAtMs: Date.now(), by: "test" },
+      1,
+    );
+    const results = [];
+    for (let i = 0; i < 26; i++) results.push(await stub.check([ruleCheck]));
+    expect(results.map((r) => r.allowed)).toEqual([...Array(25).fill(true), false]);
+    expect(results[0]!.verdicts[0]).toMatchObject({ limit: 5, own, remaining: 24 });
   });
 });
 

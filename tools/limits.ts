@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 const USAGE = `usage: npm run limits -- <command> [options]
 
 Commands:
-  set <rule> <key>... (--limit N | --tier NAME | --unlimited | --deny) [--expires TIME] [--note TEXT]
+  set <rule> <key>... (--limit N [--burst N] | --tier NAME | --unlimited | --deny) [--expires TIME] [--note TEXT]
   get <rule> <key>...
   delete <rule> <key>...
   list [--rule ID] [--tier NAME] [--note TEXT] [--all]
@@ -46,6 +46,7 @@ const OPTIONS = {
   take: { type: "string" },
   set: { type: "string" },
   limit: { type: "string" },
+  burst: { type: "string" },
   tier: { type: "string" },
   unlimited: { type: "boolean" },
   deny: { type: "boolean" },
@@ -73,6 +74,7 @@ type Key = [string, string | null][];
 /** An override as the API shows it (see `overrideView`). */
 type View = {
   limit?: number;
+  burst?: number;
   tier?: string;
   unlimited?: true;
   deny?: true;
@@ -115,7 +117,11 @@ const COMMANDS: Record<
   string,
   { options: string[]; args: [min: number, max: number]; run: (run: Run) => Promise<void> }
 > = {
-  set: { options: ["limit", "tier", "unlimited", "deny", "expires", "note"], args: [2, Infinity], run: setCommand },
+  set: {
+    options: ["limit", "burst", "tier", "unlimited", "deny", "expires", "note"],
+    args: [2, Infinity],
+    run: setCommand,
+  },
   get: { options: [], args: [2, Infinity], run: getCommand },
   delete: { options: [], args: [2, Infinity], run: deleteCommand },
   list: { options: ["rule", "tier", "note", "all"], args: [0, 0], run: listCommand },
@@ -357,6 +363,8 @@ function overrideOf(options: Options): Record<string, unknown> {
   if (settings.length !== 1) usage("set: give exactly one of --limit N, --tier NAME, --unlimited or --deny");
   return {
     ...settings[0],
+    // A token bucket's burst for this client, with its limit (the API says so if the rule is not a bucket).
+    ...(options.burst === undefined ? {} : { burst: numeric(options.burst) }),
     ...(options.expires === undefined ? {} : { expires: numeric(options.expires) }),
     ...(options.note === undefined ? {} : { note: options.note }),
   };
@@ -397,7 +405,8 @@ const keyText = (key: Key): string =>
     .join(" ");
 
 function settingText(view: View): string {
-  if (view.limit !== undefined) return `limit ${view.limit}`;
+  if (view.limit !== undefined)
+    return view.burst === undefined ? `limit ${view.limit}` : `limit ${view.limit}, burst ${view.burst}`;
   if (view.tier !== undefined) return `tier ${view.tier}`;
   return view.unlimited ? "unlimited" : "deny";
 }

@@ -36,7 +36,7 @@ import {
   variableSizeFindings,
 } from "./platform.ts";
 import { ruleVariables } from "./settings.ts";
-import { parseTiers, type Tiers, unknownRules } from "./tiers.ts";
+import { parseTiers, readTiers, type TierGiven, type Tiers, unknownRules } from "./tiers.ts";
 
 export type { Finding, WranglerConfig } from "./findings.ts";
 
@@ -63,6 +63,7 @@ export function checkConfig(config: WranglerConfig, file?: FileFacts): CheckRepo
   const raw = rawRuleLists(vars);
   const valid = validRules(raw);
   const tiers = parseTiers(vars.TIERS);
+  const tierGiven = readTiers(vars.TIERS).given;
   const keys = keysFrom(config, valid);
   // A key set in a secret is checked as if it were there: the table in `JWT` is still checked, and "set one, not both".
   const input = keys === "secret" || keys === "unseen" ? { ...vars, JWT_JWKS: SECRET_KEY_SET } : vars;
@@ -81,7 +82,7 @@ export function checkConfig(config: WranglerConfig, file?: FileFacts): CheckRepo
     ...valid.flatMap(({ rule, where, input }) => ruleWarnings(rule, `${where} "${rule.id}"`, input)),
     ...(jwt !== null && tiers.ok ? tierClaimKeyWarnings(jwt, valid, tiers.value) : []),
     ...sameRequestsWarnings(valid),
-    ...(tiers.ok ? tierWarnings(tiers.value, valid, writtenIds(raw)) : []),
+    ...(tiers.ok ? tierWarnings(tiers.value, valid, writtenIds(raw), tierGiven) : []),
   ];
   const order = { error: 0, danger: 1, warning: 2 };
   findings.sort((a, b) => order[a.level] - order[b.level]);
@@ -682,14 +683,14 @@ function sameRequestsWarnings(rules: ValidRule[]): Finding[] {
  * it), and a limit that is the rule's own. `written` are the ids in `RULES`,
  * valid or not: a tier naming an invalid rule is left to that rule's errors.
  */
-function tierWarnings(tiers: Tiers, valid: ValidRule[], written: string[]): Finding[] {
+function tierWarnings(tiers: Tiers, valid: ValidRule[], written: string[], given: TierGiven): Finding[] {
   const rules = valid.map(({ rule }) => rule);
   const unknown = unknownRules(tiers, rules).filter(({ rule }) => !written.includes(rule));
   const unknownIn = (tier: string) => unknown.filter((u) => u.tier === tier).map((u) => u.rule);
   return [...tiers].flatMap(([tier, limits]) => [
     ...(limits.size === 0 ? [emptyTier(tier)] : []),
     ...unknownIdsWarnings(tier, unknownIn(tier), written),
-    ...sameLimitWarnings(tier, limits, valid),
+    ...sameLimitWarnings(tier, limits, valid, given.get(tier)),
   ]);
 }
 
@@ -713,10 +714,15 @@ function unknownIdsWarnings(tier: string, ids: string[], written: string[]): Fin
   return [warning(`TIERS.${tier}: names ${listed(ids.map((id) => show(id)))}, ${ignored} (${rules})`)];
 }
 
-/** A tier's limit that is the rule's own: a client in the tier is counted the same as without it. */
-function sameLimitWarnings(tier: string, limits: ReadonlyMap<string, number>, valid: ValidRule[]): Finding[] {
+/** A tier's limit that is the rule's own, with nothing else given (a burst): a client in the tier is counted the same as without it. */
+function sameLimitWarnings(
+  tier: string,
+  limits: ReadonlyMap<string, number>,
+  valid: ValidRule[],
+  given: ReadonlyMap<string, unknown> | undefined,
+): Finding[] {
   return valid.flatMap(({ rule, where }) =>
-    limits.get(rule.id) === rule.limit
+    limits.get(rule.id) === rule.limit && given?.has(rule.id) !== true
       ? [
           warning(
             `TIERS.${tier}.${rule.id}: ${rule.limit} is already the limit of ${where} "${rule.id}", so the tier changes nothing for it`,

@@ -109,7 +109,7 @@ export function readSettings(input: SettingsInput): ReadSettings {
   const statsRawKeys = booleanVar(input.STATS_RAW_KEYS, "STATS_RAW_KEYS");
   const legacyHeaders = booleanVar(input.LEGACY_HEADERS, "LEGACY_HEADERS", true);
   const clientLimitsPath = clientLimitsPathVar(input.CLIENT_LIMITS_PATH);
-  const tierProblems = tierLimitProblems(read.tiers, placed.rules);
+  const tierProblems = tierLimitProblems(read.tiers, placed.rules, read.given);
   const jwt = parseJwt(
     input,
     placed.rules.map(({ rule }) => rule),
@@ -126,7 +126,7 @@ export function readSettings(input: SettingsInput): ReadSettings {
   const token = jwt.ok ? jwt.value : null;
   // Without valid token settings, a rule keyed on a claim cannot tell its clients apart.
   const placedRules = placed.rules.map(({ rule }) => rule).filter((rule) => jwt.ok || !rule.key.flat().some(isClaim));
-  const rules = withTiers(placedRules, tiers);
+  const rules = withTiers(placedRules, tiers, read.given);
   const trusted = valueOr(trustedIpHeader, null);
   const headers = keyHeaders(rules, trusted);
   if (token !== null) headers.add(token.header);

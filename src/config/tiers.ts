@@ -9,11 +9,12 @@
  * [vars.TIERS.pro]
  * api-per-key = 10000
  * login = 20
+ * search = { limit = 30, burst = 100 }   # a token bucket's burst too
  * ```
  */
 
 import { parseIntegerFrom1 } from "../core/fields.ts";
-import { kindOf } from "../core/kinds/registry.ts";
+import { CLIENT_FIELDS, kindOf, kindsGiving } from "../core/kinds/registry.ts";
 import { MAX_LIMIT } from "../core/kinds/window.ts";
 import { isTierName } from "../core/overrides.ts";
 import { fail, ok, type Result } from "../core/result.ts";
@@ -22,6 +23,9 @@ import { show } from "../core/show.ts";
 
 /** Tier name → rule id → the limit the tier gives that rule. */
 export type Tiers = ReadonlyMap<string, ReadonlyMap<string, number>>;
+
+/** Tier name → rule id → the fields of the rule's kind the tier gives beside the limit, as written (`burst`). */
+export type TierGiven = ReadonlyMap<string, ReadonlyMap<string, Readonly<Record<string, unknown>>>>;
 
 const isTable = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
@@ -37,25 +41,31 @@ export function parseTiers(raw: unknown): Result<Tiers> {
  * or table is invalid is left out, and so is each invalid limit of a tier
  * (a client in that tier then keeps the rule's own limit).
  */
-export function readTiers(raw: unknown): { tiers: Tiers; errors: string[] } {
-  if (raw === undefined || raw === "") return { tiers: new Map(), errors: [] };
+export function readTiers(raw: unknown): { tiers: Tiers; given: TierGiven; errors: string[] } {
+  if (raw === undefined || raw === "") return { tiers: new Map(), given: new Map(), errors: [] };
   let value = raw;
   if (typeof raw === "string") {
     try {
       value = JSON.parse(raw);
     } catch (error) {
-      return { tiers: new Map(), errors: [`TIERS: is a string but not valid JSON (${(error as Error).message})`] };
+      return {
+        tiers: new Map(),
+        given: new Map(),
+        errors: [`TIERS: is a string but not valid JSON (${(error as Error).message})`],
+      };
     }
   }
   if (!isTable(value)) {
     return {
       tiers: new Map(),
+      given: new Map(),
       errors: [
         `TIERS: must be a table of tiers, such as [vars.TIERS.pro] with api-per-key = 10000; got ${show(value)}`,
       ],
     };
   }
   const tiers = new Map<string, Map<string, number>>();
+  const given = new Map<string, Map<string, Record<string, unknown>>>();
   const errors: string[] = [];
   for (const [name, limits] of Object.entries(value)) {
     if (!isTierName(name)) {
@@ -64,15 +74,30 @@ export function readTiers(raw: unknown): { tiers: Tiers; errors: string[] } {
       errors.push(`TIERS.${name}: must be a table of rule ids and limits, such as login = 20; got ${show(limits)}`);
     } else {
       const tier = new Map<string, number>();
-      for (const [id, limit] of Object.entries(limits)) {
+      const own = new Map<string, Record<string, unknown>>();
+      for (const [id, value] of Object.entries(limits)) {
+        // A limit, or a table of the limit and the kind's own fields given with it (a token bucket's burst).
+        const { limit, ...fields } = isTable(value) ? value : { limit: value };
+        const foreign = Object.keys(fields).filter((field) => !CLIENT_FIELDS.includes(field));
+        if (foreign.length > 0) {
+          errors.push(
+            `TIERS.${name}.${id}: unknown ${foreign.map((f) => `field ${show(f)}`).join(", ")}; a tier gives a rule a limit (login = 20), or a table of "limit" and ${CLIENT_FIELDS.map((f) => show(f)).join(", ")} (search = { limit = 30, burst = 100 })`,
+          );
+          continue;
+        }
         const parsed = parseIntegerFrom1(limit, MAX_LIMIT);
-        if (parsed.ok) tier.set(id, parsed.value);
-        else errors.push(`TIERS.${name}.${id}: ${parsed.errors[0]}`);
+        if (!parsed.ok) {
+          errors.push(`TIERS.${name}.${id}: ${isTable(value) ? 'field "limit": ' : ""}${parsed.errors[0]}`);
+          continue;
+        }
+        tier.set(id, parsed.value);
+        if (Object.keys(fields).length > 0) own.set(id, fields);
       }
       tiers.set(name, tier);
+      if (own.size > 0) given.set(name, own);
     }
   }
-  return { tiers, errors };
+  return { tiers, given, errors };
 }
 
 /**
@@ -94,14 +119,19 @@ export function unknownRules(tiers: Tiers, rules: Rule[]): { tier: string; rule:
  * more than the rule itself may give. `rules` are the valid ones, with where
  * each is written (`RULES[2]`, `RULES_AUTH[0]`).
  */
-export function tierLimitErrors(tiers: Tiers, rules: { rule: Rule; where: string }[]): string[] {
-  return tierLimitProblems(tiers, rules).map(({ message }) => message);
+export function tierLimitErrors(
+  tiers: Tiers,
+  rules: { rule: Rule; where: string }[],
+  given: TierGiven = new Map(),
+): string[] {
+  return tierLimitProblems(tiers, rules, given).map(({ message }) => message);
 }
 
 /** {@link tierLimitErrors}, each with the tier and the rule it is about. */
 export function tierLimitProblems(
   tiers: Tiers,
   rules: { rule: Rule; where: string }[],
+  given: TierGiven = new Map(),
 ): { tier: string; rule: string; message: string }[] {
   return [...tiers].flatMap(([tier, limits]) =>
     rules.flatMap(({ rule, where }) => {
@@ -109,6 +139,9 @@ export function tierLimitProblems(
       const cost = rule.cost ?? 1;
       const problem = (message: string) => [{ tier, rule: rule.id, message }];
       if (limit === undefined) return [];
+      const own = ownOf(given, tier, rule, limit);
+      if (!own.ok)
+        return own.errors.map((error) => ({ tier, rule: rule.id, message: `TIERS.${tier}.${rule.id}: ${error}` }));
       if (limit < cost) {
         return problem(
           `TIERS.${tier}.${rule.id}: ${limit} is below the cost of ${where} ${show(rule.id)} (field "cost": ${cost}), so no request of a client in tier ${show(tier)} could ever be admitted; make it at least ${cost}`,
@@ -121,7 +154,8 @@ export function tierLimitProblems(
           `TIERS.${tier}.${rule.id}: ${limit} is above the most ${limitNoun} ${where} ${show(rule.id)} may give a client (field "${limitField}": at most ${maxLimit}), so it cannot be enforced as written; make it at most ${maxLimit}`,
         );
       }
-      const cap = kind.limitCap?.(rule);
+      // Own fields given with the limit (a bucket's burst) are the tier's: the rule's do not grow with it then.
+      const cap = own.value === undefined ? kind.limitCap?.(rule) : undefined;
       if (cap !== undefined && limit > cap.max) {
         return problem(
           `TIERS.${tier}.${rule.id}: ${limit} is above the most ${where} ${show(rule.id)} may give a client (${cap.max}): ${cap.because}; make it at most ${cap.max}`,
@@ -132,14 +166,46 @@ export function tierLimitProblems(
   );
 }
 
-/** The rules, each given its limit per tier (rules no tier names are returned as they are). */
-export function withTiers(rules: Rule[], tiers: Tiers): Rule[] {
+/**
+ * The fields of `rule`'s kind that `tier` gives it beside `limit` (a token
+ * bucket's burst), as its kind reads them: undefined when it gives none; an
+ * error for one the rule's kind does not take.
+ */
+function ownOf(
+  given: TierGiven,
+  tier: string,
+  rule: Rule,
+  limit: number,
+): Result<Readonly<Record<string, number>> | undefined> {
+  const fields = given.get(tier)?.get(rule.id);
+  if (fields === undefined) return ok(undefined);
+  const kind = kindOf(rule);
+  const names = Object.keys(fields);
+  const foreign = names.filter((name) => kind.clientFields?.names.includes(name) !== true);
+  if (foreign.length > 0 || kind.clientFields === undefined) {
+    return fail(
+      ...foreign.map((name) => {
+        const owners = kindsGiving(name).map((k) => `a ${k.name} rule`);
+        return `field ${show(name)}: only ${owners.join(" or ")} takes it, and rule ${show(rule.id)} is a ${kind.name} rule`;
+      }),
+    );
+  }
+  return kind.clientFields.parse(rule, fields, limit);
+}
+
+/** The rules, each given its limit per tier, and the own fields a tier gives with it (rules no tier names are returned as they are). */
+export function withTiers(rules: Rule[], tiers: Tiers, given: TierGiven = new Map()): Rule[] {
   return rules.map((rule) => {
     const limits: Record<string, number> = {};
+    const owns: Record<string, Readonly<Record<string, number>>> = {};
     for (const [tier, byRule] of tiers) {
       const limit = byRule.get(rule.id);
-      if (limit !== undefined) limits[tier] = limit;
+      if (limit === undefined) continue;
+      limits[tier] = limit;
+      const own = ownOf(given, tier, rule, limit);
+      if (own.ok && own.value !== undefined) owns[tier] = own.value;
     }
-    return Object.keys(limits).length > 0 ? { ...rule, tiers: limits } : rule;
+    if (Object.keys(limits).length === 0) return rule;
+    return Object.keys(owns).length > 0 ? { ...rule, tiers: limits, tierOwn: owns } : { ...rule, tiers: limits };
   });
 }

@@ -11,7 +11,7 @@
 
 import { parseIntegerFrom1 } from "./fields.ts";
 import type { KindName } from "./kinds/kind.ts";
-import { kindOf } from "./kinds/registry.ts";
+import { CLIENT_FIELDS, kindOf, kindsGiving } from "./kinds/registry.ts";
 import { MAX_LIMIT } from "./kinds/window.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
@@ -19,8 +19,12 @@ import { charactersIn } from "./text.ts";
 
 /** What an override does to its rule, for its client. */
 export type OverrideSetting =
-  /** Another limit, in place of the rule's. */
-  | { kind: "limit"; limit: number }
+  /**
+   * Another limit, in place of the rule's; with `own`, the rule's kind's
+   * own fields given with it (a token bucket's burst: `{burst, ownLimit}`),
+   * as its kind's `clientFields` made them.
+   */
+  | { kind: "limit"; limit: number; own?: Readonly<Record<string, number>> }
   /** The limit a tier gives the rule (`TIERS`); the rule's own where the tier names no limit for it. */
   | { kind: "tier"; tier: string }
   /** The rule does not apply to this client: never refused, never counted. */
@@ -44,7 +48,7 @@ export const MAX_NOTE_CHARS = 1_000;
 const TIER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
 /** The fields of an override's JSON (docs/per-client-limits.md documents each). */
-export const OVERRIDE_FIELDS = ["limit", "tier", "unlimited", "deny", "expires", "note"] as const;
+export const OVERRIDE_FIELDS = ["limit", ...CLIENT_FIELDS, "tier", "unlimited", "deny", "expires", "note"] as const;
 
 /** What parsing an override needs besides the operator's input. */
 export type OverrideContext = {
@@ -92,18 +96,26 @@ function settingOf(
   tiers: ReadonlySet<string>,
   rule: LimitedRule | undefined,
 ): Result<OverrideSetting> {
+  const { limit, tier, unlimited, deny } = fields;
+  const own = CLIENT_FIELDS.filter((name) => fields[name] !== undefined);
+  if (own.length > 0 && limit === undefined) {
+    return fail(...own.map((name) => `field ${show(name)}: goes with "limit" (the client's limit, and its ${name})`));
+  }
   const given = ["limit", "tier", "unlimited", "deny"].filter((name) => fields[name] !== undefined);
   if (given.length !== 1) {
     return fail(
       `exactly one of "limit", "tier", "unlimited" or "deny" is required; got ${given.length === 0 ? "none" : given.join(", ")}`,
     );
   }
-  const { limit, tier, unlimited, deny } = fields;
   if (limit !== undefined) {
     // A whole number out of the rule's range is refused by limitOutOfRange, which says why.
-    if (parseIntegerFrom1(limit, MAX_LIMIT).ok) return ok({ kind: "limit", limit: limit as number });
-    const { min, max } = rule === undefined ? { min: 1, max: MAX_LIMIT } : limitRange(rule);
-    return fail(`field "limit": must be an integer from ${min} to ${max}; got ${show(limit)}`);
+    if (!parseIntegerFrom1(limit, MAX_LIMIT).ok) {
+      const { min, max } = rule === undefined ? { min: 1, max: MAX_LIMIT } : limitRange(rule);
+      return fail(`field "limit": must be an integer from ${min} to ${max}; got ${show(limit)}`);
+    }
+    if (own.length === 0) return ok({ kind: "limit", limit: limit as number });
+    const given = ownFields(fields, own, limit as number, rule);
+    return given.ok ? ok({ kind: "limit", limit: limit as number, own: given.value }) : given;
   }
   if (tier !== undefined) {
     if (typeof tier !== "string" || !tiers.has(tier)) {
@@ -118,6 +130,36 @@ function settingOf(
       : fail(`field "unlimited": must be true; got ${show(unlimited)}`);
   }
   return deny === true ? ok({ kind: "deny" }) : fail(`field "deny": must be true; got ${show(deny)}`);
+}
+
+/** What an operator wrote of a client's own fields (an override's, a tier's): those named as written (`burst`), not what they make of the rule. */
+export const writtenOf = (own: Readonly<Record<string, number>>): Record<string, number> =>
+  Object.fromEntries(CLIENT_FIELDS.filter((name) => own[name] !== undefined).map((name) => [name, own[name]!]));
+
+/**
+ * The fields of a rule's kind that an override gives a client beside its
+ * `limit` (a token bucket's `burst`), as the kind reads them: an error for
+ * one the rule's kind does not take.
+ */
+function ownFields(
+  fields: Record<string, unknown>,
+  names: string[],
+  limit: number,
+  rule: LimitedRule | undefined,
+): Result<Readonly<Record<string, number>>> {
+  if (rule === undefined) return fail(...names.map((name) => `field ${show(name)}: needs the rule it is for`));
+  const kind = kindOf(rule);
+  const client = kind.clientFields;
+  const foreign = names.filter((name) => client?.names.includes(name) !== true);
+  if (client === undefined || foreign.length > 0) {
+    return fail(
+      ...foreign.map((name) => {
+        const owners = kindsGiving(name).map((k) => `a ${k.name} rule`);
+        return `field ${show(name)}: only ${owners.join(" or ")} gives a client one, and rule ${show(rule.id)} is a ${kind.name} rule`;
+      }),
+    );
+  }
+  return client.parse(rule, fields, limit);
 }
 
 /**
@@ -220,7 +262,11 @@ function limitOf(setting: OverrideSetting, rule: RuleLimits): number | "unlimite
  * hold it (a Unix time in nanoseconds).
  */
 export const overrideView = (o: Override) => ({
-  ...(o.kind === "limit" ? { limit: o.limit } : o.kind === "tier" ? { tier: o.tier } : { [o.kind]: true }),
+  ...(o.kind === "limit"
+    ? { limit: o.limit, ...(o.own === undefined ? {} : writtenOf(o.own)) }
+    : o.kind === "tier"
+      ? { tier: o.tier }
+      : { [o.kind]: true }),
   expires: o.expiresAtMs === null ? null : isoTime(o.expiresAtMs),
   ...(o.expiresAtMs !== null && !(o.expiresAtMs <= MAX_EXPIRES_MS)
     ? {
@@ -266,7 +312,8 @@ export function limitOutOfRange(
     // A tier's limits are checked with the configuration: only an override's own limit gets here.
     return `field "limit": ${limit} is above the most ${limitNoun} rule ${show(rule.id)} may give a client (${maxLimit}); must be at most ${maxLimit}`;
   }
-  const cap = kind.limitCap?.(rule);
+  // Own fields given with the limit (a bucket's burst) are the client's: the rule's do not grow with it then.
+  const cap = setting.kind === "limit" && setting.own !== undefined ? undefined : kind.limitCap?.(rule);
   if (cap !== undefined && limit > cap.max) {
     return `field "limit": ${limit} is above the most rule ${show(rule.id)} may give a client (${cap.max}): ${cap.because}; must be at most ${cap.max}`;
   }

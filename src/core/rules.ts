@@ -187,6 +187,8 @@ export type RuleCommon = {
   excludeIps?: IpRange[];
   /** The rule's limit in each tier of `TIERS` that gives it one (set with the settings, not a rule field). */
   tiers?: Readonly<Record<string, number>>;
+  /** Per tier, the kind's own fields that tier gives a client beside its limit (a token bucket's burst), as its kind's `clientFields` made them. */
+  tierOwn?: Readonly<Record<string, Readonly<Record<string, number>>>>;
   /** The tier a verified token's `tier_claim` put this request in; `limit` is then that tier's. */
   tier?: string;
   /** Under an adaptive rule with priorities, the request's priority (a variant of the rule per priority: isolate/rule-ids.ts). */
@@ -364,6 +366,14 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     quota: kind.quota(own as never),
   } as Rule;
 }
+
+/**
+ * A rule's quota for a client a tier or an override gave its kind's own
+ * fields beside its limit (a token bucket's burst): its kind's, as for a
+ * rule written with them.
+ */
+export const quotaUnder = (rule: Rule, own: Readonly<Record<string, number>>): Quota =>
+  KINDS[rule.kind].quota({ ...rule, ...own } as never);
 
 /**
  * The kind a rule's fields are written as: the one whose marking field it

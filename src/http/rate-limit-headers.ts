@@ -176,9 +176,10 @@ export function forThisClient(policies: Policy[], reports: Reported[]): { polici
   const forClient = (p: Policy): Policy => {
     const r = byId.get(p.id);
     if (r === undefined) return p;
+    // Its quota as the report has it: a tier's or an override's own fields (a bucket's burst) make it the client's.
     return r.verdict.windowMs === undefined
-      ? { ...p, limit: r.limit }
-      : { ...p, limit: r.limit, windowMs: r.verdict.windowMs };
+      ? { ...p, limit: r.limit, quota: r.quota }
+      : { ...p, limit: r.limit, quota: r.quota, windowMs: r.verdict.windowMs };
   };
   return {
     policies: policies.filter((p) => !lifted.has(p.id)).map(forClient),

@@ -40,7 +40,7 @@ export class KnownRefusals {
       this.entries?.delete(rule);
       return false;
     }
-    const { limit, override, tier, reduced, never, remaining } = verdict;
+    const { limit, override, tier, reduced, never, remaining, own } = verdict;
     this.entries ??= new Map();
     this.entries.set(
       rule,
@@ -51,6 +51,7 @@ export class KnownRefusals {
         reduced,
         never,
         remaining,
+        own,
       }),
     );
     return true;

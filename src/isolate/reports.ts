@@ -6,7 +6,7 @@
  * failures are logged here (a refusal at most once per key and rule per
  * interval).
  */
-import type { Rule } from "../core/rules.ts";
+import { quotaUnder, type Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
 import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
@@ -14,11 +14,11 @@ import type { ClientKeys } from "./client-keys.ts";
 import { type Applied, failureOf, nameOf, type Part, type RuleRefusal, verdictOf } from "./vocabulary.ts";
 
 /** A rule's verdict as the rate-limit headers report it. */
-const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
+export const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
   id: rule.id,
   kind: rule.kind,
   limit: verdict.limit ?? rule.limit,
-  quota: rule.quota,
+  quota: verdict.own === undefined ? rule.quota : quotaUnder(rule, verdict.own),
   verdict,
   nowMs,
   ...(rule.priority === undefined ? {} : { priority: rule.priority }),

@@ -6,7 +6,7 @@
  */
 import { getOrCreate } from "../core/maps.ts";
 import type { Priority } from "../core/priorities.ts";
-import type { Rule } from "../core/rules.ts";
+import { quotaUnder, type Rule } from "../core/rules.ts";
 
 const variants = new WeakMap<Rule, Map<string, Rule>>();
 
@@ -19,10 +19,15 @@ const variants = new WeakMap<Rule, Map<string, Rule>>();
 export function tierVariant(rule: Rule, tier: string): Rule {
   const limit = rule.tiers?.[tier];
   if (limit === undefined) return rule;
+  // Its kind's own fields the tier gives too (a token bucket's burst): the variant reads as a rule written with them.
+  const own = rule.tierOwn?.[tier];
   return getOrCreate(
     getOrCreate(variants, rule, () => new Map()),
     tier,
-    () => ({ ...rule, limit, tier }),
+    () =>
+      own === undefined
+        ? { ...rule, limit, tier }
+        : ({ ...rule, limit, tier, ...own, quota: quotaUnder(rule, own) } as Rule),
   );
 }
 

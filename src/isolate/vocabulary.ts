@@ -62,7 +62,7 @@ export type Landing =
 export type Failure = Extract<Landing, { ok: false }>;
 
 /** The parts of a verdict that say what applied to the client, and the quota units it had left (`r`). */
-export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier" | "reduced" | "never" | "remaining">;
+export type Applied = Pick<RuleVerdict, "limit" | "override" | "tier" | "reduced" | "never" | "remaining" | "own">;
 
 /** One refusal the isolate knows of, for one client key under one rule. */
 export class KnownRefusal {

@@ -20,7 +20,14 @@ const SCHEMA = `CREATE TABLE IF NOT EXISTS overrides (rule TEXT PRIMARY KEY, val
  * adaptive rule's factor, when the factor lowered it.
  */
 export type Plan =
-  | { kind: "count"; rule: RuleCheck; override?: Override; configured?: number }
+  | {
+      kind: "count";
+      rule: RuleCheck;
+      override?: Override;
+      configured?: number;
+      /** The kind's own fields a tier or an override gave the client beside its limit, merged into `rule` (a bucket's burst). */
+      own?: Readonly<Record<string, number>>;
+    }
   | { kind: "unlimited"; expiresAtMs: number | null }
   | { kind: "deny"; expiresAtMs: number | null };
 
@@ -83,13 +90,20 @@ export class PlanBook {
   private overridden(rule: RuleCheck, nowMs: number): Plan {
     const override = this.overrides.get(rule.id);
     if (override === undefined || (override.expiresAtMs !== null && override.expiresAtMs <= nowMs)) {
-      return { kind: "count", rule };
+      // A tier a token claimed: its own fields, if it gives any (the isolate's variant has them already).
+      const own = ownIn(rule, rule.tier === undefined ? undefined : rule.tierOwn?.[rule.tier]);
+      return own === undefined ? { kind: "count", rule } : { kind: "count", rule: { ...rule, ...own }, own };
     }
     const given = limitUnder(override, rule, nowMs);
     if (given === "unlimited") return { kind: "unlimited", expiresAtMs: override.expiresAtMs };
     if (given === "deny") return { kind: "deny", expiresAtMs: override.expiresAtMs };
     const limit = Math.max(given, costOf(rule));
     if (limit !== given) this.warnBelowCost(rule, override, given);
+    const own = ownIn(
+      rule,
+      override.kind === "limit" ? override.own : override.kind === "tier" ? rule.tierOwn?.[override.tier] : undefined,
+    );
+    if (own !== undefined) return { kind: "count", rule: { ...rule, limit, ...own }, override, own };
     return { kind: "count", rule: limit === rule.limit ? rule : { ...rule, limit }, override };
   }
 
@@ -217,4 +231,18 @@ export class PlanBook {
     this.overrides.clear();
     this.versions.clear();
   }
+}
+
+/**
+ * The kind's own fields a tier or an override gives a client, as far as the
+ * rule's check has them (a rule that is no longer of the kind they were
+ * given for takes none); undefined when none apply.
+ */
+function ownIn(
+  check: RuleCheck,
+  own: Readonly<Record<string, number>> | undefined,
+): Record<string, number> | undefined {
+  if (own === undefined) return undefined;
+  const kept = Object.entries(own).filter(([name]) => name in check);
+  return kept.length === 0 ? undefined : Object.fromEntries(kept);
 }

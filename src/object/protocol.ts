@@ -37,6 +37,8 @@ type CheckCommon = {
   enforce: boolean;
   /** The rule's limit in each tier of `TIERS` that gives it one, for a client an override puts in a tier. */
   tiers?: Readonly<Record<string, number>>;
+  /** Per tier, the kind's own fields that tier gives beside its limit (a token bucket's burst and the limit it goes with). */
+  tierOwn?: Readonly<Record<string, Readonly<Record<string, number>>>>;
   /** The rule's penalty (`block_for`) in milliseconds; absent when it has none. */
   blockForMs?: number;
   /** The tier whose limit `limit` is, when a verified token's claim chose it; an override still comes first. */
@@ -142,6 +144,13 @@ export type RuleVerdict = Decision & {
    * remembered.
    */
   never?: true;
+  /**
+   * The kind's own fields that applied to this client, when a tier or an
+   * override gave them beside its limit (a token bucket's `burst`, and the
+   * limit it goes with): the rule's quota for this client is its kind's
+   * under them.
+   */
+  own?: Readonly<Record<string, number>>;
 };
 
 export type CheckResult = {
@@ -435,6 +444,7 @@ export const toRuleCheck = (rule: CountedRule): RuleCheck =>
     ...(rule.cost !== undefined && rule.cost !== 1 ? { cost: rule.cost } : {}),
     enforce: rule.action === "block",
     ...(rule.tiers !== undefined && Object.keys(rule.tiers).length > 0 ? { tiers: rule.tiers } : {}),
+    ...(rule.tierOwn !== undefined ? { tierOwn: rule.tierOwn } : {}),
     ...(rule.tier !== undefined ? { tier: rule.tier } : {}),
     ...(rule.maxDelayMs !== undefined
       ? { maxDelayMs: rule.maxDelayMs, maxHeld: rule.maxHeld ?? DEFAULT_MAX_HELD }

@@ -1193,7 +1193,8 @@ export class RateLimiter extends DurableObject<unknown> {
           ? 0
           : Math.min(never ? DENY_FOREVER_MS : decision.retryAfterMs, untilChange),
       ...(never ? { never: true } : {}),
-      ...(override || configured !== undefined ? { limit: rule.limit } : {}),
+      ...(override || configured !== undefined || plan.own !== undefined ? { limit: rule.limit } : {}),
+      ...(plan.own !== undefined ? { own: plan.own } : {}),
       ...(override ? { override: override.kind } : {}),
       ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
       ...tierOf(rule, override),

@@ -30,6 +30,7 @@ import { clientAddress } from "../http/request-facts.ts";
 import type { Reading } from "../isolate/answers.ts";
 import { DEFAULT_MAX_KEYS, defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import { claimsFor, inClaimedTier, keyGroups } from "../isolate/match.ts";
+import { report } from "../isolate/reports.ts";
 import type { KeyGroup } from "../isolate/vocabulary.ts";
 import { type LimiterNamespace, withDeadline } from "../object/client.ts";
 import { type RuleVerdict, ruleCheckOf, toPlaceRequest } from "../object/protocol.ts";
@@ -278,15 +279,8 @@ async function readGroup(
   return { ok: true, reports };
 }
 
-/** A rule's verdict as the headers report it (see reports.ts). */
-const reported = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reported => ({
-  id: rule.id,
-  kind: rule.kind,
-  limit: verdict.limit ?? rule.limit,
-  quota: rule.quota,
-  verdict,
-  nowMs,
-});
+/** A rule's verdict as the headers report it. */
+const reported = report;
 
 /** The characteristics of a rule's key that a request supplies rather than its client: its path, its method. */
 function countedPer(rule: Rule): ("path" | "method")[] {

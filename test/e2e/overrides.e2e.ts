@@ -78,6 +78,41 @@ describe("per-client overrides, set with the limits CLI", () => {
     expect(down.refusal.headers["ratelimit-policy"]).toContain(policyOf(DEFAULT_LIMIT));
   });
 
+  it("gives a client of a token bucket a burst of its own (--limit with --burst), and refuses --burst beside --tier", async () => {
+    // e2e-dash-bucket: 1 a minute in bursts of 2, per x-dash-client; this client: 1 a minute in bursts of 5.
+    const client = uniqueTag("burst");
+    const out = await limitsOk(
+      "set",
+      "e2e-dash-bucket",
+      `header:x-dash-client=${client}`,
+      "--limit",
+      "1",
+      "--burst",
+      "5",
+    );
+    expect(out).toMatch(/after\s+limit 1, burst 5/);
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const reply = await send(`/dash-bucket/${i}`, {
+        headers: { "x-dash-client": client, "cf-connecting-ip": uniqueIp() },
+      });
+      statuses.push(reply.status);
+      if (i === 5) expect(reply.headers["ratelimit-policy"]).toContain('"e2e-dash-bucket";q=5;w=300');
+    }
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429]);
+    const refused = await limits(
+      "set",
+      "e2e-dash-bucket",
+      `header:x-dash-client=${client}`,
+      "--tier",
+      TIER,
+      "--burst",
+      "5",
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('field "burst": goes with "limit"');
+  });
+
   it("lists the override as applied, in JSON and as a table", async () => {
     const client = newClient("listed");
     await limitsOk("set", RULE, client.arg, "--tier", TIER);

@@ -17,7 +17,7 @@
 import { describePeriod, formatDuration } from "../duration.ts";
 import { parseIntegerFrom1, parsePeriod } from "../fields.ts";
 import { depthMs, MAX_DEPTH_MS } from "../gcra.ts";
-import { fail, type Result } from "../result.ts";
+import { fail, ok, type Result } from "../result.ts";
 import { show } from "../show.ts";
 import {
   blockForWarnings,
@@ -155,6 +155,23 @@ export const bucketKind: RuleKind<BucketFields> = {
     max: mostLimit(rule),
     because: `its burst (${rule.burst} at a limit of ${rule.ownLimit}) grows in proportion, and a bucket holds at most ${MAX_BURST}`,
   }),
+
+  // A tier or an override may give a client a burst of its own with its limit: the bucket's depth is then theirs.
+  clientFields: {
+    names: ["burst"],
+    parse(rule: BucketFields, given: Fields, limit: number) {
+      if (given.burst === undefined) return ok({});
+      const parsed = parseBurst(given.burst, limit, rule.periodMs);
+      if (!parsed.ok) return fail(...parsed.errors.map((error) => `field "burst": ${error}`));
+      const cost = rule.cost ?? 1;
+      if (parsed.value < cost) {
+        return fail(
+          `field "burst": ${parsed.value} is below the rule's cost (${cost}), so no request of this client could ever be admitted; must be at least ${cost}`,
+        );
+      }
+      return ok({ burst: parsed.value, ownLimit: limit });
+    },
+  },
 
   view: (rule: BucketFields) => ({
     limit: {

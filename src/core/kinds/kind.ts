@@ -64,6 +64,23 @@ export type Quota = {
   words(limit: number, resetAtMs?: number): string;
 };
 
+/**
+ * A kind's own fields that a tier or an override gives one client beside
+ * the limit, by their names as written (`burst`). What they make of the
+ * kind's part (its compiled fields, and its check in the client's object)
+ * is a record of that part's fields, merged into it where it has them: the
+ * rule, its check and its quota then read as for a rule written so.
+ */
+export type ClientFields<Part> = {
+  readonly names: readonly string[];
+  /**
+   * The fields given (each of `names` or absent) for a client given
+   * `limit`, checked against the rule: the part's fields they set, each
+   * written one among them under its own name (the admin API shows those).
+   */
+  parse(part: Part, given: Fields, limit: number): Result<Readonly<Record<string, number>>>;
+};
+
 /** Records a field's problems against its name and answers its value, or `fallback` when it has problems. */
 export type TakeField = <T>(field: string, parsed: Result<T>, fallback: T) => T;
 
@@ -118,6 +135,11 @@ export interface RuleKind<Part extends KindFields = KindFields> {
    * burst grows with its limit.
    */
   limitCap?(part: Part): { max: number; because: string };
+  /**
+   * Its own fields a tier or an override may give one client beside the
+   * limit (a token bucket's `burst`); absent: none, the limit alone.
+   */
+  readonly clientFields?: ClientFields<Part>;
   /**
    * Its own fields as the admin API shows them (wrangler.toml's spelling,
    * plus durations in milliseconds): `limit`, the fields that say the limit

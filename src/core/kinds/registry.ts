@@ -42,3 +42,10 @@ export const KIND_FIELDS: readonly string[] = [...new Set(LIST.flatMap((kind) =>
 
 /** The kinds that have a field, for messages. */
 export const kindsWith = (field: string): AnyKind[] => LIST.filter((kind) => kind.fields.includes(field));
+
+/** Every field a tier or an override may give a client beside the limit, by any kind (`burst`), each once. */
+export const CLIENT_FIELDS: readonly string[] = [...new Set(LIST.flatMap((kind) => kind.clientFields?.names ?? []))];
+
+/** The kinds whose tiers and overrides may give a client `field`, for messages. */
+export const kindsGiving = (field: string): AnyKind[] =>
+  LIST.filter((kind) => kind.clientFields?.names.includes(field) === true);

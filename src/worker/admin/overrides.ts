@@ -15,6 +15,7 @@
  */
 import type { Settings } from "../../config/settings.ts";
 import { hashKey, keyParams as keyParamsOf } from "../../core/keys.ts";
+import { CLIENT_FIELDS } from "../../core/kinds/registry.ts";
 import { limitOutOfRange, type Override, overrideView, parseOverride } from "../../core/overrides.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Rule } from "../../core/rules.ts";
@@ -192,7 +193,7 @@ export const entryView = (entry: RegistryEntry) => ({
 
 /**
  * Many overrides at once, from a JSON list (`[{"rule", "key", "tier"…}]`,
- * `"delete": true` to remove one) or CSV with a header line (`rule,key,limit,
+ * `"delete": true` to remove one) or CSV with a header line (`rule,key,limit,burst,
  * tier,unlimited,deny,expires,note,delete`). All or nothing: one bad line
  * makes a 400 that names every bad line, and nothing changes. Then this
  * isolate forgets every client the import names, as after a PUT; the
@@ -284,6 +285,7 @@ export const IMPORT_COLUMNS = [
   "rule",
   "key",
   "limit",
+  ...CLIENT_FIELDS,
   "tier",
   "unlimited",
   "deny",
@@ -325,7 +327,7 @@ function csvItems(text: string): Result<unknown[]> {
         const cell = cells[i]?.trim() ?? "";
         if (cell === "") return;
         // A number only when it is written as one; anything else stays as sent, for the error to quote.
-        if (name === "limit" && /^\d+$/.test(cell)) item[name] = Number(cell);
+        if ((name === "limit" || CLIENT_FIELDS.includes(name)) && /^\d+$/.test(cell)) item[name] = Number(cell);
         else if (name === "unlimited" || name === "deny" || name === "delete") {
           // A flag: true when it says so; false, no or 0 (as spreadsheets fill every column) is no flag at all.
           if (cell.toLowerCase() === "true") item[name] = true;

@@ -23,7 +23,7 @@
 import type { Settings } from "../../config/settings.ts";
 import { hashKey } from "../../core/keys.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
-import { isCounted, type PlacedRule, type Rule } from "../../core/rules.ts";
+import { isCounted, type PlacedRule, quotaUnder, type Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
 import { LIMITER_UNAVAILABLE, type Problem, problemResponse } from "../../http/problem.ts";
 import { forgetClient, forgetClientNamed, type Isolate } from "../../isolate/isolate.ts";
@@ -135,7 +135,7 @@ async function peek(client: Client, timeoutMs: number): Promise<Response> {
     // What the limit is per: the period this client is in, where its kind's is not the same at every instant (a
     // calendar month); a token bucket's period (its rate is `limit` per `periodMs`), its burst and depth beside it.
     periodMs: verdict.windowMs ?? rule.quota.periodMs ?? rule.quota.windowMs,
-    ...(limit === null ? {} : rule.quota.shown?.(limit)),
+    ...(limit === null ? {} : (verdict.own === undefined ? rule.quota : quotaUnder(rule, verdict.own)).shown?.(limit)),
     weighted: verdict.weighted,
     allowed: verdict.ruleAllows,
     // While the rule's penalty (block_for) lasts: when it ends, by the object's clock.

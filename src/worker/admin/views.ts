@@ -7,6 +7,7 @@ import type { JwtSettings } from "../../config/jwt.ts";
 import type { Settings } from "../../config/settings.ts";
 import { formatDuration } from "../../core/duration.ts";
 import { kindOf } from "../../core/kinds/registry.ts";
+import { writtenOf } from "../../core/overrides.ts";
 import { DEFAULT_MAX_HELD, type Rule } from "../../core/rules.ts";
 import { keyAsWritten } from "./key.ts";
 
@@ -122,7 +123,18 @@ export const settingsView = (settings: Settings) => ({
   ipv6Prefix: settings.ipv6PrefixBits,
   trustedIpHeader: settings.trustedIpHeader,
   timeoutMs: settings.timeoutMs,
-  tiers: Object.fromEntries([...settings.tiers].map(([tier, limits]) => [tier, Object.fromEntries(limits)])),
+  // Each tier's limit per rule, as a table with the fields of the rule's kind it gives too (a bucket's burst).
+  tiers: Object.fromEntries(
+    [...settings.tiers].map(([tier, limits]) => [
+      tier,
+      Object.fromEntries(
+        [...limits].map(([id, limit]) => {
+          const own = settings.rules.find((rule) => rule.id === id)?.tierOwn?.[tier];
+          return [id, own === undefined ? limit : { limit, ...writtenOf(own) }];
+        }),
+      ),
+    ]),
+  ),
   ...(settings.jwt === null ? {} : { jwt: jwtView(settings.jwt) }),
 });
 

@@ -1123,7 +1123,12 @@
   const clientText = (entry) => entry.keyParams.join(" & ");
 
   function settingOf(entry) {
-    if (entry.limit !== undefined) return `limit ${fmt(entry.limit)}`;
+    if (entry.limit !== undefined) {
+      // A token bucket's burst of the client's own, when the override gives one.
+      return entry.burst === undefined
+        ? `limit ${fmt(entry.limit)}`
+        : `limit ${fmt(entry.limit)}, burst ${fmt(entry.burst)}`;
+    }
     if (entry.tier !== undefined) return `tier ${entry.tier}`;
     if (entry.unlimited) return "unlimited";
     if (entry.deny) return "deny";
