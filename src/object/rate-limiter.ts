@@ -31,6 +31,7 @@ import { BookingBook, type Replanned, turnAnswerOf } from "./booking-book.ts";
 import { ClaimedTiers } from "./claimed-tiers.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
+import { FactorsSeen } from "./factors-seen.ts";
 import type { Counter, Credit, Seen, Usage } from "./kinds/counter.ts";
 import { type CountedKind, countedUntilMs, counterOf, counterOfKind, kindOfCheck, PACE } from "./kinds/registry.ts";
 import { PlaceBook, type ReplannedPlaces } from "./place-book.ts";
@@ -156,7 +157,7 @@ export class RateLimiter extends DurableObject<unknown> {
   /** Held requests' bookings. */
   private readonly books: BookingBook;
   /** Per adaptive rule and priority, the factor its checks last carried here: a raise moves those held up. */
-  private readonly factorsSeen = new Map<string, number>();
+  private readonly factorsSeen = new FactorsSeen();
   /** Concurrency rules' places. */
   private readonly places: PlaceBook;
   /** The one timer: the next turn or place a caller awaits. */
@@ -243,57 +244,30 @@ export class RateLimiter extends DurableObject<unknown> {
   }
 
   /**
-   * An adaptive rule's factor, as a check carries it, when it is not the
-   * last its rule (and priority) carried here: the factor before (undefined
-   * when none was seen yet, as after a restart); null when it has not moved.
-   */
-  private factorMoved(check: RuleCheck): { before: number | undefined } | null {
-    if (check.factor === undefined) return null;
-    const seen = `${check.id}|${check.priority ?? ""}`;
-    const before = this.factorsSeen.get(seen);
-    if (before === check.factor) return null;
-    this.factorsSeen.set(seen, check.factor);
-    return { before };
-  }
-
-  /**
    * A check that carries a higher factor than the last its rule (and
    * priority) carried here, with requests held: those held under it are
    * planned again under it, as under an override's raise (docs/adaptive.md):
    * they move up, in the order they came, before the request that brought
-   * the raise is decided. A cut leaves the turns they were given. The first
-   * check after a restart counts as a raise: planning again never moves a
-   * turn later.
+   * the raise is decided. A cut leaves the turns they were given.
    */
   private followRaises(rules: RuleCheck[], nowMs: number): void {
-    let raised: Map<string, RuleCheck> | undefined;
-    for (const rule of rules) {
-      const moved = this.factorMoved(rule);
-      if (moved === null || !this.books.anyAhead) continue;
-      if (moved.before !== undefined && rule.factor! < moved.before) continue;
-      raised ??= new Map();
-      raised.set(rule.id, rule);
-    }
+    const raised = this.factorsSeen.raised(rules, this.books.anyAhead);
     if (raised === undefined) return;
-    const under = raised;
-    this.replanHeld(new Set(under.keys()), nowMs, (check) => {
-      const now = under.get(check.id)!;
-      return samePriority(check, now) && (check.factor ?? 1) < now.factor! ? { ...check, factor: now.factor } : check;
-    });
+    this.replanHeld(raised.ruleIds, nowMs, raised.checkNow);
     this.rearm(nowMs);
   }
 
   /**
    * A request for a place that carries another factor than the last its
    * rule (and priority) carried here: the requests in line under it wait
-   * for places under the new factor, as under an override's change
-   * (docs/adaptive.md): a raise serves the line at once, in order, before
-   * the request that brought it; after a cut, a place freed goes to the
-   * line only below the fewer places.
+   * for places under the new factor, as under an override's change: a raise
+   * serves the line at once, in order, before the request that brought it;
+   * after a cut, a place freed goes to the line only below the fewer places.
    */
   private followFactor(now: RuleCheck, nowMs: number): void {
-    if (this.factorMoved(now) === null) return;
-    this.replanLine(now.id, nowMs, (check) => (samePriority(check, now) ? { ...check, factor: now.factor } : check));
+    const checkNow = this.factorsSeen.lineUnder(now);
+    if (checkNow === null) return;
+    this.replanLine(now.id, nowMs, checkNow);
     this.rearm(nowMs);
   }
 
@@ -1272,9 +1246,6 @@ const placeCheck = (ruleId: string, request: PlaceRequest): RuleCheck => ({
 
 /** A stored check as it was. */
 const same = (check: RuleCheck): RuleCheck => check;
-
-/** Whether two checks of a rule are of the same priority (or both of a rule without priorities). */
-const samePriority = (a: RuleCheck, b: RuleCheck): boolean => (a.priority ?? "") === (b.priority ?? "");
 
 /** What a held request counts under a plan: the rule as it now applies, or no count, or a refusal. */
 const heldUnder = (plan: Plan): Replanned => (plan.kind === "count" ? plan.rule : plan.kind);
