@@ -101,7 +101,7 @@ describe("npm run check-config", () => {
       'warning: RULES[5] "tunnel": never matches: Workers never receive CONNECT requests (the runtime cannot carry them)',
       'warning: RULES[6] "search": field "period": 0.5 is under 1 second (a number is seconds): every request costs a Durable Object round trip, and clock and network jitter are a large share of so short a window; use a longer period with a proportionally larger limit',
       'warning: RULES[6] "search": field "path": "/search?q=*" never matches: globs match the path only, never the query or fragment',
-      'warning: RULES[6] "search": field "exclude": "//search/health" never excludes anything: paths are matched after decoding unreserved characters and collapsing repeated slashes (write "/search/health")',
+      'warning: RULES[6] "search": field "exclude": "//search/health" never excludes anything: paths are matched as the origin receives them, dot segments resolved and backslashes read as slashes, after decoding unreserved characters and collapsing repeated slashes (write "/search/health")',
       'warning: RULES[7] "per-ip": field "period": 60000 is seconds, that is 1000 minutes; if you meant milliseconds, write "60s"',
       'warning: RULES[10] "shadow": field "on_error": "closed" has no effect on a shadow rule (action = "log"), which never refuses a request',
       'warning: RULES[8] "reports-a" and RULES[9] "reports-b": count the same requests with the same key and period, so RULES[9] "reports-b", the looser, never refuses anything; remove it, or give the two different periods for a burst and a sustained limit',
@@ -287,7 +287,7 @@ describe("rules that can never match", () => {
     ],
     [
       { path: "/%61pi/*" },
-      'field "path": "/%61pi/*" never matches: paths are matched after decoding unreserved characters and collapsing repeated slashes (write "/api/*")',
+      'field "path": "/%61pi/*" never matches: paths are matched as the origin receives them, dot segments resolved and backslashes read as slashes, after decoding unreserved characters and collapsing repeated slashes (write "/api/*")',
     ],
   ])("%j: %s", (fields, message) => {
     expect(findings({ RULES: [rule(fields)] })).toContainEqual(warning(`RULES[0] "r": ${message}`));

@@ -383,7 +383,7 @@ function unmatchable(glob: string): string | null {
   if (/[?#]/.test(glob)) return "globs match the path only, never the query or fragment";
   const normal = normalizePath(glob);
   if (normal !== glob) {
-    return `paths are matched after decoding unreserved characters and collapsing repeated slashes (write ${show(normal)})`;
+    return `paths are matched as the origin receives them, dot segments resolved and backslashes read as slashes, after decoding unreserved characters and collapsing repeated slashes (write ${show(normal)})`;
   }
   return null;
 }

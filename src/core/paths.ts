@@ -59,15 +59,39 @@ export function pathnameOf(url: string): string {
 }
 
 /**
- * The path as written, as rules see it. Percent-encoded unreserved characters
- * are decoded (`/%61pi` is `/api`, RFC 3986 §6.2.2.2) and runs of slashes are
- * collapsed, so that spelling a path differently is not a way around a rule.
- * `exclude` globs match this path. The request itself is forwarded unchanged.
+ * A `.` or `..` segment (or its `%2e` spellings), or a backslash: what the
+ * URL standard resolves in an `http:` URL's path, as the Worker's forwarding
+ * does, so that the origin receives another path than the one written.
+ */
+const resolvable = /(?:^|[/\\])(?:\.|%2e)|\\/i;
+
+/**
+ * The path the origin receives for a path as a client sent it: `.` and `..`
+ * segments (and their `%2e` spellings) resolved and a backslash read as a
+ * slash, as the URL standard parses an `http:` URL, which the Worker's
+ * forwarding does. A path with none of them is returned as it is.
+ */
+export function forwardedPath(pathname: string): string {
+  if (!resolvable.test(pathname)) return pathname;
+  // Parsed after a host of its own, so that a path that starts with two slashes is never read as one.
+  return new URL(`http://h${pathname.startsWith("/") || pathname.startsWith("\\") ? "" : "/"}${pathname}`).pathname;
+}
+
+/**
+ * The path as written, as rules see it: the path the origin receives
+ * ({@link forwardedPath}: dot segments resolved, a backslash a slash), its
+ * percent-encoded unreserved characters decoded (`/%61pi` is `/api`, RFC
+ * 3986 §6.2.2.2) and runs of slashes collapsed, so that spelling a path
+ * differently is not a way around a rule. `exclude` globs match this path.
+ * The request itself is forwarded as it was sent, which its runtime resolves
+ * as above.
  */
 export function normalizePath(pathname: string): string {
-  // Most paths have neither: they are their own normal form, and no expression need run over them.
-  if (!pathname.includes("%") && !pathname.includes("//")) return pathname;
-  return pathname
+  // Most paths have none of these: they are their own normal form, and no expression need run over them.
+  if (!pathname.includes("%") && !pathname.includes("/.") && !pathname.includes("\\") && !pathname.includes("//")) {
+    return pathname;
+  }
+  return forwardedPath(pathname)
     .replace(unreserved, (encoded) => String.fromCharCode(Number.parseInt(encoded.slice(1), 16)))
     .replace(/\/{2,}/g, "/");
 }

@@ -75,3 +75,28 @@ describe("passing requests and responses through unchanged", () => {
     expect(receivedHeader(echo, "connection")).not.toContain("keep-alive, x-hop-token");
   });
 });
+
+/**
+ * A request target with `.` or `..` segments, or a backslash, reaches the
+ * origin resolved, as the URL standard resolves it when the Worker forwards
+ * the request: a rule counts it by the path the origin gets, so no spelling
+ * of that kind walks around a rule. The e2e rule "e2e-per-key" admits 3
+ * requests a day per API key under /keyed/.
+ */
+describe("a path with dot segments or a backslash", () => {
+  it.each([
+    ["a .. segment", "/x/../keyed/a"],
+    ["a . segment", "/./keyed/a"],
+    ["an encoded .. segment", "/x/%2e%2e/keyed/a"],
+    ["a backslash", "/keyed\\a"],
+    ["a .. segment at the end", "/keyed/a/b/.."],
+  ])("%s is counted under the rule of the path the origin receives", async (_, target) => {
+    const key = `dots-${Math.random().toString(36).slice(2)}`;
+    const headers = { "cf-connecting-ip": uniqueIp(), "x-api-key": key };
+    const got: number[] = [];
+    for (let i = 0; i < 3; i++) got.push((await send("/keyed/a", { headers })).status);
+    const spelled = await send(target, { headers });
+    got.push(spelled.status);
+    expect(got).toEqual([200, 200, 200, 429]);
+  });
+});
