@@ -8,7 +8,7 @@
 import { describe, expect, it } from "vitest";
 import { CONTROLLER_PARAMS, type ControllerState, initialState, observe } from "../src/core/controller.ts";
 import { type HealthCounts, noCounts, type PriorityCounts, parseAdaptive } from "../src/core/health.ts";
-import { pathAsWritten } from "../src/core/paths.ts";
+import { pathAsWritten, requestPath } from "../src/core/paths.ts";
 import {
   factorsAt,
   type Priorities,
@@ -58,6 +58,23 @@ describe("a request's priority", () => {
     ],
   ])("is read from %s", (_what, given, expected) => {
     expect(priorityOf(priorities, facts(given), false)).toBe(expected);
+  });
+
+  // A rule counts more spellings than an origin routes alike (safe: more is counted); a critical matcher takes none
+  // of them (more would be privileged): a path is critical only as the origin receives it.
+  it.each([
+    ["/p/prefetch/..%2Fcheckout/x", "sheddable"],
+    ["/p/prefetch/x/..;/..;/checkout/y", "sheddable"],
+    ["/p/prefetch/x/..%2F..%2Fcheckout/y", "sheddable"],
+    ["/p/prefetch%2F..%2Fcheckout/x", "default"],
+    ["/p/checkout;x/y", "default"],
+    ["/p/checkout/../prefetch/x", "sheddable"],
+    ["/p/checkout/x", "critical"],
+    ["/P/Checkout/x", "critical"],
+    ["/p/checkout/x/", "critical"],
+  ])("%s is %s: a critical path matcher reads the path only as the origin receives it", (path, expected) => {
+    const p = prioritiesOf(["path:/p/checkout/*"], ["path:/p/prefetch/*"]);
+    expect(priorityOf(p, facts({ path: requestPath(path) }), false)).toBe(expected);
   });
 
   it("a header named without a value matches any value, and `*` every request", () => {

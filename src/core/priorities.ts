@@ -115,12 +115,22 @@ export function parseReserve(value: unknown): Result<number> {
     : fail(`must be a share written with "%", from "0%" to "90%", such as "20%"; got ${show(value)}`);
 }
 
-function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean): boolean {
+/**
+ * Whether a matcher matches a request. A path glob reads the path as a
+ * rule counts it (`lenient`: every spelling an origin may route alike, an
+ * encoded slash, `;parameters`, a trailing slash), or only as the origin
+ * receives it, in either case for a case-insensitive rule: a `critical`
+ * list, where a spelling the origin routes elsewhere would be privileged.
+ */
+function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenient: boolean): boolean {
   switch (m.kind) {
     case "all":
       return true;
-    case "path":
-      return globCounts(m.glob, facts.path, caseSensitive);
+    case "path": {
+      if (lenient) return globCounts(m.glob, facts.path, caseSensitive);
+      const written = facts.path.written;
+      return m.glob.test(written) || (!caseSensitive && m.glob.canonical.test(written.toLowerCase()));
+    }
     case "header": {
       const got = facts.header(m.name);
       return got !== null && (m.value === null || got === m.value);
@@ -138,8 +148,8 @@ function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean): bool
 
 /** A request's priority: critical when a `critical` matcher matches it, else sheddable when a `sheddable` one does, else default. */
 export function priorityOf(priorities: Priorities, facts: PriorityFacts, caseSensitive: boolean): Priority {
-  if (priorities.critical.some((m) => matches(m, facts, caseSensitive))) return "critical";
-  if (priorities.sheddable.some((m) => matches(m, facts, caseSensitive))) return "sheddable";
+  if (priorities.critical.some((m) => matches(m, facts, caseSensitive, false))) return "critical";
+  if (priorities.sheddable.some((m) => matches(m, facts, caseSensitive, true))) return "sheddable";
   return "default";
 }
 
