@@ -206,6 +206,33 @@ describe("an adaptive rule in front of a real origin", () => {
     },
   );
 
+  // Failures spread over every client, each with an answer or two a report: by chance alone, a third of the clients
+  // see mostly failures in a report; they are not a few clients' trouble but the origin's, and the limit falls.
+  it.each([
+    ["30 %", 30],
+    ["50 %", 50],
+  ])(
+    "an origin failing %s of every client's requests with fast 500s, at random: the limit falls, and stays down while it fails",
+    async (_, percent) => {
+      const id = uniqueRule("spread-errors");
+      const send = limiter([adaptiveRule(id)]);
+      const clients = Array.from({ length: 20 }, () => uniqueIp());
+      const startedAt = Date.now();
+      let cutAtMs: number | null = null;
+      for (let i = 0; (cutAtMs === null || Date.now() - cutAtMs < 4_000) && Date.now() - startedAt < 12_000; i++) {
+        if (cutAtMs === null && learned(id).factor < 1) cutAtMs = Date.now();
+        // One client a turn, every 50 ms: each client one request a second, `percent` of them failing (a fixed draw).
+        const failing = Math.imul(i + 1, 2654435761) >>> 0 < (percent / 100) * 2 ** 32;
+        const res = await send(failing ? "/status/500" : "/x", from(clients[i % clients.length]!));
+        await res.arrayBuffer();
+        await pause(50);
+      }
+      expect(cutAtMs).not.toBeNull();
+      // Four seconds on, the origin failing all the while: still reduced.
+      expect(learned(id).factor).toBeLessThan(1);
+    },
+  );
+
   it("decides nothing on too few answers: 10 failures leave the limit where it is", async () => {
     const id = uniqueRule("few");
     const send = limiter([adaptiveRule(id)]);

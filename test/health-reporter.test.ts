@@ -166,15 +166,17 @@ describe("an isolate's reporter of one adaptive rule", () => {
 
   it("counts a client gone after the origin kept its whole request past the target as known slow", () => {
     const reporter = new HealthReporter(rule);
-    reporter.forwarded();
-    reporter.gone(101, "a");
+    for (let i = 0; i < 2; i++) {
+      reporter.forwarded();
+      reporter.gone(101, "a");
+    }
     expect(reporter.due(0)!.counts).toMatchObject({
-      answered: 1,
-      slow: 1,
+      answered: 2,
+      slow: 2,
       errors: 0,
-      gone: 1,
-      goneSlow: 1,
-      worst: [["a", 1, 1, 0, 0, 101, 0, 101 * 101]],
+      gone: 2,
+      goneSlow: 2,
+      worst: [["a", 2, 2, 0, 0, 202, 0, 2 * 101 * 101]],
     });
   });
 
@@ -184,17 +186,19 @@ describe("an isolate's reporter of one adaptive rule", () => {
     reporter.answered(200, 5, "slowish");
     reporter.answered(200, 500, "slowish");
     reporter.answered(200, 5, "slowish");
+    reporter.answered(200, 500, "slowish");
     reporter.answered(503, 5, "failing");
     reporter.answered(503, 5, "failing");
+    reporter.answered(503, 5, "once"); // one failure: what failures spread over every client give any of them
     reporter.answered(200, 5); // a key not known: in the totals only
     const { counts } = reporter.due(0)!;
-    expect(counts).toMatchObject({ answered: 7, slow: 1, errors: 2 });
-    // "fast" never had a bad answer; "slowish" is counted from its first bad one.
+    expect(counts).toMatchObject({ answered: 9, slow: 2, errors: 3 });
+    // "fast" never had a bad answer; "slowish" is counted from its first bad one; "once" is no key's own trouble.
     // Each: answers, slow, failed, late, busy time (the 500 ms answer counts 400, four times the target), found late,
     // and the squares of the busy time.
     expect(counts.worst).toEqual([
       ["failing", 2, 0, 2, 0, 0, 0, 0],
-      ["slowish", 2, 1, 0, 0, 405, 0, 400 * 400 + 5 * 5],
+      ["slowish", 3, 2, 0, 0, 805, 0, 2 * 400 * 400 + 5 * 5],
     ]);
     // The next report starts afresh.
     reporter.landed(answer());
@@ -202,11 +206,29 @@ describe("an isolate's reporter of one adaptive rule", () => {
     expect(reporter.due(5_000)!.counts).not.toHaveProperty("worst");
   });
 
+  it("judges a key's trouble its own once it recurs, across reports too: one bad answer now and then is any client's luck", () => {
+    const reporter = new HealthReporter(rule);
+    const failOnce = (nowMs: number) => {
+      reporter.answered(503, 5, "k");
+      const { counts } = reporter.due(nowMs)!;
+      reporter.landed(answer());
+      return counts;
+    };
+    // A failure a second: 1, then 1 + half of it a second on (a half-life of 2 s), then past 2: its own.
+    expect(failOnce(0)).not.toHaveProperty("worst");
+    expect(failOnce(1_000)).not.toHaveProperty("worst");
+    const third = failOnce(2_000);
+    expect(third.worst).toEqual([["k", 1, 0, 1, 0, 0, 0, 0]]);
+    expect(third.troubled).toMatchObject({ keys: 1, errors: 1 });
+    // Quiet for a while, it starts again from nothing.
+    expect(failOnce(20_000)).not.toHaveProperty("worst");
+  });
+
   it("keeps counts of at most 64 keys between reports, whatever a flood of clients does", () => {
     const reporter = new HealthReporter(rule);
-    for (let i = 0; i < 1_000; i++) reporter.answered(503, 5, `k${i}`);
+    for (let i = 0; i < 1_000; i++) for (let j = 0; j < 2; j++) reporter.answered(503, 5, `k${i}`);
     const { counts } = reporter.due(0)!;
-    expect(counts.errors).toBe(1_000);
+    expect(counts.errors).toBe(2_000);
     expect(counts.worst).toHaveLength(16);
   });
 
@@ -218,15 +240,17 @@ describe("an isolate's reporter of one adaptive rule", () => {
     reporter.answered(200, 5, "once"); // one slow answer in three: not mostly bad
     reporter.answered(200, 5, "once");
     reporter.answered(200, 500, "once");
-    reporter.answered(503, 5, "failing"); // a failure in one: mostly bad
+    reporter.answered(503, 5, "failing"); // a failure in each of two: mostly bad
+    reporter.answered(503, 5, "failing");
+    reporter.answered(503, 5, "one"); // a single failure: mostly bad, but not its own until it recurs
     reporter.answered(200, 5); // a key not known: a client not counted
     const { counts } = reporter.due(0)!;
-    expect(counts.clients).toBe(4);
+    expect(counts.clients).toBe(5);
     expect(counts.troubled).toEqual({
       keys: 2,
-      answered: 3,
+      answered: 4,
       slow: 2,
-      errors: 1,
+      errors: 2,
       late: 0,
       busyMs: 800,
       stuck: 0,
@@ -249,19 +273,23 @@ describe("an isolate's reporter of one adaptive rule", () => {
     expect(first.troubled).toMatchObject({ keys: 1, errors: 2 });
     reporter.failed(10);
     reporter.answered(503, 5, "x");
-    expect(reporter.due(5_000)!.counts).toMatchObject({ clients: 1025, troubled: { keys: 2, errors: 3 } });
+    reporter.answered(503, 5, "x");
+    expect(reporter.due(5_000)!.counts).toMatchObject({ clients: 1025, troubled: { keys: 2, errors: 4 } });
   });
 
   it("keeps a failed report's worst keys: they go with the next, merged with the keys counted since", () => {
     const reporter = new HealthReporter(rule);
     reporter.answered(503, 5, "a");
-    expect(reporter.due(0)!.counts.worst).toEqual([["a", 1, 0, 1, 0, 0, 0, 0]]);
+    reporter.answered(503, 5, "a");
+    expect(reporter.due(0)!.counts.worst).toEqual([["a", 2, 0, 2, 0, 0, 0, 0]]);
     reporter.failed(10);
     reporter.answered(503, 5, "a");
+    reporter.answered(503, 5, "a");
+    reporter.answered(200, 500, "b");
     reporter.answered(200, 500, "b");
     expect(reporter.due(5_000)!.counts.worst).toEqual([
-      ["a", 2, 0, 2, 0, 0, 0, 0],
-      ["b", 1, 1, 0, 0, 400, 0, 400 * 400],
+      ["a", 4, 0, 4, 0, 0, 0, 0],
+      ["b", 2, 2, 0, 0, 800, 0, 2 * 400 * 400],
     ]);
   });
 });
@@ -278,17 +306,20 @@ describe("what an isolate's reporter tells of a queue forming", () => {
 
   it("counts answers later than the mark the controller gave, and each answer's time up to four times the target", () => {
     const reporter = marked();
-    reporter.answered(200, 50, "a");
-    reporter.answered(200, 61, "b");
-    reporter.answered(200, 1_000, "c"); // slow too; counts 400 ms of busy time
-    reporter.answered(503, 70, "d"); // a failure: late, but no busy time
+    // Twice each: a key's trouble is named once it recurs.
+    for (let i = 0; i < 2; i++) {
+      reporter.answered(200, 50, "a");
+      reporter.answered(200, 61, "b");
+      reporter.answered(200, 1_000, "c"); // slow too; counts 400 ms of busy time
+      reporter.answered(503, 70, "d"); // a failure: late, but no busy time
+    }
     const { counts, lateMs } = reporter.due(5_000)!;
     expect(lateMs).toBe(60);
-    expect(counts).toMatchObject({ answered: 4, slow: 1, errors: 1, late: 3, busyMs: 50 + 61 + 400 });
+    expect(counts).toMatchObject({ answered: 8, slow: 2, errors: 2, late: 6, busyMs: 2 * (50 + 61 + 400) });
     expect(counts.worst).toEqual([
-      ["c", 1, 1, 0, 1, 400, 0, 400 * 400],
-      ["d", 1, 0, 1, 1, 0, 0, 0],
-      ["b", 1, 0, 0, 1, 61, 0, 61 * 61],
+      ["c", 2, 2, 0, 2, 800, 0, 2 * 400 * 400],
+      ["d", 2, 0, 2, 2, 0, 0, 0],
+      ["b", 2, 0, 0, 2, 122, 0, 2 * 61 * 61],
     ]);
   });
 
@@ -300,22 +331,26 @@ describe("what an isolate's reporter tells of a queue forming", () => {
 
   it("finds the requests in flight past the mark at its next report, once each, oldest first, and their keys", () => {
     const reporter = marked();
-    const [a, b, c] = [newFlight("a"), newFlight("b"), newFlight("c")];
-    reporter.started(a, 1_000);
-    reporter.started(b, 1_030);
-    reporter.started(c, 1_100);
+    // Two requests of each key (a key's trouble is named once it recurs).
+    const [a, a2, b, b2, c] = ["a", "a", "b", "b", "c"].map((key) => newFlight(key)) as Flight[];
+    reporter.started(a!, 1_000);
+    reporter.started(a2!, 1_010);
+    reporter.started(b!, 1_030);
+    reporter.started(b2!, 1_040);
+    reporter.started(c!, 1_100);
     reporter.forwarded();
-    // At 1 080 ms, only a has been in flight for more than 60 ms.
+    // At 1 080 ms, only a's have been in flight for more than 60 ms.
     const first = reporter.due(1_080)!;
-    expect(first.counts).toMatchObject({ stuck: 1, worst: [["a", 0, 0, 0, 0, 0, 1, 0]] });
+    expect(first.counts).toMatchObject({ stuck: 2, worst: [["a", 0, 0, 0, 0, 0, 2, 0]] });
     reporter.landed(answer({ lateMs: 60, reportInMs: 250 }));
-    // b is late by now, and is found; a is not found again; c ended before it was late.
-    reporter.ended(c);
+    // b's are late by now, and are found; a's are not found again; c ended before it was late.
+    reporter.ended(c!);
     reporter.forwarded();
-    expect(reporter.due(1_400)!.counts).toMatchObject({ stuck: 1, worst: [["b", 0, 0, 0, 0, 0, 1, 0]] });
+    expect(reporter.due(1_400)!.counts).toMatchObject({ stuck: 2, worst: [["b", 0, 0, 0, 0, 0, 2, 0]] });
     // Its answer still counts when it comes, late.
     reporter.landed(answer({ lateMs: 60, reportInMs: 250 }));
-    reporter.ended(b);
+    reporter.ended(b!);
+    reporter.ended(b2!);
     reporter.answered(200, 500, "b");
     expect(reporter.due(2_000)!.counts).toMatchObject({ answered: 1, late: 1, stuck: 0 });
   });

@@ -50,6 +50,21 @@ export const MAX_KEYS_COUNTED = 64;
  */
 export const MAX_CLIENTS_COUNTED = 1024;
 
+/**
+ * A key's bad answers (and requests found late) are its own only when they
+ * recur: at least this many over its recent reports ({@link BAD_HALF_LIFE_MS}).
+ * One bad answer of a key is what failures spread over every client give
+ * it by chance, as often as not: judged apart, such keys would hide an
+ * origin failing a share of every client's requests.
+ */
+export const RECURRING_BAD = 2;
+
+/** A key's recent bad answers count half as much this long after: a few seconds of its history. */
+export const BAD_HALF_LIFE_MS = 2_000;
+
+/** The most client keys whose recent bad answers a reporter remembers. */
+export const MAX_KEYS_REMEMBERED = 256;
+
 /** What the reporter needs of its rule: its id, its configured limit (or concurrency), and its target. */
 export type ReportedRule = { id: string; limit: number; adaptive: HealthTarget };
 
@@ -113,6 +128,9 @@ export class HealthReporter {
   private keys = new Map<string, KeyCounts>();
   /** Each client key's answers since the last report: how many clients there were, and how much of each one's was bad. */
   private answers = new Map<string, number>();
+  /** Per client key, its bad answers and requests found late over its recent reports, halving every {@link BAD_HALF_LIFE_MS}. */
+  private readonly recentBad = new Map<string, number>();
+  private recentAtMs: number | null = null;
   /** Requests in flight not found late yet, oldest first. */
   private oldest: Flight | null = null;
   private newest: Flight | null = null;
@@ -330,10 +348,12 @@ export class HealthReporter {
     if (sinceMs < this.reportInMs && !early) return null;
     const latency = this.takeLatency();
     const counts = this.counts;
+    // Only keys whose trouble recurs may be judged apart from the rest: the worst, and those mostly bad.
+    const recurring = this.recurring(nowMs);
     // A failed report's worst keys came back into the counts: merged with those counted since.
-    const worst = mergeWorst(counts.worst, worstFirst([...this.keys.values()]));
+    const worst = mergeWorst(counts.worst, worstFirst([...this.keys.values()].filter((k) => recurring.has(k[0]))));
     if (worst.length > 0) counts.worst = worst;
-    this.spread(counts);
+    this.spread(counts, recurring);
     this.counts = noCounts();
     this.keys = new Map();
     this.answers = new Map();
@@ -352,17 +372,38 @@ export class HealthReporter {
   }
 
   /**
+   * The keys whose bad answers (and requests found late) recur: this
+   * report's added to what is left of their recent ones, at least
+   * {@link RECURRING_BAD}. Those of keys with none for a while are forgotten.
+   */
+  private recurring(nowMs: number): Set<string> {
+    const decay = this.recentAtMs === null ? 1 : 0.5 ** (Math.max(0, nowMs - this.recentAtMs) / BAD_HALF_LIFE_MS);
+    this.recentAtMs = nowMs;
+    for (const [key, bad] of this.recentBad) {
+      if (bad * decay < 0.25) this.recentBad.delete(key);
+      else this.recentBad.set(key, bad * decay);
+    }
+    const recurring = new Set<string>();
+    for (const [key, k] of this.keys) {
+      const bad = (this.recentBad.get(key) ?? 0) + Math.max(k[2], k[3], k[4]) + k[6];
+      if (this.recentBad.has(key) || this.recentBad.size < MAX_KEYS_REMEMBERED) this.recentBad.set(key, bad);
+      if (bad >= RECURRING_BAD) recurring.add(key);
+    }
+    return recurring;
+  }
+
+  /**
    * Adds to `counts` the client keys since the last report, and those of
    * them whose answers were mostly bad with their counts (a key found only
    * late in flight is a client too).
    */
-  private spread(counts: HealthCounts): void {
+  private spread(counts: HealthCounts, recurring: ReadonlySet<string>): void {
     let clients = this.answers.size;
     let troubled = counts.troubled;
     for (const [key, k] of this.keys) {
       const answered = this.answers.get(key);
       if (answered === undefined) clients++;
-      if (!mostlyBad(k, answered ?? 0)) continue;
+      if (!mostlyBad(k, answered ?? 0) || !recurring.has(key)) continue;
       troubled = addTroubled(troubled, {
         keys: 1,
         answered: k[1],
