@@ -9,7 +9,8 @@
  * project's own Node, whatever Node runs wrangler), which prints the
  * reports and exits 1 on an error, and wrangler then stops.
  *
- * Which file: the one wrangler was given (`-c` / `--c` / `--config`), read
+ * Which file: the one wrangler was given (`-c` / `--c` / `--config`, from
+ * its `--cwd` when it has one), read
  * from the command line of the wrangler process that runs this, so that a
  * copy of wrangler.toml under another name, deployed with
  * `wrangler deploy -c production.toml`, is checked itself and not the
@@ -54,15 +55,18 @@ function processInfo(pid) {
   }
 }
 
-/** The value of `-c` / `--config` in a wrangler command line (any spelling its parser takes); undefined when it names none. */
-function configFlag(argv) {
+/** The value of a flag in a wrangler command line, by any of its `names` (`-c`, `--config`), spaced or with `=`; undefined when absent. */
+function flagValue(argv, names) {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
-    if (arg === "-c" || arg === "--c" || arg === "--config") return argv[i + 1];
-    for (const flag of ["--config=", "--c=", "-c="]) if (arg.startsWith(flag)) return arg.slice(flag.length);
+    if (names.includes(arg)) return argv[i + 1];
+    for (const name of names) if (arg.startsWith(`${name}=`)) return arg.slice(name.length + 1);
   }
   return undefined;
 }
+
+/** The value of `-c` / `--config` in a wrangler command line (any spelling its parser takes); undefined when it names none. */
+const configFlag = (argv) => flagValue(argv, ["-c", "--c", "--config"]);
 
 /**
  * The file wrangler reads when it is given none, from its working directory
@@ -95,8 +99,11 @@ function wranglersConfig() {
     if (info === null) return { found: false };
     const at = info.argv.findIndex((arg) => /(^|[\\/])wrangler(\.js|\.cjs|\.mjs)?$/.test(arg));
     if (at >= 0) {
-      const flag = configFlag(info.argv.slice(at + 1));
-      const file = flag === undefined ? defaultConfig(info.cwd) : resolve(info.cwd, flag);
+      const args = info.argv.slice(at + 1);
+      // `--cwd`: wrangler runs as if started there, and reads its file (named or not) from there.
+      const cwd = resolve(info.cwd, flagValue(args, ["--cwd"]) ?? ".");
+      const flag = configFlag(args);
+      const file = flag === undefined ? defaultConfig(cwd) : resolve(cwd, flag);
       return { found: true, file: file === undefined ? undefined : relative(process.cwd(), file) };
     }
     pid = info.ppid;

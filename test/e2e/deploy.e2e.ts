@@ -99,6 +99,27 @@ describe("a deploy refuses a configuration with an error, printing check-config'
   });
 
   it.each([
+    ["--cwd <project> -c production.toml", (dir: string) => ["--cwd", dir, "-c", "production.toml"], "production.toml"],
+    ["--cwd=<project> and wrangler.toml", (dir: string) => [`--cwd=${dir}`], "wrangler.toml"],
+  ])(
+    "checks the project's file when wrangler runs from elsewhere, %s, not a valid decoy where the shell is",
+    (_, flags, name) => {
+      const dir = project(SHIPPED);
+      writeFileSync(join(dir, name), broken);
+      // Where the shell is: valid files of both names, which wrangler does not read.
+      const elsewhere = mkdtempSync(join(tmpdir(), "edge-rate-limiter-elsewhere-"));
+      dirs.push(elsewhere);
+      for (const decoy of ["wrangler.toml", "production.toml"]) writeFileSync(join(elsewhere, decoy), SHIPPED);
+      const out = join(dir, "out");
+      const wrangler = join(ROOT, "node_modules", ".bin", "wrangler");
+      const { status, output } = run(elsewhere, wrangler, ["deploy", ...flags(dir), "--dry-run", "--outdir", out]);
+      expect(status, output).not.toBe(0);
+      expect(output).toContain(LOGIN_ERROR);
+      expect(existsSync(out)).toBe(false);
+    },
+  );
+
+  it.each([
     ["a wrangler.json beside wrangler.toml, which wrangler prefers", "wrangler.json"],
     ["a wrangler.jsonc beside wrangler.toml, which wrangler prefers", "wrangler.jsonc"],
   ])("checks the file wrangler reads when it is given none: %s", (_, name) => {
