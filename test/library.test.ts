@@ -290,6 +290,49 @@ describe("adminApi() in your own app", () => {
   });
 });
 
+describe("an override of a client that rateLimit({ key }) names", () => {
+  it.each([
+    ["a deny", { deny: true }, 403],
+    ["a lower limit", { limit: 1 }, 429],
+  ])("%s reaches it: the admin API names it key()=<what your key function returned>", async (_, override, status) => {
+    const token = "key-fn-admin-token";
+    const id = `key-fn-${Date.now()}-${status}`;
+    const app = new Hono<{ Bindings: typeof env; Variables: { user: string } }>();
+    app.use("*", adminApi());
+    app.use("*", async (c, next) => {
+      c.set("user", c.req.header("x-user") ?? "anonymous");
+      await next();
+    });
+    app.use("*", rateLimit({ rules: { id, limit: 5, period: "1m" }, key: (c) => c.get("user") }));
+    app.get("*", (c) => c.text("ok"));
+    const vars = { ...env, ADMIN_TOKEN: token };
+    const user = `user-${crypto.randomUUID()}`;
+    const admin = (method: string, body?: unknown) =>
+      app.request(
+        `/__ratelimit/overrides?rule=${id}&key=${encodeURIComponent(`key()=${user}`)}`,
+        {
+          method,
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        },
+        vars,
+      );
+    const put = await admin("PUT", override);
+    expect(put.status, await put.clone().text()).toBe(200);
+    expect(((await put.json()) as { keyParams: string[] }).keyParams).toEqual([`key()=${user}`]);
+    const asUser = () => app.request("/", { headers: { "x-user": user, "cf-connecting-ip": uniqueIp() } }, vars);
+    const statuses = [(await asUser()).status, (await asUser()).status];
+    expect(statuses).toEqual(status === 403 ? [403, 403] : [200, 429]);
+    // Another user keeps the rule's own limit.
+    const other = await app.request(
+      "/",
+      { headers: { "x-user": "someone-else", "cf-connecting-ip": uniqueIp() } },
+      vars,
+    );
+    expect(other.status).toBe(200);
+  });
+});
+
 describe('c.get("rateLimit") when the limiter turns a request away', () => {
   it("says a client an override denies was denied (403)", async () => {
     const token = "dec-admin-token";

@@ -5,11 +5,14 @@
  * same Durable Object.
  */
 import { ipKey, UNKNOWN_IP } from "../../core/ip.ts";
-import { canonicalKey, type RequestFacts, sourceLabel } from "../../core/keys.ts";
+import { canonicalKey, customCanonicalKey, type RequestFacts, sourceLabel } from "../../core/keys.ts";
 import { matchingPath, normalizePath } from "../../core/paths.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Characteristic, Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
+
+/** How a client that `rateLimit({ key })` names is written: `key()=` and what the function returned. */
+const CUSTOM = "key()=";
 
 export const keyAsWritten = (key: Characteristic[]): string[] =>
   key.map((sources) => sources.map(sourceLabel).join("|"));
@@ -27,9 +30,17 @@ export const keyAsWritten = (key: Characteristic[]): string[] =>
  * value (`header:x-api-key|ip=`) names clients with none of its sources, as
  * the listing of overrides writes them (`keyParams` in core/keys.ts).
  * The string is made by {@link canonicalKey} itself, so it names the same object.
+ * A client a `rateLimit({ key })` function names is `key()=<what it returned>`
+ * (made by {@link customCanonicalKey}, as its requests' key is), under any rule.
  */
 export function adminKey(rule: Rule, params: string[], ipv6PrefixBits: number): Result<string> {
   if (params.length === 0) return fail(`The "key" query parameter is required. ${keyUsage(rule)}`);
+  const custom = params.length === 1 && params[0]!.startsWith(CUSTOM) ? params[0]!.slice(CUSTOM.length) : null;
+  if (custom !== null) {
+    return custom === ""
+      ? fail(`"${CUSTOM}": names no client; give what your key function returned`)
+      : ok(customCanonicalKey(custom));
+  }
   const values = namedValues(rule, params, ipv6PrefixBits);
   if (!values.ok) return values;
   return ok(canonicalKey(rule.key, factsOf(values.value)));
