@@ -177,6 +177,40 @@ describe("an endpoint slow by nature, called by a few clients", () => {
   });
 });
 
+describe("a few clients flooding the rule with fast requests", () => {
+  /**
+   * Twenty clients each ask for 100 ms answers about twice a second; five more flood the same rule with answers
+   * that take no time, ten a second each, for 4 s, then stop. Had their answers set the calm latency (the lowest
+   * mean), the others' usual 100 ms would read as a queue once they stopped.
+   */
+  it("cannot set the calm latency: once they stop, the others' usual latency is no queue, and the factor stays 1", async () => {
+    const id = uniqueRule("fast-flood");
+    const send = limiter([rule(id)]);
+    const startedAt = Date.now();
+    const statuses: number[] = [];
+    const ask = async (ip: string, path: string) => {
+      const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const loop = (ip: string, path: string, pauseMs: number, untilMs: number, into?: number[]) =>
+      (async () => {
+        while (Date.now() - startedAt < untilMs) {
+          const status = await ask(ip, path);
+          into?.push(status);
+          await pause(pauseMs);
+        }
+      })();
+    await Promise.all([
+      ...Array.from({ length: 20 }, () => loop(uniqueIp(), "/slow/100", 400, 9_000, statuses)),
+      ...Array.from({ length: 5 }, () => loop(uniqueIp(), "/x", 100, 4_000)),
+    ]);
+    expect(await factors(id)).toEqual({ isolate: 1, controller: 1 });
+    expect(statuses.length).toBeGreaterThan(200);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
+});
+
 describe("the requests an isolate counts in flight at the origin", () => {
   it("are counted from their last byte: twenty clients trickling bodies over a second make no queue, and the factor stays 1", async () => {
     const id = uniqueRule("in-flight");

@@ -655,6 +655,19 @@ function quietResume(state: ControllerState, health: Health, drift: boolean, par
 }
 
 /**
+ * A judged window's mean latency as the calm latency is measured from it:
+ * without its busiest few clients' answers (`busiest`), where the reports
+ * counted them and enough answers are left, so that a few clients flooding
+ * the rule with fast requests cannot set it low; else its mean.
+ */
+function calmMeanOf(window: HealthCounts, health: Health, params: ControllerParams): number {
+  const b = window.busiest;
+  const left = window.answered - window.errors - (b?.ok ?? 0);
+  if (b === undefined || left < params.meanSamples) return health.meanMs!;
+  return Math.max(0, window.busyMs - b.busyMs) / left;
+}
+
+/**
  * The calm latency after a judged window whose mean was at most `meanMs`
  * (its mean and its margin of chance: the lowest of many windows' means is
  * lower than the origin's by chance alone; null: none, or a queue), at `nowMs`.
@@ -799,14 +812,16 @@ export function observe(
   const again = moved || (measurable && notAQueue(state.trying, health, state.factor, nowMs, params));
   const calm: Calm = again
     ? {
-        ms: health.meanMs! + params.calmZ * health.errorMs,
+        ms: calmMeanOf(window, health, params) + params.calmZ * health.errorMs,
         periodStartMs: nowMs,
         previousMs: null,
-        currentMs: health.meanMs! + params.calmZ * health.errorMs,
+        currentMs: calmMeanOf(window, health, params) + params.calmZ * health.errorMs,
       }
     : calmAfter(
         state.calm,
-        health.forming || health.meanMs === null ? null : health.meanMs + params.calmZ * health.errorMs,
+        health.forming || health.meanMs === null
+          ? null
+          : calmMeanOf(window, health, params) + params.calmZ * health.errorMs,
         nowMs,
         params.calmPeriodMs,
       );

@@ -251,6 +251,15 @@ export type HealthCounts = {
    */
   clients?: number;
   /**
+   * In each report with more than twice {@link BUSIEST_KEYS} clients, its
+   * busiest keys' (the {@link BUSIEST_KEYS} with the most answers)
+   * successful answers and their busy time, added up. The calm latency is
+   * measured without them: a few clients flooding the rule with fast
+   * requests would set it low, and the origin's own latency would read as a
+   * queue once they stop. Absent: none counted.
+   */
+  busiest?: { ok: number; busyMs: number };
+  /**
    * The keys among them whose answers were mostly slow, failed or late, and
    * their counts added up, counted the same way. A few clients with mostly
    * bad answers beside many with good ones are not an unhealthy origin (a
@@ -332,6 +341,9 @@ export function addTroubled(a?: Troubled, b?: Troubled): Troubled | undefined {
 export const mostlyBad = (k: KeyCounts, answered: number): boolean =>
   2 * (Math.max(k[2], k[3], k[4]) + k[6]) > answered + k[6];
 
+/** How many of a report's busiest client keys the calm latency is measured without: as many as a judgement leaves out. */
+export const BUSIEST_KEYS = 5;
+
 /** The most client keys a report, or a controller's window, keeps counts of. */
 export const MAX_WORST_KEYS = 16;
 
@@ -384,6 +396,12 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
   const worst = mergeWorst(a.worst, b.worst);
   if (worst.length > 0) sum.worst = worst;
   if (a.clients !== undefined || b.clients !== undefined) sum.clients = (a.clients ?? 0) + (b.clients ?? 0);
+  if (a.busiest !== undefined || b.busiest !== undefined) {
+    sum.busiest = {
+      ok: (a.busiest?.ok ?? 0) + (b.busiest?.ok ?? 0),
+      busyMs: (a.busiest?.busyMs ?? 0) + (b.busiest?.busyMs ?? 0),
+    };
+  }
   const troubled = addTroubled(a.troubled, b.troubled);
   if (troubled !== undefined) sum.troubled = troubled;
   const byPriority = addPriorityCounts(a.byPriority, b.byPriority);

@@ -12,6 +12,7 @@ import { CONTROLLER_PARAMS, type ControlTarget, urgent } from "../core/controlle
 import {
   addCounts,
   addTroubled,
+  BUSIEST_KEYS,
   busyCapOf,
   type HealthCounts,
   type HealthTarget,
@@ -128,6 +129,8 @@ export class HealthReporter {
   private keys = new Map<string, KeyCounts>();
   /** Each client key's answers since the last report: how many clients there were, and how much of each one's was bad. */
   private answers = new Map<string, number>();
+  /** Each of those keys' successful answers and their busy time since the last report: what its busiest keys were. */
+  private okBusy = new Map<string, { ok: number; busyMs: number }>();
   /** Per client key, its bad answers and requests found late over its recent reports, halving every {@link BAD_HALF_LIFE_MS}. */
   private readonly recentBad = new Map<string, number>();
   private recentAtMs: number | null = null;
@@ -278,6 +281,14 @@ export class HealthReporter {
     const answers = this.answers.get(key);
     if (answers !== undefined) this.answers.set(key, answers + 1);
     else if (this.answers.size < MAX_CLIENTS_COUNTED) this.answers.set(key, 1);
+    if (!error && this.answers.has(key)) {
+      const own = this.okBusy.get(key);
+      if (own === undefined) this.okBusy.set(key, { ok: 1, busyMs });
+      else {
+        own.ok++;
+        own.busyMs += busyMs;
+      }
+    }
     const counts = this.keyCounts(key, slow || error || late);
     if (counts === undefined) return;
     counts[1]++;
@@ -357,6 +368,7 @@ export class HealthReporter {
     this.counts = noCounts();
     this.keys = new Map();
     this.answers = new Map();
+    this.okBusy = new Map();
     this.lastSentMs = nowMs;
     this.sending = { counts, latency, version: this.version };
     const { id, limit } = this.rule;
@@ -416,6 +428,17 @@ export class HealthReporter {
       });
     }
     if (clients > 0 || counts.clients !== undefined) counts.clients = (counts.clients ?? 0) + clients;
+    // Among many clients, the busiest few's successful answers: the calm latency is measured without them.
+    if (this.answers.size > 2 * BUSIEST_KEYS) {
+      const top = [...this.answers].sort((a, b) => b[1] - a[1]).slice(0, BUSIEST_KEYS);
+      const busiest = counts.busiest ?? { ok: 0, busyMs: 0 };
+      for (const [key] of top) {
+        const own = this.okBusy.get(key);
+        busiest.ok += own?.ok ?? 0;
+        busiest.busyMs += own?.busyMs ?? 0;
+      }
+      counts.busiest = busiest;
+    }
     if (troubled !== undefined) counts.troubled = troubled;
   }
 
@@ -446,6 +469,7 @@ export class HealthReporter {
     this.counts = noCounts();
     this.keys = new Map();
     this.answers = new Map();
+    this.okBusy = new Map();
     this.latency.fill(0);
     this.latencyCount = 0;
     return { changed: true, fell: answer.factor < from, from, to: answer.factor };

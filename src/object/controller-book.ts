@@ -99,6 +99,13 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   const byPriority = cleanPriorityCounts(c.byPriority);
   if (byPriority !== undefined) clean.byPriority = byPriority;
   if (c.clients !== undefined) clean.clients = count(c.clients);
+  if (typeof c.busiest === "object" && c.busiest !== null) {
+    const b = c.busiest as { ok?: unknown; busyMs?: unknown };
+    clean.busiest = {
+      ok: Math.min(clean.answered - clean.errors, count(b.ok)),
+      busyMs: Math.min(clean.busyMs, amount(b.busyMs)),
+    };
+  }
   const troubled = cleanTroubled(c.troubled, clean);
   if (troubled !== undefined) clean.troubled = troubled;
   return clean;
