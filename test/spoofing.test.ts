@@ -144,6 +144,27 @@ const spellingCases: SpellingCase[] = [
       statuses: [200, 200, 429],
     }),
   ),
+  // An exclude exempts a request only when every reading of its path is excluded: nginx decodes %2F and resolves
+  // the `..` it uncovers, Tomcat and Spring strip `;parameters`, so these reach the origin as /api/private.
+  ...[
+    "/api/public/..%2Fprivate",
+    "/api/public/..%2fprivate",
+    "/api/public/..;/private",
+    "/api/public/x/..;/..;/private",
+  ].map(
+    (spelling): SpellingCase => ({
+      case: `GET ${spelling} is counted under /api/* with exclude /api/public/*: it reads as /api/private`,
+      rule: { path: "/api/*", exclude: "/api/public/*" },
+      requests: ["GET /api/private", "GET /api/private", `GET ${spelling}`],
+      statuses: [200, 200, 429],
+    }),
+  ),
+  {
+    case: "GET /api/public/x and /api/public/x/ are not counted under /api/* with exclude /api/public/*",
+    rule: { path: "/api/*", exclude: "/api/public/*" },
+    requests: ["GET /api/public/x", "GET /api/public/x/", "GET /api/public/x;v=1"],
+    statuses: [200, 200, 200],
+  },
   {
     case: "GET /api/health is not counted under /api/* with exclude /api/health",
     rule: { path: "/api/*", exclude: "/api/health" },

@@ -411,6 +411,8 @@ function otherSpellings(written: string, caseSensitive: boolean): string[] {
   out.push(withParameter(segments.length - 1));
   for (let i = 1; i < segments.length - 1; i++) out.push(withParameter(i));
   out.push(`/;x${written}`);
+  // Its segments undone by `..` behind an encoded slash: written under the glob, matched elsewhere.
+  out.push(`${written.endsWith("/") ? written : `${written}/`}${"..%2F".repeat(segments.length - 1)}z`);
   return out;
 }
 
@@ -487,7 +489,8 @@ function exclusionOf(rule: Rule, glob: PathGlob): Exclusion {
   if (by === undefined) return { glob, by, spelling: undefined };
   // Paths the glob stands for, as written and as matched: each * filled with "x", and with nothing (`/api/*` counts `/api`).
   const canonical = canonicalGlob(glob.source, rule.caseSensitive);
-  const instances = [glob.source, canonical].flatMap((g) => [g.replaceAll("*", "x"), g.replaceAll("*", "")]);
+  // And with ";" (a segment Tomcat and Spring drop), so that a path written under the exclude but matched elsewhere shows.
+  const instances = [glob.source, canonical].flatMap((g) => ["x", "", ";"].map((fill) => g.replaceAll("*", fill)));
   const spellings = instances.flatMap((path) => [path, ...otherSpellings(path, rule.caseSensitive)]);
   const counted = countsPath(rule);
   const spelling = spellings.find((path) => normalizePath(path) === path && counted(path));

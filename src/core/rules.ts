@@ -12,7 +12,6 @@ import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
 import type { AnyKind, Fields, KindName, Quota } from "./kinds/kind.ts";
 import { KIND_FIELDS, KINDS, type KindFieldsOf, kindsMarked, kindsWith } from "./kinds/registry.ts";
 import {
-  compileGlob,
   compileRuleGlob,
   globCounts,
   type PathGlob,
@@ -174,7 +173,7 @@ export type Characteristic = Source[];
 export type RuleCommon = {
   id: string;
   paths: RuleGlob[];
-  exclude: PathGlob[];
+  exclude: RuleGlob[];
   /** Upper-case method names as written, or null for every method. `GET` also covers `HEAD` (see {@link ruleMatches}). */
   methods: ReadonlySet<string> | null;
   caseSensitive: boolean;
@@ -321,7 +320,11 @@ function readFields(fields: Record<string, unknown>, take: Take): Rule {
     parseGlobs(fields.path ?? "/*", (glob) => compileRuleGlob(glob, caseSensitive)),
     [],
   );
-  const exclude = take("exclude", parseGlobs(fields.exclude ?? [], compileGlob), []);
+  const exclude = take(
+    "exclude",
+    parseGlobs(fields.exclude ?? [], (glob) => compileRuleGlob(glob, caseSensitive)),
+    [],
+  );
   if (Array.isArray(fields.path) && fields.path.length === 0) {
     take("path", fail("must name at least one path glob"), null);
   }
@@ -569,14 +572,23 @@ export function ruleCoversClient(rule: Rule, address: () => Address | null): boo
  * `normalizePath` gives it, or a {@link RequestPath}, which works the
  * matching path out once for all rules. `GET` in `methods` also covers `HEAD`,
  * which servers answer with the GET handler. `path` globs count every
- * spelling of a path (see {@link globCounts}); `exclude` globs exempt the
- * path as written only, so that spelling a request differently never buys
- * an exemption.
+ * spelling of a path (see {@link globCounts}); `exclude` globs exempt a
+ * request only when they match its path as written and as it is matched
+ * too (`%2F` a slash, `;parameters` dropped, the `..` these uncover
+ * resolved), so that spelling a request differently never buys an
+ * exemption: `/api/public/..%2Fprivate` is `/api/private` to nginx.
  */
 export function ruleMatches(rule: Rule, method: string, path: string | RequestPath): boolean {
   const methods = rule.methods;
   if (methods !== null && !methods.has(method) && !(method === "HEAD" && methods.has("GET"))) return false;
   const request = typeof path === "string" ? pathAsWritten(path) : path;
   if (!rule.paths.some((glob) => globCounts(glob, request, rule.caseSensitive))) return false;
-  return !rule.exclude.some((glob) => glob.test(request.written));
+  return !rule.exclude.some((glob) => excludes(glob, request, rule.caseSensitive));
+}
+
+/** Whether an `exclude` glob exempts a request: its path as written, and its matching path (with or without a trailing slash), both in it. */
+function excludes(glob: RuleGlob, path: RequestPath, caseSensitive: boolean): boolean {
+  if (!glob.test(path.written)) return false;
+  const matching = path.matching(caseSensitive);
+  return glob.canonical.test(matching) || glob.canonical.test(`${matching}/`);
 }
