@@ -69,6 +69,10 @@ describe("a request's priority", () => {
     ["/p/prefetch%2F..%2Fcheckout/x", "default"],
     ["/p/checkout;x/y", "default"],
     ["/p/checkout/../prefetch/x", "sheddable"],
+    // Nor, the other way, a path critical as written that an origin reads as another: it must be critical both ways.
+    ["/p/checkout/..%2fprefetch/x", "sheddable"],
+    ["/p/checkout/x/..;/..;/prefetch/y", "sheddable"],
+    ["/p/checkout/..%2F..%2Fother/x", "default"],
     ["/p/checkout/x", "critical"],
     ["/P/Checkout/x", "critical"],
     ["/p/checkout/x/", "critical"],

@@ -118,9 +118,10 @@ export function parseReserve(value: unknown): Result<number> {
 /**
  * Whether a matcher matches a request. A path glob reads the path as a
  * rule counts it (`lenient`: every spelling an origin may route alike, an
- * encoded slash, `;parameters`, a trailing slash), or only as the origin
- * receives it, in either case for a case-insensitive rule: a `critical`
- * list, where a spelling the origin routes elsewhere would be privileged.
+ * encoded slash, `;parameters`, a trailing slash), or only by every
+ * reading at once, as the origin receives it (in either case for a
+ * case-insensitive rule) and as matched: a `critical` list, where a
+ * spelling some origin routes elsewhere would be privileged.
  */
 function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenient: boolean): boolean {
   switch (m.kind) {
@@ -128,8 +129,11 @@ function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenie
       return true;
     case "path": {
       if (lenient) return globCounts(m.glob, facts.path, caseSensitive);
+      // Critical by every reading: as written (in either case, for a case-insensitive rule), and as matched.
       const written = facts.path.written;
-      return m.glob.test(written) || (!caseSensitive && m.glob.canonical.test(written.toLowerCase()));
+      if (!m.glob.test(written) && !(!caseSensitive && m.glob.canonical.test(written.toLowerCase()))) return false;
+      const matching = facts.path.matching(caseSensitive);
+      return m.glob.canonical.test(matching) || m.glob.canonical.test(`${matching}/`);
     }
     case "header": {
       const got = facts.header(m.name);
