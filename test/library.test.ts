@@ -333,6 +333,40 @@ describe("an override of a client that rateLimit({ key }) names", () => {
   });
 });
 
+describe("key()= under a rule no key function counts by", () => {
+  it("is refused (400): it would name no client, and an operator would believe a change applied", async () => {
+    const token = "no-key-fn-admin-token";
+    const id = `no-key-fn-${Date.now()}`;
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use("*", adminApi());
+    app.use("*", rateLimit({ rules: { id, limit: 5, period: "1m" } }));
+    app.get("*", (c) => c.text("ok"));
+    const put = await app.request(
+      `/__ratelimit/overrides?rule=${id}&key=${encodeURIComponent("key()=u42")}`,
+      {
+        method: "PUT",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ deny: true }),
+      },
+      { ...env, ADMIN_TOKEN: token },
+    );
+    expect(put.status).toBe(400);
+    expect(await put.text()).toContain("counts no client by a rateLimit({ key }) function");
+  });
+});
+
+describe("a key function that returns an empty string", () => {
+  it("names no client: the rule's own key counts the request (here its IP), not one bucket for every such request", async () => {
+    const id = `empty-key-${Date.now()}`;
+    const app = new Hono<{ Bindings: typeof env }>();
+    app.use("*", rateLimit({ rules: { id, limit: 1, period: "1m" }, key: (c) => c.req.header("x-user") ?? "" }));
+    app.get("*", (c) => c.text("ok"));
+    const from = (ip: string) => app.request("/", { headers: { "x-user": "", "cf-connecting-ip": ip } }, env);
+    const [a, b] = [uniqueIp(), uniqueIp()];
+    expect([(await from(a)).status, (await from(b)).status, (await from(a)).status]).toEqual([200, 200, 429]);
+  });
+});
+
 describe('c.get("rateLimit") when the limiter turns a request away', () => {
   it("says a client an override denies was denied (403)", async () => {
     const token = "dec-admin-token";

@@ -10,13 +10,29 @@ import type { Rule } from "../core/rules.ts";
 
 const byId = new Map<string, Rule>();
 
+/** The ids of rules a middleware with a `key` function counts by it; `all`: one such middleware reads the Worker's `RULES`. */
+const keyed = { ids: new Set<string>(), all: false };
+
 /**
  * Records a middleware's rules. The admin API names a rule by its id, so
  * where two middlewares hold rules with one id, it reaches the first built.
+ * `byKeyFunction`: the middleware has a `key` function, whose clients the
+ * admin API then names `key()=<value>` under these rules.
  */
-export function registerRules(rules: readonly Rule[]): void {
-  for (const rule of rules) if (!byId.has(rule.id)) byId.set(rule.id, rule);
+export function registerRules(rules: readonly Rule[], byKeyFunction = false): void {
+  for (const rule of rules) {
+    if (!byId.has(rule.id)) byId.set(rule.id, rule);
+    if (byKeyFunction) keyed.ids.add(rule.id);
+  }
 }
+
+/** A middleware with a `key` function and no rules of its own: the Worker's rules may be counted by it. */
+export function registerKeyFunctionOverAll(): void {
+  keyed.all = true;
+}
+
+/** Whether a `rateLimit({ key })` function may name the clients of rule `id` in this isolate. */
+export const keyedByFunction = (id: string): boolean => keyed.all || keyed.ids.has(id);
 
 /** `settings` with the middlewares' rules added after its own; a rule of the Worker's `RULES` keeps its id. */
 export function withLibraryRules(settings: Settings): Settings {

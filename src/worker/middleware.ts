@@ -18,7 +18,7 @@ import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { Sink } from "../isolate/work.ts";
 import type { LimiterNamespace } from "../object/client.ts";
 import { decisionOf, type RateLimitDecision, REFUSAL_HEADERS, skipped } from "./decision.ts";
-import { registerRules } from "./library-rules.ts";
+import { registerKeyFunctionOverAll, registerRules } from "./library-rules.ts";
 
 declare module "hono" {
   /** `c.get("rateLimit")`: what `rateLimit()` decided for the request, typed in every handler. */
@@ -84,7 +84,8 @@ export type RateLimitOptions<E extends HonoEnv = any> = {
    * The client key, computed from the request: a user ID your auth
    * middleware set, a tenant, an API key you looked up. Every matched rule
    * counts this key instead of the one its own `key` makes. Return
-   * `undefined` to use the rules' own keys for this request.
+   * `undefined` (or an empty string) to use the rules' own keys for this
+   * request.
    * @default undefined: each rule's `key` (by default the client IP)
    * @example key: (c) => c.get("userId")
    */
@@ -144,7 +145,8 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
       settings,
       ns,
       isolate: options.isolate ?? defaultIsolate(),
-      clientKey: key === undefined ? undefined : await key(c),
+      // An empty key is none (an empty header, say): the rules' own keys count the request.
+      clientKey: key === undefined ? undefined : (await key(c)) || undefined,
       stats: env.STATS as StatsNamespace | undefined,
       analytics: env.ANALYTICS as AnalyticsSink | undefined,
     });
@@ -229,10 +231,11 @@ export function settingsSource<E extends HonoEnv>(
   if (options.rules !== undefined) {
     const parsed = parseSettings({ ...overrides, RULES: [options.rules].flat() });
     if (!parsed.ok) throw new Error(`rateLimit(): invalid options:\n${parsed.errors.join("\n")}`);
-    registerRules(parsed.value.rules);
+    registerRules(parsed.value.rules, options.key !== undefined);
     const fixed = { settings: parsed.value, errors: [] };
     return () => fixed;
   }
+  if (options.key !== undefined) registerKeyFunctionOverAll();
   if (Object.keys(overrides).length === 0) return configurationFromEnv;
   return (env) => configurationFromEnv({ ...env, ...overrides });
 }

@@ -10,6 +10,7 @@ import { matchingPath, normalizePath } from "../../core/paths.ts";
 import { fail, ok, type Result } from "../../core/result.ts";
 import type { Characteristic, Rule } from "../../core/rules.ts";
 import { show } from "../../core/show.ts";
+import { keyedByFunction } from "../library-rules.ts";
 
 /** How a client that `rateLimit({ key })` names is written: `key()=` and what the function returned. */
 const CUSTOM = "key()=";
@@ -36,6 +37,11 @@ export const keyAsWritten = (key: Characteristic[]): string[] =>
 export function adminKey(rule: Rule, params: string[], ipv6PrefixBits: number): Result<string> {
   if (params.length === 0) return fail(`The "key" query parameter is required. ${keyUsage(rule)}`);
   const custom = params.length === 1 && params[0]!.startsWith(CUSTOM) ? params[0]!.slice(CUSTOM.length) : null;
+  if (custom !== null && !keyedByFunction(rule.id)) {
+    return fail(
+      `${show(params[0])}: rule "${rule.id}" counts no client by a rateLimit({ key }) function here, so key()= names none of its clients. ${keyUsage(rule)}`,
+    );
+  }
   if (custom !== null) {
     return custom === ""
       ? fail(`"${CUSTOM}": names no client; give what your key function returned`)
