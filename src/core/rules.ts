@@ -11,14 +11,7 @@ import type { Address } from "./ip.ts";
 import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
 import type { AnyKind, Fields, KindName, Quota } from "./kinds/kind.ts";
 import { KIND_FIELDS, KINDS, type KindFieldsOf, kindsMarked, kindsWith } from "./kinds/registry.ts";
-import {
-  compileRuleGlob,
-  globCounts,
-  type PathGlob,
-  pathAsWritten,
-  type RequestPath,
-  type RuleGlob,
-} from "./paths.ts";
+import { compileRuleGlob, globCounts, type PathGlob, pathAsWritten, type RequestPath, type RuleGlob } from "./paths.ts";
 import type { Priority } from "./priorities.ts";
 import { fail, mapAll, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
