@@ -38,7 +38,7 @@
  * Pure: `(state, counts, version, nowMs, target)` in (and the late mark the
  * counts were counted against), `(state, step)` out. No I/O, no clock.
  */
-import { addCounts, badOf, busyCapOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
+import { addCounts, addTroubled, badOf, busyCapOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
 import { type Priority, type Stages, stageAt } from "./priorities.ts";
 
 /** What the controller needs of a rule's target, as shares. */
@@ -395,8 +395,18 @@ export function judge(
   target: ControlTarget,
   calmMs: number | null = null,
   params: ControllerParams = CONTROLLER_PARAMS,
+  atOnset = false,
 ): Health {
-  const { answered: n, slow, errors, late, busyMs, busySq, stuck, leftOut } = withoutFew(window, params, calmMs);
+  const {
+    answered: n,
+    slow,
+    errors,
+    late,
+    busyMs,
+    busySq,
+    stuck,
+    leftOut,
+  } = withoutFew(window, params, calmMs, atOnset);
   const { z } = params;
   // Sent to the origin, as far as the origin's health goes: not the requests whose clients left before the
   // origin could be late (they say nothing of it); the ones that left after it was (goneSlow) it did not keep up with.
@@ -469,9 +479,20 @@ const badIn = (e: Evidence): number => e.slow + e.errors + e.late + e.stuck;
  * without all of them, whichever leaves less trouble. A queue at the origin
  * slows every client, so its trouble outlasts both.
  */
-export function withoutFew(window: HealthCounts, params: ControllerParams, calmMs: number | null = null): Evidence {
+export function withoutFew(
+  window: HealthCounts,
+  params: ControllerParams,
+  calmMs: number | null = null,
+  atOnset = false,
+): Evidence {
   const worst = withoutWorst(window, params.leaveOut);
-  const t = window.troubled;
+  // The keys whose trouble has not recurred yet too, at the onset (a few clients' first bad answers look like failures
+  // spread over everyone then, and a window later tells them apart), and while most of the window's troubled keys are
+  // ones whose trouble recurs (then the others are mostly the same clients' first reports). Failures spread over
+  // everyone leave many keys with a first bad answer and few whose trouble recurs: those are judged whole.
+  const recurring = window.troubled?.keys ?? 0;
+  const fresh = window.fresh?.keys ?? 0;
+  const t = atOnset || (fresh > 0 && recurring >= fresh) ? addTroubled(window.troubled, window.fresh) : window.troubled;
   if (t === undefined || t.keys === 0 || t.keys >= (window.clients ?? 0) * params.fewClients) return worst;
   const left = atLeastZero({
     answered: window.answered - t.answered,
@@ -762,7 +783,7 @@ export function observe(
     !long && state.factor >= 1 && (state.changedAtMs === null || nowMs - state.changedAtMs >= 2 * params.intervalMs);
   const health =
     (long || onset) && window.answered + window.stuck >= params.minSamples
-      ? judge(window, target, state.calm.ms, params)
+      ? judge(window, target, state.calm.ms, params, onset && !long)
       : null;
   // Nothing reaches the origin: every client is over the reduced limit. An origin sent nothing cannot show it is
   // healthy, so waiting for its answers would hold the limit down for as long as the clients keep sending.

@@ -267,6 +267,14 @@ export type HealthCounts = {
    */
   troubled?: Troubled;
   /**
+   * Keys whose answers were mostly bad in a report but whose trouble had not
+   * recurred yet, counted the same way: at the onset, a few clients' first
+   * bad answers and an origin's first failures spread over everyone look
+   * alike, so the onset's judgement leaves these out too (when few); a
+   * window later, only keys whose trouble recurs are left out.
+   */
+  fresh?: Troubled;
+  /**
    * Under a rule with priorities: per priority, the requests forwarded and
    * the requests shed (refused only because of the reduction). The
    * controller moves the stage of a priority with neither at once, and
@@ -404,6 +412,8 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
   }
   const troubled = addTroubled(a.troubled, b.troubled);
   if (troubled !== undefined) sum.troubled = troubled;
+  const fresh = addTroubled(a.fresh, b.fresh);
+  if (fresh !== undefined) sum.fresh = fresh;
   const byPriority = addPriorityCounts(a.byPriority, b.byPriority);
   if (byPriority !== undefined) sum.byPriority = byPriority;
   return sum;

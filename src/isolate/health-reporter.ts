@@ -412,11 +412,12 @@ export class HealthReporter {
   private spread(counts: HealthCounts, recurring: ReadonlySet<string>): void {
     let clients = this.answers.size;
     let troubled = counts.troubled;
+    let fresh = counts.fresh;
     for (const [key, k] of this.keys) {
       const answered = this.answers.get(key);
       if (answered === undefined) clients++;
-      if (!mostlyBad(k, answered ?? 0) || !recurring.has(key)) continue;
-      troubled = addTroubled(troubled, {
+      if (!mostlyBad(k, answered ?? 0)) continue;
+      const own = {
         keys: 1,
         answered: k[1],
         slow: k[2],
@@ -425,7 +426,10 @@ export class HealthReporter {
         busyMs: k[5],
         stuck: k[6],
         busySq: k[7],
-      });
+      };
+      // Its trouble recurs: its own. Not yet: left out at the onset only, when a few clients' and spread failures look alike.
+      if (recurring.has(key)) troubled = addTroubled(troubled, own);
+      else fresh = addTroubled(fresh, own);
     }
     if (clients > 0 || counts.clients !== undefined) counts.clients = (counts.clients ?? 0) + clients;
     // Among many clients, the busiest few's successful answers: the calm latency is measured without them.
@@ -440,6 +444,7 @@ export class HealthReporter {
       counts.busiest = busiest;
     }
     if (troubled !== undefined) counts.troubled = troubled;
+    if (fresh !== undefined) counts.fresh = fresh;
   }
 
   /** Whether a report is on its way. */

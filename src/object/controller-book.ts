@@ -108,6 +108,8 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   }
   const troubled = cleanTroubled(c.troubled, clean);
   if (troubled !== undefined) clean.troubled = troubled;
+  const fresh = cleanTroubled(c.fresh, clean);
+  if (fresh !== undefined) clean.fresh = fresh;
   return clean;
 }
 
