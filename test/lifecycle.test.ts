@@ -70,6 +70,16 @@ async function act(admin: ReturnType<typeof worker>["admin"], action: Action, ru
   expect(done.status, JSON.stringify(done.body)).toBe(200);
 }
 
+/** What the client's next request gets after each admin action, its limit at 2 and one used or two: the table's first row. */
+const NEXT_AFTER: [Action, number][] = [
+  ["reset", 200],
+  ["deny", 403],
+  ["unlimited", 200],
+  ["raise", 200],
+  ["tier", 200],
+  ["lower", 429],
+];
+
 it("every registered kind has a lifecycle fixture: a kind is not done until it keeps the lifecycle", () => {
   expect(Object.keys(KINDS).filter((kind) => LIFECYCLE[kind as keyof typeof KINDS] === undefined)).toEqual([]);
 });
@@ -82,14 +92,7 @@ const kinds = Object.keys(KINDS).flatMap((name) => {
 describe.each(kinds)("a %s rule", (kind, fixture) => {
   // Each test is a client and a rule of its own: they run side by side.
   describe.concurrent("a refused client, when an admin change comes", () => {
-    it.each([
-      ["reset", 200],
-      ["deny", 403],
-      ["unlimited", 200],
-      ["raise", 200],
-      ["tier", 200],
-      ["lower", 429],
-    ] as [Action, number][])("%s: its next request is %i", async (action, status) => {
+    it.each(NEXT_AFTER)("%s: its next request is %i", async (action, status) => {
       const id = uniqueRule(`${kind}-refused-${action}`);
       const { send, admin } = worker(fixture.rule(id) as Record<string, unknown>);
       const ip = uniqueIp();
@@ -144,14 +147,7 @@ describe.each(kinds)("a %s rule", (kind, fixture) => {
   });
 
   describe.concurrent("a request admitted and in flight, when an admin change comes", () => {
-    it.each([
-      ["reset", 200],
-      ["deny", 403],
-      ["unlimited", 200],
-      ["raise", 200],
-      ["tier", 200],
-      ["lower", 429],
-    ] as [Action, number][])("%s: it finishes, whole, and the next request is %i", async (action, status) => {
+    it.each(NEXT_AFTER)("%s: it finishes, whole, and the next request is %i", async (action, status) => {
       const id = uniqueRule(`${kind}-admitted-${action}`);
       const { send, admin } = worker(fixture.rule(id) as Record<string, unknown>);
       const ip = uniqueIp();
