@@ -48,6 +48,20 @@ const tenAnHour = (id: string, fields: Record<string, unknown> = {}) => ({
   ...fields,
 });
 
+/** The object's check of 10 an hour in bursts of 20, under an adaptive factor of 0.5. */
+const halvedTenAnHour = (id: string): RuleCheck => ({
+  id,
+  kind: "bucket",
+  limit: 10,
+  periodMs: 3_600_000,
+  burst: 20,
+  ownLimit: 10,
+  precision: 1,
+  strict: false,
+  enforce: true,
+  factor: 0.5,
+});
+
 /** Moves the faked clock (the isolate's and the objects') to `T0 + ms`. */
 const at = (ms: number) => vi.setSystemTime(T0 + ms);
 
@@ -488,18 +502,7 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
 
   it("an adaptive factor of 0.5: 5 an hour in bursts of 10; the 11th refused by the reduction alone", async () => {
     const stub = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`bucket-factor-${Date.now()}`));
-    const ruleCheck: RuleCheck = {
-      id: "factor",
-      kind: "bucket",
-      limit: 10,
-      periodMs: 3_600_000,
-      burst: 20,
-      ownLimit: 10,
-      precision: 1,
-      strict: false,
-      enforce: true,
-      factor: 0.5,
-    };
+    const ruleCheck = halvedTenAnHour("factor");
     const results = [];
     for (let i = 0; i < 11; i++) results.push(await stub.check([ruleCheck]));
     expect(results.map((r) => r.allowed)).toEqual([...Array(10).fill(true), false]);
@@ -637,7 +640,7 @@ describe("a tier or an override gives a client a burst of its own", () => {
   it("refuses a burst in TIERS for a rule that is no bucket, in the settings and check-config alike", () => {
     const rule = { id: uniqueRule("own-burst-window"), limit: 10, period: "1h" };
     const vars = { RULES: [rule], TIERS: { pro: { [rule.id]: { limit: 20, burst: 40 } } } };
-    const says = `TIERS.pro.${rule.id}: field "burst": only a bucket rule takes it, and rule "${rule.id}" is a window rule`;
+    const says = `TIERS.pro.${rule.id}: field "burst": only a bucket rule gives a client one, and rule "${rule.id}" is a window rule`;
     const settings = parseSettings(vars);
     expect(settings.ok ? [] : settings.errors).toEqual([says]);
     expect(checkConfig({ vars }).findings.filter((f) => f.level === "error")).toEqual([
@@ -655,18 +658,7 @@ describe("a tier or an override gives a client a burst of its own", () => {
 
   it("an adaptive factor of 0.5 halves the client's own burst too: 10 an hour in bursts of 50 become 5 in bursts of 25", async () => {
     const stub = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`bucket-own-factor-${Date.now()}`));
-    const ruleCheck: RuleCheck = {
-      id: "own-factor",
-      kind: "bucket",
-      limit: 10,
-      periodMs: 3_600_000,
-      burst: 20,
-      ownLimit: 10,
-      precision: 1,
-      strict: false,
-      enforce: true,
-      factor: 0.5,
-    };
+    const ruleCheck = halvedTenAnHour("own-factor");
     const own = { burst: 50, ownLimit: 10 };
     await stub.setOverride(
       "own-factor",

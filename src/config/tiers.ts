@@ -14,7 +14,7 @@
  */
 
 import { parseIntegerFrom1 } from "../core/fields.ts";
-import { CLIENT_FIELDS, kindOf, kindsGiving } from "../core/kinds/registry.ts";
+import { CLIENT_FIELDS, clientFieldsOf, kindOf } from "../core/kinds/registry.ts";
 import { MAX_LIMIT } from "../core/kinds/window.ts";
 import { isTierName } from "../core/overrides.ts";
 import { fail, ok, type Result } from "../core/result.ts";
@@ -178,19 +178,7 @@ function ownOf(
   limit: number,
 ): Result<Readonly<Record<string, number>> | undefined> {
   const fields = given.get(tier)?.get(rule.id);
-  if (fields === undefined) return ok(undefined);
-  const kind = kindOf(rule);
-  const names = Object.keys(fields);
-  const foreign = names.filter((name) => kind.clientFields?.names.includes(name) !== true);
-  if (foreign.length > 0 || kind.clientFields === undefined) {
-    return fail(
-      ...foreign.map((name) => {
-        const owners = kindsGiving(name).map((k) => `a ${k.name} rule`);
-        return `field ${show(name)}: only ${owners.join(" or ")} takes it, and rule ${show(rule.id)} is a ${kind.name} rule`;
-      }),
-    );
-  }
-  return kind.clientFields.parse(rule, fields, limit);
+  return fields === undefined ? ok(undefined) : clientFieldsOf(rule, fields, Object.keys(fields), limit);
 }
 
 /** The rules, each given its limit per tier, and the own fields a tier gives with it (rules no tier names are returned as they are). */

@@ -11,7 +11,7 @@
 
 import { parseIntegerFrom1 } from "./fields.ts";
 import type { KindName } from "./kinds/kind.ts";
-import { CLIENT_FIELDS, kindOf, kindsGiving } from "./kinds/registry.ts";
+import { CLIENT_FIELDS, clientFieldsOf, kindOf } from "./kinds/registry.ts";
 import { MAX_LIMIT } from "./kinds/window.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
@@ -148,18 +148,7 @@ function ownFields(
   rule: LimitedRule | undefined,
 ): Result<Readonly<Record<string, number>>> {
   if (rule === undefined) return fail(...names.map((name) => `field ${show(name)}: needs the rule it is for`));
-  const kind = kindOf(rule);
-  const client = kind.clientFields;
-  const foreign = names.filter((name) => client?.names.includes(name) !== true);
-  if (client === undefined || foreign.length > 0) {
-    return fail(
-      ...foreign.map((name) => {
-        const owners = kindsGiving(name).map((k) => `a ${k.name} rule`);
-        return `field ${show(name)}: only ${owners.join(" or ")} gives a client one, and rule ${show(rule.id)} is a ${kind.name} rule`;
-      }),
-    );
-  }
-  return client.parse(rule, fields, limit);
+  return clientFieldsOf(rule, fields, names, limit);
 }
 
 /**

@@ -5,6 +5,9 @@
  * `kindOf`, and which protocol its object decides it by through
  * `isCounted`/`isPlaced`; nothing else asks which kind a rule is.
  */
+
+import { fail, type Result } from "../result.ts";
+import { show } from "../show.ts";
 import { type BucketFields, bucketKind } from "./bucket.ts";
 import { type ConcurrencyFields, concurrencyKind } from "./concurrency.ts";
 import type { AnyKind, Fields, KindName } from "./kind.ts";
@@ -49,3 +52,28 @@ export const CLIENT_FIELDS: readonly string[] = [...new Set(LIST.flatMap((kind) 
 /** The kinds whose tiers and overrides may give a client `field`, for messages. */
 export const kindsGiving = (field: string): AnyKind[] =>
   LIST.filter((kind) => kind.clientFields?.names.includes(field) === true);
+
+/**
+ * The fields of `rule`'s kind that a tier or an override gives one client
+ * beside `limit` (`names`, of `given`), as the kind reads them: an error for
+ * each the rule's kind does not take, naming the kinds that do.
+ */
+export function clientFieldsOf(
+  rule: { id: string; kind: KindName },
+  given: Fields,
+  names: readonly string[],
+  limit: number,
+): Result<Readonly<Record<string, number>>> {
+  const kind = kindOf(rule);
+  const client = kind.clientFields;
+  const foreign = names.filter((name) => client?.names.includes(name) !== true);
+  if (client === undefined || foreign.length > 0) {
+    return fail(
+      ...foreign.map((name) => {
+        const owners = kindsGiving(name).map((k) => `a ${k.name} rule`);
+        return `field ${show(name)}: only ${owners.join(" or ")} gives a client one, and rule ${show(rule.id)} is a ${kind.name} rule`;
+      }),
+    );
+  }
+  return client.parse(rule, given, limit);
+}
