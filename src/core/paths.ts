@@ -209,6 +209,12 @@ export function globCounts(glob: RuleGlob, path: RequestPath, caseSensitive: boo
   return (!tried && glob.canonical.test(matching)) || glob.canonical.test(`${matching}/`);
 }
 
+/** Whether a rule's glob matches a request's matching path, with or without a trailing slash: the path as origins route it. */
+export function matchedIn(glob: RuleGlob, path: RequestPath, caseSensitive: boolean): boolean {
+  const matching = path.matching(caseSensitive);
+  return glob.canonical.test(matching) || glob.canonical.test(`${matching}/`);
+}
+
 /** A request's path, as rules read it: as written, and the matching path for either case sensitivity, made once. */
 export type RequestPath = {
   /** {@link normalizePath}'s result: what `exclude` globs match. */

@@ -6,7 +6,7 @@
  * refuses sheddable requests first, then default ones, and critical ones
  * only when nothing else is left. Pure: no I/O, no clock.
  */
-import { compileRuleGlob, globCounts, type RequestPath, type RuleGlob } from "./paths.ts";
+import { compileRuleGlob, globCounts, matchedIn, type RequestPath, type RuleGlob } from "./paths.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
 
@@ -132,8 +132,7 @@ function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenie
       // Critical by every reading: as written (in either case, for a case-insensitive rule), and as matched.
       const written = facts.path.written;
       if (!m.glob.test(written) && !(!caseSensitive && m.glob.canonical.test(written.toLowerCase()))) return false;
-      const matching = facts.path.matching(caseSensitive);
-      return m.glob.canonical.test(matching) || m.glob.canonical.test(`${matching}/`);
+      return matchedIn(m.glob, facts.path, caseSensitive);
     }
     case "header": {
       const got = facts.header(m.name);

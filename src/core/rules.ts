@@ -11,7 +11,15 @@ import type { Address } from "./ip.ts";
 import { type IpRange, inAnyRange, parseRanges } from "./ip-ranges.ts";
 import type { AnyKind, Fields, KindName, Quota } from "./kinds/kind.ts";
 import { KIND_FIELDS, KINDS, type KindFieldsOf, kindsMarked, kindsWith } from "./kinds/registry.ts";
-import { compileRuleGlob, globCounts, type PathGlob, pathAsWritten, type RequestPath, type RuleGlob } from "./paths.ts";
+import {
+  compileRuleGlob,
+  globCounts,
+  matchedIn,
+  type PathGlob,
+  pathAsWritten,
+  type RequestPath,
+  type RuleGlob,
+} from "./paths.ts";
 import type { Priority } from "./priorities.ts";
 import { fail, mapAll, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
@@ -581,7 +589,5 @@ export function ruleMatches(rule: Rule, method: string, path: string | RequestPa
 
 /** Whether an `exclude` glob exempts a request: its path as written, and its matching path (with or without a trailing slash), both in it. */
 function excludes(glob: RuleGlob, path: RequestPath, caseSensitive: boolean): boolean {
-  if (!glob.test(path.written)) return false;
-  const matching = path.matching(caseSensitive);
-  return glob.canonical.test(matching) || glob.canonical.test(`${matching}/`);
+  return glob.test(path.written) && matchedIn(glob, path, caseSensitive);
 }
