@@ -127,10 +127,12 @@ export class HealthReporter {
   private counts: HealthCounts = noCounts();
   /** Per client key that had a slow, failed or late answer since the last report: its answers since then. */
   private keys = new Map<string, KeyCounts>();
-  /** Each client key's answers since the last report: how many clients there were, and how much of each one's was bad. */
-  private answers = new Map<string, number>();
-  /** Each of those keys' successful answers and their busy time since the last report: what its busiest keys were. */
-  private okBusy = new Map<string, { ok: number; busyMs: number }>();
+  /**
+   * Each client key's answers since the last report, of them its successful
+   * ones and their busy time: how many clients there were, how much of each
+   * one's was bad, and what its busiest keys were.
+   */
+  private answers = new Map<string, { n: number; ok: number; busyMs: number }>();
   /** Per client key, its bad answers and requests found late over its recent reports, halving every {@link BAD_HALF_LIFE_MS}. */
   private readonly recentBad = new Map<string, number>();
   private recentAtMs: number | null = null;
@@ -278,15 +280,16 @@ export class HealthReporter {
 
   /** One answer of a client key: kept once the key has had a slow, failed or late one. */
   private countKey(key: string, slow: boolean, error: boolean, late: boolean, busyMs: number): void {
-    const answers = this.answers.get(key);
-    if (answers !== undefined) this.answers.set(key, answers + 1);
-    else if (this.answers.size < MAX_CLIENTS_COUNTED) this.answers.set(key, 1);
-    if (!error && this.answers.has(key)) {
-      const own = this.okBusy.get(key);
-      if (own === undefined) this.okBusy.set(key, { ok: 1, busyMs });
-      else {
-        own.ok++;
-        own.busyMs += busyMs;
+    let answers = this.answers.get(key);
+    if (answers === undefined && this.answers.size < MAX_CLIENTS_COUNTED) {
+      answers = { n: 0, ok: 0, busyMs: 0 };
+      this.answers.set(key, answers);
+    }
+    if (answers !== undefined) {
+      answers.n++;
+      if (!error) {
+        answers.ok++;
+        answers.busyMs += busyMs;
       }
     }
     const counts = this.keyCounts(key, slow || error || late);
@@ -368,7 +371,6 @@ export class HealthReporter {
     this.counts = noCounts();
     this.keys = new Map();
     this.answers = new Map();
-    this.okBusy = new Map();
     this.lastSentMs = nowMs;
     this.sending = { counts, latency, version: this.version };
     const { id, limit } = this.rule;
@@ -414,7 +416,7 @@ export class HealthReporter {
     let troubled = counts.troubled;
     let fresh = counts.fresh;
     for (const [key, k] of this.keys) {
-      const answered = this.answers.get(key);
+      const answered = this.answers.get(key)?.n;
       if (answered === undefined) clients++;
       if (!mostlyBad(k, answered ?? 0)) continue;
       const own = {
@@ -427,19 +429,18 @@ export class HealthReporter {
         stuck: k[6],
         busySq: k[7],
       };
-      // Its trouble recurs: its own. Not yet: left out at the onset only, when a few clients' and spread failures look alike.
+      // Its trouble recurs: its own. Not yet: apart, for the controller to leave out at the onset or beside recurring ones.
       if (recurring.has(key)) troubled = addTroubled(troubled, own);
       else fresh = addTroubled(fresh, own);
     }
     if (clients > 0 || counts.clients !== undefined) counts.clients = (counts.clients ?? 0) + clients;
     // Among many clients, the busiest few's successful answers: the calm latency is measured without them.
     if (this.answers.size > 2 * BUSIEST_KEYS) {
-      const top = [...this.answers].sort((a, b) => b[1] - a[1]).slice(0, BUSIEST_KEYS);
+      const top = [...this.answers.values()].sort((a, b) => b.n - a.n).slice(0, BUSIEST_KEYS);
       const busiest = counts.busiest ?? { ok: 0, busyMs: 0 };
-      for (const [key] of top) {
-        const own = this.okBusy.get(key);
-        busiest.ok += own?.ok ?? 0;
-        busiest.busyMs += own?.busyMs ?? 0;
+      for (const own of top) {
+        busiest.ok += own.ok;
+        busiest.busyMs += own.busyMs;
       }
       counts.busiest = busiest;
     }
@@ -474,7 +475,6 @@ export class HealthReporter {
     this.counts = noCounts();
     this.keys = new Map();
     this.answers = new Map();
-    this.okBusy = new Map();
     this.latency.fill(0);
     this.latencyCount = 0;
     return { changed: true, fell: answer.factor < from, from, to: answer.factor };
