@@ -133,14 +133,19 @@ describe("an endpoint slow by nature, called by a few clients", () => {
   /**
    * `slowKeys` clients, each asking an endpoint that takes a second (over the 300 ms target, and ten times the
    * others' answers) again and again, beside `fastKeys` clients each asking for 100 ms answers 4 times a second, for
-   * 4 s. The origin has no queue: its slow answers are the endpoint's, and only its callers see them.
+   * 4 s. The origin has no queue: its slow answers are the endpoint's, and only its callers see them. Returns the
+   * factors after, the fast clients' statuses, the longest any of their answers took as they timed it (the
+   * controller's timing is within it), and the controller's history.
    */
   async function slowEndpoint(slowKeys: number, fastKeys: number) {
     const id = uniqueRule("slow-endpoint");
     const send = limiter([rule(id)]);
-    const ask = async (ip: string, path: string) => {
+    let longestFastMs = 0;
+    const ask = async (ip: string, path: string, timed: boolean) => {
+      const sentAt = Date.now();
       const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
       await response.arrayBuffer();
+      if (timed) longestFastMs = Math.max(longestFastMs, Date.now() - sentAt);
       return response.status;
     };
     const startedAt = Date.now();
@@ -148,7 +153,7 @@ describe("an endpoint slow by nature, called by a few clients", () => {
     const loop = (ip: string, path: string, pauseMs: number, into?: number[]) =>
       (async () => {
         while (Date.now() - startedAt < 4_000) {
-          const status = await ask(ip, path);
+          const status = await ask(ip, path, into !== undefined);
           into?.push(status);
           await pause(pauseMs);
         }
@@ -157,15 +162,33 @@ describe("an endpoint slow by nature, called by a few clients", () => {
       ...Array.from({ length: slowKeys }, () => loop(uniqueIp(), "/slow/1000", 100)),
       ...Array.from({ length: fastKeys }, () => loop(uniqueIp(), "/slow/100", 150, statuses)),
     ]);
-    return { factors: await factors(id), statuses };
+    const view = await readController(env.RATE_LIMITER, id, 0, 5_000);
+    const history = view.ok ? view.value?.history : view.message;
+    return { factors: await factors(id), statuses, longestFastMs, history };
   }
 
-  // Eight and ten keys: more than the five worst a judgement leaves out, fewer than half of the clients.
+  /**
+   * The claim holds of an origin that answers the other clients within the target: a run where the host was so busy
+   * that one of their answers took longer (as they timed it, from sending to the last byte) tried that claim on
+   * another origin, and is run again, at most twice more. CI, busy with other test files, once cut here at 64bb499
+   * (0.4, one cut to the busiest client's level); that run's timings were not kept, and a failure now shows the history.
+   */
+  async function withCalmOthers(slowKeys: number, fastKeys: number) {
+    const runs: number[] = [];
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const run = await slowEndpoint(slowKeys, fastKeys);
+      if (run.longestFastMs < 300) return run;
+      runs.push(run.longestFastMs);
+    }
+    throw new Error(`in each of 3 runs, an answer to the other clients took 300 ms or more: ${runs.join(", ")} ms`);
+  }
+
+  // Five keys, and eight: more than the five worst a judgement leaves out, fewer than half of the clients.
   it.each([5, 8])(
     "%i keys beside twenty others: their slow answers are the endpoint's, the factor stays 1, and the others get only 200",
     async (slowKeys) => {
-      const { factors, statuses } = await slowEndpoint(slowKeys, 20);
-      expect(factors).toEqual({ isolate: 1, controller: 1 });
+      const { factors, statuses, history } = await withCalmOthers(slowKeys, 20);
+      expect(factors, JSON.stringify(history)).toEqual({ isolate: 1, controller: 1 });
       expect(statuses.length).toBeGreaterThan(100);
       expect(statuses.filter((s) => s !== 200)).toEqual([]);
     },
