@@ -234,6 +234,26 @@ describe("a token bucket, through the Worker", () => {
     expect(headersOf(await send("/tokens/1", from(ip)))).toMatchObject({ status: 429, retryAfter: "396" });
   });
 
+  it("keeps a charge's debt for a century at most: a charge of 10⁹ at one a year refuses for 100 years, with a date to retry at", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    at(0);
+    const id = uniqueRule("century");
+    const { send } = worker([
+      { id, path: "/tokens/*", limit: 1, period: "365d", burst: 2, cost_header: "x-tokens-used" },
+    ]);
+    const ip = uniqueIp();
+    expect((await send("/tokens/1000000000", from(ip))).status).toBe(200);
+    at(1_000);
+    const refused = await send("/tokens/1", from(ip));
+    // A century ahead of the charge, less the year two units of room take, less the second since.
+    const century = 100 * 365 * 86_400;
+    expect(headersOf(refused)).toMatchObject({ status: 429, retryAfter: String(century - 365 * 86_400 - 1) });
+    const reset = Number(refused.headers.get("x-ratelimit-reset"));
+    // X-RateLimit-Reset: that instant, in Unix seconds, a date ninety-nine years of 365 days on.
+    expect(Math.abs(reset - (T0 / 1_000 + century - 365 * 86_400))).toBeLessThanOrEqual(1);
+    expect(new Date(reset * 1_000).toISOString()).toMatch(/^21\d\d-/);
+  });
+
   it("keeps a penalty (block_for) after the bucket has refilled", async () => {
     vi.useFakeTimers({ toFake: ["Date"] });
     at(0);

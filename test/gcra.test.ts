@@ -639,3 +639,37 @@ describe("carried to another rate (a tier, an override or a factor gives the cli
     );
   });
 });
+
+describe("a charge past what the bucket can hold (a cost the origin reports after the fact)", () => {
+  it("puts the bucket at most 100 years in debt, the most a bucket's depth may be: a Retry-After of a century, not of a billion years", () => {
+    const yearly: BucketLimit = { limit: 1, periodMs: MAX_PERIOD_MS, burst: 2 };
+    const state = admitAt(fullState(T0, yearly), yearly, 1_000_000_000, T0);
+    expect(state).toEqual({ tatMs: T0 + MAX_DEPTH_MS, ticks: 0, perMs: 1 });
+    expect(retryAfterMs(state, T0 + 1_000, yearly)).toBe(MAX_DEPTH_MS - 1_000 - MAX_PERIOD_MS);
+    // A debt within the century is kept whole: 10⁹ units at 10 a second are 10⁸ s.
+    const tenASecond: BucketLimit = { limit: 10, periodMs: 1_000, burst: 10 };
+    expect(admitAt(fullState(T0, tenASecond), tenASecond, 1_000_000_000, T0).tatMs).toBe(T0 + 100_000_000_000);
+  });
+
+  it("keeps every instant a safe integer, within a century of the charge, whatever the bucket, the charges and a change of rate", () => {
+    fc.assert(
+      fc.property(
+        anyBucket,
+        anyBucket,
+        fc.array(fc.integer({ min: 1, max: 1_000_000_000 }), { minLength: 1, maxLength: 4 }),
+        (bucket, other, charges) => {
+          let state = fullState(T0, bucket);
+          for (const units of charges) state = admitAt(state, bucket, units, T0);
+          const carried = carry(state, T0, bucket, other);
+          for (const s of [state, carried]) {
+            expect(Number.isSafeInteger(s.tatMs) && Number.isSafeInteger(s.ticks)).toBe(true);
+            expect(s.tatMs - T0).toBeLessThanOrEqual(MAX_DEPTH_MS);
+          }
+          const wait = retryAfterMs(carried, T0, other);
+          if (wait !== null) expect(wait).toBeLessThanOrEqual(MAX_DEPTH_MS);
+        },
+      ),
+      { numRuns: 2_000 },
+    );
+  });
+});

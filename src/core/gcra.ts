@@ -209,7 +209,19 @@ export function evaluate(
  */
 export function admitAt(state: BucketState, bucket: BucketLimit, cost: number, atMs: number): BucketState {
   const scale = scaleOf(bucket);
-  return advance(view(state, atMs, scale), cost, scale);
+  return inReach(advance(view(state, atMs, scale), cost, scale), atMs);
+}
+
+/**
+ * The state at most {@link MAX_DEPTH_MS} ahead of `nowMs`: a debt (units
+ * charged past the burst) is kept up to the deepest a bucket may be, a
+ * century, and no further, so that every instant stays a safe integer and a
+ * Retry-After or a reset is a date. Only a charge, or a debt carried to a
+ * slower rate, goes that far: what conforms is within the bucket's depth.
+ */
+function inReach(state: BucketState, nowMs: number): BucketState {
+  const limitMs = nowMs + MAX_DEPTH_MS;
+  return state.tatMs < limitMs ? state : { tatMs: limitMs, ticks: 0, perMs: state.perMs };
 }
 
 /**
@@ -407,7 +419,10 @@ export function carry(state: BucketState, nowMs: number, from: BucketLimit, to: 
   const ahead = BigInt(v.aheadMs) * BigInt(was.perMs) + BigInt(v.ticks);
   const scaled = (ahead * BigInt(now.unitTicks) + BigInt(was.unitTicks) - 1n) / BigInt(was.unitTicks);
   const n = BigInt(now.perMs);
-  return { tatMs: nowMs + Number(scaled / n), ticks: Number(scaled % n), perMs: now.perMs };
+  const aheadMs = scaled / n;
+  // A debt carried to a slower rate lasts longer, up to a century (see inReach).
+  if (aheadMs >= BigInt(MAX_DEPTH_MS)) return { tatMs: nowMs + MAX_DEPTH_MS, ticks: 0, perMs: now.perMs };
+  return { tatMs: nowMs + Number(aheadMs), ticks: Number(scaled % n), perMs: now.perMs };
 }
 
 /** Checks one request against one bucket: counts it if it conforms. */
