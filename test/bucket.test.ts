@@ -227,9 +227,11 @@ describe("a token bucket, through the Worker", () => {
     ]);
     const ip = uniqueIp();
     expect((await send("/tokens/90", from(ip))).status).toBe(200);
-    // Admitted at its cost of 1 with 9 left; its headers count the 19 more the origin reported.
+    // Admitted at its cost of 1 with 9 left; its headers count the 19 more the origin reported: 11 units past the
+    // burst, so the next request fits once 11 have dripped back, 396 s on (t said 36 s, the wait before the charge).
     const next = await send("/tokens/20", from(ip));
-    expect(headersOf(next)).toMatchObject({ status: 200, rateLimit: `"${id}";r=0;t=36` });
+    expect(headersOf(next)).toMatchObject({ status: 200, rateLimit: `"${id}";r=0;t=396` });
+    expect(next.headers.get("x-ratelimit-reset")).toBe(String(T0 / 1_000 + 396));
     // 110 spent: a request fits once 11 have dripped back, 11 × 36 s on.
     expect(headersOf(await send("/tokens/1", from(ip)))).toMatchObject({ status: 429, retryAfter: "396" });
   });

@@ -4,6 +4,7 @@ import { MAX_PERIOD_MS } from "../src/core/duration.ts";
 import {
   admitAt,
   admitUnits,
+  afterCharge,
   type BucketLimit,
   type BucketState,
   carry,
@@ -670,6 +671,52 @@ describe("a charge past what the bucket can hold (a cost the origin reports afte
         },
       ),
       { numRuns: 2_000 },
+    );
+  });
+});
+
+describe("what a response's headers tell once the response charged its cost (a `cost_header`)", () => {
+  it("the 90 then 20 of a burst of 100 at 100 an hour: r = 0 and t = 396 s, the 11 units past the burst refilled", () => {
+    const bucket: BucketLimit = { limit: 100, periodMs: 3_600_000, burst: 100 };
+    const first = check(fullState(T0, bucket), T0, bucket);
+    const state = admitAt(first.state, bucket, 89, T0);
+    const second = check(state, T0, bucket);
+    expect(second.decision).toMatchObject({ allowed: true, remaining: 9, resetMs: 36_000 });
+    expect(afterCharge(second.decision, 1, 19, bucket)).toEqual({ remaining: 0, resetMs: 396_000 });
+  });
+
+  it("is, from the decision alone, what the bucket tells after the charge, whatever the bucket, its history, the cost and the charge", () => {
+    fc.assert(
+      fc.property(
+        smallBucket,
+        fc.array(request, { maxLength: 12 }),
+        fc.integer({ min: 0, max: 1_000 }),
+        fc.integer({ min: -1, max: 60 }),
+        (bucket, requests, costShare, charge) => {
+          let state = fullState(T0, bucket);
+          let nowMs = T0;
+          for (const r of requests) {
+            nowMs += gapMs(bucket, r.gap);
+            state = evaluate(state, nowMs, bucket, costOf(bucket, r.cost)).state;
+          }
+          const cost = costOf(bucket, costShare);
+          const ev = evaluate(state, nowMs, bucket, cost);
+          if (!ev.allowed) return;
+          const decided = describeBucket(ev, nowMs, bucket, true);
+          // A charge of `charge` more units, or (−1) the whole cost given back: what the bucket then tells.
+          const units = charge === -1 ? -cost : charge;
+          const after = units < 0 ? ev.before : admitAt(ev.state, bucket, units, nowMs);
+          const truth = describeBucket(evaluate(after, nowMs, bucket, cost), nowMs, bucket, false);
+          const told = afterCharge(decided as { remaining: number; resetMs: number }, cost, units, bucket);
+          expect(told.remaining).toBe(truth.remaining);
+          // Within a millisecond (t is rounded up); where the room left is within one of a whole number of requests,
+          // either reading may be true, and the later is told, a whole request's refill: never earlier than the bucket.
+          expect(told.resetMs).toBeGreaterThanOrEqual(truth.resetMs - 1);
+          if (told.resetMs > truth.resetMs + 1)
+            expect(told.resetMs).toBe(Math.ceil((cost * bucket.periodMs) / bucket.limit));
+        },
+      ),
+      { numRuns: 3_000 },
     );
   });
 });

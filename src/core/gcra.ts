@@ -332,6 +332,38 @@ export function describe(ev: Evaluation, nowMs: number, bucket: BucketLimit, cou
 }
 
 /**
+ * What an admitted request's `remaining` and `resetMs` (its {@link Decision})
+ * become once `units` more are counted for it at the same instant (given
+ * back when negative): a cost the response reports after the fact, told in
+ * that response's headers before the charge is made. From the decision
+ * alone: with c the cost and T the emission interval, the bucket held
+ * `H = ⌊r / c⌋ × c + c − t / T` units after the request (t is the effective
+ * window, see {@link effectiveWindowMs}), and holds `H − units` after the
+ * charge, a debt when below 0. Rounded up to the millisecond, as `t` is.
+ */
+export function afterCharge(
+  decided: { remaining: number; resetMs: number },
+  cost: number,
+  units: number,
+  rate: { limit: number; periodMs: number },
+): { remaining: number; resetMs: number } {
+  const unitMs = rate.periodMs / rate.limit;
+  const stepMs = cost * unitMs;
+  // The room left for one more request, in milliseconds of refill (negative: a wait), after the charge: t is
+  // rounded up, so the room is at least this and less than 1 ms more. Where a step's multiple is in that
+  // millisecond, it may be on either side of it: read on it, the later of the two (a wait of a whole step).
+  const least = (Math.floor(decided.remaining / cost) - units / cost) * stepMs - decided.resetMs;
+  const multiple = Math.floor((least + 1) / stepMs) * stepMs;
+  const onMultiple = multiple > least && multiple >= 0;
+  const waitMs = onMultiple ? stepMs : least < 0 ? -least : stepMs - (least % stepMs);
+  return {
+    remaining: Math.max(0, decided.remaining - units),
+    // Within a millionth of a millisecond of a whole one: that one (the arithmetic is in floating point).
+    resetMs: Math.min(MAX_DEPTH_MS, Math.ceil(waitMs - 1e-6)),
+  };
+}
+
+/**
  * A charge's receipt, for handing its units back later: the state the charge
  * left (R), and the row's {@link HandBacks} when it was made.
  */

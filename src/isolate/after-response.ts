@@ -58,7 +58,7 @@ export function afterResponse(
   options: AfterContext,
 ): AfterResponse {
   return ({ status, headers: answer }) => {
-    const moved = new Map<string, number>(); // rule id → units taken off (+) or added (−) to what the headers said
+    const moved = new Map<string, { units: number; cost: number }>(); // rule id → units counted after the answer (−: given back)
     const strip: string[] = [];
     for (const { group, rules, settlement } of parts) {
       const late = lateAnswerOf(settlement);
@@ -77,18 +77,30 @@ export function afterResponse(
           return;
         }
         settle(settlement, { group, index: j, receipt, delta }, options);
-        moved.set(rule.id, (moved.get(rule.id) ?? 0) - delta);
+        moved.set(rule.id, { units: (moved.get(rule.id)?.units ?? 0) + delta, cost: costOf(rule) });
       });
       if (late !== undefined && lateMoves !== undefined) settleLate(settlement, group, late, lateMoves, options);
     }
     const reports = headers.reports.map((r) => {
       const by = moved.get(r.id);
-      return by === undefined
-        ? r
-        : { ...r, verdict: { ...r.verdict, remaining: Math.max(0, r.verdict.remaining + by) } };
+      return by === undefined ? r : { ...r, verdict: { ...r.verdict, ...afterMove(r, by) } };
     });
     return { headers: rateLimitHeaders(headers.policies, reports, options.settings.legacyHeaders), strip };
   };
+}
+
+/** A verdict's `remaining` and `resetMs` once `units` more were counted for its request (its kind says how the reset moves). */
+function afterMove(
+  r: Reported,
+  { units, cost }: { units: number; cost: number },
+): { remaining: number; resetMs: number } {
+  const { remaining, resetMs } = r.verdict;
+  return (
+    r.quota.charged?.(r.limit, cost, { remaining, resetMs }, units) ?? {
+      remaining: Math.max(0, remaining - units),
+      resetMs,
+    }
+  );
 }
 
 /** A rule's count still to be moved by `delta` once the call's late answer says where it was taken. */

@@ -16,7 +16,7 @@
  */
 import { describePeriod, formatDuration } from "../duration.ts";
 import { parseIntegerFrom1, parsePeriod } from "../fields.ts";
-import { depthMs, MAX_DEPTH_MS } from "../gcra.ts";
+import { afterCharge, depthMs, MAX_DEPTH_MS } from "../gcra.ts";
 import { fail, ok, type Result } from "../result.ts";
 import { show } from "../show.ts";
 import {
@@ -138,6 +138,8 @@ export const bucketKind: RuleKind<BucketFields> = {
     periodMs: rule.periodMs,
     shown: (limit) => ({ burst: burstFor(rule, limit), depthMs: depthAt(rule, limit) }),
     quota: (limit) => burstFor(rule, limit),
+    // A charge past what the bucket holds is a debt: the wait for the next request grows with it.
+    charged: (limit, cost, verdict, units) => afterCharge(verdict, cost, units, { limit, periodMs: rule.periodMs }),
     words: (limit) =>
       `${limit} per ${describePeriod(rule.periodMs)}, in bursts of up to ${burstFor(rule, limit)} at once`,
   }),

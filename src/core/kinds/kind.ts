@@ -51,6 +51,20 @@ export type Quota = {
   readonly periodMs?: number;
   /** What the admin API's `/status` shows of the quota under `limit`, besides the limit and the period (a bucket's burst and depth). */
   shown?(limit: number): Readonly<Record<string, number>>;
+  /**
+   * What a verdict's `remaining` and `resetMs` become once `units` more are
+   * counted for its request after its answer (given back when negative: a
+   * `cost_header`, or a response `count` does not count), under `limit`,
+   * for requests of `cost`; told in that response's headers before the
+   * charge is made. Absent: `remaining` moves by the units and the reset
+   * stays (a calendar quota's reset is its period's end whatever is used).
+   */
+  charged?(
+    limit: number,
+    cost: number,
+    verdict: { remaining: number; resetMs: number },
+    units: number,
+  ): { remaining: number; resetMs: number };
   /** `qu`: the quota's unit, when it is not requests. */
   readonly unit?: "concurrent-requests";
   /** `q` under a limit, when it is not the limit itself: a token bucket's burst. */
