@@ -461,6 +461,15 @@ describe("an admin change meets held requests (docs/per-client-limits.md, reques
     else await stub.setOverride("smooth", override(kind), 1);
     for (const answer of await Promise.all(turns)) {
       expect(answer).toMatchObject({ status: "turn", atMs: T0 + 10, counted: [null] });
+      // After a reset, each tells what the rule has left then, as a request counted nowhere under it (1 of 1, the
+      // window's second ending 990 ms on), not what its booking was told when it was held (0 left, its turn
+      // seconds away).
+      if (kind === null) {
+        const told = answer.status === "turn" ? answer.verdicts?.[0] : undefined;
+        expect(told).toMatchObject({ allowed: true, ruleAllows: true, remaining: 1, retryAfterMs: 0, counted: null });
+        expect(told?.resetMs).toBeGreaterThanOrEqual(990);
+        expect(told?.resetMs).toBeLessThanOrEqual(1_000);
+      }
     }
     if (kind === null) expect((await stub.peek([rule])).verdicts[0]!.weighted).toBe(0);
   });

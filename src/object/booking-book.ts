@@ -42,6 +42,12 @@ export type HeldBooking = Booking & {
   checks?: RuleCheck[];
   /** The rules (their indexes in the check) an `unlimited` override lifted while it was held; kept in memory only. */
   lifted?: number[];
+  /**
+   * The rules (their indexes in the check, with their checks) a reset took
+   * its counts off while it was held: at its turn, its headers tell what
+   * each has left then, as for a request counted nowhere under it; in memory only.
+   */
+  forgotten?: { slot: number; check: RuleCheck }[];
   /** Whether it was planned again while held (its admission at its turn is not the one it was told); in memory only. */
   replanned?: true;
   /** Its verdicts as its turn admitted it, once counted, when it was planned again; in memory only. */
@@ -386,6 +392,12 @@ export class BookingBook {
     const forgotten = (count: BookedCount) => ruleIds === null || ruleIds.has(ruleIdOf(count.row));
     for (const booking of [...this.ahead]) {
       if (!booking.counts.some(forgotten)) continue;
+      booking.counts.forEach((count, k) => {
+        const check = booking.checks?.[k];
+        if (check !== undefined && forgotten(count)) {
+          booking.forgotten = [...(booking.forgotten ?? []), { slot: booking.slots[k]!, check }];
+        }
+      });
       this.recount(booking, (count) => (forgotten(count) ? null : count.window));
     }
     this.latestMs = this.workOutLatest();

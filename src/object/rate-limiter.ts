@@ -538,6 +538,14 @@ export class RateLimiter extends DurableObject<unknown> {
           ...markOf(row),
         };
       });
+      // Counted nowhere under the rules a reset took its counts off: its headers tell what each has left now.
+      for (const { slot, check } of verdicts === undefined ? [] : (booking.forgotten ?? [])) {
+        const plan = checked(this.plans.plan(check, booking.atMs), check);
+        if (plan.kind !== "count") continue;
+        const row = this.current(plan.rule, booking.atMs);
+        const told = this.verdict(this.see(row, booking.atMs, plan.rule), booking.atMs, plan, row, false);
+        verdicts![slot] = { ...told, allowed: true, ruleAllows: true, retryAfterMs: 0, holdsForMs: 0 };
+      }
       this.books.counted(booking, receipts, nowMs, verdicts);
     }
   }
