@@ -221,10 +221,14 @@ describe("the index", () => {
     } while (cursor !== null);
     expect(listed).toHaveLength(7);
     expect(listed.every((entry) => entry.state === "applied")).toBe(true);
+    // `total` counts what the filter matches, on every page (other tests' overrides are in the same index).
+    expect((await admin("GET", `?rule=${id}&limit=3`)).body.total).toBe(7);
     const tiered = await admin("GET", `?rule=${id}&tier=pro`);
     expect((tiered.body.overrides as unknown[]).length).toBe(4);
+    expect(tiered.body.total).toBe(4);
     const noted = await admin("GET", `?rule=${id}&note=MIGRATION`);
     expect((noted.body.overrides as unknown[]).length).toBe(3);
+    expect(noted.body.total).toBe(3);
     // What each client's object enforces (read from the object itself) is what the index says.
     for (const [i, ip] of clients.entries()) {
       const res = await send(`/__ratelimit/status?rule=${id}&key=${ip}`, { headers: auth });

@@ -164,7 +164,7 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
   }
 
   /** One page of overrides, ordered by rule and key; `next` is the cursor of the page after, or null. */
-  list(query: ListQuery): { entries: RegistryEntry[]; next: string | null } {
+  list(query: ListQuery): { entries: RegistryEntry[]; next: string | null; total: number } {
     const where = ["value IS NOT NULL"];
     const params: (string | number)[] = [];
     const filter = (clause: string, ...values: string[]) => {
@@ -174,6 +174,10 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
     if (query.rule !== undefined) filter("rule = ?", query.rule);
     if (query.tier !== undefined) filter("json_extract(value, '$.tier') = ?", query.tier);
     if (query.note !== undefined) filter("instr(lower(json_extract(value, '$.note')), lower(?)) > 0", query.note);
+    // What the filter matches, on every page alike (the cursor only says where the page starts).
+    const total = this.sql
+      .exec<{ n: number }>(`SELECT count(*) AS n FROM entries WHERE ${where.join(" AND ")}`, ...params)
+      .one().n;
     if (query.after !== undefined) {
       const [rule, key] = JSON.parse(query.after) as [string, string];
       filter("(rule, key) > (?, ?)", rule, key);
@@ -187,7 +191,11 @@ export class OverrideRegistry extends DurableObject<RegistryEnv> {
       .toArray();
     const page = rows.slice(0, query.limit).map(entryOf);
     const last = page[page.length - 1];
-    return { entries: page, next: rows.length > query.limit && last ? JSON.stringify([last.rule, last.key]) : null };
+    return {
+      entries: page,
+      next: rows.length > query.limit && last ? JSON.stringify([last.rule, last.key]) : null,
+      total,
+    };
   }
 
   /** How many overrides there are, and how many changes the client objects have not confirmed yet. */

@@ -157,7 +157,7 @@ async function listOverrides(url: URL, settings: Settings, stub: ReturnType<type
   return json({
     overrides: page.entries.map(entryView),
     next: page.next,
-    total: counts.overrides,
+    total: page.total,
     pending: counts.pending,
   });
 }
