@@ -18,6 +18,7 @@ import {
   reportEveryMs,
   scaledLimit,
   urgent,
+  withoutFew,
 } from "../src/core/controller.ts";
 import { type HealthCounts, type KeyCounts, noCounts } from "../src/core/health.ts";
 
@@ -221,6 +222,30 @@ describe("a window under the current factor", () => {
     expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 55)).step.kind).toBe("raise");
     expect(decide(at(0.5, { calm: calm(50) }), slowEndpoint(6, 14, 65)).step.kind).toBe("hold");
   });
+
+  it.each([
+    [9, 5],
+    [10, 22],
+  ])(
+    "leaves out the troubled clients only where the others' answers can show they did not slow: with %i of them, %i keys left out",
+    (othersAnswered, leftOut) => {
+      // 22 keys of 50 clients whose 3 answers each were slow (a standing queue, found by every client it answered),
+      // and the others' few answers fast: too few to say the others were not slowed too (a mean needs 10), the
+      // window is judged without the 5 worst only, as for a queue (found in the spike of 12 × C at C = 50/s: 22
+      // keys left out of a queue, the rest too thin for a mean, cut the limit to its floor where it held).
+      const troubled = { keys: 22, answered: 66, slow: 66, errors: 0, late: 0, busyMs: 66 * 400, stuck: 0, busySq: 0 };
+      const window = counts({
+        forwarded: 66 + othersAnswered,
+        answered: 66 + othersAnswered,
+        slow: 66,
+        busyMs: 66 * 400 + othersAnswered * 50,
+        worst: Array.from({ length: 16 }, (_, i): KeyCounts => [`k${i}`, 3, 3, 0, 0, 1_200, 0, 0]),
+        clients: 50,
+        troubled,
+      });
+      expect(withoutFew(window, CONTROLLER_PARAMS, 50).leftOut).toBe(leftOut);
+    },
+  );
 
   it("judges a lone client whole, and a report without the clients counted as before", () => {
     const lone = counts({

@@ -505,10 +505,12 @@ export function withoutFew(
     leftOut: t.keys,
   });
   if (left.answered + left.stuck <= 0) return worst;
-  // The others slowed too (their mean over `cutAt` × the calm latency, as a queue makes it): not a few clients' trouble.
+  // The others slowed too (their mean over `cutAt` × the calm latency, as a queue makes it), or their answers are too
+  // few for a mean that could show they did not: not a few clients' trouble, as far as can be told.
   const m = left.answered - left.errors;
   const slowed =
-    calmMs !== null && m >= params.meanSamples && left.busyMs / m > params.cutAt * Math.max(calmMs, params.calmFloorMs);
+    calmMs !== null &&
+    (m < params.meanSamples || left.busyMs / m > params.cutAt * Math.max(calmMs, params.calmFloorMs));
   return !slowed && badIn(left) < badIn(worst) ? left : worst;
 }
 
