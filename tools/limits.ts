@@ -370,8 +370,8 @@ function overrideOf(options: Options): Record<string, unknown> {
   };
 }
 
-/** Digits as a number; anything else as written, for the API to name in its error. */
-const numeric = (text: string): number | string => (/^\d+$/.test(text) ? Number(text) : text);
+/** Digits as a number (spaces around them, as a CSV import reads them, allowed); anything else as written, for the API to name in its error. */
+const numeric = (text: string): number | string => (/^\s*\d+\s*$/.test(text) ? Number(text.trim()) : text);
 
 // --- Output ------------------------------------------------------------------
 

@@ -79,16 +79,17 @@ describe("per-client overrides, set with the limits CLI", () => {
   });
 
   it("gives a client of a token bucket a burst of its own (--limit with --burst), and refuses --burst beside --tier", async () => {
-    // e2e-dash-bucket: 1 a minute in bursts of 2, per x-dash-client; this client: 1 a minute in bursts of 5.
+    // e2e-dash-bucket: 1 a minute in bursts of 2, per x-dash-client; this client: 1 a minute in bursts of 5. The
+    // numbers as a shell passes them quoted with spaces (a CSV import reads them so too).
     const client = uniqueTag("burst");
     const out = await limitsOk(
       "set",
       "e2e-dash-bucket",
       `header:x-dash-client=${client}`,
       "--limit",
-      "1",
+      " 1",
       "--burst",
-      "5",
+      "5 ",
     );
     expect(out).toMatch(/after\s+limit 1, burst 5/);
     const statuses: number[] = [];
