@@ -61,6 +61,8 @@ export class PlanBook {
   private readonly warnedBelowCost = new Set<string>();
   /** When each rule's override last changed for this client, as this object saw it (in memory; lost on a restart). */
   private readonly changedAt = new Map<string, number>();
+  /** Per rule, the check its last request sent, as sent (in memory only): what a change of its override is planned under. */
+  private readonly lastChecks = new Map<string, RuleCheck>();
 
   constructor(sql: SqlStorage, name: string | undefined) {
     this.sql = sql;
@@ -78,6 +80,7 @@ export class PlanBook {
 
   /** How a rule applies to this client now, under its override if it has a live one, and under its factor. */
   plan(rule: RuleCheck, nowMs: number): Plan {
+    this.lastChecks.set(rule.id, rule);
     const plan = this.overridden(rule, nowMs);
     const factor = rule.factor;
     if (plan.kind !== "count" || factor === undefined || !(factor < 1)) return plan;
@@ -205,6 +208,11 @@ export class PlanBook {
     if (override?.expiresAtMs != null && override.expiresAtMs <= nowMs) return override.expiresAtMs;
     const at = this.changedAt.get(ruleId);
     return at !== undefined && at <= nowMs ? at : null;
+  }
+
+  /** The check the rule's last request sent, since the object started; undefined before one. */
+  lastCheck(ruleId: string): RuleCheck | undefined {
+    return this.lastChecks.get(ruleId);
   }
 
   /** When the next override expires, after `nowMs`, or null when none will. */

@@ -748,6 +748,7 @@ export class RateLimiter extends DurableObject<unknown> {
   private dropExpiredOverrides(nowMs: number): void {
     const expired = this.plans.purge(nowMs);
     if (expired.size === 0) return;
+    for (const ruleId of expired) this.carryAtChange(ruleId, nowMs);
     this.replanHeld(expired, nowMs);
     for (const ruleId of expired) this.replanLine(ruleId, nowMs);
   }
@@ -772,13 +773,35 @@ export class RateLimiter extends DurableObject<unknown> {
    */
   setOverride(ruleId: string, override: Override, version: number): void {
     if (!this.plans.set(ruleId, override, version)) return;
+    this.carryAtChange(ruleId, Date.now());
     this.replanWaiting(ruleId);
     this.scheduleCleanup();
   }
 
   /** Removes this client's override of a rule, unless a newer change was applied. */
   deleteOverride(ruleId: string, version: number): void {
-    if (this.plans.delete(ruleId, version)) this.replanWaiting(ruleId);
+    if (!this.plans.delete(ruleId, version)) return;
+    this.carryAtChange(ruleId, Date.now());
+    this.replanWaiting(ruleId);
+  }
+
+  /**
+   * A rule's override changed for this client (set, deleted, or ran out):
+   * its row is carried to the limit the rule gives it now, from the change
+   * on, under the check its last request sent. Left to the client's next
+   * request, a token bucket would go on refilling at the old rate until
+   * then, and the cleanup could delete it as full at that rate, what was
+   * spent with it (found from outside: 600 a minute lowered to 6, and 7 s
+   * later a whole burst of 60 again). Without a request since the object
+   * started, the next request carries it from then (a restart forgets when
+   * the change was).
+   */
+  private carryAtChange(ruleId: string, nowMs: number): void {
+    const check = this.plans.lastCheck(ruleId);
+    if (check === undefined) return;
+    const plan = checked(this.plans.plan(check, nowMs), check);
+    if (plan.kind !== "count" || !this.rows.has(counterOf(plan.rule).rowOf(plan.rule))) return;
+    this.current(plan.rule, nowMs);
   }
 
   /**
