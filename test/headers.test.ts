@@ -75,6 +75,25 @@ describe("rate-limit headers, exactly", () => {
     expect(res.headers.get("x-ratelimit-limit")).toBe("3");
   });
 
+  it("counts how close each rule is in requests, not units: a rule of cost 3 with 7 units left (2 requests) is closer than one of cost 1 with 3 left", async () => {
+    // Found from outside: the headers named the rule with the fewest units left (r=3 of "per-request"), and the
+    // third request was refused by the other, which had units for one more only.
+    const send = limiter([
+      { id: "by-units", limit: 10, period: "1m", cost: 3 },
+      { id: "per-request", limit: 4, period: "1m" },
+    ]);
+    const ip = uniqueIp();
+    at("2026-11-21T12:00:45.000Z");
+    const first = await send("/api/x", from(ip));
+    expect(first.headers.get("ratelimit")).toMatch(/^"by-units";r=7;t=\d+$/);
+    const second = await send("/api/x", from(ip));
+    expect(second.headers.get("ratelimit")).toMatch(/^"by-units";r=4;t=\d+$/);
+    const third = await send("/api/x", from(ip));
+    expect(third.status).toBe(200);
+    expect(third.headers.get("ratelimit")).toMatch(/^"by-units";r=1;t=\d+$/);
+    expect((await send("/api/x", from(ip))).status).toBe(429);
+  });
+
   it("names every violated policy and waits for the longest", async () => {
     const send = limiter([
       { id: "per-second", limit: 1, period: "1s" },

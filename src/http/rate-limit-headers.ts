@@ -23,8 +23,12 @@ export type Policy = {
   windowMs?: number;
 };
 
-/** A rule's verdict, with what the headers need of the rule (and, under an adaptive rule with priorities, the request's priority). */
-export type Reported = Policy & { verdict: RuleVerdict; nowMs: number; priority?: Priority };
+/**
+ * A rule's verdict, with what the headers need of the rule: what one
+ * request costs under it, when more than 1 (and, under an adaptive rule
+ * with priorities, the request's priority).
+ */
+export type Reported = Policy & { verdict: RuleVerdict; nowMs: number; cost?: number; priority?: Priority };
 
 const seconds = (ms: number): number => Math.ceil(ms / 1000);
 
@@ -113,16 +117,20 @@ export const hasReset = (r: Reported): boolean => r.quota.windowMs !== undefined
 
 /**
  * The policy closest to its limit: a refusing one first (one that no wait
- * lifts, then the longest wait), then the fewest remaining, then the longest
+ * lifts, then the longest wait), then the one with the fewest requests left
+ * (its remaining units over what a request costs under it: a rule of cost 3
+ * with 7 units left has 2), then the fewest units left, then the longest
  * effective window.
  */
 export function closestToLimit(reports: Reported[]): Reported | undefined {
   const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : r.verdict.never ? 2 : 1);
+  const requestsLeft = (r: Reported) => Math.floor(r.verdict.remaining / (r.cost ?? 1));
   return reports.reduce<Reported | undefined>((best, r) => {
     if (!best) return r;
     const order =
       refusing(r) - refusing(best) ||
       (refusing(r) ? r.verdict.retryAfterMs - best.verdict.retryAfterMs : 0) ||
+      requestsLeft(best) - requestsLeft(r) ||
       best.verdict.remaining - r.verdict.remaining ||
       r.verdict.resetMs - best.verdict.resetMs;
     return order > 0 ? r : best;

@@ -21,8 +21,12 @@ export const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reporte
   quota: verdict.own === undefined ? rule.quota : quotaUnder(rule, verdict.own),
   verdict,
   nowMs,
+  ...(costOfRule(rule) > 1 ? { cost: costOfRule(rule) } : {}),
   ...(rule.priority === undefined ? {} : { priority: rule.priority }),
 });
+
+/** What one request costs under a rule (1 for a kind without `cost`). */
+const costOfRule = (rule: Rule): number => (rule as { cost?: number }).cost ?? 1;
 
 /** A known refusal as the object's verdict, with the wait that is left. */
 export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Reported {
