@@ -685,6 +685,18 @@ describe("what a response's headers tell once the response charged its cost (a `
     expect(afterCharge(second.decision, 1, 19, bucket)).toEqual({ remaining: 0, resetMs: 396_000 });
   });
 
+  it("a charge past a century of debt: the wait a TAT a century ahead leaves, as the bucket then tells (found from outside: 50 s off)", () => {
+    const bucket: BucketLimit = { limit: 6, periodMs: 60_000, burst: 6 };
+    const first = check(fullState(T0, bucket), T0, bucket);
+    const after = admitAt(first.state, bucket, 999_999_999, T0);
+    const truth = describeBucket(evaluate(after, T0, bucket, 1), T0, bucket, false);
+    expect(truth.resetMs).toBe(MAX_DEPTH_MS - 50_000);
+    expect(afterCharge(first.decision as { remaining: number; resetMs: number }, 1, 999_999_999, bucket)).toEqual({
+      remaining: 0,
+      resetMs: truth.resetMs,
+    });
+  });
+
   it("is, from the decision alone, what the bucket tells after the charge, whatever the bucket, its history, the cost and the charge", () => {
     fc.assert(
       fc.property(

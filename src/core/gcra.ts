@@ -345,10 +345,15 @@ export function afterCharge(
   decided: { remaining: number; resetMs: number },
   cost: number,
   units: number,
-  rate: { limit: number; periodMs: number },
+  bucket: BucketLimit,
 ): { remaining: number; resetMs: number } {
-  const unitMs = rate.periodMs / rate.limit;
+  const unitMs = bucket.periodMs / bucket.limit;
   const stepMs = cost * unitMs;
+  // A debt is kept for a century at most (inReach): the room is never below what a TAT a century ahead leaves.
+  const deepestMs = (bucket.burst - cost) * unitMs - MAX_DEPTH_MS;
+  if ((Math.floor(decided.remaining / cost) - units / cost) * stepMs - decided.resetMs < deepestMs) {
+    return { remaining: 0, resetMs: Math.ceil(-deepestMs - 1e-6) };
+  }
   // The room left for one more request, in milliseconds of refill (negative: a wait), after the charge: t is
   // rounded up, so the room is at least this and less than 1 ms more. Where a step's multiple is in that
   // millisecond, it may be on either side of it: read on it, the later of the two (a wait of a whole step).
@@ -359,7 +364,7 @@ export function afterCharge(
   return {
     remaining: Math.max(0, decided.remaining - units),
     // Within a millionth of a millisecond of a whole one: that one (the arithmetic is in floating point).
-    resetMs: Math.min(MAX_DEPTH_MS, Math.ceil(waitMs - 1e-6)),
+    resetMs: Math.ceil(waitMs - 1e-6),
   };
 }
 

@@ -139,7 +139,8 @@ export const bucketKind: RuleKind<BucketFields> = {
     shown: (limit) => ({ burst: burstFor(rule, limit), depthMs: depthAt(rule, limit) }),
     quota: (limit) => burstFor(rule, limit),
     // A charge past what the bucket holds is a debt: the wait for the next request grows with it.
-    charged: (limit, cost, verdict, units) => afterCharge(verdict, cost, units, { limit, periodMs: rule.periodMs }),
+    charged: (limit, cost, verdict, units) =>
+      afterCharge(verdict, cost, units, { limit, periodMs: rule.periodMs, burst: burstFor(rule, limit) }),
     words: (limit) =>
       `${limit} per ${describePeriod(rule.periodMs)}, in bursts of up to ${burstFor(rule, limit)} at once`,
   }),
