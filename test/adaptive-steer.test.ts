@@ -36,6 +36,29 @@ const rule = (id: string): RuleInput => ({
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * A claim about an origin that answers the other clients within the rule's 300 ms target, tried on one: a run in
+ * which the busy host made one of their answers take 300 ms or more (as they timed it, from sending to the last
+ * byte) tried the claim on another origin, and is run again, three runs at most. CI, busy with other test files,
+ * once cut the slow-endpoint case to 0.4 at 64bb499, and eight adaptive test files run at once cut the flood case
+ * to 0.4 at 9ee1d1f; those runs' timings were not kept, and a failure now shows the controller's history.
+ */
+async function withCalmOthers<T extends { longestOthersMs: number }>(run: () => Promise<T>): Promise<T> {
+  const longest: number[] = [];
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const result = await run();
+    if (result.longestOthersMs < 300) return result;
+    longest.push(result.longestOthersMs);
+  }
+  throw new Error(`in each of 3 runs, an answer to the other clients took 300 ms or more: ${longest.join(", ")} ms`);
+}
+
+/** The controller's history of a rule, for a failure's message. */
+async function historyOf(id: string): Promise<string> {
+  const view = await readController(env.RATE_LIMITER, id, 0, 5_000);
+  return JSON.stringify(view.ok ? view.value?.history : view.message);
+}
+
 /** The factor this isolate applies to a rule, and the controller's. */
 async function factors(id: string): Promise<{ isolate: number; controller: number }> {
   const view = await readController(env.RATE_LIMITER, id, 0, 5_000);
@@ -140,12 +163,12 @@ describe("an endpoint slow by nature, called by a few clients", () => {
   async function slowEndpoint(slowKeys: number, fastKeys: number) {
     const id = uniqueRule("slow-endpoint");
     const send = limiter([rule(id)]);
-    let longestFastMs = 0;
+    let longestOthersMs = 0;
     const ask = async (ip: string, path: string, timed: boolean) => {
       const sentAt = Date.now();
       const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
       await response.arrayBuffer();
-      if (timed) longestFastMs = Math.max(longestFastMs, Date.now() - sentAt);
+      if (timed) longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
       return response.status;
     };
     const startedAt = Date.now();
@@ -162,33 +185,15 @@ describe("an endpoint slow by nature, called by a few clients", () => {
       ...Array.from({ length: slowKeys }, () => loop(uniqueIp(), "/slow/1000", 100)),
       ...Array.from({ length: fastKeys }, () => loop(uniqueIp(), "/slow/100", 150, statuses)),
     ]);
-    const view = await readController(env.RATE_LIMITER, id, 0, 5_000);
-    const history = view.ok ? view.value?.history : view.message;
-    return { factors: await factors(id), statuses, longestFastMs, history };
-  }
-
-  /**
-   * The claim holds of an origin that answers the other clients within the target: a run where the host was so busy
-   * that one of their answers took longer (as they timed it, from sending to the last byte) tried that claim on
-   * another origin, and is run again, at most twice more. CI, busy with other test files, once cut here at 64bb499
-   * (0.4, one cut to the busiest client's level); that run's timings were not kept, and a failure now shows the history.
-   */
-  async function withCalmOthers(slowKeys: number, fastKeys: number) {
-    const runs: number[] = [];
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const run = await slowEndpoint(slowKeys, fastKeys);
-      if (run.longestFastMs < 300) return run;
-      runs.push(run.longestFastMs);
-    }
-    throw new Error(`in each of 3 runs, an answer to the other clients took 300 ms or more: ${runs.join(", ")} ms`);
+    return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
   }
 
   // Five keys, and eight: more than the five worst a judgement leaves out, fewer than half of the clients.
   it.each([5, 8])(
     "%i keys beside twenty others: their slow answers are the endpoint's, the factor stays 1, and the others get only 200",
     async (slowKeys) => {
-      const { factors, statuses, history } = await withCalmOthers(slowKeys, 20);
-      expect(factors, JSON.stringify(history)).toEqual({ isolate: 1, controller: 1 });
+      const { factors, statuses, history } = await withCalmOthers(() => slowEndpoint(slowKeys, 20));
+      expect(factors, history).toEqual({ isolate: 1, controller: 1 });
       expect(statuses.length).toBeGreaterThan(100);
       expect(statuses.filter((s) => s !== 200)).toEqual([]);
     },
@@ -200,26 +205,75 @@ describe("an endpoint slow by nature, called by a few clients", () => {
   });
 });
 
+describe("a few clients pacing fast errors", () => {
+  /**
+   * Five keys each asking an endpoint that fails at once (500 in a few ms), one request every 2.2 s, for 7 s,
+   * beside a legitimate client sending 4 a second to an endpoint that answers 200 in a few ms. Found from outside:
+   * paced a little over 2 s apart, no key's failures ever added up to 2 over its recent reports (each counting
+   * half as much 2 s on), so none was its own trouble, none was left out, and the limit stayed at its floor for as
+   * long as they went on, the legitimate clients refused about half the time.
+   */
+  async function paced() {
+    const id = uniqueRule("paced-errors");
+    const send = limiter([rule(id)]);
+    const attackers = Array.from({ length: 5 }, uniqueIp);
+    const legitimate = uniqueIp();
+    const statuses: number[] = [];
+    let longestOthersMs = 0;
+    const startedAt = Date.now();
+    const attacking = (async () => {
+      while (Date.now() - startedAt < 7_000) {
+        await Promise.all([
+          ...attackers.map((ip) =>
+            send("/status/500", { method: "POST", body: "{}", ...from(ip) }).then((r) => r.arrayBuffer()),
+          ),
+          pause(2_200),
+        ]);
+      }
+    })();
+    while (Date.now() - startedAt < 7_500) {
+      const sentAt = Date.now();
+      const response = await send("/echo", { method: "POST", body: "{}", ...from(legitimate) });
+      await response.arrayBuffer();
+      longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
+      statuses.push(response.status);
+      await pause(250);
+    }
+    await attacking;
+    return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
+  }
+
+  it("cannot move the limit: each key's failures are its own from its second, the factor stays 1, and the legitimate client gets only 200", async () => {
+    const { factors, statuses, history } = await withCalmOthers(paced);
+    expect(factors, history).toEqual({ isolate: 1, controller: 1 });
+    expect(statuses.length).toBeGreaterThan(20);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
+});
+
 describe("a few clients flooding the rule with fast requests", () => {
   /**
    * Twenty clients each ask for 100 ms answers about twice a second; five more flood the same rule with answers
    * that take no time, ten a second each, for 4 s, then stop. Had their answers set the calm latency (the lowest
    * mean), the others' usual 100 ms would read as a queue once they stopped.
    */
-  it("cannot set the calm latency: once they stop, the others' usual latency is no queue, and the factor stays 1", async () => {
+  async function flood() {
     const id = uniqueRule("fast-flood");
     const send = limiter([rule(id)]);
     const startedAt = Date.now();
     const statuses: number[] = [];
-    const ask = async (ip: string, path: string) => {
+    let longestOthersMs = 0;
+    const ask = async (ip: string, path: string, timed: boolean) => {
+      const sentAt = Date.now();
       const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
       await response.arrayBuffer();
+      if (timed) longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
       return response.status;
     };
     const loop = (ip: string, path: string, pauseMs: number, untilMs: number, into?: number[]) =>
       (async () => {
         while (Date.now() - startedAt < untilMs) {
-          const status = await ask(ip, path);
+          const status = await ask(ip, path, into !== undefined);
           into?.push(status);
           await pause(pauseMs);
         }
@@ -228,7 +282,12 @@ describe("a few clients flooding the rule with fast requests", () => {
       ...Array.from({ length: 20 }, () => loop(uniqueIp(), "/slow/100", 400, 9_000, statuses)),
       ...Array.from({ length: 5 }, () => loop(uniqueIp(), "/x", 100, 4_000)),
     ]);
-    expect(await factors(id)).toEqual({ isolate: 1, controller: 1 });
+    return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
+  }
+
+  it("cannot set the calm latency: once they stop, the others' usual latency is no queue, and the factor stays 1", async () => {
+    const { factors, statuses, history } = await withCalmOthers(flood);
+    expect(factors, history).toEqual({ isolate: 1, controller: 1 });
     expect(statuses.length).toBeGreaterThan(200);
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
   });

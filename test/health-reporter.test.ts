@@ -193,13 +193,16 @@ describe("an isolate's reporter of one adaptive rule", () => {
     reporter.answered(200, 5); // a key not known: in the totals only
     const { counts } = reporter.due(0)!;
     expect(counts).toMatchObject({ answered: 9, slow: 2, errors: 3 });
-    // "fast" never had a bad answer; "slowish" is counted from its first bad one; "once" is no key's own trouble.
+    // "fast" never had a bad answer; "slowish" is counted from its first bad one; "once" is named too (a window
+    // spanning reports then has all its counts if its trouble recurs), but it is no key's own trouble yet.
     // Each: answers, slow, failed, late, busy time (the 500 ms answer counts 400, four times the target), found late,
     // and the squares of the busy time.
     expect(counts.worst).toEqual([
       ["failing", 2, 0, 2, 0, 0, 0, 0],
       ["slowish", 3, 2, 0, 0, 805, 0, 2 * 400 * 400 + 5 * 5],
+      ["once", 1, 0, 1, 0, 0, 0, 0],
     ]);
+    expect(counts.worstable).toEqual(["failing", "slowish"]);
     // The next report starts afresh.
     reporter.landed(answer());
     reporter.answered(200, 5, "slowish");
@@ -214,14 +217,33 @@ describe("an isolate's reporter of one adaptive rule", () => {
       reporter.landed(answer());
       return counts;
     };
-    // A failure a second: 1, then 1 + half of it a second on (a half-life of 2 s), then past 2: its own.
-    expect(failOnce(0)).not.toHaveProperty("worst");
-    expect(failOnce(1_000)).not.toHaveProperty("worst");
+    // Named from its first failure, but no key's own trouble yet: not one that may be left out, nor mostly bad.
+    const first = failOnce(0);
+    expect(first.worst).toEqual([["k", 1, 0, 1, 0, 0, 0, 0]]);
+    expect(first.worstable).toEqual([]);
+    expect(first).toMatchObject({ fresh: { keys: 1 } });
+    // A second within about 10 s (1 + 0.93 over the longer memory, past 1.5): one of the worst that may be left out;
+    // mostly bad of its own once it passes 2 with each report counting half as much 2 s on (1, 1.7, then 2.2).
+    const second = failOnce(1_000);
+    expect(second.worstable).toEqual(["k"]);
+    expect(second).not.toHaveProperty("troubled");
     const third = failOnce(2_000);
-    expect(third.worst).toEqual([["k", 1, 0, 1, 0, 0, 0, 0]]);
+    expect(third.worstable).toEqual(["k"]);
     expect(third.troubled).toMatchObject({ keys: 1, errors: 1 });
-    // Quiet for a while, it starts again from nothing.
-    expect(failOnce(20_000)).not.toHaveProperty("worst");
+    // Quiet for a while (its memory forgotten below a quarter), it starts again from nothing.
+    expect(failOnce(40_000).worstable).toEqual([]);
+  });
+
+  it("names a key failing one request every 2.2 s as one that may be left out from its second (found from outside: paced past 2 s, never)", () => {
+    const reporter = new HealthReporter(rule);
+    const failAt = (nowMs: number) => {
+      reporter.answered(500, 2, "paced");
+      const { counts } = reporter.due(nowMs)!;
+      reporter.landed(answer());
+      return counts;
+    };
+    expect(failAt(0).worstable).toEqual([]);
+    for (const atMs of [2_200, 4_400, 6_600, 8_800]) expect(failAt(atMs).worstable).toEqual(["paced"]);
   });
 
   it("keeps counts of at most 64 keys between reports, whatever a flood of clients does", () => {

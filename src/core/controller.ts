@@ -38,7 +38,16 @@
  * Pure: `(state, counts, version, nowMs, target)` in (and the late mark the
  * counts were counted against), `(state, step)` out. No I/O, no clock.
  */
-import { addCounts, addTroubled, badOf, busyCapOf, type HealthCounts, type KeyCounts, noCounts } from "./health.ts";
+import {
+  addCounts,
+  addTroubled,
+  badOf,
+  busyCapOf,
+  type HealthCounts,
+  type KeyCounts,
+  noCounts,
+  worstableIn,
+} from "./health.ts";
 import { type Priority, type Stages, stageAt } from "./priorities.ts";
 
 /** What the controller needs of a rule's target, as shares. */
@@ -526,8 +535,11 @@ export function withoutWorst(window: HealthCounts, k: number): Evidence {
   const worst = window.worst;
   if (k <= 0 || worst === undefined || worst.length === 0) return whole;
   const left = { ...whole };
-  for (const key of worst.slice(0, k)) {
-    if (badOf(key) === 0) break;
+  // Only keys whose trouble recurs may be left out; the others' counts are anyone's trouble.
+  const worstable = new Set(worstableIn(window));
+  for (const key of worst) {
+    if (left.leftOut >= k || badOf(key) === 0) break;
+    if (!worstable.has(key[0])) continue;
     left.answered -= key[1];
     left.slow -= key[2];
     left.errors -= key[3];

@@ -244,6 +244,16 @@ export type HealthCounts = {
    */
   worst?: KeyCounts[];
   /**
+   * Which of the {@link worst} keys may be left out as such: those whose
+   * bad answers recur over a longer memory (the reporter's `WORST_BAD`).
+   * A key is named among the worst from its first bad answer, so that a
+   * window that spans reports has all of its counts when it becomes one
+   * that may be left out; until then its trouble counts as anyone's.
+   * Absent: every key named may be (a report of an older isolate named
+   * only those).
+   */
+  worstable?: string[];
+  /**
    * The client keys that had an answer (or a request found late in flight),
    * counted in each report (a key in two reports, or two isolates, counts
    * twice, as its trouble does in {@link troubled}); absent from an isolate
@@ -403,6 +413,10 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
   if (a.crowded !== undefined || b.crowded !== undefined) sum.crowded = (a.crowded ?? 0) + (b.crowded ?? 0);
   const worst = mergeWorst(a.worst, b.worst);
   if (worst.length > 0) sum.worst = worst;
+  if (a.worstable !== undefined || b.worstable !== undefined) {
+    const either = new Set([...worstableIn(a), ...worstableIn(b)]);
+    sum.worstable = worst.map((k) => k[0]).filter((key) => either.has(key));
+  }
   if (a.clients !== undefined || b.clients !== undefined) sum.clients = (a.clients ?? 0) + (b.clients ?? 0);
   if (a.busiest !== undefined || b.busiest !== undefined) {
     sum.busiest = {
@@ -418,6 +432,10 @@ export function addCounts(a: HealthCounts, b: HealthCounts): HealthCounts {
   if (byPriority !== undefined) sum.byPriority = byPriority;
   return sum;
 }
+
+/** The keys of a report's (or window's) worst that may be left out: its `worstable`, or, without one, every key named. */
+export const worstableIn = (counts: Pick<HealthCounts, "worst" | "worstable">): string[] =>
+  counts.worstable ?? (counts.worst ?? []).map((k) => k[0]);
 
 /** Two lists of keys' counts merged by key, worst first, at most {@link MAX_WORST_KEYS}. */
 export function mergeWorst(a: readonly KeyCounts[] = [], b: readonly KeyCounts[] = []): KeyCounts[] {

@@ -63,6 +63,24 @@ export const RECURRING_BAD = 2;
 /** A key's recent bad answers count half as much this long after: a few seconds of its history. */
 export const BAD_HALF_LIFE_MS = 2_000;
 
+/**
+ * Among the few worst keys a judgement leaves out (at most
+ * `CONTROLLER_PARAMS.leaveOut`), a key may also be one whose failed answers
+ * add up to this many over a longer memory ({@link WORST_HALF_LIFE_MS}): a
+ * second failure within about 10 s. So a few clients cannot pace their own
+ * failures just past {@link BAD_HALF_LIFE_MS} to keep them from ever
+ * recurring (found from outside: five keys failing one request each every
+ * 2.2 s held the limit at its floor). Failures spread over every client
+ * give many keys that much too, but no more than five are left out so, and
+ * the rest still show the origin failing. Slow and late answers are not
+ * remembered so long: a queue slows every client, and a key slow by its own
+ * endpoint is found late in flight and slow, which recurs at once.
+ */
+export const WORST_BAD = 1.5;
+
+/** The longer memory of a key's failed answers, for the worst keys: half as much this long after. */
+export const WORST_HALF_LIFE_MS = 10_000;
+
 /** The most client keys whose recent bad answers a reporter remembers. */
 export const MAX_KEYS_REMEMBERED = 256;
 
@@ -133,8 +151,12 @@ export class HealthReporter {
    * one's was bad, and what its busiest keys were.
    */
   private answers = new Map<string, { n: number; ok: number; busyMs: number }>();
-  /** Per client key, its bad answers and requests found late over its recent reports, halving every {@link BAD_HALF_LIFE_MS}. */
-  private readonly recentBad = new Map<string, number>();
+  /**
+   * Per client key, its bad answers and requests found late over its recent
+   * reports, halving every {@link BAD_HALF_LIFE_MS} (`recent`), and its
+   * failed answers, halving every {@link WORST_HALF_LIFE_MS} (`longer`).
+   */
+  private readonly recentBad = new Map<string, { recent: number; longer: number }>();
   private recentAtMs: number | null = null;
   /** Requests in flight not found late yet, oldest first. */
   private oldest: Flight | null = null;
@@ -362,11 +384,19 @@ export class HealthReporter {
     if (sinceMs < this.reportInMs && !early) return null;
     const latency = this.takeLatency();
     const counts = this.counts;
-    // Only keys whose trouble recurs may be judged apart from the rest: the worst, and those mostly bad.
-    const recurring = this.recurring(nowMs);
-    // A failed report's worst keys came back into the counts: merged with those counted since.
-    const worst = mergeWorst(counts.worst, worstFirst([...this.keys.values()].filter((k) => recurring.has(k[0]))));
-    if (worst.length > 0) counts.worst = worst;
+    // Only keys whose trouble recurs may be judged apart from the rest: the worst (over a longer memory), and those
+    // mostly bad.
+    const { recurring, worstable } = this.recurring(nowMs);
+    // Named: keys whose trouble recurs, and keys with a failed answer from their first (so that a window spanning
+    // reports has all of a key's counts once its failures make it one that may be left out, `worstable`). A failed
+    // report's worst keys came back into the counts: merged with those since.
+    const named = [...this.keys.values()].filter((k) => worstable.has(k[0]) || k[3] > 0);
+    const worst = mergeWorst(counts.worst, worstFirst(named));
+    if (worst.length > 0) {
+      counts.worst = worst;
+      const may = new Set([...(counts.worstable ?? []), ...worstable]);
+      counts.worstable = worst.map((k) => k[0]).filter((key) => may.has(key));
+    }
     this.spread(counts, recurring);
     this.counts = noCounts();
     this.keys = new Map();
@@ -388,22 +418,32 @@ export class HealthReporter {
   /**
    * The keys whose bad answers (and requests found late) recur: this
    * report's added to what is left of their recent ones, at least
-   * {@link RECURRING_BAD}. Those of keys with none for a while are forgotten.
+   * {@link RECURRING_BAD}; and those that may be left out among the worst:
+   * those, and keys whose failures reach {@link WORST_BAD} over the longer
+   * memory. Those of keys with none for a while are forgotten.
    */
-  private recurring(nowMs: number): Set<string> {
-    const decay = this.recentAtMs === null ? 1 : 0.5 ** (Math.max(0, nowMs - this.recentAtMs) / BAD_HALF_LIFE_MS);
+  private recurring(nowMs: number): { recurring: Set<string>; worstable: Set<string> } {
+    const sinceMs = this.recentAtMs === null ? 0 : Math.max(0, nowMs - this.recentAtMs);
+    const decay = 0.5 ** (sinceMs / BAD_HALF_LIFE_MS);
+    const longerDecay = 0.5 ** (sinceMs / WORST_HALF_LIFE_MS);
     this.recentAtMs = nowMs;
     for (const [key, bad] of this.recentBad) {
-      if (bad * decay < 0.25) this.recentBad.delete(key);
-      else this.recentBad.set(key, bad * decay);
+      if (bad.recent * decay < 0.25 && bad.longer * longerDecay < 0.25) this.recentBad.delete(key);
+      else this.recentBad.set(key, { recent: bad.recent * decay, longer: bad.longer * longerDecay });
     }
     const recurring = new Set<string>();
+    const worstable = new Set<string>();
     for (const [key, k] of this.keys) {
-      const bad = (this.recentBad.get(key) ?? 0) + Math.max(k[2], k[3], k[4]) + k[6];
-      if (this.recentBad.has(key) || this.recentBad.size < MAX_KEYS_REMEMBERED) this.recentBad.set(key, bad);
-      if (bad >= RECURRING_BAD) recurring.add(key);
+      const was = this.recentBad.get(key);
+      const bad = {
+        recent: (was?.recent ?? 0) + Math.max(k[2], k[3], k[4]) + k[6],
+        longer: (was?.longer ?? 0) + k[3],
+      };
+      if (was !== undefined || this.recentBad.size < MAX_KEYS_REMEMBERED) this.recentBad.set(key, bad);
+      if (bad.recent >= RECURRING_BAD) recurring.add(key);
+      if (bad.recent >= RECURRING_BAD || bad.longer >= WORST_BAD) worstable.add(key);
     }
-    return recurring;
+    return { recurring, worstable };
   }
 
   /**

@@ -96,6 +96,11 @@ function cleanCounts(counts: Partial<HealthCounts> | undefined): HealthCounts {
   if (crowded > 0) clean.crowded = crowded;
   const worst = cleanWorst(c.worst);
   if (worst.length > 0) clean.worst = worst;
+  // Which of them may be left out: only keys named among them (absent: all, as an older isolate sends).
+  if (Array.isArray(c.worstable) && worst.length > 0) {
+    const named = new Set(worst.map((k) => k[0]));
+    clean.worstable = c.worstable.filter((key): key is string => typeof key === "string" && named.has(key));
+  }
   const byPriority = cleanPriorityCounts(c.byPriority);
   if (byPriority !== undefined) clean.byPriority = byPriority;
   if (c.clients !== undefined) clean.clients = count(c.clients);
