@@ -175,7 +175,8 @@ describe("an adaptive rule's controller object", () => {
     expect(before.value.factor).toBe(answer.factors!.default);
     expect(before.value.priorities).toBeDefined();
     const changed = lines.find((l) => l.event === "adaptive_changed")!;
-    expect(changed).toMatchObject({ factor: answer.factors!.default, limit: answer.limit });
+    // Every line says how many keys were left out, 0 included (found from outside: left out of the line when 0).
+    expect(changed).toMatchObject({ factor: answer.factors!.default, limit: answer.limit, leftOut: 0 });
     await evictDurableObject(stubOf(rule));
     const after = await readController(env.RATE_LIMITER, rule, 0, 5_000);
     if (!after.ok || after.value === null) throw new Error("no view");

@@ -459,7 +459,7 @@ export class ControllerBook {
             ...(step.health.gradient === null ? {} : { gradient: round(step.health.gradient) }),
             lateShare: round(step.health.lateShare),
             binding: step.health.binding,
-            ...(step.health.leftOut > 0 ? { leftOut: step.health.leftOut } : {}),
+            leftOut: step.health.leftOut,
           }
         : {};
     logEvent(
