@@ -94,6 +94,24 @@ describe("rate-limit headers, exactly", () => {
     expect((await send("/api/x", from(ip))).status).toBe(429);
   });
 
+  it("among rules with no request left, describes the one with the longest wait: the next request waits for it", async () => {
+    // Found from outside: the rule with fewer units left (0, against 1 of a cost of 3) was described, with a wait a
+    // third of the other's, and a retry after it was refused.
+    const send = limiter([
+      { id: "by-units", limit: 10, period: "1m", cost: 3 },
+      { id: "per-10s", limit: 3, period: "10s" },
+    ]);
+    const ip = uniqueIp();
+    at("2026-11-21T12:00:45.000Z");
+    await send("/api/x", from(ip));
+    await send("/api/x", from(ip));
+    const third = await send("/api/x", from(ip));
+    expect(third.status).toBe(200);
+    const [, id, r, t] = /^"([^"]+)";r=(\d+);t=(\d+)$/.exec(third.headers.get("ratelimit") ?? "") ?? [];
+    expect({ id, r }).toEqual({ id: "by-units", r: "1" });
+    expect(Number(t)).toBeGreaterThan(10);
+  });
+
   it("names every violated policy and waits for the longest", async () => {
     const send = limiter([
       { id: "per-second", limit: 1, period: "1s" },

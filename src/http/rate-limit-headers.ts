@@ -119,8 +119,9 @@ export const hasReset = (r: Reported): boolean => r.quota.windowMs !== undefined
  * The policy closest to its limit: a refusing one first (one that no wait
  * lifts, then the longest wait), then the one with the fewest requests left
  * (its remaining units over what a request costs under it: a rule of cost 3
- * with 7 units left has 2), then the fewest units left, then the longest
- * effective window.
+ * with 7 units left has 2), then the longest effective window (with those
+ * requests spent, the next waits for every rule: for the longest), then the
+ * fewest units left.
  */
 export function closestToLimit(reports: Reported[]): Reported | undefined {
   const refusing = (r: Reported) => (r.verdict.ruleAllows ? 0 : r.verdict.never ? 2 : 1);
@@ -131,8 +132,8 @@ export function closestToLimit(reports: Reported[]): Reported | undefined {
       refusing(r) - refusing(best) ||
       (refusing(r) ? r.verdict.retryAfterMs - best.verdict.retryAfterMs : 0) ||
       requestsLeft(best) - requestsLeft(r) ||
-      best.verdict.remaining - r.verdict.remaining ||
-      r.verdict.resetMs - best.verdict.resetMs;
+      r.verdict.resetMs - best.verdict.resetMs ||
+      best.verdict.remaining - r.verdict.remaining;
     return order > 0 ? r : best;
   }, undefined);
 }
