@@ -439,6 +439,31 @@ describe("an admin change meets held requests (docs/per-client-limits.md, reques
     expect(later.verdicts[0]).toMatchObject({ remaining: 4 });
   });
 
+  it("a lower limit: those released tell the wait a request after them has, behind the ones still held", async () => {
+    fakeClock(T0);
+    const stub = freshObject();
+    const rule = smooth({ maxDelayMs: 10_000 });
+    const results = await burst(stub, [rule], 6, false);
+    expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1501", "held 2001", "held 2501"]);
+    const turns = results.slice(2).map((r) => stub.awaitTurn(r.held!.bookingId));
+    await stub.peek([rule]); // the claims have arrived
+    vi.setSystemTime(T0 + 10);
+    await stub.setOverride("smooth", override({ kind: "limit", limit: 1 }), 1);
+    // At 1 001 ms the first goes; the three after it are still held, ahead of any request after them.
+    vi.setSystemTime(T0 + 1_001);
+    await stub.peek([rule]);
+    const released = (await Promise.all(turns.slice(0, 1))).map((t) => (t.status === "turn" ? t.verdicts?.[0] : null));
+    const next = await stub.check([rule], { hold: true });
+    const nextTurnMs = next.held ? next.held.atMs - (T0 + 1_001) : next.verdicts[0]!.retryAfterMs;
+    expect(nextTurnMs).toBeGreaterThan(1_000);
+    // Found from outside: "r=0;t=1" on the last released, where the next request waited 25 s.
+    for (const verdict of released) {
+      expect(verdict).toMatchObject({ allowed: true, remaining: 0 });
+      expect(verdict!.resetMs).toBeGreaterThanOrEqual(nextTurnMs);
+    }
+    if (next.held) await stub.cancelBooking(next.held.bookingId);
+  });
+
   it("a lower limit leaves the turns they were given", async () => {
     const { stub, turns } = await fourHeld();
     vi.setSystemTime(T0 + 10);

@@ -27,7 +27,7 @@ import { penaltyLeftMs, underPenalty } from "../core/penalty.ts";
 import { NOTHING_LEFT_RETRY_MS } from "../core/priorities.ts";
 import type { Decision } from "../core/sliding-window.ts";
 import { logEvent } from "../observe/log.ts";
-import { BookingBook, type Replanned, turnAnswerOf } from "./booking-book.ts";
+import { BookingBook, type HeldBooking, type Replanned, turnAnswerOf } from "./booking-book.ts";
 import { ClaimedTiers } from "./claimed-tiers.ts";
 import { ControllerBook } from "./controller-book.ts";
 import { type ControllerView, controllerName, type FactorAnswer, type HealthReport } from "./controller-protocol.ts";
@@ -514,6 +514,7 @@ export class RateLimiter extends DurableObject<unknown> {
     // Bookings no caller claimed in time are of requests that no longer exist: they go, and what they counted.
     const unclaimed = this.books.dropUnclaimed(nowMs, this.booked);
     if (unclaimed.length > 0) this.refund(unclaimed);
+    const turned: { booking: HeldBooking; receipts: (Receipt | null)[]; verdicts?: (RuleVerdict | null)[] }[] = [];
     for (const booking of this.books.takeDue(nowMs)) {
       const receipts = new Array<Receipt | null>(booking.rules).fill(null);
       // Planned again while held: its headers say its admission at its turn, under the plan that applies then.
@@ -546,8 +547,42 @@ export class RateLimiter extends DurableObject<unknown> {
         const told = this.verdict(this.see(row, booking.atMs, plan.rule), booking.atMs, plan, row, false);
         verdicts![slot] = { ...told, allowed: true, ruleAllows: true, retryAfterMs: 0, holdsForMs: 0 };
       }
+      turned.push(verdicts === undefined ? { booking, receipts } : { booking, receipts, verdicts });
+    }
+    // Answered once every turn due is counted: each planned again tells the wait a request after it has.
+    for (const { booking, receipts, verdicts } of turned) {
+      if (verdicts !== undefined) this.behindStillHeld(booking, verdicts, nowMs);
       this.books.counted(booking, receipts, nowMs, verdicts);
     }
+  }
+
+  /**
+   * A held request planned again while held (an admin change) goes at its
+   * turn, admitted: its headers say so, and the wait a request after it
+   * has, under the plan now, behind the requests still held ahead of it
+   * and those counted with it (found from outside: `t=1` on the last of six
+   * held requests after a lower limit, where the next request waited 25 s).
+   */
+  private behindStillHeld(booking: HeldBooking, verdicts: (RuleVerdict | null)[], nowMs: number): void {
+    booking.counts.forEach((count, k) => {
+      const slot = booking.slots[k]!;
+      const verdict = verdicts[slot];
+      const original = booking.checks?.[k];
+      const row = this.rows.get(count.row);
+      if (!verdict || original === undefined || row === undefined) return;
+      const plan = checked(this.plans.plan(original, nowMs), original);
+      if (plan.kind !== "count") return;
+      const next = this.verdict(this.see(row, nowMs, plan.rule), nowMs, plan, row, false);
+      const waitMs = next.ruleAllows ? 0 : nowMs + next.retryAfterMs - booking.atMs;
+      verdicts[slot] = {
+        ...verdict,
+        allowed: true,
+        ruleAllows: true,
+        retryAfterMs: 0,
+        holdsForMs: 0,
+        ...(waitMs > 0 ? { remaining: 0, resetMs: Math.max(verdict.resetMs, waitMs) } : {}),
+      };
+    });
   }
 
   /** The row a booked count goes into: the row, or a fresh one if it was reset or cleaned up since. */
