@@ -445,7 +445,12 @@ describe("an admin change meets held requests (docs/per-client-limits.md, reques
     const rule = smooth({ maxDelayMs: 10_000 });
     const results = await burst(stub, [rule], 6, false);
     expect(results.map(outcome)).toEqual(["admitted", "admitted", "held 1001", "held 1501", "held 2001", "held 2501"]);
-    const turns = results.slice(2).map((r) => stub.awaitTurn(r.held!.bookingId));
+    const turns = results.slice(2).map((r) => {
+      const turn = stub.awaitTurn(r.held!.bookingId);
+      // A turn the test does not wait for ends with the object when a later test aborts every object.
+      turn.catch(() => undefined);
+      return turn;
+    });
     await stub.peek([rule]); // the claims have arrived
     vi.setSystemTime(T0 + 10);
     await stub.setOverride("smooth", override({ kind: "limit", limit: 1 }), 1);
