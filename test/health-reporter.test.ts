@@ -213,6 +213,7 @@ describe("an isolate's reporter of one adaptive rule", () => {
     const reporter = new HealthReporter(rule);
     const failOnce = (nowMs: number) => {
       reporter.answered(503, 5, "k");
+      for (let i = 0; i < 10; i++) reporter.answered(200, 5, `ok${i}`); // the other clients, answered fine
       const { counts } = reporter.due(nowMs)!;
       reporter.landed(answer());
       return counts;
@@ -238,12 +239,25 @@ describe("an isolate's reporter of one adaptive rule", () => {
     const reporter = new HealthReporter(rule);
     const failAt = (nowMs: number) => {
       reporter.answered(500, 2, "paced");
+      for (let i = 0; i < 10; i++) reporter.answered(200, 5, `ok${i}`); // the other clients, answered fine
       const { counts } = reporter.due(nowMs)!;
       reporter.landed(answer());
       return counts;
     };
     expect(failAt(0).worstable).toEqual([]);
     for (const atMs of [2_200, 4_400, 6_600, 8_800]) expect(failAt(atMs).worstable).toEqual(["paced"]);
+  });
+
+  it("leaves a key failing as often as everyone to the rest: an origin failing a share of every client's requests is not a few keys' trouble", () => {
+    const reporter = new HealthReporter(rule);
+    // Six clients, each answered once a second, a third of them failed each time, in turn: every key fails about as
+    // often as all of them do, and none may be left out for its failures, though each fails again within 10 s.
+    for (let second = 0; second < 12; second++) {
+      for (let c = 0; c < 6; c++) reporter.answered((second + c) % 3 === 0 ? 500 : 200, 5, `c${c}`);
+      const { counts } = reporter.due(second * 1_000)!;
+      reporter.landed(answer());
+      expect(counts.worstable ?? []).toEqual([]);
+    }
   });
 
   it("keeps counts of at most 64 keys between reports, whatever a flood of clients does", () => {

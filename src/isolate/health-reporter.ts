@@ -81,6 +81,16 @@ export const WORST_BAD = 1.5;
 /** The longer memory of a key's failed answers, for the worst keys: half as much this long after. */
 export const WORST_HALF_LIFE_MS = 10_000;
 
+/**
+ * How many times every answer's share of failures (over the longer memory)
+ * a key's own share must be for its failures to be its own: an origin
+ * failing a share of every client's requests fails each key about as often
+ * as all of them, and those keys are not left out, however few the clients
+ * (with six clients failing 30 %, leaving out the 5 worst hid it in 6 of 10
+ * simulated runs).
+ */
+export const OWN_SHARE_OVER = 2;
+
 /** The most client keys whose recent bad answers a reporter remembers. */
 export const MAX_KEYS_REMEMBERED = 256;
 
@@ -156,8 +166,11 @@ export class HealthReporter {
    * reports, halving every {@link BAD_HALF_LIFE_MS} (`recent`), and its
    * failed answers, halving every {@link WORST_HALF_LIFE_MS} (`longer`).
    */
-  private readonly recentBad = new Map<string, { recent: number; longer: number }>();
+  private readonly recentBad = new Map<string, { recent: number; longer: number; answers: number }>();
   private recentAtMs: number | null = null;
+  /** Every key's answers and failed answers over the longer memory: the share a key's own must stand out from. */
+  private longerAnswers = 0;
+  private longerErrors = 0;
   /** Requests in flight not found late yet, oldest first. */
   private oldest: Flight | null = null;
   private newest: Flight | null = null;
@@ -386,7 +399,7 @@ export class HealthReporter {
     const counts = this.counts;
     // Only keys whose trouble recurs may be judged apart from the rest: the worst (over a longer memory), and those
     // mostly bad.
-    const { recurring, worstable } = this.recurring(nowMs);
+    const { recurring, worstable } = this.recurring(nowMs, counts);
     // Named: keys whose trouble recurs, and keys with a failed answer from their first (so that a window spanning
     // reports has all of a key's counts once its failures make it one that may be left out, `worstable`). A failed
     // report's worst keys came back into the counts: merged with those since.
@@ -420,17 +433,26 @@ export class HealthReporter {
    * report's added to what is left of their recent ones, at least
    * {@link RECURRING_BAD}; and those that may be left out among the worst:
    * those, and keys whose failures reach {@link WORST_BAD} over the longer
-   * memory. Those of keys with none for a while are forgotten.
+   * memory while their share of its answers stands out, at least
+   * {@link OWN_SHARE_OVER} times the share of every answer's (a key failing
+   * as often as everyone is the origin's failure, not its own). Those of
+   * keys with none for a while are forgotten.
    */
-  private recurring(nowMs: number): { recurring: Set<string>; worstable: Set<string> } {
+  private recurring(nowMs: number, counts: HealthCounts): { recurring: Set<string>; worstable: Set<string> } {
     const sinceMs = this.recentAtMs === null ? 0 : Math.max(0, nowMs - this.recentAtMs);
     const decay = 0.5 ** (sinceMs / BAD_HALF_LIFE_MS);
     const longerDecay = 0.5 ** (sinceMs / WORST_HALF_LIFE_MS);
     this.recentAtMs = nowMs;
+    this.longerAnswers = this.longerAnswers * longerDecay + counts.answered;
+    this.longerErrors = this.longerErrors * longerDecay + counts.errors;
     for (const [key, bad] of this.recentBad) {
       if (bad.recent * decay < 0.25 && bad.longer * longerDecay < 0.25) this.recentBad.delete(key);
-      else this.recentBad.set(key, { recent: bad.recent * decay, longer: bad.longer * longerDecay });
+      else {
+        const answers = bad.answers * longerDecay + (this.answers.get(key)?.n ?? 0);
+        this.recentBad.set(key, { recent: bad.recent * decay, longer: bad.longer * longerDecay, answers });
+      }
     }
+    const everyone = this.longerAnswers > 0 ? this.longerErrors / this.longerAnswers : 0;
     const recurring = new Set<string>();
     const worstable = new Set<string>();
     for (const [key, k] of this.keys) {
@@ -438,10 +460,15 @@ export class HealthReporter {
       const bad = {
         recent: (was?.recent ?? 0) + Math.max(k[2], k[3], k[4]) + k[6],
         longer: (was?.longer ?? 0) + k[3],
+        // Its answers were added above when it was remembered; else this report's are its first.
+        answers: was?.answers ?? this.answers.get(key)?.n ?? k[1],
       };
       if (was !== undefined || this.recentBad.size < MAX_KEYS_REMEMBERED) this.recentBad.set(key, bad);
       if (bad.recent >= RECURRING_BAD) recurring.add(key);
-      if (bad.recent >= RECURRING_BAD || bad.longer >= WORST_BAD) worstable.add(key);
+      const ownShare = bad.answers > 0 ? bad.longer / bad.answers : 0;
+      if (bad.recent >= RECURRING_BAD || (bad.longer >= WORST_BAD && ownShare >= OWN_SHARE_OVER * everyone)) {
+        worstable.add(key);
+      }
     }
     return { recurring, worstable };
   }
