@@ -59,6 +59,37 @@ async function historyOf(id: string): Promise<string> {
   return JSON.stringify(view.ok ? view.value?.history : view.message);
 }
 
+/**
+ * Groups of clients under one new adaptive rule, each client POSTing to its group's path again and again, pausing
+ * `pauseMs` after each answer, until `untilMs` after the start. The `others` group's answers are the ones a claim
+ * is about: their statuses are kept, and the longest any took as they timed it (sending to the last byte). Returns
+ * those, the factors after, and the controller's history.
+ */
+async function traffic(
+  name: string,
+  groups: { keys: number; path: string; pauseMs: number; untilMs: number; others?: true }[],
+) {
+  const id = uniqueRule(name);
+  const send = limiter([rule(id)]);
+  const startedAt = Date.now();
+  const statuses: number[] = [];
+  let longestOthersMs = 0;
+  const client = async (ip: string, group: (typeof groups)[number]) => {
+    while (Date.now() - startedAt < group.untilMs) {
+      const sentAt = Date.now();
+      const response = await send(group.path, { method: "POST", body: "{}", ...from(ip) });
+      await response.arrayBuffer();
+      if (group.others) {
+        longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
+        statuses.push(response.status);
+      }
+      await pause(group.pauseMs);
+    }
+  };
+  await Promise.all(groups.flatMap((group) => Array.from({ length: group.keys }, () => client(uniqueIp(), group))));
+  return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
+}
+
 /** The factor this isolate applies to a rule, and the controller's. */
 async function factors(id: string): Promise<{ isolate: number; controller: number }> {
   const view = await readController(env.RATE_LIMITER, id, 0, 5_000);
@@ -160,33 +191,11 @@ describe("an endpoint slow by nature, called by a few clients", () => {
    * factors after, the fast clients' statuses, the longest any of their answers took as they timed it (the
    * controller's timing is within it), and the controller's history.
    */
-  async function slowEndpoint(slowKeys: number, fastKeys: number) {
-    const id = uniqueRule("slow-endpoint");
-    const send = limiter([rule(id)]);
-    let longestOthersMs = 0;
-    const ask = async (ip: string, path: string, timed: boolean) => {
-      const sentAt = Date.now();
-      const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
-      await response.arrayBuffer();
-      if (timed) longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
-      return response.status;
-    };
-    const startedAt = Date.now();
-    const statuses: number[] = [];
-    const loop = (ip: string, path: string, pauseMs: number, into?: number[]) =>
-      (async () => {
-        while (Date.now() - startedAt < 4_000) {
-          const status = await ask(ip, path, into !== undefined);
-          into?.push(status);
-          await pause(pauseMs);
-        }
-      })();
-    await Promise.all([
-      ...Array.from({ length: slowKeys }, () => loop(uniqueIp(), "/slow/1000", 100)),
-      ...Array.from({ length: fastKeys }, () => loop(uniqueIp(), "/slow/100", 150, statuses)),
+  const slowEndpoint = (slowKeys: number, fastKeys: number) =>
+    traffic("slow-endpoint", [
+      { keys: slowKeys, path: "/slow/1000", pauseMs: 100, untilMs: 4_000 },
+      { keys: fastKeys, path: "/slow/100", pauseMs: 150, untilMs: 4_000, others: true },
     ]);
-    return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
-  }
 
   // Five keys, and eight: more than the five worst a judgement leaves out, fewer than half of the clients.
   it.each([5, 8])(
@@ -213,35 +222,11 @@ describe("a few clients pacing fast errors", () => {
    * half as much 2 s on), so none was its own trouble, none was left out, and the limit stayed at its floor for as
    * long as they went on, the legitimate clients refused about half the time.
    */
-  async function paced() {
-    const id = uniqueRule("paced-errors");
-    const send = limiter([rule(id)]);
-    const attackers = Array.from({ length: 5 }, uniqueIp);
-    const legitimate = uniqueIp();
-    const statuses: number[] = [];
-    let longestOthersMs = 0;
-    const startedAt = Date.now();
-    const attacking = (async () => {
-      while (Date.now() - startedAt < 7_000) {
-        await Promise.all([
-          ...attackers.map((ip) =>
-            send("/status/500", { method: "POST", body: "{}", ...from(ip) }).then((r) => r.arrayBuffer()),
-          ),
-          pause(2_200),
-        ]);
-      }
-    })();
-    while (Date.now() - startedAt < 7_500) {
-      const sentAt = Date.now();
-      const response = await send("/echo", { method: "POST", body: "{}", ...from(legitimate) });
-      await response.arrayBuffer();
-      longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
-      statuses.push(response.status);
-      await pause(250);
-    }
-    await attacking;
-    return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
-  }
+  const paced = () =>
+    traffic("paced-errors", [
+      { keys: 5, path: "/status/500", pauseMs: 2_200, untilMs: 7_000 },
+      { keys: 1, path: "/echo", pauseMs: 250, untilMs: 7_500, others: true },
+    ]);
 
   it("cannot move the limit: each key's failures are its own from its second, the factor stays 1, and the legitimate client gets only 200", async () => {
     const { factors, statuses, history } = await withCalmOthers(paced);
@@ -257,33 +242,11 @@ describe("a few clients flooding the rule with fast requests", () => {
    * that take no time, ten a second each, for 4 s, then stop. Had their answers set the calm latency (the lowest
    * mean), the others' usual 100 ms would read as a queue once they stopped.
    */
-  async function flood() {
-    const id = uniqueRule("fast-flood");
-    const send = limiter([rule(id)]);
-    const startedAt = Date.now();
-    const statuses: number[] = [];
-    let longestOthersMs = 0;
-    const ask = async (ip: string, path: string, timed: boolean) => {
-      const sentAt = Date.now();
-      const response = await send(path, { method: "POST", body: "{}", ...from(ip) });
-      await response.arrayBuffer();
-      if (timed) longestOthersMs = Math.max(longestOthersMs, Date.now() - sentAt);
-      return response.status;
-    };
-    const loop = (ip: string, path: string, pauseMs: number, untilMs: number, into?: number[]) =>
-      (async () => {
-        while (Date.now() - startedAt < untilMs) {
-          const status = await ask(ip, path, into !== undefined);
-          into?.push(status);
-          await pause(pauseMs);
-        }
-      })();
-    await Promise.all([
-      ...Array.from({ length: 20 }, () => loop(uniqueIp(), "/slow/100", 400, 9_000, statuses)),
-      ...Array.from({ length: 5 }, () => loop(uniqueIp(), "/x", 100, 4_000)),
+  const flood = () =>
+    traffic("fast-flood", [
+      { keys: 20, path: "/slow/100", pauseMs: 400, untilMs: 9_000, others: true },
+      { keys: 5, path: "/x", pauseMs: 100, untilMs: 4_000 },
     ]);
-    return { factors: await factors(id), statuses, longestOthersMs, history: await historyOf(id) };
-  }
 
   it("cannot set the calm latency: once they stop, the others' usual latency is no queue, and the factor stays 1", async () => {
     const { factors, statuses, history } = await withCalmOthers(flood);
