@@ -8,7 +8,7 @@
  */
 import { quotaUnder, type Rule } from "../core/rules.ts";
 import type { Reported } from "../http/rate-limit-headers.ts";
-import type { FailureReason, RuleVerdict } from "../object/protocol.ts";
+import { costOf, type FailureReason, type RuleVerdict } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
 import type { ClientKeys } from "./client-keys.ts";
 import { type Applied, failureOf, nameOf, type Part, type RuleRefusal, verdictOf } from "./vocabulary.ts";
@@ -21,12 +21,9 @@ export const report = (rule: Rule, verdict: RuleVerdict, nowMs: number): Reporte
   quota: verdict.own === undefined ? rule.quota : quotaUnder(rule, verdict.own),
   verdict,
   nowMs,
-  ...(costOfRule(rule) > 1 ? { cost: costOfRule(rule) } : {}),
+  ...(costOf(rule) > 1 ? { cost: costOf(rule) } : {}),
   ...(rule.priority === undefined ? {} : { priority: rule.priority }),
 });
-
-/** What one request costs under a rule (1 for a kind without `cost`). */
-const costOfRule = (rule: Rule): number => (rule as { cost?: number }).cost ?? 1;
 
 /** A known refusal as the object's verdict, with the wait that is left. */
 export function knownReport({ rule, refusal }: RuleRefusal, nowMs: number): Reported {
