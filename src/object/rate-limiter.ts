@@ -545,7 +545,7 @@ export class RateLimiter extends DurableObject<unknown> {
         if (plan.kind !== "count") continue;
         const row = this.current(plan.rule, booking.atMs);
         const told = this.verdict(this.see(row, booking.atMs, plan.rule), booking.atMs, plan, row, false);
-        verdicts![slot] = { ...told, allowed: true, ruleAllows: true, retryAfterMs: 0, holdsForMs: 0 };
+        verdicts![slot] = admittedAtTurn(told);
       }
       turned.push(verdicts === undefined ? { booking, receipts } : { booking, receipts, verdicts });
     }
@@ -574,14 +574,9 @@ export class RateLimiter extends DurableObject<unknown> {
       if (plan.kind !== "count") return;
       const next = this.verdict(this.see(row, nowMs, plan.rule), nowMs, plan, row, false);
       const waitMs = next.ruleAllows ? 0 : nowMs + next.retryAfterMs - booking.atMs;
-      verdicts[slot] = {
-        ...verdict,
-        allowed: true,
-        ruleAllows: true,
-        retryAfterMs: 0,
-        holdsForMs: 0,
-        ...(waitMs > 0 ? { remaining: 0, resetMs: Math.max(verdict.resetMs, waitMs) } : {}),
-      };
+      const admitted = admittedAtTurn(verdict);
+      verdicts[slot] =
+        waitMs > 0 ? { ...admitted, remaining: 0, resetMs: Math.max(verdict.resetMs, waitMs) } : admitted;
     });
   }
 
@@ -1371,6 +1366,15 @@ function evaluateRow(row: Row, nowMs: number, rule: RuleCheck): Seen<unknown> {
   const ev = row.counter.see(row.data, nowMs, rule);
   return ev.allowed && penalizes(rule) && penaltyLeftMs(row.penaltyUntilMs, nowMs) > 0 ? { ...ev, allowed: false } : ev;
 }
+
+/** A verdict as a held request's turn tells it: admitted, whatever its rule said of a request then (the turn was promised). */
+const admittedAtTurn = (verdict: RuleVerdict): RuleVerdict => ({
+  ...verdict,
+  allowed: true,
+  ruleAllows: true,
+  retryAfterMs: 0,
+  holdsForMs: 0,
+});
 
 /**
  * The verdict of a rule an override lifts or denies for this client, or
