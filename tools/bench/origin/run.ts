@@ -26,8 +26,10 @@
  * `-- --simulate` plays the same scenario in virtual time with the limiter
  * modelled in Node (simulate.ts), the adaptive rule run by the product's own
  * controller, beside the published controllers of a concurrency limit at a
- * proxy (envoy-gradient.ts, gradient2.ts, with their defaults), with and
- * without C halved, the drift scenario, and the priorities scenario (with
+ * proxy (envoy-gradient.ts, gradient2.ts, with their defaults) and an
+ * oracle that knows C and sends the origin 90 % or 85 % of it (the best a
+ * rate can do: what is sent stays as random as the clients' requests), with
+ * and without C halved, the drift scenario, and the priorities scenario (with
  * and without priorities); `-- --sweep '{"raiseMost":[1.1,1.15]}'`
  * runs a grid of controller parameters (and `latencyMs`) over three seeds.
  *
@@ -536,6 +538,10 @@ function simulated(): void {
       ["no limiter", { kind: "none" }],
       [`fixed limit at C (${c}/s, all clients together)`, { kind: "fixed", limit: c, periodMs: 1_000 }],
       [`adaptive, per client, ${10 * c}/s configured`, simulatedAdaptive(scenario, 2 * unloadedP99Of(scenario))],
+      ...[0.92, 0.9, 0.85].map((share): [string, Limiter] => [
+        `oracle: knows C, thins the heavy client to ${share * 100} % of C`,
+        { kind: "oracle", share },
+      ]),
       [
         "Envoy adaptive concurrency, gradient controller (defaults)",
         { kind: "concurrency", create: (schedule, random) => new EnvoyGradient(schedule, random) },

@@ -68,6 +68,15 @@ export type Limiter =
       /** Called with each report's step and the controller's state after it, for tracing. */
       onStep?: (atMs: number, step: Step, state: ControllerState) => void;
     }
+  /**
+   * No limiter can do better at a rate: one that knows the origin's
+   * capacity at every instant (the halving included) and each phase's
+   * demand, admits every light client's request, and thins the heavy
+   * client's at random so that the origin is sent `share` of its capacity
+   * on average. What reaches the origin is then as random as what was
+   * sent (Poisson), and its queue is the one such arrivals make.
+   */
+  | { kind: "oracle"; share: number }
   /** One limit on the requests in flight, for all clients, at a proxy that sees every request and answer. */
   | {
       kind: "concurrency";
@@ -138,6 +147,16 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
   const events = new Events();
   const origin = originOf(scenario);
   const random = seededRandom(scenario.seed + 2);
+  const thinned = seededRandom(scenario.seed + 4);
+  /** The share of the heavy client's requests at `atMs` that sends the origin `share` of its capacity then. */
+  const oracleShare = (share: number, atMs: number): number => {
+    const c = scenario.capacityPerSecond;
+    const capacity = scenario.halveAtMs !== null && atMs >= scenario.halveAtMs ? c / 2 : c;
+    const phase = phaseBounds(scenario).find((p) => atMs >= p.startMs && atMs < p.endMs);
+    const load = scenario.phases.find((p) => p.name === phase?.name)?.load ?? 0;
+    const heavy = Math.max(0, load - scenario.lightShare) * c;
+    return heavy === 0 ? 1 : Math.min(1, Math.max(0, share * capacity - scenario.lightShare * c) / heavy);
+  };
   const requests: RequestRecord[] = [];
   const served: ServedRecord[] = [];
   const originRefusedAtMs: number[] = [];
@@ -254,6 +273,8 @@ export function simulate(scenario: Scenario, limiter: Limiter): SimulationResult
     priority: Priority | undefined,
   ): "admitted" | "refused" | "shed" => {
     if (limiter.kind === "none" || limiter.kind === "concurrency") return "admitted";
+    if (limiter.kind === "oracle")
+      return client !== 0 || thinned.next() < oracleShare(limiter.share, atMs) ? "admitted" : "refused";
     const nowMs = Math.floor(atMs);
     const key = limiter.kind === "fixed" ? -1 : client;
     const configured: WindowLimit = { limit: limiter.limit, periodMs: limiter.periodMs, precision: 1, strict: false };
