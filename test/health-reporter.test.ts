@@ -260,6 +260,31 @@ describe("an isolate's reporter of one adaptive rule", () => {
     }
   });
 
+  it("adds a failed report's counts to its longer memory once: a key's failures stand out against every answer as they would have", () => {
+    const sent = new HealthReporter(rule);
+    const lost = new HealthReporter(rule);
+    for (const reporter of [sent, lost]) {
+      // A key fails one of its 3 answers beside a hundred good ones…
+      for (let i = 0; i < 100; i++) reporter.answered(200, 5);
+      for (let i = 0; i < 3; i++) reporter.answered(i === 0 ? 500 : 200, 5, "k");
+      reporter.due(0);
+      reporter.landed(answer());
+      // …then 40 answers fail, spread over clients it does not know: that report lands, or fails…
+      for (let i = 0; i < 40; i++) reporter.answered(500, 5);
+      reporter.due(4_000);
+      if (reporter === sent) reporter.landed(answer());
+      else reporter.failed(4_000);
+      // …and the key fails again beside a hundred good answers: its second failure within 10 s, at a share of its
+      // answers over twice everyone's.
+      for (let i = 0; i < 100; i++) reporter.answered(200, 5);
+      reporter.answered(500, 5, "k");
+    }
+    expect(sent.due(5_000)!.counts.worstable).toEqual(["k"]);
+    const { counts } = lost.due(5_000)!;
+    expect(counts).toMatchObject({ answered: 141, errors: 41 });
+    expect(counts.worstable).toEqual(["k"]);
+  });
+
   it("keeps counts of at most 64 keys between reports, whatever a flood of clients does", () => {
     const reporter = new HealthReporter(rule);
     for (let i = 0; i < 1_000; i++) for (let j = 0; j < 2; j++) reporter.answered(503, 5, `k${i}`);

@@ -171,6 +171,8 @@ export class HealthReporter {
   /** Every key's answers and failed answers over the longer memory: the share a key's own must stand out from. */
   private longerAnswers = 0;
   private longerErrors = 0;
+  /** Of the counts, those a failed report gave back: already in the longer memory. */
+  private givenBack = { answered: 0, errors: 0 };
   /** Requests in flight not found late yet, oldest first. */
   private oldest: Flight | null = null;
   private newest: Flight | null = null;
@@ -443,8 +445,10 @@ export class HealthReporter {
     const decay = 0.5 ** (sinceMs / BAD_HALF_LIFE_MS);
     const longerDecay = 0.5 ** (sinceMs / WORST_HALF_LIFE_MS);
     this.recentAtMs = nowMs;
-    this.longerAnswers = this.longerAnswers * longerDecay + counts.answered;
-    this.longerErrors = this.longerErrors * longerDecay + counts.errors;
+    // A failed report's counts, given back into these, were added when it was made.
+    this.longerAnswers = this.longerAnswers * longerDecay + counts.answered - this.givenBack.answered;
+    this.longerErrors = this.longerErrors * longerDecay + counts.errors - this.givenBack.errors;
+    this.givenBack = { answered: 0, errors: 0 };
     for (const [key, bad] of this.recentBad) {
       if (bad.recent * decay < 0.25 && bad.longer * longerDecay < 0.25) this.recentBad.delete(key);
       else {
@@ -557,6 +561,10 @@ export class HealthReporter {
     this.sending = null;
     if (lost !== null && lost.version === this.version) {
       this.counts = addCounts(lost.counts, this.counts);
+      this.givenBack = {
+        answered: this.givenBack.answered + lost.counts.answered,
+        errors: this.givenBack.errors + lost.counts.errors,
+      };
       for (const [k, n] of lost.latency) this.latency[k]! += n;
       this.latencyCount += lost.latency.reduce((sum, [, n]) => sum + n, 0);
     }
