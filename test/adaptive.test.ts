@@ -209,14 +209,17 @@ describe("an adaptive rule in front of a real origin", () => {
   // Failures spread over every client, each with an answer or two a report: by chance alone, a third of the clients
   // see mostly failures in a report; they are not a few clients' trouble but the origin's, and the limit falls.
   it.each([
-    ["30 %", 30],
-    ["50 %", 50],
+    { percent: 30, count: 20 },
+    { percent: 50, count: 20 },
+    { percent: 50, count: 5 },
+    { percent: 30, count: 5 },
+    { percent: 50, count: 2 },
   ])(
-    "an origin failing %s of every client's requests with fast 500s, at random: the limit falls, and stays down while it fails",
-    async (_, percent) => {
+    "an origin failing $percent % of every client's requests with fast 500s, at random, from $count clients: the limit falls, and stays down while it fails",
+    async ({ percent, count }) => {
       const id = uniqueRule("spread-errors");
       const send = limiter([adaptiveRule(id)]);
-      const clients = Array.from({ length: 20 }, () => uniqueIp());
+      const clients = Array.from({ length: count }, () => uniqueIp());
       const startedAt = Date.now();
       let cutAtMs: number | null = null;
       for (let i = 0; (cutAtMs === null || Date.now() - cutAtMs < 4_000) && Date.now() - startedAt < 12_000; i++) {

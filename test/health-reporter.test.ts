@@ -260,6 +260,21 @@ describe("an isolate's reporter of one adaptive rule", () => {
     }
   });
 
+  it("leaves keys failing as often as everyone to the rest though their failures recur: five clients failing half their requests each", () => {
+    const reporter = new HealthReporter(rule);
+    // Every client fails a request of its two in each report: each one's failures recur, as everyone's do.
+    for (let report = 0; report < 6; report++) {
+      for (let c = 0; c < 5; c++) {
+        reporter.answered(500, 5, `c${c}`);
+        reporter.answered(200, 5, `c${c}`);
+      }
+      const { counts } = reporter.due(report * 500)!;
+      reporter.landed(answer());
+      expect(counts.worstable ?? []).toEqual([]);
+      expect(counts).not.toHaveProperty("troubled");
+    }
+  });
+
   it("adds a failed report's counts to its longer memory once: a key's failures stand out against every answer as they would have", () => {
     const sent = new HealthReporter(rule);
     const lost = new HealthReporter(rule);

@@ -468,11 +468,16 @@ export class HealthReporter {
         answers: was?.answers ?? this.answers.get(key)?.n ?? k[1],
       };
       if (was !== undefined || this.recentBad.size < MAX_KEYS_REMEMBERED) this.recentBad.set(key, bad);
-      if (bad.recent >= RECURRING_BAD) recurring.add(key);
       const ownShare = bad.answers > 0 ? bad.longer / bad.answers : 0;
-      if (bad.recent >= RECURRING_BAD || (bad.longer >= WORST_BAD && ownShare >= OWN_SHARE_OVER * everyone)) {
-        worstable.add(key);
-      }
+      const failingOwn = ownShare >= OWN_SHARE_OVER * everyone;
+      // Failed answers alone recur for every key of an origin failing a share of everyone's requests: they are a
+      // key's own only where they stand out. Were they not, the keys left out would be those that failed this time,
+      // and the rest the lucky ones (found from outside: five clients, each failing half its requests, left the
+      // limit at full).
+      const onlyFailed = k[2] === 0 && k[4] === 0 && k[6] === 0;
+      const recurs = bad.recent >= RECURRING_BAD && (!onlyFailed || failingOwn);
+      if (recurs) recurring.add(key);
+      if (recurs || (bad.longer >= WORST_BAD && failingOwn)) worstable.add(key);
     }
     return { recurring, worstable };
   }
