@@ -492,6 +492,30 @@ describe("what an isolate's reporter tells at once of a crowd at the origin", ()
     expect(reporter.due(50)!.counts.crowded).toBe(1);
   });
 
+  it("while the origin has drifted, learns from answers within 1.4 times its calm latency: its sheddable requests are not refused for as long as it stays slow", () => {
+    const reporter = new HealthReporter(rule);
+    const first = fly(reporter, 1, 0);
+    reporter.ended(first[0]!);
+    reporter.answered(200, 20, "k0", first[0]!); // within the target: learned, bound 8
+    // The controller finds the origin drifted: its calm latency 300 ms (a late mark of 900 ms), over the 100 ms target.
+    reporter.due(1_000);
+    reporter.landed(answer({ drift: true, lateMs: 900 }));
+    // Twenty seconds on, what was learned is forgotten; ten in flight at a time are each answered in 330 ms.
+    const ten = fly(reporter, 10, 25_000);
+    for (const f of ten) {
+      reporter.ended(f);
+      reporter.answered(200, 330, f.key, f);
+    }
+    expect(reporter.crowd.bound).toBe(15);
+    fly(reporter, 10, 25_400);
+    expect(reporter.crowded("sheddable", 25_400)).toBe(false);
+    // Twenty seconds on again, an answer past 1.4 times the calm latency is a queue's, and teaches nothing.
+    const slow = fly(reporter, 12, 46_000);
+    reporter.ended(slow[11]!);
+    reporter.answered(200, 500, "k11", slow[11]!);
+    expect(reporter.crowd.bound).toBe(8);
+  });
+
   it("keeps a request found late in the crowd until its answer, and one whose client left until a later one's", () => {
     const reporter = new HealthReporter(rule);
     reporter.due(0);

@@ -259,7 +259,7 @@ export class HealthReporter {
     const { slow, error } = outcomeOf(this.rule.adaptive, status, durationMs);
     if (flight?.aloft === true) {
       flight.aloft = false;
-      this.crowd.answered(flight, !slow && !error, flight.startMs + durationMs);
+      this.crowd.answered(flight, !error && this.inTime(slow, durationMs), flight.startMs + durationMs);
     }
     const late = this.lateMs !== null && durationMs > this.lateMs;
     const busyMs = error ? 0 : Math.min(Math.max(0, durationMs), this.busyCapMs());
@@ -309,6 +309,20 @@ export class HealthReporter {
     if (priority !== "sheddable" || !this.crowd.crowded(nowMs)) return false;
     this.counts.crowded = (this.counts.crowded ?? 0) + 1;
     return true;
+  }
+
+  /**
+   * Whether an answer tells the crowd the origin kept up: within the target;
+   * or, while the controller says the origin drifted (slower than the target
+   * when calm, so that nothing is within it), within `cutAt` times its calm
+   * latency (the late mark over `lateOver`), where the controller would see a
+   * queue. Else an origin that drifted would teach the crowd nothing, and its
+   * sheddable requests would be refused past 8 in flight for as long as it
+   * stayed slow (found from outside).
+   */
+  private inTime(slow: boolean, durationMs: number): boolean {
+    if (!this.drift || this.lateMs === null) return !slow;
+    return durationMs <= (this.lateMs / CONTROLLER_PARAMS.lateOver) * CONTROLLER_PARAMS.cutAt;
   }
 
   private busyCapMs(): number {
