@@ -267,6 +267,8 @@ describe("sheddable requests while the isolate's requests in flight crowd the or
     expect(shed.map((r) => r.status)).toEqual([503, 503]);
     expect(((await shed[0]!.json()) as { type: string }).type).toBe(REDUCED);
     expect(shed[0]!.headers.get("retry-after")).toBe("1");
+    // The quota it names is its priority's limit, here the configured one: a crowd is no reduction to nothing.
+    expect(shed[0]!.headers.get("ratelimit-policy")).toMatch(/;q=10;/);
     // A denied client is denied, as every request of it is.
     const denied = uniqueIp();
     expect(await override(denied, { deny: true })).toBe(200);

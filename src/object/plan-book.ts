@@ -39,15 +39,18 @@ export type Plan =
  * An override still comes first: a client it lifts the rule off is
  * admitted, and one it denies is denied (403).
  */
-export type Checked = Plan | { kind: "shed" };
+export type Checked = Plan | { kind: "shed"; limit: number };
 
-const SHED: Checked = { kind: "shed" };
-
-/** The plan of a counted check: `plan`, or {@link SHED} when the rule's priority has nothing left or its request was crowded. */
-export const checked = (plan: Plan, rule: RuleCheck): Checked =>
-  plan.kind === "count" && rule.enforce && (rule.crowded === true || (rule.factor !== undefined && rule.factor <= 0))
-    ? SHED
-    : plan;
+/**
+ * The plan of a counted check: `plan`, or shed when the rule's priority has
+ * nothing left (its limit 0) or its request was crowded (the limit of its
+ * priority, which the crowd leaves as it was).
+ */
+export const checked = (plan: Plan, rule: RuleCheck): Checked => {
+  if (plan.kind !== "count" || !rule.enforce) return plan;
+  if (rule.factor !== undefined && rule.factor <= 0) return { kind: "shed", limit: 0 };
+  return rule.crowded === true ? { kind: "shed", limit: plan.rule.limit } : plan;
+};
 
 export class PlanBook {
   private readonly sql: SqlStorage;

@@ -1389,8 +1389,9 @@ function fixedVerdict(plan: Checked & { kind: "unlimited" | "deny" | "shed" }, n
       if (plan.expiresAtMs === null) return { ...uncounted(false, DENY_FOREVER_MS), override: "deny", never: true };
       return { ...uncounted(false, plan.expiresAtMs - nowMs), override: "deny" };
     case "shed":
-      // A reduction to nothing: 503, until a report can bring a raise; the limit that applied is 0.
-      return { ...uncounted(false, NOTHING_LEFT_RETRY_MS), limit: 0, reduced: true };
+      // A reduction to nothing, or a crowd: 503, until a report can bring a raise, or the crowd thins; the limit
+      // that applied is 0, or the priority's own.
+      return { ...uncounted(false, NOTHING_LEFT_RETRY_MS), limit: plan.limit, reduced: true };
   }
 }
 
