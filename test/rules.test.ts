@@ -452,6 +452,25 @@ describe("matching", () => {
     expect(ruleMatches(rule({ path: normalized }), "GET", requestPath(raw))).toBe(true);
   });
 
+  it.each([
+    ["/café/*", "https://x.test/café/menu", "/caf%C3%A9/*"],
+    ["/my docs/*", "https://x.test/my docs/a", "/my%20docs/*"],
+    ["/a{b}", "https://x.test/a{b}", "/a%7Bb%7D"],
+    ["/uniçode", "https://x.test/uni%C3%A7ode", "/uni%C3%A7ode"],
+  ])(
+    "counts %s by the path a request for it arrives with, percent-encoded as the URL standard writes it",
+    (glob, url, encoded) => {
+      const written = rule({ path: glob });
+      expect(written.paths[0]!.source).toBe(encoded);
+      // The path a request for it arrives with: what the runtime's URL parser makes of it.
+      const arrives = new URL(url).pathname;
+      expect(ruleMatches(written, "GET", requestPath(arrives)), arrives).toBe(true);
+      expect(ruleMatches(rule({ path: glob, case_sensitive: true }), "GET", requestPath(arrives)), arrives).toBe(true);
+      // A glob written encoded is the same rule.
+      expect(rule({ path: encoded }).paths[0]!.source).toBe(encoded);
+    },
+  );
+
   it("keeps %2F encoded in the path as written, but a rule for /api/* counts /api%2Fx: an origin may route it there", () => {
     // An encoded slash is data, not a separator (RFC 3986 §2.2), so `exclude` and the request forwarded keep it;
     // but nginx decodes it before routing, and would serve /api%2Fx as /api/x: a rule counts it as that path.

@@ -186,8 +186,31 @@ export function canonicalGlob(source: string, caseSensitive: boolean): string {
 /** A rule's `path` glob: as written, and as the matching path is spelled (see {@link canonicalGlob}). */
 export type RuleGlob = PathGlob & { canonical: PathGlob };
 
-/** Compiles a rule's `path` glob, for a rule with this case sensitivity. */
-export function compileRuleGlob(source: string, caseSensitive: boolean): RuleGlob {
+/** A character a URL's path never holds as it is: the URL standard's path percent-encode set (`?` and `#` aside). */
+const encodedInPaths = /[\x00-\x20"<>`{}\x7f-\u{10ffff}]/u;
+
+/**
+ * A glob written with characters a request's path arrives percent-encoded
+ * in (a space, `é`, `{`), as the URL standard encodes them: `/café/*` is
+ * `/caf%C3%A9/*`, which is what the runtime's URL gives a request for
+ * `/café/menu`. As written, such a glob would never match. `?` and `#` stay
+ * (check-config says why such a glob never matches); a tab or a line break,
+ * which the URL standard drops, is encoded too and never matches.
+ */
+export function encodedGlob(source: string): string {
+  if (!encodedInPaths.test(source)) return source;
+  let out = "";
+  for (const char of source) {
+    if (!encodedInPaths.test(char)) out += char;
+    else if (char.length === 1 && char.charCodeAt(0) >= 0xd800 && char.charCodeAt(0) <= 0xdfff) out += "%EF%BF%BD";
+    else out += encodeURIComponent(char);
+  }
+  return out;
+}
+
+/** Compiles a rule's `path` glob, for a rule with this case sensitivity (written as a request's path arrives). */
+export function compileRuleGlob(glob: string, caseSensitive: boolean): RuleGlob {
+  const source = encodedGlob(glob);
   const written = compileGlob(source);
   const canonical = canonicalGlob(source, caseSensitive);
   return { ...written, canonical: canonical === source ? written : compileGlob(canonical) };
