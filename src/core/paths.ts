@@ -186,8 +186,11 @@ export function canonicalGlob(source: string, caseSensitive: boolean): string {
 /** A rule's `path` glob: as written, and as the matching path is spelled (see {@link canonicalGlob}). */
 export type RuleGlob = PathGlob & { canonical: PathGlob };
 
-/** A character a URL's path never holds as it is: the URL standard's path percent-encode set (`?` and `#` aside). */
-const encodedInPaths = /[\x00-\x20"<>`{}\x7f-\u{10ffff}]/u;
+/** Whether a URL's path never holds `char` as it is: the URL standard's path percent-encode set (`?` and `#` aside). */
+const encodedInPaths = (char: string): boolean => {
+  const code = char.codePointAt(0)!;
+  return code <= 0x20 || code >= 0x7f || '"<>`{}'.includes(char);
+};
 
 /**
  * A glob written with characters a request's path arrives percent-encoded
@@ -198,10 +201,9 @@ const encodedInPaths = /[\x00-\x20"<>`{}\x7f-\u{10ffff}]/u;
  * which the URL standard drops, is encoded too and never matches.
  */
 export function encodedGlob(source: string): string {
-  if (!encodedInPaths.test(source)) return source;
   let out = "";
   for (const char of source) {
-    if (!encodedInPaths.test(char)) out += char;
+    if (!encodedInPaths(char)) out += char;
     else if (char.length === 1 && char.charCodeAt(0) >= 0xd800 && char.charCodeAt(0) <= 0xdfff) out += "%EF%BF%BD";
     else out += encodeURIComponent(char);
   }
