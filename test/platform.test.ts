@@ -62,6 +62,24 @@ describe("variable names the Worker does not read", () => {
     ]);
   });
 
+  it.each([
+    ["RULES-API", { RULES: [{ id: "x", limit: 1, period: "1m" }] }, "RULES_API"],
+    ["AUTH_RULES", {}, "RULES_AUTH"],
+    ["RULE", { RULES: [{ id: "x", limit: 1, period: "1m" }] }, null],
+    ["LIMITS", {}, "RULES_LIMITS"],
+  ])("%s holding rule tables is an error, whatever else is set: its rules are not read", (name, others, group) => {
+    const findings = variableNameFindings({ ...others, [name]: [{ id: "login", limit: 5, period: "1m" }] });
+    expect(findings).toEqual([
+      {
+        level: "error",
+        message: `vars.${name}: holds rules, but the limiter reads rules only from RULES and RULES_<GROUP> (letters, digits and _ after RULES_): its rules are not read. ${group === null ? "Move them into RULES" : `Name it ${group}, or move them into RULES`}`,
+      },
+    ]);
+    // As JSON text too, as a dashboard or `wrangler secret` would set it.
+    const asText = variableNameFindings({ ...others, [name]: '[{"id":"login","limit":5,"period":"1m"}]' });
+    expect(asText.map((f) => f.level)).toEqual(["error"]);
+  });
+
   it("knows every variable the Worker reads, and rule groups", () => {
     const every = Object.fromEntries(Object.keys(VARIABLES).map((name) => [name, ""]));
     expect(variableNameFindings({ ...every, RULES_AUTH: [], RULES_api_v2: [] })).toEqual([]);

@@ -55,6 +55,18 @@ export function variableNameFindings(vars: Readonly<Record<string, unknown>>): F
   return Object.keys(vars)
     .filter((name) => !isVariable(name))
     .map((name) => {
+      // Rule tables under a name the limiter does not read: whatever else is set, these rules are not read.
+      if (holdsRules(vars[name])) {
+        const group = name
+          .replace(/^RULES?(?=$|[-_ .])[-_ .]*/i, "")
+          .replace(/[-_ .]*RULES?$/i, "")
+          .replace(/[^A-Za-z0-9_]+/g, "_")
+          .replace(/^_+|_+$/g, "");
+        return {
+          level: "error",
+          message: `vars.${name}: holds rules, but the limiter reads rules only from RULES and RULES_<GROUP> (letters, digits and _ after RULES_): its rules are not read. ${group === "" ? "Move them into RULES" : `Name it RULES_${group}, or move them into RULES`}`,
+        };
+      }
       // `RULE_AUTH`, `rules_auth`: a rule group.
       const guess = /^RULES?_./i.test(name) ? `RULES_${name.replace(/^RULES?_/i, "")}` : meant(name, known);
       if (guess !== undefined && vars[guess] === undefined) {
@@ -161,4 +173,23 @@ export function environmentFindings(name: string | undefined, defined: readonly 
       message: `--env ${name}: the file has no [env.${name}]${guess === undefined ? "" : `; did you mean ${guess}?`} (environments: ${defined.length === 0 ? "none" : defined.join(", ")})`,
     },
   ];
+}
+
+/** Fields only a rule has: a table with one of them is a rule. */
+const RULE_FIELDS = ["limit", "period", "path", "rate", "burst", "concurrency", "quota", "max_delay"];
+
+/** Whether a variable's value is a list of rule tables (or their JSON text, as a dashboard or a secret holds it). */
+function holdsRules(value: unknown): boolean {
+  let list = value;
+  if (typeof value === "string" && value.trimStart().startsWith("[")) {
+    try {
+      list = JSON.parse(value);
+    } catch {
+      return false;
+    }
+  }
+  return (
+    Array.isArray(list) &&
+    list.some((entry) => typeof entry === "object" && entry !== null && RULE_FIELDS.some((field) => field in entry))
+  );
 }
