@@ -14,12 +14,22 @@ const byId = new Map<string, Rule>();
 const keyed = { ids: new Set<string>(), all: false };
 
 /**
- * Records a middleware's rules. The admin API names a rule by its id, so
- * where two middlewares hold rules with one id, it reaches the first built.
+ * Records a middleware's rules. A rule's id names its count (and the admin
+ * API names the rule by it): middlewares may share a rule, with the same
+ * fields, to share its count; a rule with another's id and other fields
+ * throws, as a duplicate id in `RULES` is an error.
  * `byKeyFunction`: the middleware has a `key` function, whose clients the
  * admin API then names `key()=<value>` under these rules.
  */
 export function registerRules(rules: readonly Rule[], byKeyFunction = false): void {
+  for (const rule of rules) {
+    const had = byId.get(rule.id);
+    if (had !== undefined && JSON.stringify(had) !== JSON.stringify(rule)) {
+      throw new Error(
+        `rateLimit(): rule "${rule.id}" is already counted by another rateLimit() with other fields; every middleware with this id would share its count, so give this rule its own id (or the same fields, to share the count on purpose)`,
+      );
+    }
+  }
   for (const rule of rules) {
     if (!byId.has(rule.id)) byId.set(rule.id, rule);
     if (byKeyFunction) keyed.ids.add(rule.id);
