@@ -1,7 +1,14 @@
 import { Hono } from "hono";
 import { describe, expect, it, vi } from "vitest";
 import type { RuleInput } from "../src/core/rules.ts";
-import { adminApi, createIsolate, type RateLimitDecision, type RuleLimit, rateLimit } from "../src/lib.ts";
+import {
+  adminApi,
+  clientLimits,
+  createIsolate,
+  type RateLimitDecision,
+  type RuleLimit,
+  rateLimit,
+} from "../src/lib.ts";
 import { env } from "./support/env.ts";
 import { uniqueIp } from "./support/limiter.ts";
 
@@ -52,6 +59,27 @@ describe("rateLimit() in your own Hono app", () => {
     );
     // The same rule again shares its count on purpose: built, as an app may build one middleware per route.
     expect(() => rateLimit({ rules: { id, limit: 3, period: "1m" } })).not.toThrow();
+  });
+
+  it("answers 500 invalid-config when the binding named is no Durable Object namespace (a variable, say), naming it in the log", async () => {
+    const bare = new Hono();
+    bare.get("/", rateLimit({ binding: "ADMIN_TOKEN" }), (c) => c.text("ok"));
+    bare.get("/limits", clientLimits({ binding: "ADMIN_TOKEN" }));
+    const lines: string[] = [];
+    const original = console.error;
+    console.error = (line: string) => lines.push(line);
+    try {
+      for (const path of ["/", "/limits"]) {
+        const response = await bare.request(path, {}, { ...env, ADMIN_TOKEN: "a-secret" });
+        expect(response.status, path).toBe(500);
+        expect(((await response.json()) as { type: string }).type, path).toMatch(/invalid-config$/);
+      }
+    } finally {
+      console.error = original;
+    }
+    expect(JSON.parse(lines[0]!).errors).toContain(
+      "ADMIN_TOKEN: not a Durable Object binding (a string); bind the RateLimiter class to it",
+    );
   });
 
   it("answers 500 when the Durable Object binding is missing, naming it in the log once per 10 s, the same every time", async () => {

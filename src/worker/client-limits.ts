@@ -35,6 +35,7 @@ import type { KeyGroup } from "../isolate/vocabulary.ts";
 import { type LimiterNamespace, withDeadline } from "../object/client.ts";
 import { type RuleVerdict, ruleCheckOf, toPlaceRequest } from "../object/protocol.ts";
 import { keyHashPrefix, logEvent } from "../observe/log.ts";
+import { limiterNamespace } from "./binding.ts";
 import { type RuleLimit, ruleLimits } from "./decision.ts";
 import type { Env } from "./env.ts";
 import { inBackground, type RateLimitOptions, settingsSource } from "./middleware.ts";
@@ -91,14 +92,12 @@ export const clientLimits = <E extends HonoEnv = any>(options: ClientLimitsOptio
   return async function clientLimitsHandler(c) {
     const env = (c.env ?? {}) as Record<string, unknown>;
     const { settings, errors } = settingsOf(env as ConfigInput);
-    const ns = env[binding] as LimiterNamespace | undefined;
-    if (!ns) {
-      reportInvalidConfig([
-        ...errors,
-        `${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`,
-      ]);
+    const bound = limiterNamespace(env, binding);
+    if ("error" in bound) {
+      reportInvalidConfig([...errors, bound.error]);
       return invalidConfigResponse();
     }
+    const { ns } = bound;
     // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
     if (errors.length > 0) reportInvalidConfig(errors);
     return answer(c.req.raw, {

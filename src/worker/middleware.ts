@@ -16,7 +16,7 @@ import { defaultIsolate, type Isolate } from "../isolate/isolate.ts";
 import type { StatsNamespace } from "../isolate/stats.ts";
 import type { AnalyticsSink } from "../isolate/tally.ts";
 import type { Sink } from "../isolate/work.ts";
-import type { LimiterNamespace } from "../object/client.ts";
+import { limiterNamespace } from "./binding.ts";
 import { decisionOf, type RateLimitDecision, REFUSAL_HEADERS, skipped } from "./decision.ts";
 import { registerKeyFunctionOverAll, registerRules } from "./library-rules.ts";
 
@@ -132,12 +132,12 @@ export const rateLimit = <E extends HonoEnv = any>(options: RateLimitOptions<E> 
     }
     const env = (c.env ?? {}) as Record<string, unknown>;
     const { settings, errors } = settingsOf(env as ConfigInput);
-    const ns = env[binding] as LimiterNamespace | undefined;
-    if (!ns) {
-      const missing = `${binding}: no Durable Object binding by this name; bind the RateLimiter class to it`;
-      reportInvalidConfig([...errors, missing]);
+    const bound = limiterNamespace(env, binding);
+    if ("error" in bound) {
+      reportInvalidConfig([...errors, bound.error]);
       return invalidConfigResponse();
     }
+    const { ns } = bound;
     // What is invalid is left out, and the rest applies; the errors are logged, at most every 10 s.
     if (errors.length > 0) reportInvalidConfig(errors);
 
