@@ -160,6 +160,36 @@ describe("expiry", () => {
     expect(after.headers.get("ratelimit-policy")).toMatch(/;q=1;w=60$/);
   });
 
+  it("tells a refusal under a lower limit the wait to its expiry, where the rule's own limit admits the request then", async () => {
+    const { set, api } = setup(10);
+    const client = uniqueIp();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
+    vi.setSystemTime(start);
+    expect((await set(client, { limit: 1, expires: start + 15_000 })).status).toBe(200);
+    expect((await api(client)).status).toBe(200);
+    // Refused under the override's 1 a minute; at its expiry the rule's 10 a minute admit it: 15 s, not 60.
+    const refused = await api(client);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("15");
+    vi.setSystemTime(start + 15_000);
+    expect((await api(client)).status).toBe(200);
+  });
+
+  it("tells a refusal under a lower limit its own wait when the rule's limit would refuse at the expiry too", async () => {
+    const { set, api, run } = setup(2);
+    const client = uniqueIp();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
+    vi.setSystemTime(start);
+    expect(await run(2, client)).toEqual([200, 200]);
+    expect((await set(client, { limit: 1, expires: start + 15_000 })).status).toBe(200);
+    // 2 counted: refused under the override's 1 and under the rule's 2 at the expiry alike; the wait is the rule's.
+    const refused = await api(client);
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(15);
+  });
+
   it("ends a far higher limit at its expiry though the isolate holds a lease under it: no lease outlives the override", async () => {
     const { set, api, run } = setup(5);
     const client = uniqueIp();

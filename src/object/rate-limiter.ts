@@ -1209,6 +1209,16 @@ export class RateLimiter extends DurableObject<unknown> {
     const penaltyMs = penalizes(rule) ? penaltyLeftMs(row.penaltyUntilMs, nowMs) : 0;
     const described = row.counter.describe(ev, nowMs, rule, counted);
     const decision = underPenalty(behindHeld(described, ev.turnMs, nowMs), penaltyMs);
+    if (!ev.allowed && penaltyMs === 0 && ev.turnMs === undefined && override?.expiresAtMs != null) {
+      decision.retryAfterMs = this.waitAcrossExpiry(
+        ev,
+        nowMs,
+        rule.id,
+        row,
+        override.expiresAtMs,
+        decision.retryAfterMs,
+      );
+    }
     // No wait admits it: the refusal holds until the rule changes for this client (the isolate caps it).
     const never = described.never === true;
     const refundDue = (this.refundsDue.get(row.key) ?? 0) > nowMs;
@@ -1234,6 +1244,33 @@ export class RateLimiter extends DurableObject<unknown> {
       ...(!ev.allowed && this.reducedOnly(ev, nowMs, plan, row) ? { reduced: true } : {}),
       ...tierOf(rule, override),
     };
+  }
+
+  /**
+   * The wait of a refusal under an override that runs out sooner: at its
+   * expiry the rule applies as it would without it, and where that admits
+   * the request then, the wait is to the expiry (a limit of 1 a minute for
+   * 15 s more, over the rule's 10 a minute: 15 s, not 60); where it
+   * refuses, to the expiry and the rule's wait from there, if that is
+   * sooner than the override's own.
+   */
+  private waitAcrossExpiry(
+    ev: Looked,
+    nowMs: number,
+    ruleId: string,
+    row: Row,
+    expiresAtMs: number,
+    waitMs: number,
+  ): number {
+    const untilMs = expiresAtMs - nowMs;
+    const check = this.plans.lastCheck(ruleId);
+    if (!(untilMs < waitMs) || check === undefined) return waitMs;
+    const after = checked(this.plans.plan(check, expiresAtMs), check);
+    if (after.kind === "unlimited") return Math.max(0, untilMs);
+    if (after.kind !== "count" || row.counter.rowOf(after.rule) !== row.key) return waitMs;
+    const then = evaluateRow({ ...row, data: ev.data }, expiresAtMs, after.rule);
+    if (then.allowed) return Math.max(0, untilMs);
+    return Math.min(waitMs, untilMs + row.counter.describe(then, expiresAtMs, after.rule, false).retryAfterMs);
   }
 
   /**
