@@ -207,6 +207,14 @@ describe("a penalty (block_for)", () => {
     ]);
   });
 
+  it("a number of seconds that looks like milliseconds gets a warning, as a period does", () => {
+    expect(findings({ RULES: [rule({ block_for: 900_000 })] })).toEqual([
+      warning(
+        'RULES[0] "r": field "block_for": 900000 is seconds, that is 250 hours; if you meant milliseconds, write "900s"',
+      ),
+    ]);
+  });
+
   it("on a shadow rule gets a warning: it never refuses, so never starts a penalty", () => {
     expect(findings({ RULES: [rule({ action: "log", block_for: 900 })] })).toEqual([
       warning(

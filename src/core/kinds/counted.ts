@@ -117,7 +117,9 @@ export function periodWarnings(periodMs: number, period: unknown): string[] {
 }
 
 /**
- * A penalty on a shadow rule, which never starts one; or one shorter than
+ * A penalty in seconds that looks like milliseconds (`900000`: 250 hours,
+ * where 15 minutes were meant); on a shadow rule, which never starts one;
+ * or one shorter than
  * the longest the kind alone refuses a client at its limit (`alone.ms`), so
  * that the penalty changes little: `alone.says` why, after the value.
  */
@@ -127,6 +129,11 @@ export function blockForWarnings(
   alone: { ms: number; says: string },
 ): string[] {
   if (rule.blockForMs === 0) return [];
+  if (typeof blockFor === "number" && blockFor >= 1_000 && blockFor % 1_000 === 0) {
+    return [
+      `field "block_for": ${blockFor} is seconds, that is ${describePeriod(rule.blockForMs)}; if you meant milliseconds, write "${blockFor / 1_000}s"`,
+    ];
+  }
   if (rule.action === "log") {
     return [
       `field "block_for": ${show(blockFor)} has no effect on a shadow rule (action = "log"), which never refuses a request and so never starts a penalty`,
