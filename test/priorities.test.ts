@@ -76,6 +76,12 @@ describe("a request's priority", () => {
     ["/p/checkout/x", "critical"],
     ["/P/Checkout/x", "critical"],
     ["/p/checkout/x/", "critical"],
+    // The glob's bare prefix, as a rule's `path` counts it (`/api/*` counts `/api`), for both lists alike.
+    ["/p/checkout", "critical"],
+    ["/p/checkout/", "critical"],
+    ["/P/Checkout", "critical"],
+    ["/p/prefetch", "sheddable"],
+    ["/p/checkoutx", "default"],
   ])("%s is %s: a critical path matcher reads the path only as the origin receives it", (path, expected) => {
     const p = prioritiesOf(["path:/p/checkout/*"], ["path:/p/prefetch/*"]);
     expect(priorityOf(p, facts({ path: requestPath(path) }), false)).toBe(expected);

@@ -129,9 +129,12 @@ function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenie
       return true;
     case "path": {
       if (lenient) return globCounts(m.glob, facts.path, caseSensitive);
-      // Critical by every reading: as written (in either case, for a case-insensitive rule), and as matched.
+      // Critical by every reading: as written (in either case, for a case-insensitive rule; the glob's bare prefix
+      // too, as a rule's path counts it: `/api/*` is `/api`), and as matched.
       const written = facts.path.written;
-      if (!m.glob.test(written) && !(!caseSensitive && m.glob.canonical.test(written.toLowerCase()))) return false;
+      const asWritten = (path: string) =>
+        m.glob.test(path) || (!caseSensitive && m.glob.canonical.test(path.toLowerCase()));
+      if (!asWritten(written) && !(!written.endsWith("/") && asWritten(`${written}/`))) return false;
       return matchedIn(m.glob, facts.path, caseSensitive);
     }
     case "header": {
