@@ -82,6 +82,11 @@ describe("a request's priority", () => {
     ["/P/Checkout", "critical"],
     ["/p/prefetch", "sheddable"],
     ["/p/checkoutx", "default"],
+    // Nor a path that an origin decoding `%5C` as a separator, or decoding twice, reads as another.
+    ["/p/checkout/%5c..%5cprefetch/x", "default"],
+    ["/p/checkout/%252e%252e/other", "default"],
+    ["/p/checkout/%5C..%5Cother", "default"],
+    ["/p/checkout/%C3%A9t%C3%A9", "critical"],
   ])("%s is %s: a critical path matcher reads the path only as the origin receives it", (path, expected) => {
     const p = prioritiesOf(["path:/p/checkout/*"], ["path:/p/prefetch/*"]);
     expect(priorityOf(p, facts({ path: requestPath(path) }), false)).toBe(expected);

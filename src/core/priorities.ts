@@ -6,7 +6,17 @@
  * refuses sheddable requests first, then default ones, and critical ones
  * only when nothing else is left. Pure: no I/O, no clock.
  */
-import { compileRuleGlob, globCounts, matchedIn, type RequestPath, type RuleGlob } from "./paths.ts";
+import {
+  compileGlob,
+  compileRuleGlob,
+  encodedGlob,
+  globCounts,
+  looseReading,
+  matchedIn,
+  type PathGlob,
+  type RequestPath,
+  type RuleGlob,
+} from "./paths.ts";
 import { fail, ok, type Result } from "./result.ts";
 import { show } from "./show.ts";
 
@@ -22,7 +32,7 @@ export type Factors = Record<Priority, number>;
 /** What marks a request: written as `"path:/api/prefetch/*"`, `"header:x-priority=critical"`, `"jwt:plan=enterprise"`, `"tier:gold"`, `"method:GET"` or `"*"`. */
 export type Matcher =
   | { kind: "all"; source: string }
-  | { kind: "path"; source: string; glob: RuleGlob }
+  | { kind: "path"; source: string; glob: RuleGlob; loose: PathGlob }
   | { kind: "header" | "jwt"; source: string; name: string; value: string | null }
   | { kind: "tier" | "method"; source: string; value: string };
 
@@ -63,7 +73,12 @@ export function parseMatcher(text: unknown, caseSensitive: boolean): Result<Matc
   switch (kind) {
     case "path":
       return rest.startsWith("/")
-        ? ok({ kind, source: text, glob: compileRuleGlob(rest, caseSensitive) })
+        ? ok({
+            kind,
+            source: text,
+            glob: compileRuleGlob(rest, caseSensitive),
+            loose: compileGlob(looseReading(encodedGlob(rest))),
+          })
         : fail(`path: needs a glob that starts with "/", as in "path:/api/prefetch/*"; got ${show(text)}`);
     case "header":
     case "jwt": {
@@ -135,6 +150,12 @@ function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenie
       const asWritten = (path: string) =>
         m.glob.test(path) || (!caseSensitive && m.glob.canonical.test(path.toLowerCase()));
       if (!asWritten(written) && !(!written.endsWith("/") && asWritten(`${written}/`))) return false;
+      // And as the most lenient server could read it (every escape decoded, twice; `\` a slash): a path an origin
+      // that decodes `%5C` as a separator, or decodes twice, routes elsewhere is not privileged.
+      if (written.includes("%") || written.includes("\\")) {
+        const loose = looseReading(written);
+        if (!m.loose.test(loose) && !m.loose.test(`${loose}/`)) return false;
+      }
       return matchedIn(m.glob, facts.path, caseSensitive);
     }
     case "header": {
