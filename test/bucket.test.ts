@@ -471,6 +471,27 @@ describe("a tier, an override or an adaptive factor gives a bucket another limit
     },
   );
 
+  it("a refusal under a lower override that runs out in 4 s tells the wait across its end, under the rule's bucket from then", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    at(0);
+    const id = uniqueRule("lowered-expiring");
+    const { send, admin } = worker([{ id, limit: 10, period: "10s", burst: 5 }]);
+    const ip = uniqueIp();
+    expect(await statuses(5, () => send("/x", from(ip)))).toEqual([200, 200, 200, 200, 200]);
+    const lowered = { limit: 2, expires: new Date(T0 + 4_000).toISOString() };
+    expect((await admin("PUT", `/overrides?rule=${id}&key=${ip}`, lowered)).status).toBe(200);
+    at(1);
+    // The burst spent, refilling at 2 every 10 s: 25 s under the override. At its end, 4.2 units are still spent,
+    // carried over to the rule's 10 every 10 s: one more is back 0.2 s later. 4.2 s, not 25.
+    const refused = await send("/x", from(ip));
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("5");
+    at(4_100);
+    expect((await send("/x", from(ip))).status).toBe(429);
+    at(4_200);
+    expect((await send("/x", from(ip))).status).toBe(200);
+  });
+
   it.each([
     ["deleted", null],
     ["lowered by another override", { limit: 10, burst: 20 }],

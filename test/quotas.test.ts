@@ -291,6 +291,30 @@ describe("plans as tiers", () => {
   });
 });
 
+describe("an override that runs out before the period does", () => {
+  it("tells a refusal under a lower tier the wait to its expiry, where the rule's quota admits the request then", async () => {
+    const id = ruleId("tier-expiring");
+    const { as, admin } = worker([perKey(id, { quota: 5, per: "month" })], { TIERS: { tiny: { [id]: 2 } } });
+    at("2031-06-10T12:00:00Z");
+    const key = uniqueTag("tiny");
+    expect([(await as(key)).status, (await as(key)).status, (await as(key)).status]).toEqual([200, 200, 200]);
+    const expires = Date.parse("2031-06-10T12:00:05Z");
+    const put = await admin(
+      "PUT",
+      "/overrides",
+      { rule: id, key: `header:x-api-key=${key}` },
+      { tier: "tiny", expires },
+    );
+    expect(put.status).toBe(200);
+    // 3 used of the tier's 2: refused until the tier ends in 5 s, when the rule's 5 leave 2; not until July.
+    const refused = await as(key);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("5");
+    vi.setSystemTime(expires);
+    expect((await as(key)).status).toBe(200);
+  });
+});
+
 describe("credits from the admin API", () => {
   it("under periods from a first request, a first request refused (its credit taken to nothing before it) starts the period: its reset holds, and comes", async () => {
     const id = ruleId("from-first-refused");

@@ -1268,7 +1268,9 @@ export class RateLimiter extends DurableObject<unknown> {
     const after = checked(this.plans.plan(check, expiresAtMs), check);
     if (after.kind === "unlimited") return Math.max(0, untilMs);
     if (after.kind !== "count" || row.counter.rowOf(after.rule) !== row.key) return waitMs;
-    const then = evaluateRow({ ...row, data: ev.data }, expiresAtMs, after.rule);
+    // Carried over to the rule's own limit at the expiry, as the next request then would carry it.
+    const data = row.counter.carried?.(ev.data, after.rule, () => expiresAtMs, expiresAtMs) ?? ev.data;
+    const then = evaluateRow({ ...row, data }, expiresAtMs, after.rule);
     if (then.allowed) return Math.max(0, untilMs);
     return Math.min(waitMs, untilMs + row.counter.describe(then, expiresAtMs, after.rule, false).retryAfterMs);
   }
