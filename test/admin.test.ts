@@ -582,6 +582,33 @@ describe("DELETE /status unblocks a client", () => {
   });
 });
 
+describe("requests after a reset, in its very millisecond", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  // A bucket's lease forgoes up to a 32nd of its burst of refill (docs/token-bucket.md): 50 less 1.6, at the least.
+  it.each([
+    ["a sliding window", { limit: 50, period: "1h" }, 50],
+    ["a token bucket", { limit: 1, period: "10s", burst: 50 }, 49],
+  ])(
+    "%s of 50: %i admitted, each counted once (leases from calls sent after the reset are kept)",
+    async (_, fields, admitted) => {
+      vi.useFakeTimers({ toFake: ["Date"] });
+      vi.setSystemTime(Date.UTC(2031, 0, 1));
+      const id = `same-ms-${uniqueTag("r").replace(/[^a-z0-9-]/g, "")}`.slice(0, 64);
+      const { send, admin } = withAdmin([{ id, ...fields }]);
+      const ip = uniqueIp();
+      expect(await statuses(5, () => send("/x", from(ip)))).toEqual([200, 200, 200, 200, 200]);
+      expect((await admin("DELETE", `/__ratelimit/status?${q({ rule: id, key: ip })}`)).status).toBe(200);
+      // The clock stands still: every call after the reset is sent in its millisecond, after it. Found from outside:
+      // each lease they brought was written off as sent before the reset, and 50 admitted 25.
+      const after = await statuses(60, () => send("/x", from(ip)));
+      expect(after.filter((s) => s === 200).length).toBeGreaterThanOrEqual(admitted);
+    },
+  );
+});
+
 describe("a bad rule or key is a 400 problem naming what is wrong", () => {
   const rules = [
     { id: "by-ip", limit: 5, period: "1m" },

@@ -68,6 +68,7 @@ const batchResult = (admitted: number): CheckResult => ({
 const answered = (result: CheckResult): KeyCall => ({
   name: "object",
   sentAtMs: 0,
+  sent: 1,
   outcome: { ok: true, result, attempts: 1 },
 });
 
@@ -290,6 +291,7 @@ describe("the gate of one client key and rule set, on a clock of its own", () =>
     const timedOut: KeyCall = {
       name: "object",
       sentAtMs: 20,
+      sent: 1,
       outcome: { ok: false, reason: "timeout", message: "no decision within 1000ms", attempts: 1, late },
     };
     const batch = sender.visit.batch!;
@@ -344,6 +346,7 @@ const RECEIPT = { row: "smooth|1000|1", epoch: 7, bucket: 3 };
 const heldCall = (waitMs: number, nowMs = 5_000): KeyCall => ({
   name: "object",
   sentAtMs: 0,
+  sent: 1,
   outcome: {
     ok: true,
     attempts: 1,

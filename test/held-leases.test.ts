@@ -54,6 +54,8 @@ function ledger({ name = "object" as string | null } = {}) {
       verdicts: rules.map(() => verdict),
       lease: { units: n, receipts: rules.map(() => receipt(bucket)), expiresInMs: LIFE_MS },
       sentAtMs,
+      // Stamped by its time: in these tests, calls go in the order of their times.
+      sent: sentAtMs,
       asked: true,
     };
     leases.keep(g, refusals);
@@ -279,12 +281,12 @@ describe("a key's leases: where each unit goes", () => {
     const l = ledger();
     expect(l.leases.leasable).toBe(true);
     l.leases.keep(
-      { name: "o", rules: [one], verdicts: [verdict], lease: undefined, sentAtMs: 0, asked: true },
+      { name: "o", rules: [one], verdicts: [verdict], lease: undefined, sentAtMs: 0, sent: 0, asked: true },
       l.refusals,
     );
     expect(l.leases.leasable).toBe(false);
     l.leases.keep(
-      { name: "o", rules: [one], verdicts: [verdict], lease: undefined, sentAtMs: 0, asked: false },
+      { name: "o", rules: [one], verdicts: [verdict], lease: undefined, sentAtMs: 0, sent: 0, asked: false },
       l.refusals,
     );
     expect(l.leases.leasable).toBe(false); // a call that did not ask says nothing

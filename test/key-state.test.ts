@@ -37,6 +37,9 @@ const grant = (rules: CountedRule[], units: number, sentAtMs: number): Grant => 
   verdicts: rules.map(() => verdict(true)),
   lease: { units, receipts: rules.map((r) => ({ row: r.id, epoch: 1, bucket: 0 })), expiresInMs: 60_000 },
   sentAtMs,
+  // Stamped by its time: in these tests, calls go in the order of their times, and a forgetting at a time is after
+  // every call sent until then.
+  sent: sentAtMs,
   asked: true,
 });
 
@@ -74,14 +77,14 @@ describe("one client key's state", () => {
     const { state, counters } = keyState();
     state.keep(grant([api], 5, 1_000));
     state.keep(grant([other], 5, 1_000));
-    state.refusals.remember(apiGold, "object", 1_000, verdict(false), 10_000);
+    state.refusals.remember(apiGold, "object", 1_000, 1_000, verdict(false), 10_000);
     state.forget(api, 2_000);
     state.forget(apiGold, 2_000);
     expect(counters.writtenOff.reset).toBe(5);
     expect(state.refusals.get(apiGold, 2_000)).toBeUndefined();
     // A call sent before the reset lands after it: its lease and its refusal rest on counts that are gone.
     state.keep(grant([api], 7, 1_500));
-    expect(state.refusals.remember(api, "object", 1_500, verdict(false), 10_000)).toBe(false);
+    expect(state.refusals.remember(api, "object", 1_500, 1_500, verdict(false), 10_000)).toBe(false);
     expect(counters.writtenOff.reset).toBe(5 + 7);
     expect(unitsOf(state.leases.holdings())).toBe(5); // `other`'s, untouched
   });
@@ -91,7 +94,7 @@ describe("one client key's state", () => {
     state.keep(grant([api], 5, 0));
     state.keep(grant([apiGold], 3, 0));
     state.keep(grant([other], 4, 0));
-    for (const rule of [api, apiGold, other]) state.refusals.remember(rule, "object", 0, verdict(false), 10_000);
+    for (const rule of [api, apiGold, other]) state.refusals.remember(rule, "object", 0, 0, verdict(false), 10_000);
     state.dropRule("api");
     expect(state.leases.spend([api], 1)).toBeUndefined();
     expect(state.leases.spend([apiGold], 1)).toBeUndefined();
@@ -110,7 +113,7 @@ describe("one client key's state", () => {
     const { state, handedBack } = keyState();
     for (let i = 0; i < 30; i++) state.demand.note(i * 100);
     state.keep(grant([api], 5, 0));
-    state.refusals.remember(other, "object", 0, verdict(false), 10_000);
+    state.refusals.remember(other, "object", 0, 0, verdict(false), 10_000);
     state.evicted(5_000);
     expect(unitsOf(handedBack)).toBe(5);
     state.revived(6_000);

@@ -265,23 +265,26 @@ describe("a refusal that answers after its key was forgotten", () => {
   it("is not remembered when its call was sent before the forget (an admin reset or an override change)", () => {
     const isolate = createIsolate({ clock: () => 1_000 });
     // The call goes out at 900; the operator's change is served at 1000; the old refusal lands at 1100.
+    const sent = isolate.keys.stamp();
     isolate.keys.forget("digest", [rule], 1_000);
-    isolate.keys.remember("digest", rule, "name", 900, refused);
+    isolate.keys.remember("digest", rule, "name", 900, sent, refused);
     expect(isolate.keys.refusal("digest", rule, 1_100)).toBeUndefined();
   });
 
-  it("is remembered when its call was sent after the forget", () => {
+  it("is remembered when its call was sent after the forget, in the same millisecond too", () => {
     const isolate = createIsolate({ clock: () => 1_000 });
     isolate.keys.forget("digest", [rule], 1_000);
-    isolate.keys.remember("digest", rule, "name", 1_001, refused);
-    expect(isolate.keys.refusal("digest", rule, 1_100)?.retryAtMs).toBe(51_001);
+    // Sent after the forget, at its very millisecond: after it (by times alone, it could not be told apart).
+    isolate.keys.remember("digest", rule, "name", 1_000, isolate.keys.stamp(), refused);
+    expect(isolate.keys.refusal("digest", rule, 1_100)?.retryAtMs).toBe(51_000);
   });
 
   it("never removes a newer refusal when an older call answers late", () => {
     const isolate = createIsolate({ clock: () => 1_000 });
+    const older = isolate.keys.stamp();
     isolate.keys.forget("digest", [rule], 1_000);
-    isolate.keys.remember("digest", rule, "name", 1_001, refused);
-    isolate.keys.remember("digest", rule, "name", 999, { ...refused, holdsForMs: 0 });
+    isolate.keys.remember("digest", rule, "name", 1_001, isolate.keys.stamp(), refused);
+    isolate.keys.remember("digest", rule, "name", 999, older, { ...refused, holdsForMs: 0 });
     expect(isolate.keys.refusal("digest", rule, 1_100)?.retryAtMs).toBe(51_001);
   });
 });

@@ -39,7 +39,9 @@ describe("a key's known refusals", () => {
     ["answers only as long as the object says its refusal holds", 1_000, 4_000, 2_500, 3_500, 5_000],
   ])("%s, from when the call was sent", (_, sentAtMs, retryAfterMs, holdsForMs, untilMs, retryAtMs) => {
     const refusals = new KnownRefusals();
-    expect(refusals.remember(api, "object", sentAtMs, refusedFor(retryAfterMs, holdsForMs), CAP_MS)).toBe(true);
+    expect(refusals.remember(api, "object", sentAtMs, sentAtMs, refusedFor(retryAfterMs, holdsForMs), CAP_MS)).toBe(
+      true,
+    );
     const known = refusals.get(api, untilMs - 1)!;
     expect([known.untilMs, known.retryAtMs, known.weighted, known.name]).toEqual([untilMs, retryAtMs, 10, "object"]);
     expect(refusals.any).toBe(true);
@@ -57,7 +59,7 @@ describe("a key's known refusals", () => {
       tier: "gold",
       reduced: true,
     };
-    refusals.remember(api, "object", 0, verdict, CAP_MS);
+    refusals.remember(api, "object", 0, 0, verdict, CAP_MS);
     expect(refusals.get(api, 0)!.applied).toEqual({
       limit: 5,
       override: "limit",
@@ -72,24 +74,24 @@ describe("a key's known refusals", () => {
     ["nothing, when the cap is 0 (known refusals are off)", 4_000, 4_000, 0],
   ])("does not remember %s, and drops the one it had", (_, retryAfterMs, holdsForMs, capMs) => {
     const refusals = new KnownRefusals();
-    refusals.remember(api, "object", 0, refusedFor(5_000), CAP_MS);
-    expect(refusals.remember(api, "object", 100, refusedFor(retryAfterMs, holdsForMs), capMs)).toBe(false);
+    refusals.remember(api, "object", 0, 0, refusedFor(5_000), CAP_MS);
+    expect(refusals.remember(api, "object", 100, 100, refusedFor(retryAfterMs, holdsForMs), capMs)).toBe(false);
     expect(refusals.get(api, 100)).toBeUndefined();
   });
 
   it("keeps one refusal per rule object: a tier's variant apart from the rule's own", () => {
     const refusals = new KnownRefusals();
-    refusals.remember(api, "object", 0, refusedFor(4_000), CAP_MS);
+    refusals.remember(api, "object", 0, 0, refusedFor(4_000), CAP_MS);
     expect(refusals.get(apiGold, 0)).toBeUndefined();
     expect(refusals.get(other, 0)).toBeUndefined();
-    refusals.remember(apiGold, "object", 0, refusedFor(8_000), CAP_MS);
+    refusals.remember(apiGold, "object", 0, 0, refusedFor(8_000), CAP_MS);
     expect(refusals.get(apiGold, 0)!.untilMs).toBe(8_000);
     expect(refusals.get(api, 0)!.untilMs).toBe(4_000);
   });
 
   it("drops the refusals of every variant of a rule whose factor changed, and no other rule's", () => {
     const refusals = new KnownRefusals();
-    for (const rule of [api, apiGold, other]) refusals.remember(rule, "object", 0, refusedFor(4_000), CAP_MS);
+    for (const rule of [api, apiGold, other]) refusals.remember(rule, "object", 0, 0, refusedFor(4_000), CAP_MS);
     refusals.dropRule("api");
     expect([api, apiGold, other].map((rule) => refusals.get(rule, 0) !== undefined)).toEqual([false, false, true]);
   });
@@ -98,16 +100,16 @@ describe("a key's known refusals", () => {
 describe("a key's forget times", () => {
   it("drops a rule's refusal when it is forgotten, and keeps none that a call sent until then brings", () => {
     const refusals = new KnownRefusals();
-    refusals.remember(api, "object", 0, refusedFor(9_000), CAP_MS);
-    refusals.remember(other, "object", 0, refusedFor(9_000), CAP_MS);
+    refusals.remember(api, "object", 0, 0, refusedFor(9_000), CAP_MS);
+    refusals.remember(other, "object", 0, 0, refusedFor(9_000), CAP_MS);
     refusals.forget(api, 2_000);
     expect(refusals.get(api, 2_000)).toBeUndefined();
     expect(refusals.get(other, 2_000)).toBeDefined();
     // Calls on their way during the reset: sent before it, or at its very instant.
-    expect(refusals.remember(api, "object", 1_000, refusedFor(9_000), CAP_MS)).toBe(false);
-    expect(refusals.remember(api, "object", 2_000, refusedFor(9_000), CAP_MS)).toBe(false);
+    expect(refusals.remember(api, "object", 1_000, 1_000, refusedFor(9_000), CAP_MS)).toBe(false);
+    expect(refusals.remember(api, "object", 2_000, 2_000, refusedFor(9_000), CAP_MS)).toBe(false);
     expect(refusals.get(api, 2_000)).toBeUndefined();
-    expect(refusals.remember(api, "object", 2_001, refusedFor(9_000), CAP_MS)).toBe(true);
+    expect(refusals.remember(api, "object", 2_001, 2_001, refusedFor(9_000), CAP_MS)).toBe(true);
   });
 
   it.each([
@@ -126,11 +128,11 @@ describe("a key's forget times", () => {
 
   it("keeps its forget times when its refusals are cleared (the key pushed out of the refused keys)", () => {
     const refusals = new KnownRefusals();
-    refusals.remember(api, "object", 0, refusedFor(9_000), CAP_MS);
+    refusals.remember(api, "object", 0, 0, refusedFor(9_000), CAP_MS);
     refusals.forget(other, 1_000);
     refusals.clear();
     expect(refusals.any).toBe(false);
     expect(refusals.get(api, 0)).toBeUndefined();
-    expect(refusals.remember(other, "object", 500, refusedFor(9_000), CAP_MS)).toBe(false);
+    expect(refusals.remember(other, "object", 500, 500, refusedFor(9_000), CAP_MS)).toBe(false);
   });
 });

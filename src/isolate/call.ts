@@ -122,6 +122,7 @@ export async function callObject(
   const { isolate, settings } = ctx;
   const { keys } = isolate;
   const sentAtMs = isolate.clock();
+  const sent = keys.stamp();
   const state = keys.peek(group.digest);
   // A batch asks for no lease: it carries the demand that waited, which it serves; units leased on top of it
   // would sit unspent here once a burst is over, counted against the key in every isolate. The next call
@@ -155,16 +156,19 @@ export async function callObject(
     const { verdicts, lease: granted, refused } = outcome.result;
     // Only a demand of two or more, unanswered, says the key is near a limit: a key seen once gets no lease anyway.
     const asked = lease !== undefined && lease.seen >= LEASE_MIN_UNITS;
-    keys.use(group.digest, sentAtMs).keep({ name, rules: group.rules, verdicts, lease: granted, sentAtMs, asked });
+    keys
+      .use(group.digest, sentAtMs)
+      .keep({ name, rules: group.rules, verdicts, lease: granted, sentAtMs, sent, asked });
     const refusal = refused ?? verdicts;
     // Held: booked for its turn, never a refusal to remember.
     if (outcome.result.held === undefined)
       group.rules.forEach((rule, i) => {
         const verdict = refusal[i]!;
-        if (rule.action === "block" && !verdict.ruleAllows) keys.remember(group.digest, rule, name, sentAtMs, verdict);
+        if (rule.action === "block" && !verdict.ruleAllows)
+          keys.remember(group.digest, rule, name, sentAtMs, sent, verdict);
       });
   }
-  const call = { name, outcome, sentAtMs };
+  const call = { name, outcome, sentAtMs, sent };
   if (!caller.alone) {
     caller.batch.answered(call, group.rules, ctx.isolate.keys);
     watchLateBatch(caller.batch, size, outcome, group.rules, ctx);

@@ -53,6 +53,8 @@ export class ClientKeys implements KeyHost {
   readonly times = new CallTimes();
   /** The latest isolate time the keys were told of, for evictions, which come without one. */
   private lastNowMs = 0;
+  /** The stamp of the last call sent (see {@link stamp}). */
+  private sent = 0;
 
   constructor(options: ClientKeysOptions) {
     this.maxUnits = options.maxUnits;
@@ -117,10 +119,20 @@ export class ClientKeys implements KeyHost {
   }
 
   /** Remembers a refusal from a call sent at `sentAtMs`, for as long as the object says it holds. */
-  remember(digest: string, rule: Rule, name: string, sentAtMs: number, verdict: RuleVerdict): void {
+  remember(digest: string, rule: Rule, name: string, sentAtMs: number, sent: number, verdict: RuleVerdict): void {
     if (this.maxHoldMs <= 0) return;
     const state = this.peek(digest) ?? this.use(digest, sentAtMs);
-    if (state.refusals.remember(rule, name, sentAtMs, verdict, this.maxHoldMs)) this.withRefusals.set(digest, state);
+    if (state.refusals.remember(rule, name, sentAtMs, sent, verdict, this.maxHoldMs))
+      this.withRefusals.set(digest, state);
+  }
+
+  /**
+   * A stamp for a call sent now: later than every call sent before it, and
+   * than every forgetting ({@link forget}, {@link overridden}) before it,
+   * where isolate times may be the same millisecond.
+   */
+  stamp(): number {
+    return ++this.sent;
   }
 
   /**
@@ -130,13 +142,13 @@ export class ClientKeys implements KeyHost {
    */
   forget(digest: string, rules: Rule[], nowMs: number): void {
     const state = this.use(digest, nowMs);
-    for (const rule of rules) state.forget(rule, nowMs);
+    for (const rule of rules) state.forget(rule, this.sent);
   }
 
   /** The key's override changed under these rules (see `KeyState.overridden`). */
   overridden(digest: string, rules: Rule[], nowMs: number): void {
     const state = this.use(digest, nowMs);
-    for (const rule of rules) state.overridden(rule, nowMs);
+    for (const rule of rules) state.overridden(rule, this.sent);
   }
 
   /**

@@ -128,6 +128,7 @@ export function watchLate(call: KeyCall, group: KeyGroup, turnedAway: boolean, e
         verdicts,
         lease,
         sentAtMs: call.sentAtMs,
+        sent: call.sent,
         asked: false,
       });
       if (turnedAway) refundCounted(call.name, result, group.rules, effects);

@@ -39,7 +39,8 @@ export interface LeaseKey {
 
 /** When each rule was last forgotten: a lease from a call sent before then rests on counts that are gone. */
 export interface ForgetTimes {
-  forgottenSince(rule: CountedRule, sentAtMs: number): boolean;
+  /** Whether the rule was forgotten since the call stamped `sent` went (`ClientKeys.stamp`). */
+  forgottenSince(rule: CountedRule, sent: number): boolean;
 }
 
 /** What a call for a key group brought back. */
@@ -51,6 +52,8 @@ export type Grant = {
   lease: Lease | undefined;
   /** Isolate time the call was sent. */
   sentAtMs: number;
+  /** The call's stamp (`ClientKeys.stamp`): whether it went before or after a forgetting. */
+  sent: number;
   /** Whether the call asked for a lease with a demand of two or more: only then does a missing one say the key is near a limit. */
   asked: boolean;
 };
@@ -204,12 +207,12 @@ export class HeldLeases {
    * starts when the call was sent, so it ends early rather than late.
    */
   keep(grant: Grant, forgotten: ForgetTimes): void {
-    const { rules, verdicts, lease, sentAtMs } = grant;
+    const { rules, verdicts, lease, sentAtMs, sent } = grant;
     if (grant.asked) this.leasable = lease !== undefined;
     if (!lease) return;
     const untilMs = sentAtMs + lease.expiresInMs;
     rules.forEach((rule, i) => {
-      if (forgotten.forgottenSince(rule, sentAtMs)) {
+      if (forgotten.forgottenSince(rule, sent)) {
         // Sent before an admin reset: its units may be counted in rows the reset wiped; spent, they would count nowhere.
         this.host.counters.writeOff("reset", lease.units);
         return;

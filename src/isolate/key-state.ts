@@ -71,8 +71,8 @@ export class KeyState {
    * off, and so are those of a lease a call sent before now brings later; a
    * refusal such a call brings is not kept.
    */
-  forget(rule: Rule, nowMs: number): void {
-    this.refusals.forget(rule, nowMs);
+  forget(rule: Rule, lastSent: number): void {
+    this.refusals.forget(rule, lastSent);
     if (isCounted(rule)) this.leases.forget(rule);
   }
 
@@ -82,8 +82,8 @@ export class KeyState {
    * limit, stops being spent, and its unspent units are owed back with the
    * key's next call, which the object decides under the new one.
    */
-  overridden(rule: Rule, nowMs: number): void {
-    this.refusals.forget(rule, nowMs);
+  overridden(rule: Rule, lastSent: number): void {
+    this.refusals.forget(rule, lastSent);
     if (isCounted(rule)) this.leases.retire(rule);
   }
 

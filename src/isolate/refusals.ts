@@ -16,8 +16,8 @@ import { KnownRefusal } from "./vocabulary.ts";
 export class KnownRefusals {
   /** Per rule, the refusal the object gave last, while it holds. */
   private entries: Map<Rule, KnownRefusal> | null = null;
-  /** Per rule, the isolate time it was last forgotten. */
-  private forgottenAtMs: Map<Rule, number> | null = null;
+  /** Per rule, the stamp of the last call sent before it was last forgotten (see `ClientKeys.stamp`). */
+  private forgottenAfter: Map<Rule, number> | null = null;
 
   /** The live refusal under this rule, if the object refused the key recently. */
   get(rule: Rule, nowMs: number): KnownRefusal | undefined {
@@ -29,12 +29,12 @@ export class KnownRefusals {
   }
 
   /**
-   * Remembers a refusal from a call sent at `sentAtMs`, for as long as the
-   * object says it holds, at most `maxHoldMs`, unless the rule was forgotten
-   * since. Returns whether it did.
+   * Remembers a refusal from a call sent at `sentAtMs` (stamped `sent`), for
+   * as long as the object says it holds, at most `maxHoldMs`, unless the rule
+   * was forgotten since. Returns whether it did.
    */
-  remember(rule: Rule, name: string, sentAtMs: number, verdict: RuleVerdict, maxHoldMs: number): boolean {
-    if (this.forgottenSince(rule, sentAtMs)) return false;
+  remember(rule: Rule, name: string, sentAtMs: number, sent: number, verdict: RuleVerdict, maxHoldMs: number): boolean {
+    if (this.forgottenSince(rule, sent)) return false;
     const holdMs = Math.min(verdict.holdsForMs, maxHoldMs);
     if (holdMs <= 0) {
       this.entries?.delete(rule);
@@ -57,17 +57,24 @@ export class KnownRefusals {
     return true;
   }
 
-  /** Forgets the rule at `nowMs` (an admin reset, an override change): its refusal goes, and any a call sent until now brings. */
-  forget(rule: Rule, nowMs: number): void {
-    this.forgottenAtMs ??= new Map();
-    this.forgottenAtMs.set(rule, nowMs);
+  /**
+   * Forgets the rule (an admin reset, an override change): its refusal
+   * goes, and any a call sent until now (stamped `lastSent` or before) brings.
+   * By stamps, not times: a call sent after the change in the same
+   * millisecond is after it (found from outside: with calls and the reset in
+   * one millisecond, every lease after it was written off, and a limit of 50
+   * admitted 25).
+   */
+  forget(rule: Rule, lastSent: number): void {
+    this.forgottenAfter ??= new Map();
+    this.forgottenAfter.set(rule, lastSent);
     this.entries?.delete(rule);
   }
 
-  /** Whether the rule was forgotten at or after `sentAtMs`: what a call sent then brings is not to be kept. */
-  forgottenSince(rule: Rule, sentAtMs: number): boolean {
-    const atMs = this.forgottenAtMs?.get(rule);
-    return atMs !== undefined && sentAtMs <= atMs;
+  /** Whether the rule was forgotten since the call stamped `sent` went: what it brings is not to be kept. */
+  forgottenSince(rule: Rule, sent: number): boolean {
+    const last = this.forgottenAfter?.get(rule);
+    return last !== undefined && sent <= last;
   }
 
   /** Drops the refusals under every variant (tier) of a rule: an adaptive rule's factor changed. */

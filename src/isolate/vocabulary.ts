@@ -30,7 +30,7 @@ export type KeyGroup = {
 };
 
 /** A group's call to its object: the object's name, what came back, and when it was sent (isolate time). */
-export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number };
+export type KeyCall = { name: string; outcome: LimiterOutcome; sentAtMs: number; sent: number };
 
 /** A call the object answered. */
 export type AnsweredCall = KeyCall & { outcome: Extract<LimiterOutcome, { ok: true }> };

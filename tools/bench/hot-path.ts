@@ -80,6 +80,7 @@ function leasing(granted: RuleVerdict, groups: [string, CountedRule[]][] = [[can
       verdicts: rules.map(() => granted),
       lease: { units: 1e9, receipts: rules.map(() => verdict.counted!), expiresInMs: 3_600_000 },
       sentAtMs: Date.now(),
+      sent: iso.keys.stamp(),
       asked: true,
     });
   }
@@ -100,7 +101,7 @@ function refusingWith(base: RuleVerdict) {
   const iso = createIsolate({ maxRefusalMs: 3_600_000 });
   const held = { ...base, allowed: false, ruleAllows: false, remaining: 0, retryAfterMs: 3_000_000 };
   for (const rule of matched) {
-    iso.keys.remember(iso.digest(canonical), rule, "0".repeat(64), Date.now(), {
+    iso.keys.remember(iso.digest(canonical), rule, "0".repeat(64), Date.now(), iso.keys.stamp(), {
       ...held,
       counted: null,
       holdsForMs: 3_000_000,
