@@ -236,6 +236,27 @@ describe("a few clients pacing fast errors", () => {
   });
 });
 
+describe("a few clients failing on purpose, most of the rule's answers", () => {
+  /**
+   * Three keys send requests that always fail (fast 500s), eight a second each, from the start; three others send
+   * requests the origin answers, four a second each. The failing keys' answers are most of the rule's: their share of
+   * failures cannot be twice everyone's, but every one of their requests fails, where the others' never do (found
+   * from outside: the limit fell from 100 to 10, and the others got 503).
+   */
+  const failing = () =>
+    traffic("failing-majority", [
+      { keys: 3, path: "/status/500", pauseMs: 125, untilMs: 6_000 },
+      { keys: 3, path: "/echo", pauseMs: 250, untilMs: 6_500, others: true },
+    ]);
+
+  it("cannot move the limit: their failures are their own, the factor stays 1, and the others get only 200", async () => {
+    const { factors, statuses, history } = await withCalmOthers(failing);
+    expect(factors, history).toEqual({ isolate: 1, controller: 1 });
+    expect(statuses.length).toBeGreaterThan(40);
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
+});
+
 describe("a few clients flooding the rule with fast requests", () => {
   /**
    * Twenty clients each ask for 100 ms answers about twice a second; five more flood the same rule with answers

@@ -158,6 +158,16 @@ describe("a window under the current factor", () => {
     expect(decide(at(1), window).step.kind).toBe("cut");
   });
 
+  it("judges the window whole when the worst leave fewer than 5 answers: their luckier answers, named in no report, are not the origin's health", () => {
+    // Five clients failing 9 answers in 10, each one that may be left out; 4 of their good answers were never named.
+    const failing = Array.from({ length: 5 }, (_, i): KeyCounts => [`k${i}`, 8, 0, 8, 0, 0, 0, 0]);
+    const window = counts({ forwarded: 44, answered: 44, errors: 40, worst: failing });
+    expect(judge(window, target)).toMatchObject({ answered: 44, leftOut: 0, failing: true });
+    // With 5 answers of other clients beyond them, the five are left out, and the rest is judged.
+    const more = counts({ forwarded: 45, answered: 45, errors: 40, worst: failing });
+    expect(judge(more, target)).toMatchObject({ answered: 5, leftOut: 5, failing: false });
+  });
+
   it("leaves out the worst keys only: a slow client beyond them is judged with the fast ones", () => {
     // Five keys with many slow answers, a sixth with one slow answer in 10, and 90 fast answers of others.
     const worst = [...keys(5, 10, 10), ["k5", 10, 1, 0, 0, 0, 0, 0] as KeyCounts];

@@ -524,10 +524,20 @@ export function withoutFew(
 }
 
 /**
+ * The fewest answers (and requests found late) the clients beyond the worst
+ * must have for the window to be judged without the worst: fewer are the
+ * few answers of clients left out that were named in no report (their
+ * luckier ones, before a bad answer), not other clients': five clients of
+ * an origin failing nine requests in ten, each failing on its own and all
+ * left out, would leave only those to judge it by, and it would look healthy.
+ */
+const FEWEST_LEFT = 5;
+
+/**
  * The window's answers, slow, failed and late counts, busy time and
  * requests found late in flight without those of the `k` keys with the most
- * of them; the whole window's when nothing is left without them (those
- * clients are all the traffic there is).
+ * of them; the whole window's when too little is left without them (those
+ * clients are all the traffic there is, or nearly).
  */
 export function withoutWorst(window: HealthCounts, k: number): Evidence {
   const { answered, slow, errors, late, busyMs, busySq, stuck } = window;
@@ -549,7 +559,7 @@ export function withoutWorst(window: HealthCounts, k: number): Evidence {
     left.busySq -= key[7];
     left.leftOut++;
   }
-  if (left.answered + left.stuck <= 0) return whole;
+  if (left.answered + left.stuck < FEWEST_LEFT) return whole;
   return atLeastZero(left);
 }
 

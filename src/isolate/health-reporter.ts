@@ -91,6 +91,18 @@ export const WORST_HALF_LIFE_MS = 10_000;
  */
 export const OWN_SHARE_OVER = 2;
 
+/**
+ * A key whose answers failed this often, over the longer memory and over at
+ * least {@link MOSTLY_FAILED_ANSWERS} of them, fails on its own, whatever
+ * everyone's share: a few clients whose requests always fail are most of the
+ * rule's answers when they send more than the rest (found from outside:
+ * three keys failing every request, three quarters of the answers, cut the
+ * limit from 100 to 10), and an origin failing a share of everyone's
+ * requests fails few keys so often.
+ */
+export const MOSTLY_FAILED = 0.9;
+export const MOSTLY_FAILED_ANSWERS = 5;
+
 /** The most client keys whose recent bad answers a reporter remembers. */
 export const MAX_KEYS_REMEMBERED = 256;
 
@@ -483,7 +495,8 @@ export class HealthReporter {
       };
       if (was !== undefined || this.recentBad.size < MAX_KEYS_REMEMBERED) this.recentBad.set(key, bad);
       const ownShare = bad.answers > 0 ? bad.longer / bad.answers : 0;
-      const failingOwn = ownShare >= OWN_SHARE_OVER * everyone;
+      const failingOwn =
+        ownShare >= OWN_SHARE_OVER * everyone || (ownShare >= MOSTLY_FAILED && bad.answers >= MOSTLY_FAILED_ANSWERS);
       // Failed answers alone recur for every key of an origin failing a share of everyone's requests: they are a
       // key's own only where they stand out. Were they not, the keys left out would be those that failed this time,
       // and the rest the lucky ones (found from outside: five clients, each failing half its requests, left the
