@@ -190,6 +190,26 @@ describe("expiry", () => {
     expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(15);
   });
 
+  it("tells a refusal under a raise that ends before its wait the rule's wait from the end: neither sooner nor later", async () => {
+    const { set, api, run } = setup(10);
+    const client = uniqueIp();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
+    vi.setSystemTime(start);
+    expect((await set(client, { limit: 20, expires: start + 15_000 })).status).toBe(200);
+    expect(await run(20, client)).toEqual(Array(20).fill(200));
+    // Refused under the raise's 20; it ends in 15 s, and the rule's 10 a minute, with 20 counted, refuse until the
+    // window has slid far enough: the wait told is the rule's, from the raise's end on.
+    const refused = await api(client);
+    expect(refused.status).toBe(429);
+    const waitS = Number(refused.headers.get("retry-after"));
+    expect(waitS).toBeGreaterThan(15);
+    vi.setSystemTime(start + (waitS - 1) * 1_000);
+    expect((await api(client)).status).toBe(429);
+    vi.setSystemTime(start + waitS * 1_000);
+    expect((await api(client)).status).toBe(200);
+  });
+
   it("ends a far higher limit at its expiry though the isolate holds a lease under it: no lease outlives the override", async () => {
     const { set, api, run } = setup(5);
     const client = uniqueIp();

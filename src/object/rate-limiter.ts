@@ -1251,8 +1251,8 @@ export class RateLimiter extends DurableObject<unknown> {
    * expiry the rule applies as it would without it, and where that admits
    * the request then, the wait is to the expiry (a limit of 1 a minute for
    * 15 s more, over the rule's 10 a minute: 15 s, not 60); where it
-   * refuses, to the expiry and the rule's wait from there, if that is
-   * sooner than the override's own.
+   * refuses, to the expiry and the rule's wait from there, sooner or later
+   * than the override's own (a raise that ends first leaves the rule's).
    */
   private waitAcrossExpiry(
     ev: Looked,
@@ -1272,7 +1272,9 @@ export class RateLimiter extends DurableObject<unknown> {
     const data = row.counter.carried?.(ev.data, after.rule, () => expiresAtMs, expiresAtMs) ?? ev.data;
     const then = evaluateRow({ ...row, data }, expiresAtMs, after.rule);
     if (then.allowed) return Math.max(0, untilMs);
-    return Math.min(waitMs, untilMs + row.counter.describe(then, expiresAtMs, after.rule, false).retryAfterMs);
+    // The override is over before its own wait: the rule's wait from its end, longer or shorter (found from outside:
+    // a raise ending in 15 s told the raise's wait, 23 s, where the rule's own 10 a minute refused until 30 s).
+    return Math.max(0, untilMs) + row.counter.describe(then, expiresAtMs, after.rule, false).retryAfterMs;
   }
 
   /**
