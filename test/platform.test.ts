@@ -75,9 +75,13 @@ describe("variable names the Worker does not read", () => {
         message: `vars.${name}: holds rules, but the limiter reads rules only from RULES and RULES_<GROUP> (letters, digits and _ after RULES_): its rules are not read. ${group === null ? "Move them into RULES" : `Name it ${group}, or move them into RULES`}`,
       },
     ]);
-    // As JSON text too, as a dashboard or `wrangler secret` would set it.
+    // As JSON text too, as a dashboard or `wrangler secret` would set it; as one table, or a table of them.
     const asText = variableNameFindings({ ...others, [name]: '[{"id":"login","limit":5,"period":"1m"}]' });
     expect(asText.map((f) => f.level)).toEqual(["error"]);
+    const single = variableNameFindings({ ...others, [name]: { id: "login", limit: 5, period: "1m" } });
+    expect(single.map((f) => f.level)).toEqual(["error"]);
+    const nested = variableNameFindings({ ...others, [name]: { RULES: [{ id: "login", limit: 5, period: "1m" }] } });
+    expect(nested.map((f) => f.level)).toEqual(["error"]);
   });
 
   it("knows every variable the Worker reads, and rule groups", () => {

@@ -178,18 +178,31 @@ export function environmentFindings(name: string | undefined, defined: readonly 
 /** Fields only a rule has: a table with one of them is a rule. */
 const RULE_FIELDS = ["limit", "period", "path", "rate", "burst", "concurrency", "quota", "max_delay"];
 
-/** Whether a variable's value is a list of rule tables (or their JSON text, as a dashboard or a secret holds it). */
-function holdsRules(value: unknown): boolean {
-  let list = value;
-  if (typeof value === "string" && value.trimStart().startsWith("[")) {
+/** Whether a table has a field only a rule has. */
+const isRuleTable = (entry: unknown): boolean =>
+  typeof entry === "object" && entry !== null && !Array.isArray(entry) && RULE_FIELDS.some((field) => field in entry);
+
+/**
+ * Whether a variable's value holds rules: a list of rule tables, a single
+ * rule table (`[vars.AUTH_RULES]`), or a table holding them a level down
+ * (`[[vars.RATE.RULES]]`); or their JSON text, as a dashboard or a secret
+ * holds it.
+ */
+function holdsRules(value: unknown, depth = 0): boolean {
+  let held = value;
+  if (typeof value === "string" && /^\s*[[{]/.test(value)) {
     try {
-      list = JSON.parse(value);
+      held = JSON.parse(value);
     } catch {
       return false;
     }
   }
+  if (Array.isArray(held)) return held.some(isRuleTable);
+  if (isRuleTable(held)) return true;
   return (
-    Array.isArray(list) &&
-    list.some((entry) => typeof entry === "object" && entry !== null && RULE_FIELDS.some((field) => field in entry))
+    depth === 0 &&
+    typeof held === "object" &&
+    held !== null &&
+    Object.values(held).some((inner) => holdsRules(inner, depth + 1))
   );
 }
