@@ -185,6 +185,12 @@ describe("suspicious periods", () => {
   });
 });
 
+describe("a path glob with characters a request's path arrives percent-encoded in", () => {
+  it("gets no warning that matching ignores case: its escapes are matched in either case", () => {
+    expect(findings({ RULES: [rule({ path: "/café/*" }), rule({ id: "s", path: "/my docs/*" })] })).toEqual([]);
+  });
+});
+
 describe("a penalty (block_for)", () => {
   it("is an error out of range, naming the rule and the field", () => {
     expect(findings({ RULES: [rule({ block_for: "500ms" }), rule({ id: "s", block_for: "2y" })] })).toEqual([
