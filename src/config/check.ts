@@ -389,7 +389,7 @@ function unmatchable(glob: string): string | null {
 }
 
 /** A glob with its percent-escapes' hex digits in lower case. */
-const lowerEscapes = (glob: string): string => glob.replace(/%[0-9A-Fa-f]{2}/g, (escape) => escape.toLowerCase());
+const lowerEscapes = (glob: string): string => glob.replace(/%[0-9A-Fa-f]{2}/g, (hex) => hex.toLowerCase());
 
 /** What matching ignores in a `path` glob, which it is the same without. */
 function ignoredParts(source: string, caseSensitive: boolean): string[] {
