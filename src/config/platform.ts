@@ -55,8 +55,20 @@ export function variableNameFindings(vars: Readonly<Record<string, unknown>>): F
   return Object.keys(vars)
     .filter((name) => !isVariable(name))
     .map((name) => {
+      // `RULE_AUTH`, `rules_auth`: a rule group.
+      const guess = /^RULES?_./i.test(name) ? `RULES_${name.replace(/^RULES?_/i, "")}` : meant(name, known);
+      const forRules = guess === "RULES" || guess?.startsWith("RULES_") === true;
+      const rules = holdsRules(vars[name]);
+      // A near miss of a variable not set: what was meant, unless it holds rules and what was meant is not for them.
+      if (guess !== undefined && vars[guess] === undefined && (forRules || !rules)) {
+        const effect = forRules ? "its rules are not read" : `${guess} is unset, so its default applies`;
+        return {
+          level: "error",
+          message: `vars.${name}: the limiter reads no variable of this name; did you mean ${guess}? As it is, ${effect}`,
+        };
+      }
       // Rule tables under a name the limiter does not read: whatever else is set, these rules are not read.
-      if (holdsRules(vars[name])) {
+      if (rules) {
         const group = name
           .replace(/^RULES?(?=$|[-_ .])[-_ .]*/i, "")
           .replace(/[-_ .]*RULES?$/i, "")
@@ -65,18 +77,6 @@ export function variableNameFindings(vars: Readonly<Record<string, unknown>>): F
         return {
           level: "error",
           message: `vars.${name}: holds rules, but the limiter reads rules only from RULES and RULES_<GROUP> (letters, digits and _ after RULES_): its rules are not read. ${group === "" ? "Move them into RULES" : `Name it RULES_${group}, or move them into RULES`}`,
-        };
-      }
-      // `RULE_AUTH`, `rules_auth`: a rule group.
-      const guess = /^RULES?_./i.test(name) ? `RULES_${name.replace(/^RULES?_/i, "")}` : meant(name, known);
-      if (guess !== undefined && vars[guess] === undefined) {
-        const effect =
-          guess === "RULES" || guess.startsWith("RULES_")
-            ? "its rules are not read"
-            : `${guess} is unset, so its default applies`;
-        return {
-          level: "error",
-          message: `vars.${name}: the limiter reads no variable of this name; did you mean ${guess}? As it is, ${effect}`,
         };
       }
       return warning(
