@@ -234,10 +234,12 @@ export function globCounts(glob: RuleGlob, path: RequestPath, caseSensitive: boo
   return (!tried && glob.canonical.test(matching)) || glob.canonical.test(`${matching}/`);
 }
 
+/** Whether a glob matches a path with or without a trailing slash (`/api/*` matches `/api`). */
+export const matchesBare = (glob: PathGlob, path: string): boolean => glob.test(path) || glob.test(`${path}/`);
+
 /** Whether a rule's glob matches a request's matching path, with or without a trailing slash: the path as origins route it. */
 export function matchedIn(glob: RuleGlob, path: RequestPath, caseSensitive: boolean): boolean {
-  const matching = path.matching(caseSensitive);
-  return glob.canonical.test(matching) || glob.canonical.test(`${matching}/`);
+  return matchesBare(glob.canonical, path.matching(caseSensitive));
 }
 
 /** A request's path, as rules read it: as written, and the matching path for either case sensitivity, made once. */

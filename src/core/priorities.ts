@@ -13,6 +13,7 @@ import {
   globCounts,
   looseReading,
   matchedIn,
+  matchesBare,
   type PathGlob,
   type RequestPath,
   type RuleGlob,
@@ -147,15 +148,12 @@ function matches(m: Matcher, facts: PriorityFacts, caseSensitive: boolean, lenie
       // Critical by every reading: as written (in either case, for a case-insensitive rule; the glob's bare prefix
       // too, as a rule's path counts it: `/api/*` is `/api`), and as matched.
       const written = facts.path.written;
-      const asWritten = (path: string) =>
-        m.glob.test(path) || (!caseSensitive && m.glob.canonical.test(path.toLowerCase()));
-      if (!asWritten(written) && !(!written.endsWith("/") && asWritten(`${written}/`))) return false;
+      if (!matchesBare(m.glob, written) && !(!caseSensitive && matchesBare(m.glob.canonical, written.toLowerCase())))
+        return false;
       // And as the most lenient server could read it (every escape decoded, twice; `\` a slash): a path an origin
       // that decodes `%5C` as a separator, or decodes twice, routes elsewhere is not privileged.
-      if (written.includes("%") || written.includes("\\")) {
-        const loose = looseReading(written);
-        if (!m.loose.test(loose) && !m.loose.test(`${loose}/`)) return false;
-      }
+      if ((written.includes("%") || written.includes("\\")) && !matchesBare(m.loose, looseReading(written)))
+        return false;
       return matchedIn(m.glob, facts.path, caseSensitive);
     }
     case "header": {
