@@ -61,9 +61,9 @@ export class KnownRefusals {
    * Forgets the rule (an admin reset, an override change): its refusal
    * goes, and any a call sent until now (stamped `lastSent` or before) brings.
    * By stamps, not times: a call sent after the change in the same
-   * millisecond is after it (found from outside: with calls and the reset in
-   * one millisecond, every lease after it was written off, and a limit of 50
-   * admitted 25).
+   * millisecond is after it (found while reproducing a report from outside:
+   * with the clock standing still, every lease after a reset was written
+   * off, and a limit of 50 admitted 25).
    */
   forget(rule: Rule, lastSent: number): void {
     this.forgottenAfter ??= new Map();
