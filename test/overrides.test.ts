@@ -143,13 +143,19 @@ describe("tiers", () => {
   });
 });
 
+/** The clock stood still at noon on 2030-01-01, whose time this returns. */
+function atStart(): number {
+  vi.useFakeTimers({ toFake: ["Date"] });
+  const start = Date.UTC(2030, 0, 1, 12, 0, 0);
+  vi.setSystemTime(start);
+  return start;
+}
+
 describe("expiry", () => {
   it("ends an override at its expiry, to the millisecond, and the rule's limit applies again", async () => {
     const { set, api, run } = setup(1);
     const client = uniqueIp();
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
-    vi.setSystemTime(start);
+    const start = atStart();
     expect((await set(client, { limit: 3, expires: start + 30_000 })).status).toBe(200);
     expect(await run(3, client)).toEqual([200, 200, 200]);
     vi.setSystemTime(start + 29_999);
@@ -163,9 +169,7 @@ describe("expiry", () => {
   it("tells a refusal under a lower limit the wait to its expiry, where the rule's own limit admits the request then", async () => {
     const { set, api } = setup(10);
     const client = uniqueIp();
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
-    vi.setSystemTime(start);
+    const start = atStart();
     expect((await set(client, { limit: 1, expires: start + 15_000 })).status).toBe(200);
     expect((await api(client)).status).toBe(200);
     // Refused under the override's 1 a minute; at its expiry the rule's 10 a minute admit it: 15 s, not 60.
@@ -179,9 +183,7 @@ describe("expiry", () => {
   it("tells a refusal under a lower limit its own wait when the rule's limit would refuse at the expiry too", async () => {
     const { set, api, run } = setup(2);
     const client = uniqueIp();
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
-    vi.setSystemTime(start);
+    const start = atStart();
     expect(await run(2, client)).toEqual([200, 200]);
     expect((await set(client, { limit: 1, expires: start + 15_000 })).status).toBe(200);
     // 2 counted: refused under the override's 1 and under the rule's 2 at the expiry alike; the wait is the rule's.
@@ -193,9 +195,7 @@ describe("expiry", () => {
   it("tells a refusal under a raise that ends before its wait the rule's wait from the end: neither sooner nor later", async () => {
     const { set, api, run } = setup(10);
     const client = uniqueIp();
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
-    vi.setSystemTime(start);
+    const start = atStart();
     expect((await set(client, { limit: 20, expires: start + 15_000 })).status).toBe(200);
     expect(await run(20, client)).toEqual(Array(20).fill(200));
     // Refused under the raise's 20; it ends in 15 s, and the rule's 10 a minute, with 20 counted, refuse until the
@@ -213,9 +213,7 @@ describe("expiry", () => {
   it("ends a far higher limit at its expiry though the isolate holds a lease under it: no lease outlives the override", async () => {
     const { set, api, run } = setup(5);
     const client = uniqueIp();
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const start = Date.UTC(2030, 0, 1, 12, 0, 0);
-    vi.setSystemTime(start);
+    const start = atStart();
     expect((await set(client, { limit: 1_000_000_000, expires: start + 3_000 })).status).toBe(200);
     vi.setSystemTime(start + 1); // a lease from a call sent at the instant of a change is written off as sent before it
     // Far below the limit: the isolate is leased units, spent without asking.
