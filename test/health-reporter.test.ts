@@ -24,6 +24,15 @@ const answer = (over: Partial<FactorAnswer> = {}): FactorAnswer => ({
   ...over,
 });
 
+/** One failed answer of `key` beside ten other clients answered fine, reported at `nowMs`: the report's counts. */
+function failedBesideTen(reporter: HealthReporter, key: string, status: number, ms: number, nowMs: number) {
+  reporter.answered(status, ms, key);
+  for (let i = 0; i < 10; i++) reporter.answered(200, 5, `ok${i}`);
+  const { counts } = reporter.due(nowMs)!;
+  reporter.landed(answer());
+  return counts;
+}
+
 /** `n` requests forwarded and answered in `ms` with `status`. */
 const traffic = (reporter: HealthReporter, n: number, status = 200, ms = 20) => {
   for (let i = 0; i < n; i++) {
@@ -211,13 +220,7 @@ describe("an isolate's reporter of one adaptive rule", () => {
 
   it("judges a key's trouble its own once it recurs, across reports too: one bad answer now and then is any client's luck", () => {
     const reporter = new HealthReporter(rule);
-    const failOnce = (nowMs: number) => {
-      reporter.answered(503, 5, "k");
-      for (let i = 0; i < 10; i++) reporter.answered(200, 5, `ok${i}`); // the other clients, answered fine
-      const { counts } = reporter.due(nowMs)!;
-      reporter.landed(answer());
-      return counts;
-    };
+    const failOnce = (nowMs: number) => failedBesideTen(reporter, "k", 503, 5, nowMs);
     // Named from its first failure, but no key's own trouble yet: not one that may be left out, nor mostly bad.
     const first = failOnce(0);
     expect(first.worst).toEqual([["k", 1, 0, 1, 0, 0, 0, 0]]);
@@ -237,13 +240,7 @@ describe("an isolate's reporter of one adaptive rule", () => {
 
   it("names a key failing one request every 2.2 s as one that may be left out from its second (found from outside: paced past 2 s, never)", () => {
     const reporter = new HealthReporter(rule);
-    const failAt = (nowMs: number) => {
-      reporter.answered(500, 2, "paced");
-      for (let i = 0; i < 10; i++) reporter.answered(200, 5, `ok${i}`); // the other clients, answered fine
-      const { counts } = reporter.due(nowMs)!;
-      reporter.landed(answer());
-      return counts;
-    };
+    const failAt = (nowMs: number) => failedBesideTen(reporter, "paced", 500, 2, nowMs);
     expect(failAt(0).worstable).toEqual([]);
     for (const atMs of [2_200, 4_400, 6_600, 8_800]) expect(failAt(atMs).worstable).toEqual(["paced"]);
   });
